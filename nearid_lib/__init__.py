@@ -1,0 +1,36 @@
+"""nearid_lib: reference reproduction of NearID, ID-Sim and Finer-Personalization Rank.
+
+Public entry points (the rest lives in the submodules, one per concept):
+
+- ``get_profile(name)`` - typed profiles ``smoke`` / ``mini`` / ``paper`` (``nearid_lib.config``)
+- ``load_encoder(name)`` - ``model, preprocess`` for every backbone and head (``nearid_lib.models``)
+- ``nearid_loss`` and the ablation losses (``nearid_lib.losses``)
+- ``ssr_pa``, ``fisher_z_mean``, ``retrieval_map`` (``nearid_lib.metrics``)
+"""
+from __future__ import annotations
+
+from importlib import import_module
+
+from .config import Profile, get_profile
+from .seeding import derive_seed, make_rng, seed_everything
+
+__version__ = "0.1.0"
+
+# Heavy submodules are imported lazily so `import nearid_lib` stays fast (no torch import).
+_LAZY = {
+    "load_encoder": ("nearid_lib.models", "load_encoder"),
+    "MAPHead": ("nearid_lib.models", "MAPHead"),
+    "nearid_loss": ("nearid_lib.losses", "nearid_loss"),
+    "ssr_pa": ("nearid_lib.metrics", "ssr_pa"),
+    "fisher_z_mean": ("nearid_lib.metrics", "fisher_z_mean"),
+    "retrieval_map": ("nearid_lib.metrics", "retrieval_map"),
+}
+
+__all__ = ["Profile", "get_profile", "seed_everything", "derive_seed", "make_rng", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        mod, attr = _LAZY[name]
+        return getattr(import_module(mod), attr)
+    raise AttributeError(f"module 'nearid_lib' has no attribute {name!r}")

@@ -1,0 +1,316 @@
+"""Typed profiles: ``smoke`` (CI, seconds), ``mini`` (offline laptop reproduction) and ``paper``.
+
+One pipeline, three sizes: every notebook calls ``get_profile(PROFILE)`` and reads its knobs from
+the returned :class:`Profile`. Only sizes, data sources and backbones differ between profiles.
+
+Overrides use dotted keys and fail loudly on anything unknown::
+
+    cfg = get_profile("mini", **{"train.lr": 3e-4, "world.n_train_ids": 100})
+    cfg = get_profile("mini", overrides={"train.lr": 3e-4})
+
+Each section is a dataclass owned by one concept of the library (world, backbone, head, train,
+eval, generate, retrieval, idsim). Lists and dicts live here, never in notebook parameters.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from typing import Any, Mapping
+
+__all__ = [
+    "PROFILES", "Profile", "WorldConfig", "BackboneConfig", "HeadConfig", "TrainConfig",
+    "EvalConfig", "GenerateConfig", "RetrievalConfig", "IDSimConfig", "get_profile",
+    "profile_to_dict", "ConfigError",
+]
+
+
+class ConfigError(KeyError):
+    """Unknown profile, section or key. The message names the valid choices."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; we want it readable
+        return str(self.args[0]) if self.args else ""
+
+
+# --------------------------------------------------------------------------- sections
+@dataclass(frozen=True)
+class WorldConfig:
+    """The procedural NearID-mini world (``source="procedural"``) or the released data."""
+
+    source: str = "procedural"          # "procedural" | "released"
+    image_size: int = 224               # common size of every stored image (paper: 512)
+    n_classes: int = 6                  # object classes (shape families)
+    n_train_ids: int = 600
+    n_val_ids: int = 60
+    n_test_ids: int = 120
+    views_per_id: tuple[int, ...] = (2, 3)   # each identity has 2 or 3 positive views
+    p_three_views: float = 0.33              # NearID: 33% of identities have three views
+    object_frac: tuple[float, float] = (0.5, 0.62)  # object size / image size
+    distractor_sources: tuple[str, ...] = ("recolor", "pattern", "marking", "shape", "hard")
+    train_sources: tuple[str, ...] = ("recolor", "pattern", "marking")   # seen in training
+    source_resolutions: tuple[int, ...] = (224, 448)   # render sizes, Lanczos-resampled down
+    n_mtg_pairs: int = 200               # MTG-like part-edit pairs
+    n_grid_anchors: int = 24             # ID-Sim edit grids
+    grid_levels: int = 5                 # levels per factor in an edit grid
+    n_species: int = 4                   # FPR-style galleries
+    ids_per_species: int = 6
+    refs_per_id: int = 3
+    gallery_per_id: int = 10
+    held_out_backgrounds: bool = True    # test split uses backgrounds never seen in train
+    # released data (paper profile)
+    nearid_repo: str = "Aleksandar/NearID"
+    nearid_sources: tuple[str, ...] = (
+        "Flux", "Flux_1024", "FluxC", "FluxC_1024", "PowerPaint", "Qwen", "Qwen_1328", "SDXL",
+        "SDXL_1024",
+    )
+    mtg_repo: str = "abdo-eldesokey/mtg-dataset"
+
+
+@dataclass(frozen=True)
+class BackboneConfig:
+    """Frozen encoder feeding the MAP head (see ``nearid_lib.models.load_encoder``)."""
+
+    name: str = "efficientnet-lite0"    # registry name
+    image_size: int = 224
+    tiny: bool = False                  # random-init tiny config of the same class (smoke/tests)
+    dtype: str = "float32"              # "float32" | "float16" | "bfloat16"
+    batch_size: int = 64
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    """The trainable Multi-head Attention Pooling head."""
+
+    num_heads: int = 8
+    mlp_ratio: float = 4.0
+    out_dim: int | None = None          # None: same as token width (SigLIP2: 1152)
+    token_dropout: float = 0.1
+    init_from_backbone: bool = True     # SigLIP: copy its pretrained MAP head
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """NearID head training (paper Section 4.1)."""
+
+    loss: str = "nearid"                # see nearid_lib.losses.LOSSES
+    alpha: float = 0.5
+    beta: float = 0.0
+    temperature: float = 0.07
+    lr: float = 1e-4
+    weight_decay: float = 1e-4
+    warmup_steps: int = 100
+    batch_size: int = 128
+    epochs: int = 11
+    max_steps: int | None = None        # caps epochs (mini/smoke budgets)
+    mixed_precision: str = "no"         # "no" | "fp16" | "bf16"
+    mask_p_anchor: float = 0.5          # role-aware foreground masking
+    mask_p_positive: float = 0.2
+    mask_p_distractor: float = 0.6
+    augment: bool = True
+    use_mtg: bool = True
+    mtg_repeat: int = 4
+    use_cache: bool = True
+    checkpoint_every: int = 200
+    eval_every: int = 0
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """NearID-bench evaluation."""
+
+    encoders: tuple[str, ...] = ("frozen-gap", "nearid")
+    split: str = "test"
+    fg_only: bool = True
+    vlm_judge: str | None = None        # e.g. "Qwen/Qwen3-VL-30B-A3B-Instruct" (paper)
+    vlm_batch_size: int = 4
+    alphas: tuple[float, ...] = (0.0, 0.25, 0.5, 1.0, 2.0)
+    betas: tuple[float, ...] = (0.0, 0.05, 0.1, 0.2)
+    ablation_losses: tuple[str, ...] = (
+        "infonce", "infonce_rneg", "infonce_oracle", "infonce_rneg_oracle", "siglip", "circle",
+        "nearid", "nearid_cohesion",
+    )
+
+
+@dataclass(frozen=True)
+class GenerateConfig:
+    """Distractor / edit generation backends (``nearid_lib.generate``)."""
+
+    backends: tuple[str, ...] = ("procedural",)
+    out_resolution: int = 512
+    batch_size: int = 1
+    mixed_precision: str = "no"
+    reject_unchanged_below: float = 0.02   # mean |diff| inside the mask (0..1)
+    reject_drift_above: float = 0.08       # mean |diff| outside the mask (0..1)
+    tiny: bool = False
+
+
+@dataclass(frozen=True)
+class RetrievalConfig:
+    """Finer-Personalization Rank (gallery retrieval)."""
+
+    encoders: tuple[str, ...] = ("frozen-gap", "nearid")
+    gallery_sizes: tuple[int, ...] = (1, 5, 10, 20)
+    subject_counts: tuple[int, ...] = (10, 15, 25, 100)
+    sampling: tuple[str, ...] = ("random", "kmeans")
+    allow_remote_code: bool = False      # MiewID needs trust_remote_code: explicit opt-in only
+    methods: tuple[str, ...] = ("copy_paste", "drift_low", "drift_mid", "drift_high")
+
+
+@dataclass(frozen=True)
+class IDSimConfig:
+    """ID-Sim: LoRA on a frozen backbone, CLS InfoNCE + Sinkhorn patch InfoNCE."""
+
+    backbone: str = "efficientnet-lite0"
+    lora_rank: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.05
+    head_hidden: int = 512
+    lam: float = 1.0
+    sinkhorn_blur: float = 0.05
+    temperature: float = 0.07
+    lr: float = 3e-4
+    weight_decay: float = 0.0
+    batch_size: int = 8
+    grad_accum: int = 4
+    epochs: int = 3
+    max_steps: int | None = None
+    n_bootstrap: int = 1000
+    encoders: tuple[str, ...] = ("frozen-gap", "nearid", "idsim")
+
+
+# --------------------------------------------------------------------------- profile
+@dataclass(frozen=True)
+class Profile:
+    """A full, resolved configuration. ``name`` is written into every output."""
+
+    name: str
+    seed: int = 0
+    device: str = "auto"                # "auto" picks cuda when available
+    hf_offline: bool = True
+    world: WorldConfig = field(default_factory=WorldConfig)
+    backbone: BackboneConfig = field(default_factory=BackboneConfig)
+    head: HeadConfig = field(default_factory=HeadConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    generate: GenerateConfig = field(default_factory=GenerateConfig)
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    idsim: IDSimConfig = field(default_factory=IDSimConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return profile_to_dict(self)
+
+
+def _smoke() -> Profile:
+    return Profile(
+        name="smoke",
+        world=WorldConfig(
+            image_size=64, n_classes=3, n_train_ids=12, n_val_ids=4, n_test_ids=6,
+            object_frac=(0.5, 0.62), source_resolutions=(64, 96), n_mtg_pairs=8,
+            n_grid_anchors=3, grid_levels=3, n_species=2, ids_per_species=3, refs_per_id=2,
+            gallery_per_id=3,
+        ),
+        backbone=BackboneConfig(name="efficientnet-lite0", image_size=64, tiny=True, batch_size=16),
+        head=HeadConfig(num_heads=2, mlp_ratio=2.0, token_dropout=0.0),
+        train=TrainConfig(batch_size=8, epochs=1, max_steps=4, warmup_steps=1, checkpoint_every=2),
+        eval=EvalConfig(alphas=(0.0, 0.5), betas=(0.0, 0.1)),
+        retrieval=RetrievalConfig(gallery_sizes=(1, 2), subject_counts=(2, 4)),
+        idsim=IDSimConfig(batch_size=4, grad_accum=1, epochs=1, max_steps=2, n_bootstrap=50,
+                          head_hidden=32),
+        generate=GenerateConfig(out_resolution=64, tiny=True),
+    )
+
+
+def _mini() -> Profile:
+    return Profile(
+        name="mini",
+        train=TrainConfig(lr=1e-3, weight_decay=5e-2, warmup_steps=20, batch_size=64, epochs=6,
+                          max_steps=None),
+        eval=EvalConfig(),
+    )
+
+
+def _paper() -> Profile:
+    return Profile(
+        name="paper",
+        hf_offline=False,
+        world=WorldConfig(source="released", image_size=512),
+        backbone=BackboneConfig(name="siglip2-so400m-patch14-384", image_size=384, dtype="float16"),
+        head=HeadConfig(num_heads=16, mlp_ratio=3.7361111, out_dim=1152, token_dropout=0.0),
+        train=TrainConfig(mixed_precision="fp16"),
+        eval=EvalConfig(
+            encoders=("clip-vit-l14", "dinov2-large", "siglip2-so400m-patch14-384", "nearid"),
+            vlm_judge="Qwen/Qwen3-VL-30B-A3B-Instruct",
+        ),
+        generate=GenerateConfig(
+            backends=("sdxl", "flux_fill", "flux_canny", "qwen_controlnet", "powerpaint"),
+            mixed_precision="bf16", batch_size=4,
+        ),
+        retrieval=RetrievalConfig(
+            encoders=("clip-vit-b32", "dinov2-base", "bioclip2", "nearid"),
+            gallery_sizes=(1, 5, 10, 20), subject_counts=(10, 15, 25, 100),
+        ),
+        idsim=IDSimConfig(backbone="dinov3-vitl16", epochs=3),
+    )
+
+
+PROFILES = {"smoke": _smoke, "mini": _mini, "paper": _paper}
+
+
+# --------------------------------------------------------------------------- overrides
+def _coerce(value: Any, current: Any, key: str) -> Any:
+    """Coerce strings from the command line to the type of the current value."""
+    if not isinstance(value, str) or isinstance(current, str) or current is None:
+        if isinstance(current, tuple) and isinstance(value, list):
+            return tuple(value)
+        return value
+    if isinstance(current, bool):
+        low = value.lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{key}: cannot read {value!r} as a boolean")
+    if isinstance(current, int):
+        return int(value)
+    if isinstance(current, float):
+        return float(value)
+    if isinstance(current, tuple):
+        return tuple(json.loads(value)) if value.startswith("[") else tuple(
+            v.strip() for v in value.split(",") if v.strip())
+    return value
+
+
+def _apply(obj: Any, key: str, value: Any, full_key: str) -> Any:
+    head, _, rest = key.partition(".")
+    names = [f.name for f in fields(obj)]
+    if head not in names:
+        where = type(obj).__name__
+        raise ConfigError(
+            f"unknown config key {full_key!r}: {where} has no field {head!r}; valid: {', '.join(names)}")
+    current = getattr(obj, head)
+    if rest:
+        if not is_dataclass(current):
+            raise ConfigError(f"unknown config key {full_key!r}: {head!r} is a value, not a section")
+        return replace(obj, **{head: _apply(current, rest, value, full_key)})
+    if is_dataclass(current):
+        raise ConfigError(f"{full_key!r} is a section; set one of its fields, e.g. {full_key}.<field>")
+    return replace(obj, **{head: _coerce(value, current, full_key)})
+
+
+def get_profile(name: str, overrides: Mapping[str, Any] | None = None, **kw: Any) -> Profile:
+    """The resolved :class:`Profile` ``name`` with dotted-key ``overrides`` applied.
+
+    Raises :class:`ConfigError` naming the valid profiles or keys on anything unknown."""
+    if name not in PROFILES:
+        raise ConfigError(f"unknown profile {name!r}; valid profiles: {', '.join(PROFILES)}")
+    prof = PROFILES[name]()
+    merged = dict(overrides or {})
+    merged.update(kw)
+    for key, value in merged.items():
+        prof = _apply(prof, key, value, key)
+    return prof
+
+
+def profile_to_dict(prof: Profile) -> dict[str, Any]:
+    """Plain JSON-able dict of a profile (tuples become lists)."""
+    return json.loads(json.dumps(dataclasses.asdict(prof)))

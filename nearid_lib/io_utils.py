@@ -1,0 +1,95 @@
+"""Atomic writes and small manifest helpers shared by every long job.
+
+A file is written to a temporary sibling and renamed into place, so a killed job never leaves a
+half-written file that looks complete. A :class:`Manifest` is an append-only JSON-lines record of
+finished item ids; a job restarted with the same command skips what the manifest lists.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write", "atomic_save_image",
+           "Manifest", "write_csv", "write_json"]
+
+
+def atomic_write(path: str | os.PathLike, writer: Callable[[Path], None]) -> Path:
+    """Call ``writer(tmp_path)`` then rename ``tmp_path`` onto ``path`` (same folder, atomic)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp" + path.suffix, dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        writer(tmp_path)
+        os.replace(tmp_path, path)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+    return path
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    return atomic_write(path, lambda p: p.write_bytes(data))
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    return atomic_write(path, lambda p: p.write_text(text))
+
+
+def atomic_save_image(path: str | os.PathLike, image, **save_kw) -> Path:
+    """Save a PIL image atomically; the format comes from ``path``'s suffix."""
+    fmt = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".webp": "WEBP"}.get(
+        Path(path).suffix.lower(), "PNG")
+    return atomic_write(path, lambda p: image.save(p, format=fmt, **save_kw))
+
+
+def write_csv(df, path: str | os.PathLike, **kw) -> Path:
+    """Write a pandas DataFrame as CSV atomically (index off by default)."""
+    kw.setdefault("index", False)
+    return atomic_write(path, lambda p: df.to_csv(p, **kw))
+
+
+def write_json(obj: Any, path: str | os.PathLike) -> Path:
+    return atomic_write_text(path, json.dumps(obj, indent=2, default=str))
+
+
+class Manifest:
+    """Append-only JSON-lines log of finished items: ``{"id": ..., **info}`` per line.
+
+    A torn last line (the job was killed mid-write) is ignored on reading."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self._done: dict[str, dict] = {}
+        if self.path.exists():
+            for line in self.path.read_text().splitlines():
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                self._done[str(rec["id"])] = rec
+
+    def __contains__(self, item_id: object) -> bool:
+        return str(item_id) in self._done
+
+    def __len__(self) -> int:
+        return len(self._done)
+
+    def records(self) -> list[dict]:
+        return list(self._done.values())
+
+    def add(self, item_id: object, **info: Any) -> None:
+        rec = {"id": str(item_id), **info}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a") as fh:
+            fh.write(json.dumps(rec, default=str) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        self._done[str(item_id)] = rec
+
+    def pending(self, ids: Iterable[object]) -> list[object]:
+        return [i for i in ids if str(i) not in self._done]

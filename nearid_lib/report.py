@@ -1,0 +1,177 @@
+"""Tables with the paper's numbers beside ours, and the ``figures/README.md`` report.
+
+Every table in the report is rendered from files: the paper's values come from
+``paper_values/<key>.csv`` (transcribed from ``../shared/papers``, described by
+``<key>.meta.json``) and ours from the CSV a notebook wrote under ``figures/`` (named by the
+meta's ``"ours"`` field). Nothing is typed in here. Claims come from ``tables/claims_*.csv``
+(columns ``claim, paper, ours, holds, detail``), written by the notebooks that test them.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+from .paths import repo_root
+
+__all__ = ["TableSpec", "load_specs", "side_by_side", "render_markdown_table", "render_report",
+           "paper_values_dir"]
+
+MISSING = "–"
+
+
+def paper_values_dir() -> Path:
+    return repo_root() / "paper_values"
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One paper table: where the paper's values are and which CSV of ours sits beside them."""
+
+    key: str
+    paper: str
+    table: str
+    title: str
+    key_columns: tuple[str, ...]
+    metrics: dict
+    ours: str | None
+    notes: str = ""
+    paper_csv: Path | None = None
+
+    @classmethod
+    def from_meta(cls, meta_path: Path) -> "TableSpec":
+        meta = json.loads(Path(meta_path).read_text())
+        missing = [f for f in ("key", "paper", "table", "title", "key_columns", "metrics") if f not in meta]
+        if missing:
+            raise ValueError(f"{meta_path}: missing field(s) {missing}")
+        csv = Path(meta_path).with_name(Path(meta_path).name.replace(".meta.json", ".csv"))
+        return cls(key=meta["key"], paper=meta["paper"], table=meta["table"], title=meta["title"],
+                   key_columns=tuple(meta["key_columns"]), metrics=dict(meta["metrics"]),
+                   ours=meta.get("ours"), notes=meta.get("notes", ""), paper_csv=csv)
+
+
+def load_specs(folder: Path | None = None) -> list[TableSpec]:
+    """All table specs in ``paper_values/``, ordered by paper then table number."""
+    folder = Path(folder or paper_values_dir())
+    specs = [TableSpec.from_meta(p) for p in sorted(folder.glob("*.meta.json"))]
+
+    def order(s: TableSpec):
+        num = "".join(ch for ch in s.table if ch.isdigit())
+        return (s.paper, int(num) if num else 999, s.key)
+
+    return sorted(specs, key=order)
+
+
+def _fmt(v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return MISSING
+    if isinstance(v, float):
+        if abs(v) >= 100 or v == int(v) and abs(v) >= 10:
+            return f"{v:.1f}"
+        return f"{v:.3f}" if abs(v) < 10 else f"{v:.2f}"
+    return str(v)
+
+
+def side_by_side(paper: pd.DataFrame, ours: pd.DataFrame | None, key_columns: Iterable[str],
+                 metrics: Iterable[str]) -> pd.DataFrame:
+    """One row per key (paper rows first, then rows only we have); for every metric a
+    ``<metric> (paper)`` and ``<metric> (ours)`` column. Metrics absent on one side are blank."""
+    keys = list(key_columns)
+    metrics = list(metrics)
+    for k in keys:
+        if k not in paper.columns:
+            raise KeyError(f"paper table lacks key column {k!r}; has {list(paper.columns)}")
+    p = paper[keys + [m for m in metrics if m in paper.columns]].copy()
+    p = p.rename(columns={m: f"{m} (paper)" for m in metrics})
+    if ours is None or ours.empty:
+        merged = p
+    else:
+        missing = [k for k in keys if k not in ours.columns]
+        if missing:
+            raise KeyError(f"our table lacks key column(s) {missing}; has {list(ours.columns)}")
+        o = ours[keys + [m for m in metrics if m in ours.columns]].copy()
+        o = o.rename(columns={m: f"{m} (ours)" for m in metrics})
+        for k in keys:  # join on strings: CSV readers may type the same key differently
+            p[k] = p[k].astype(str)
+            o[k] = o[k].astype(str)
+        merged = p.merge(o, on=keys, how="outer", sort=False)
+        # keep the paper's row order, then ours-only rows in our order
+        order = {tuple(r): i for i, r in enumerate(p[keys].itertuples(index=False))}
+        extra = {tuple(r): len(order) + i for i, r in enumerate(o[keys].itertuples(index=False))}
+        merged["_o"] = [order.get(tuple(r), extra.get(tuple(r), 10**6))
+                        for r in merged[keys].itertuples(index=False)]
+        merged = merged.sort_values("_o", kind="stable").drop(columns="_o")
+    cols = list(keys)
+    for m in metrics:
+        for side in ("paper", "ours"):
+            c = f"{m} ({side})"
+            if c not in merged.columns:
+                merged[c] = float("nan")
+            cols.append(c)
+    return merged[cols].reset_index(drop=True)
+
+
+def render_markdown_table(df: pd.DataFrame) -> str:
+    """A GitHub markdown table; floats formatted, NaN shown as an en dash."""
+    header = "| " + " | ".join(str(c) for c in df.columns) + " |"
+    sep = "|" + "|".join("---" for _ in df.columns) + "|"
+    rows = ["| " + " | ".join(_fmt(v) for v in r) + " |" for r in df.itertuples(index=False)]
+    return "\n".join([header, sep, *rows])
+
+
+def _read_profile(ours: pd.DataFrame | None) -> str:
+    if ours is None or "profile" not in ours.columns or ours.empty:
+        return "unknown"
+    return ", ".join(sorted(set(map(str, ours["profile"].dropna()))))
+
+
+def render_report(figures: Path, specs: list[TableSpec] | None = None, title: str = "Reproduced results",
+                  profile_note: str = "") -> str:
+    """Markdown for ``figures/README.md``: claims, every table beside the paper's, every figure."""
+    figures = Path(figures)
+    specs = load_specs() if specs is None else specs
+    out = [f"# {title}", "",
+           "Regenerated by `make reproduce` (notebook `99_report.py`); do not edit by hand. "
+           "Each table shows the paper's value beside ours; every number of ours was computed by a "
+           "notebook and read from the CSV named under the table.", ""]
+    if profile_note:
+        out += [profile_note, ""]
+
+    claims = sorted((figures / "tables").glob("claims_*.csv"))
+    if claims:
+        out += ["## Claims checked", "",
+                "A claim *holds* when its computed numbers meet the stated criterion; claims that do not "
+                "hold are reported as such.", ""]
+        frame = pd.concat([pd.read_csv(c).assign(source=f"tables/{c.name}") for c in claims],
+                          ignore_index=True)
+        cols = [c for c in ("claim", "paper", "ours", "holds", "detail", "profile", "source") if c in frame]
+        out += [render_markdown_table(frame[cols]), ""]
+
+    out += ["## Tables", ""]
+    for s in specs:
+        paper = pd.read_csv(s.paper_csv) if s.paper_csv and s.paper_csv.exists() else pd.DataFrame()
+        ours_path = figures / s.ours if s.ours else None
+        ours = pd.read_csv(ours_path) if ours_path and ours_path.exists() else None
+        out += [f"### {s.paper} {s.table}: {s.title}", ""]
+        if ours is None:
+            out += [f"_Ours: not produced yet (expected `{s.ours}`)._", ""]
+        else:
+            out += [f"_Ours: `{s.ours}`, profile: {_read_profile(ours)}._", ""]
+        if paper.empty:
+            out += ["_No paper values transcribed._", ""]
+            continue
+        table = side_by_side(paper, ours, s.key_columns, list(s.metrics))
+        out += [render_markdown_table(table), ""]
+        if s.notes:
+            out += [f"Notes: {s.notes}", ""]
+
+    pngs = sorted(figures.glob("*.png"))
+    if pngs:
+        out += ["## Figures", ""]
+        for p in pngs:
+            out += [f"### {p.stem}", "", f"![{p.stem}]({p.name})", ""]
+    return "\n".join(out).rstrip() + "\n"

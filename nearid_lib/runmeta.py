@@ -1,0 +1,79 @@
+"""Run metadata written beside every notebook's outputs: resolved parameters, git SHA, dirty
+flag, package versions, host and profile. ``write_run_metadata`` writes ``run.json`` atomically."""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Mapping
+
+from .io_utils import atomic_write_text
+from .paths import repo_root
+
+__all__ = ["git_state", "package_versions", "run_metadata", "write_run_metadata"]
+
+PACKAGES = (
+    "torch", "torchvision", "numpy", "transformers", "open_clip_torch", "timm", "diffusers",
+    "peft", "geomloss", "accelerate", "datasets", "scikit-learn", "scipy", "statsmodels",
+    "scikit-image", "pandas", "matplotlib", "papermill", "pillow",
+)
+
+
+def git_state(root: Path | None = None) -> dict[str, Any]:
+    """``{"sha": ..., "dirty": bool}``; ``sha`` is None outside a git checkout."""
+    root = Path(root or repo_root())
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                             text=True, check=True, timeout=10).stdout.strip()
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                                capture_output=True, text=True, check=True, timeout=10).stdout
+        return {"sha": sha, "dirty": bool(status.strip())}
+    except (OSError, subprocess.SubprocessError):
+        return {"sha": None, "dirty": None}
+
+
+def package_versions(names=PACKAGES) -> dict[str, str | None]:
+    out = {}
+    for n in names:
+        try:
+            out[n] = metadata.version(n)
+        except metadata.PackageNotFoundError:
+            out[n] = None
+    return out
+
+
+def run_metadata(params: Mapping[str, Any], profile: Any = None) -> dict[str, Any]:
+    """Everything needed to say what produced an output."""
+    try:
+        import torch
+
+        devices = ["cpu"] + [f"cuda:{i} {torch.cuda.get_device_name(i)}"
+                             for i in range(torch.cuda.device_count())]
+    except Exception:  # pragma: no cover
+        devices = ["cpu"]
+    prof = profile.to_dict() if hasattr(profile, "to_dict") else profile
+    return {
+        "time_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "params": dict(params),
+        "profile": prof,
+        "git": git_state(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "devices": devices,
+        "packages": package_versions(),
+        "env": {k: v for k, v in os.environ.items() if k.startswith(("NEARID_", "HF_"))},
+    }
+
+
+def write_run_metadata(out: str | os.PathLike, params: Mapping[str, Any], profile: Any = None) -> Path:
+    """Write ``run.json`` into folder ``out`` (created) and return its path."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "run.json"
+    atomic_write_text(path, json.dumps(run_metadata(params, profile), indent=2, default=str))
+    return path

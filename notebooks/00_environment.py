@@ -1,0 +1,67 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 00 - Environment
+# Which profile runs, on which devices, and which backbones and datasets are available locally.
+# `smoke` and `mini` run fully offline; `paper` needs the Hugging Face hub (or a warm `HF_HOME`).
+
+# %% tags=["parameters"]
+PROFILE = "mini"
+SEED = 0
+
+# %%
+import pandas as pd
+
+from nearid_lib import get_profile, seed_everything
+from nearid_lib.envcheck import backbone_table, dataset_table, device_table
+from nearid_lib.io_utils import write_csv
+from nearid_lib.paths import cache_dir, data_dir, figures_dir, out_dir, results_dir
+from nearid_lib.runmeta import run_metadata, write_run_metadata
+
+cfg = get_profile(PROFILE)
+seed_everything(SEED)
+out = results_dir(PROFILE, "00_environment")
+meta_path = write_run_metadata(out, {"PROFILE": PROFILE, "SEED": SEED}, cfg)
+meta = run_metadata({"PROFILE": PROFILE, "SEED": SEED}, cfg)
+
+# %%
+summary = pd.DataFrame([
+    {"item": "profile", "value": cfg.name},
+    {"item": "backbone", "value": cfg.backbone.name + (" (tiny random-init)" if cfg.backbone.tiny else "")},
+    {"item": "data source", "value": cfg.world.source},
+    {"item": "git sha", "value": f"{meta['git']['sha']} (dirty={meta['git']['dirty']})"},
+    {"item": "python / torch", "value": f"{meta['python']} / {meta['packages']['torch']}"},
+    {"item": "data dir", "value": str(data_dir(PROFILE))},
+    {"item": "cache dir", "value": str(cache_dir(PROFILE))},
+    {"item": "build dir", "value": str(out_dir(PROFILE))},
+    {"item": "figures dir", "value": str(figures_dir(PROFILE))},
+])
+summary
+
+# %%
+devices = device_table()
+devices
+
+# %%
+backbones = backbone_table()
+backbones
+
+# %%
+datasets = dataset_table(PROFILE)
+datasets
+
+# %%
+write_csv(devices.assign(profile=PROFILE), out / "devices.csv")
+write_csv(backbones.assign(profile=PROFILE), out / "backbones.csv")
+write_csv(datasets.assign(profile=PROFILE), out / "datasets.csv")
+print("run metadata:", meta_path)

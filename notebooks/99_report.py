@@ -1,0 +1,45 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 99 - Report
+# Renders `figures/README.md`: the claims each notebook checked, every table with the paper's values
+# beside ours (read from `paper_values/` and from the CSVs the notebooks wrote), and every figure.
+
+# %% tags=["parameters"]
+PROFILE = "mini"
+SEED = 0
+
+# %%
+from IPython.display import Markdown
+
+from nearid_lib import get_profile
+from nearid_lib.io_utils import atomic_write_text
+from nearid_lib.paths import figures_dir, results_dir
+from nearid_lib.report import load_specs, render_report
+from nearid_lib.runmeta import write_run_metadata
+
+cfg = get_profile(PROFILE)
+write_run_metadata(results_dir(PROFILE, "99_report"), {"PROFILE": PROFILE, "SEED": SEED}, cfg)
+figs = figures_dir(PROFILE)
+specs = load_specs()
+print(f"{len(specs)} paper tables described in paper_values/")
+
+# %%
+text = render_report(
+    figs, specs,
+    profile_note=(f"Profile: **{cfg.name}** (backbone `{cfg.backbone.name}`, data `{cfg.world.source}`). "
+                  "`mini` reproduces the papers' claims at small scale on a procedural world, "
+                  "not their absolute numbers."))
+atomic_write_text(figs / "README.md", text)
+print("wrote", figs / "README.md")
+Markdown(text[:6000])

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Create or reuse the virtual environment, install the pinned dependencies and, only where
+# `import torchvision` fails against the CPU torch, install the import fix as a .pth hook.
+# Usage: scripts/bootstrap.sh VENV_DIR
+set -euo pipefail
+VENV="${1:-.venv}"
+PYTHON="${PYTHON:-python3}"
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "[bootstrap] creating virtual environment in $VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+PY="$VENV/bin/python"
+# torch first and alone, so that no other requirement can resolve to a CUDA build.
+"$PY" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
+echo "[bootstrap] installing torch==2.13.0 torchvision==0.28.0"
+"$PY" -m pip install --quiet "torch==2.13.0" "torchvision==0.28.0"
+echo "[bootstrap] installing nearid_lib[paper,dev] (editable)"
+"$PY" -m pip install --quiet -e ".[paper,dev]"
+SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+if "$PY" -c "import torchvision" >/dev/null 2>&1; then
+  echo "[bootstrap] torchvision imports as is; no fix needed"
+  rm -f "$SITE/nearid_torchvision_cpu_fix.pth" "$SITE/_nearid_torchvision_cpu_fix.py"
+else
+  echo "[bootstrap] torchvision fails to import against CPU torch; installing the schema hook"
+  cp scripts/torchvision_cpu_fix.py "$SITE/_nearid_torchvision_cpu_fix.py"
+  echo "import _nearid_torchvision_cpu_fix" > "$SITE/nearid_torchvision_cpu_fix.pth"
+  "$PY" -c "import torchvision, timm, open_clip; print('[bootstrap] torchvision', torchvision.__version__, 'imports with the fix')"
+fi
+"$PY" -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (nearid)" >/dev/null
+echo "[bootstrap] done"

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Convert one jupytext percent source to .ipynb and execute it with papermill.
+# Usage: scripts/run_notebook.sh VENV SRC.py OUT.ipynb PROFILE [SEED]
+# The executed notebook is written to a temporary name and moved into place only on success,
+# so make never mistakes a failed run for a finished one. The log lands beside it.
+set -euo pipefail
+VENV="$1"; SRC="$2"; OUT="$3"; PROFILE="$4"; SEED="${5:-0}"
+mkdir -p "$(dirname "$OUT")"
+NAME="$(basename "$SRC" .py)"
+SRC_NB="$(dirname "$OUT")/.${NAME}.src.ipynb"
+PARTIAL="$(dirname "$OUT")/.${NAME}.partial.ipynb"
+LOG="${OUT%.ipynb}.log"
+"$VENV/bin/jupytext" --quiet --to ipynb --set-kernel python3 -o "$SRC_NB" "$SRC"
+START=$(date +%s)
+echo "[notebook] $NAME (PROFILE=$PROFILE)"
+if "$VENV/bin/papermill" "$SRC_NB" "$PARTIAL" -k python3 -p PROFILE "$PROFILE" -p SEED "$SEED" \
+     --cwd "$(pwd)" --log-output --progress-bar >"$LOG" 2>&1; then
+  mv "$PARTIAL" "$OUT"
+  rm -f "$SRC_NB"
+  echo "[notebook] $NAME done in $(( $(date +%s) - START )) s"
+else
+  rc=$?
+  echo "[notebook] $NAME FAILED after $(( $(date +%s) - START )) s; executed copy: $PARTIAL; log: $LOG" >&2
+  tail -n 40 "$LOG" >&2
+  exit $rc
+fi
