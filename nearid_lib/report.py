@@ -18,7 +18,7 @@ import pandas as pd
 
 from .paths import repo_root
 
-__all__ = ["TableSpec", "load_specs", "side_by_side", "render_markdown_table", "render_report",
+__all__ = ["TableSpec", "load_specs", "side_by_side", "render_markdown_table", "render_report", "claim", "write_claims",
            "paper_values_dir"]
 
 MISSING = "–"
@@ -70,9 +70,10 @@ def _fmt(v) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return MISSING
     if isinstance(v, float):
-        if abs(v) >= 100 or v == int(v) and abs(v) >= 10:
-            return f"{v:.1f}"
-        return f"{v:.3f}" if abs(v) < 10 else f"{v:.2f}"
+        # fractions (correlations, rates in 0..1) get 3 decimals, percentages 2, big numbers 1
+        if abs(v) < 1:
+            return f"{v:.3f}"
+        return f"{v:.2f}" if abs(v) < 100 else f"{v:.1f}"
     return str(v)
 
 
@@ -175,3 +176,18 @@ def render_report(figures: Path, specs: list[TableSpec] | None = None, title: st
         for p in pngs:
             out += [f"### {p.stem}", "", f"![{p.stem}]({p.name})", ""]
     return "\n".join(out).rstrip() + "\n"
+
+
+def claim(claim: str, paper: str, ours: str, holds: bool, detail: str = "", profile: str = "") -> dict:
+    """One row of a claims table: the claim, the paper's number, ours, and whether it holds.
+
+    ``holds`` must be computed from the numbers by the caller (a comparison), never typed in."""
+    return {"claim": claim, "paper": paper, "ours": ours, "holds": bool(holds), "detail": detail,
+            "profile": profile}
+
+
+def write_claims(rows: list[dict], figures: Path, name: str) -> Path:
+    """Write ``tables/claims_<name>.csv`` under ``figures`` (atomically); the report collects it."""
+    from .io_utils import write_csv
+
+    return write_csv(pd.DataFrame(rows), Path(figures) / "tables" / f"claims_{name}.csv")

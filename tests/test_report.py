@@ -1,0 +1,63 @@
+"""The report renders tables from files: paper values beside ours, nothing typed in."""
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from nearid_lib import report
+
+
+def _spec_files(tmp_path):
+    pv = tmp_path / "pv"
+    pv.mkdir()
+    pd.DataFrame({"row": ["frozen", "ours"], "ssr": [30.74, 99.17], "pa": [48.81, 99.71]}).to_csv(
+        pv / "t1.csv", index=False)
+    (pv / "t1.meta.json").write_text(json.dumps({
+        "key": "t1", "paper": "NearID", "table": "Table 1", "title": "main",
+        "key_columns": ["row"], "metrics": {"ssr": "SSR %", "pa": "PA %"},
+        "ours": "tables/04_t1.csv"}))
+    return pv
+
+
+def test_side_by_side_joins_and_keeps_paper_order():
+    paper = pd.DataFrame({"row": ["b", "a"], "m": [1.0, 2.0]})
+    ours = pd.DataFrame({"row": ["a", "c"], "m": [20.0, 30.0], "other": [0, 0]})
+    t = report.side_by_side(paper, ours, ["row"], ["m"])
+    assert list(t["row"]) == ["b", "a", "c"]
+    assert list(t.columns) == ["row", "m (paper)", "m (ours)"]
+    assert t.loc[1, "m (ours)"] == 20.0 and math.isnan(t.loc[0, "m (ours)"])
+    assert math.isnan(t.loc[2, "m (paper)"]) and t.loc[2, "m (ours)"] == 30.0
+
+
+def test_side_by_side_errors_name_missing_key():
+    with pytest.raises(KeyError, match="row"):
+        report.side_by_side(pd.DataFrame({"row": ["a"], "m": [1]}), pd.DataFrame({"x": [1]}), ["row"], ["m"])
+
+
+def test_render_report_reads_ours_and_claims(tmp_path):
+    pv = _spec_files(tmp_path)
+    figs = tmp_path / "figs"
+    (figs / "tables").mkdir(parents=True)
+    pd.DataFrame({"row": ["frozen", "ours"], "ssr": [1.5, 97.25], "pa": [12.0, 99.0],
+                  "profile": ["mini", "mini"]}).to_csv(figs / "tables" / "04_t1.csv", index=False)
+    pd.DataFrame({"claim": ["c1"], "paper": ["30.7"], "ours": ["1.5"], "holds": [True],
+                  "detail": ["d"], "profile": ["mini"]}).to_csv(figs / "tables" / "claims_04.csv", index=False)
+    text = report.render_report(figs, report.load_specs(pv))
+    assert "| frozen | 30.74 | 1.50 | 48.81 | 12.00 |" in text
+    assert "| ours | 99.17 | 97.25 | 99.71 | 99.00 |" in text
+    assert "profile: mini" in text and "## Claims checked" in text and "| c1 |" in text
+
+
+def test_render_report_marks_missing_ours(tmp_path):
+    pv = _spec_files(tmp_path)
+    text = report.render_report(tmp_path / "nofigs", report.load_specs(pv))
+    assert "not produced yet" in text and "30.74" in text
+
+
+def test_meta_missing_field_is_an_error(tmp_path):
+    (tmp_path / "bad.meta.json").write_text(json.dumps({"key": "bad"}))
+    with pytest.raises(ValueError, match="bad.meta.json"):
+        report.load_specs(tmp_path)
