@@ -92,3 +92,302 @@ def test_retrieval_map_accepts_torch():
     torch = pytest.importorskip("torch")
     g = torch.eye(3)
     assert M.retrieval_map(g, [0, 1, 2], g, [0, 1, 2]) == pytest.approx(1.0)
+
+
+# ---------------------------------------------------------------------------------- SSR / PA
+
+def _brute_ssr_pa(pos_sim, dist_sim):
+    """Slow reference: literal loops over identities, pairs i<j, and the two directions."""
+    N, P, _ = pos_sim.shape
+    n_id = n_succ = n_tr = n_win = 0
+    for n in range(N):
+        trials = []
+        for i in range(P):
+            for j in range(i + 1, P):
+                s = pos_sim[n, i, j]
+                if math.isnan(s):
+                    continue
+                for d in (i, j):
+                    if not math.isnan(dist_sim[n, d]):
+                        trials.append(s - dist_sim[n, d] > 0)
+        if trials:
+            n_id += 1
+            n_succ += all(trials)
+            n_tr += len(trials)
+            n_win += sum(trials)
+    return n_succ / n_id, n_win / n_tr, n_id, n_tr
+
+
+def test_ssr_pa_hand_computed():
+    nan = np.nan
+    # identity 0: 3 views, all distractors. pairs: s01=.9 s02=.8 s12=.7 ; d = [.5, .85, .6]
+    #   margins: 01: .9-.5>0 W, .9-.85>0 W ; 02: .8-.5 W, .8-.6 W ; 12: .7-.85 L, .7-.6 W -> 5/6, fail
+    # identity 1: 2 views (view 2 missing), distractor of view 1 missing: pair 01 = .6, d0=.4
+    #   -> 1 trial, win -> success
+    # identity 2: only 1 view -> no pair -> no trial -> excluded from SSR
+    # identity 3: 2 views, margin exactly 0 -> a tie is a loss
+    pos = np.full((4, 3, 3), nan)
+    pos[0, 0, 1], pos[0, 0, 2], pos[0, 1, 2] = .9, .8, .7
+    pos[1, 0, 1] = .6
+    pos[3, 0, 1] = .5
+    dist = np.array([[.5, .85, .6], [.4, nan, nan], [.3, nan, nan], [.5, .5, nan]])
+    r = M.ssr_pa(pos, dist, per_identity=True)
+    assert r["n_identities"] == 3 and r["n_trials"] == 6 + 1 + 2
+    assert r["ssr"] == pytest.approx(1 / 3)          # only identity 1 succeeds
+    assert r["pa"] == pytest.approx((5 + 1 + 0) / 9)
+    assert r["trials"].tolist() == [6, 1, 0, 2]
+    assert r["wins"].tolist() == [5, 1, 0, 0]
+    np.testing.assert_array_equal(r["success"], [0.0, 1.0, nan, 0.0])
+    # the lower triangle is ignored: garbage there changes nothing
+    pos2 = pos.copy()
+    pos2[:, 1, 0] = -5.0
+    assert M.ssr_pa(pos2, dist)["pa"] == r["pa"]
+
+
+def test_ssr_pa_vs_brute_force_random_missing():
+    rng = np.random.default_rng(3)
+    N, P = 200, 4
+    s = rng.uniform(-1, 1, size=(N, P, P))
+    s = (s + s.transpose(0, 2, 1)) / 2
+    view_missing = rng.random((N, P)) < 0.2
+    s[view_missing[:, :, None] | view_missing[:, None, :]] = np.nan
+    d = rng.uniform(-1, 1, size=(N, P))
+    d[rng.random((N, P)) < 0.2] = np.nan
+    r = M.ssr_pa(s, d)
+    ssr, pa, n_id, n_tr = _brute_ssr_pa(s, d)
+    assert (r["n_identities"], r["n_trials"]) == (n_id, n_tr)
+    assert r["ssr"] == pytest.approx(ssr, abs=1e-15)
+    assert r["pa"] == pytest.approx(pa, abs=1e-15)
+
+
+def test_ssr_pa_errors_and_empty():
+    with pytest.raises(ValueError, match=r"\[N,P,P\]"):
+        M.ssr_pa(np.zeros((2, 3)), np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="dist_sim"):
+        M.ssr_pa(np.zeros((2, 3, 3)), np.zeros((2, 2)))
+    r = M.ssr_pa(np.full((2, 3, 3), np.nan), np.zeros((2, 3)))
+    assert r["n_identities"] == 0 and math.isnan(r["ssr"]) and math.isnan(r["pa"])
+
+
+def test_nearid_similarities_matches_loop_and_feeds_ssr_pa():
+    rng = np.random.default_rng(4)
+    N, P, D = 7, 3, 5
+    pos, dist = rng.normal(size=(N, P, D)), rng.normal(size=(N, P, D))
+    pos[2, 1] = np.nan          # missing view by NaN row
+    dmask = np.ones((N, P), bool)
+    dmask[0, 2] = False         # missing distractor by mask
+    dist[0, 2] = 0.0            # a zero pad that must NOT be used
+    ps, ds = M.nearid_similarities(pos, dist, dist_mask=dmask)
+    cos = lambda a, b: a @ b / np.linalg.norm(a) / np.linalg.norm(b)
+    for n in range(N):
+        for i in range(P):
+            exp_d = np.nan if (n, i) in [(0, 2), (2, 1)] else cos(pos[n, i], dist[n, i])
+            np.testing.assert_allclose(ds[n, i], exp_d, atol=1e-12)
+            for j in range(P):
+                exp = np.nan if (n == 2 and 1 in (i, j)) else cos(pos[n, i], pos[n, j])
+                np.testing.assert_allclose(ps[n, i, j], exp, atol=1e-12)
+    r = M.ssr_pa(ps, ds)
+    assert r["n_trials"] == 6 * N - 2 - 4  # identity 0 loses 2 trials, identity 2 keeps 1 pair x 2
+    with pytest.raises(ValueError, match="identity 1, view 0"):
+        bad = pos.copy()
+        bad[1, 0] = 0.0
+        M.nearid_similarities(bad, dist)
+
+
+def test_pool_sources_support_weighted():
+    a = {"ssr": 0.5, "pa": 0.8, "n_identities": 10, "n_trials": 60}
+    b = {"ssr": 1.0, "pa": 0.5, "n_identities": 30, "n_trials": 20}
+    r = M.pool_sources({"a": a, "b": b})
+    assert r["ssr"] == pytest.approx((0.5 * 10 + 1.0 * 30) / 40)
+    assert r["pa"] == pytest.approx((0.8 * 60 + 0.5 * 20) / 80)
+    assert r["n_identities"] == 40 and r["n_trials"] == 80 and r["n_sources"] == 2
+    r2 = M.pool_sources({"a": a, "b": b}, pa_weight="identities")
+    assert r2["pa"] == pytest.approx((0.8 * 10 + 0.5 * 30) / 40)
+    # pooling == micro-averaging the concatenated sources
+    rng = np.random.default_rng(5)
+    res, allp, alld = {}, [], []
+    for k, n in (("s1", 30), ("s2", 50)):
+        p = rng.uniform(size=(n, 3, 3)); d = rng.uniform(size=(n, 3))
+        d[rng.random((n, 3)) < .3] = np.nan
+        res[k] = M.ssr_pa(p, d); allp.append(p); alld.append(d)
+    whole = M.ssr_pa(np.concatenate(allp), np.concatenate(alld))
+    pooled = M.pool_sources(res)
+    assert pooled["ssr"] == pytest.approx(whole["ssr"]) and pooled["pa"] == pytest.approx(whole["pa"])
+    # paper Table 5, SigLIP2, seven main sources with n = 500 each -> 30.7 SSR, 48.8 PA
+    t5 = {"FLUX.1-Fill-512": (35.8, 55.7), "FLUX.1-Fill-1024": (27.4, 44.8), "Qwen-512": (33.8, 51.4),
+          "Qwen-1328": (16.2, 32.1), "PowerPaint-512": (34.0, 52.7), "SDXL-512": (42.0, 59.3),
+          "SDXL-1024": (26.0, 45.6)}
+    res = {k: {"ssr": s, "pa": p, "n_identities": 500, "n_trials": 3000} for k, (s, p) in t5.items()}
+    pooled = M.pool_sources(res)
+    assert round(pooled["ssr"], 1) == 30.7 and round(pooled["pa"], 1) == 48.8
+    df = M.source_breakdown(res, {"Avg. (training, 4)": list(t5)[:4]})
+    row = df[df.row == "Avg. (training, 4)"].iloc[0]
+    assert round(row.ssr, 1) == 28.3 and round(row.pa, 1) == 46.0 and row.n_identities == 2000
+    with pytest.raises(ValueError, match="unknown sources"):
+        M.pool_sources(res, ["nope"])
+
+
+# ---------------------------------------------------------------------------------- Fisher-z
+
+def test_fisher_z_mean_hand_and_paper_table2():
+    assert M.fisher_z_mean([0.5, 0.5]) == pytest.approx(0.5)
+    exp = math.tanh((math.atanh(0.2) + math.atanh(0.6)) / 2)
+    assert M.fisher_z_mean([0.2, 0.6, np.nan]) == pytest.approx(exp)
+    assert M.fisher_z_mean([1.0, 1.0]) == pytest.approx(0.999)  # clipped, finite
+    with pytest.raises(ValueError, match="NaN"):
+        M.fisher_z_mean([0.2, np.nan], nan_policy="raise")
+    with pytest.raises(ValueError, match=r"\|r\| > 1"):
+        M.fisher_z_mean([1.5])
+    assert math.isnan(M.fisher_z_mean([np.nan]))
+    # NearID Table 2, S-H column: seven per-method r -> "0.516 ± 0.079"
+    s_h = [0.660, 0.652, 0.480, 0.363, 0.766, 0.253, 0.248]
+    m, sem = M.fisher_z_mean(s_h, return_sem=True)
+    assert round(m, 3) == 0.516 and round(sem, 3) == 0.079
+    nearid_h = [0.675, 0.655, 0.546, 0.382, 0.768, 0.306, 0.316]   # "0.545 ± 0.071"
+    m, sem = M.fisher_z_mean(nearid_h, return_sem=True)
+    assert round(m, 3) == 0.545 and round(sem, 3) == 0.071
+
+
+def test_pearson_vs_scipy_and_nan():
+    from scipy.stats import pearsonr
+    rng = np.random.default_rng(6)
+    x, y = rng.normal(size=50), rng.normal(size=50)
+    assert M.pearson(x, y) == pytest.approx(pearsonr(x, y).statistic, abs=1e-12)
+    x2 = x.copy(); x2[3] = np.nan
+    keep = np.arange(50) != 3
+    assert M.pearson(x2, y) == pytest.approx(pearsonr(x[keep], y[keep]).statistic, abs=1e-12)
+    assert math.isnan(M.pearson(np.ones(5), y[:5]))
+
+
+# ---------------------------------------------------------------------------------- MTG
+
+def test_mtg_metrics_oracle_pairing_and_ssr():
+    rng = np.random.default_rng(7)
+    n = 40
+    o1, o2 = rng.uniform(0.3, 1, n), rng.uniform(0.3, 1, n)
+    # similarities that track exactly the oracle they belong to (plus an affine change)
+    s11p, s21p = 0.5 * o1 + 0.1, 2 * o1 - 1
+    s22p, s12p = 0.3 * o2, o2 + 0.2
+    s12 = np.full(n, 0.6)
+    r = M.mtg_metrics(s11p, s22p, s12p, s21p, s12, o1, o2)
+    assert r["m_o"] == pytest.approx(0.999) and r["m_opair"] == pytest.approx(0.999)
+    # swapping the oracles breaks the correlation (independent draws)
+    r_sw = M.mtg_metrics(s11p, s22p, s12p, s21p, s12, o2, o1)
+    assert abs(r_sw["m_o"]) < 0.5
+    # general case: against explicit per-set Pearson + Fisher-z
+    s = {k: rng.normal(size=n) for k in ("11p", "22p", "12p", "21p")}
+    r = M.mtg_metrics(s["11p"], s["22p"], s["12p"], s["21p"], s12, o1, o2)
+    rs = [np.corrcoef(s["11p"], o1)[0, 1], np.corrcoef(s["22p"], o2)[0, 1],
+          np.corrcoef(s["12p"], o2)[0, 1], np.corrcoef(s["21p"], o1)[0, 1]]
+    assert r["m_o"] == pytest.approx(np.tanh(np.mean(np.arctanh(rs))))
+    assert r["m_opair"] == pytest.approx(np.tanh(np.mean(np.arctanh(rs[:2]))))
+    with pytest.raises(ValueError, match="oracle outside"):
+        M.mtg_metrics(s11p, s22p, s12p, s21p, s12, o1 + 1, o2)
+
+
+def test_mtg_ssr_pa_hand():
+    # pair 0: s12=.8 vs .7,.6 -> both win ; pair 1: .8 vs .9,.1 -> 1 of 2 ; pair 2: .5 vs .5 (tie), nan
+    r = M.mtg_ssr_pa([.8, .8, .5], [.7, .9, .5], [.6, .1, np.nan])
+    assert r["n_identities"] == 3 and r["n_trials"] == 5
+    assert r["ssr"] == pytest.approx(1 / 3) and r["pa"] == pytest.approx(3 / 5)
+
+
+# ---------------------------------------------------------------------------------- DB++ M-H
+
+def test_metric_to_human_per_method_and_category():
+    rng = np.random.default_rng(8)
+    rows = []
+    for m in ("A", "B", "C"):
+        for c in ("animal", "object"):
+            h = rng.uniform(0, 4, 20)
+            rows += [(m, c, hv, hv + rng.normal(scale=1 + (m == "C") * 3)) for hv in h]
+    meth, cat, hum, met = map(np.array, zip(*rows))
+    r = M.metric_to_human(met, hum, meth, cat)
+    pm = r["per_method"].set_index("method")
+    for m in ("A", "B", "C"):
+        k = meth == m
+        assert pm.loc[m, "r"] == pytest.approx(np.corrcoef(met[k], hum[k])[0, 1])
+    assert r["m_h"] == pytest.approx(np.tanh(np.arctanh(pm["r"]).mean()))
+    assert r["m_h_sem"] == pytest.approx(pm["r"].std(ddof=1) / np.sqrt(3))
+    pc = r["per_category"].set_index("category")
+    k = (cat == "animal")
+    per = [np.corrcoef(met[k & (meth == m)], hum[k & (meth == m)])[0, 1] for m in ("A", "B", "C")]
+    assert pc.loc["animal", "r"] == pytest.approx(np.tanh(np.arctanh(per).mean()))
+    assert pc.loc["animal", "r_pooled"] == pytest.approx(np.corrcoef(met[k], hum[k])[0, 1])
+
+
+# ---------------------------------------------------------------------------------- ID-Sim metrics
+
+def _brute_auc(s, y):
+    pos, neg = s[y == 1], s[y == 0]
+    return np.mean([(p > q) + 0.5 * (p == q) for p in pos for q in neg])
+
+
+def test_verification_ap_auc_vs_brute_force():
+    rng = np.random.default_rng(9)
+    y = rng.integers(0, 2, 80)
+    s = rng.normal(size=80) + y
+    assert M.verification_ap(s, y) == pytest.approx(_brute_ap(list(s), list(y == 1)), abs=1e-12)
+    assert M.verification_auc(s, y) == pytest.approx(_brute_auc(s, y), abs=1e-12)
+    s_t = np.round(s)  # many ties: AUC counts them one half
+    assert M.verification_auc(s_t, y) == pytest.approx(_brute_auc(s_t, y), abs=1e-12)
+    # hand: scores .9(1) .8(0) .7(1) -> AP = (1 + 2/3)/2, AUC = 1/2
+    assert M.verification_ap([.9, .8, .7], [1, 0, 1]) == pytest.approx(5 / 6)
+    assert M.verification_auc([.9, .8, .7], [1, 0, 1]) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="single class"):
+        M.verification_ap([.1, .2], [1, 1])
+    with pytest.raises(ValueError, match="non-finite"):
+        M.verification_auc([np.nan, .2], [0, 1])
+
+
+def test_subjects2k_binarisation():
+    c = np.array([1.0, 0.8, 0.6, 0.9, 0.0])
+    s = np.array([0.1, 0.9, 0.8, 0.7, 0.2])
+    # strict: positives are c > .8 -> rows 0, 3. ranking: 1(0) 2(0) 3(1) 4(0) 0(1) -> (1/3 + 2/5)/2
+    assert M.subjects2k_ap(s, c) == pytest.approx((1 / 3 + 2 / 5) / 2)
+    # inclusive: row 1 becomes positive too -> 1(1) 2(0) 3(1) 4(0) 0(1) -> (1 + 2/3 + 3/5)/3
+    assert M.subjects2k_ap(s, c, strict=False) == pytest.approx((1 + 2 / 3 + 3 / 5) / 3)
+
+
+def test_ndcg_vs_brute_force():
+    rng = np.random.default_rng(10)
+    rel = rng.integers(0, 4, size=(6, 12)).astype(float)
+    rel[:, 0] = 3  # every query has a relevant item
+    sc = rng.normal(size=(6, 12))
+
+    def dcg(r_sorted):
+        return sum(g / math.log2(i + 2) for i, g in enumerate(r_sorted))
+
+    for k in (None, 5):
+        vals = []
+        for q in range(6):
+            order = np.argsort(-sc[q])
+            ideal = np.sort(rel[q])[::-1]
+            kk = k or 12
+            vals.append(dcg(rel[q][order][:kk]) / dcg(ideal[:kk]))
+        assert M.ndcg(rel, sc, k=k) == pytest.approx(np.mean(vals), abs=1e-12)
+
+
+def test_rank_correlations_vs_brute_force():
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=30)
+    y = rng.integers(0, 5, 30).astype(float) + 0.1 * x  # graded with no ties after the nudge
+    y[4] = np.nan
+    r = M.rank_correlations(x, y)
+    k = np.isfinite(y)
+    xa, ya = x[k], y[k]
+    rank = lambda v: np.argsort(np.argsort(v)).astype(float)
+    assert r["spearman"] == pytest.approx(np.corrcoef(rank(xa), rank(ya))[0, 1], abs=1e-12)
+    n = len(xa)
+    conc = sum(np.sign(xa[i] - xa[j]) * np.sign(ya[i] - ya[j]) for i in range(n) for j in range(i + 1, n))
+    assert r["kendall"] == pytest.approx(conc / (n * (n - 1) / 2), abs=1e-12)
+    assert r["n"] == 29
+
+
+def test_triplet_accuracy():
+    assert M.triplet_accuracy([.9, .5, .4, .3], [.1, .6, .4, .2]) == pytest.approx(0.5)  # tie fails
+    rng = np.random.default_rng(12)
+    a, b = rng.normal(size=100), rng.normal(size=100)
+    assert M.triplet_accuracy(a, b) == pytest.approx(sum(x > y for x, y in zip(a, b)) / 100)
+    with pytest.raises(ValueError):
+        M.triplet_accuracy([.1], [np.nan])
