@@ -94,7 +94,10 @@ def side_by_side(paper: pd.DataFrame, ours: pd.DataFrame | None, key_columns: It
         missing = [k for k in keys if k not in ours.columns]
         if missing:
             raise KeyError(f"our table lacks key column(s) {missing}; has {list(ours.columns)}")
-        o = ours[keys + [m for m in metrics if m in ours.columns]].copy()
+        # ``ours_label`` says what *our* row is when it stands in for a paper row (e.g. our frozen
+        # EfficientNet-Lite0 beside the paper's frozen SigLIP2); it is shown, never joined on.
+        label = ["ours_label"] if "ours_label" in ours.columns else []
+        o = ours[keys + label + [m for m in metrics if m in ours.columns]].copy()
         o = o.rename(columns={m: f"{m} (ours)" for m in metrics})
         for k in keys:  # join on strings: CSV readers may type the same key differently
             p[k] = p[k].astype(str)
@@ -106,7 +109,7 @@ def side_by_side(paper: pd.DataFrame, ours: pd.DataFrame | None, key_columns: It
         merged["_o"] = [order.get(tuple(r), extra.get(tuple(r), 10**6))
                         for r in merged[keys].itertuples(index=False)]
         merged = merged.sort_values("_o", kind="stable").drop(columns="_o")
-    cols = list(keys)
+    cols = list(keys) + (["ours_label"] if "ours_label" in merged.columns else [])
     for m in metrics:
         for side in ("paper", "ours"):
             c = f"{m} ({side})"

@@ -61,3 +61,11 @@ def test_meta_missing_field_is_an_error(tmp_path):
     (tmp_path / "bad.meta.json").write_text(json.dumps({"key": "bad"}))
     with pytest.raises(ValueError, match="bad.meta.json"):
         report.load_specs(tmp_path)
+
+
+def test_ours_label_is_shown_not_joined():
+    paper = pd.DataFrame({"row": ["SigLIP2"], "m": [30.0]})
+    ours = pd.DataFrame({"row": ["SigLIP2"], "ours_label": ["EffNet-Lite0 GAP (frozen)"], "m": [2.0]})
+    t = report.side_by_side(paper, ours, ["row"], ["m"])
+    assert list(t.columns) == ["row", "ours_label", "m (paper)", "m (ours)"]
+    assert t.loc[0, "ours_label"] == "EffNet-Lite0 GAP (frozen)" and t.loc[0, "m (ours)"] == 2.0
