@@ -46,9 +46,12 @@ class WorldConfig:
     views_per_id: tuple[int, ...] = (2, 3)   # each identity has 2 or 3 positive views
     p_three_views: float = 0.33              # NearID: 33% of identities have three views
     object_frac: tuple[float, float] = (0.5, 0.62)  # object size / image size
-    distractor_sources: tuple[str, ...] = ("recolor", "pattern", "marking", "shape", "hard")
+    # Distractor sources = perturbation family (nearid_lib.data.world.PERTURBATIONS), optionally
+    # suffixed "_hr": rendered + filled at source_resolutions[-1], Lanczos-downsampled.
+    distractor_sources: tuple[str, ...] = ("recolor", "pattern", "marking", "shape", "hard",
+                                           "marking_hr")
     train_sources: tuple[str, ...] = ("recolor", "pattern", "marking")   # seen in training
-    source_resolutions: tuple[int, ...] = (224, 448)   # render sizes, Lanczos-resampled down
+    source_resolutions: tuple[int, ...] = (224, 448)   # (common size, "_hr" render size)
     n_mtg_pairs: int = 200               # MTG-like part-edit pairs
     n_grid_anchors: int = 24             # ID-Sim edit grids
     grid_levels: int = 5                 # levels per factor in an edit grid
@@ -57,6 +60,9 @@ class WorldConfig:
     refs_per_id: int = 3
     gallery_per_id: int = 10
     held_out_backgrounds: bool = True    # test split uses backgrounds never seen in train
+    mtg_split: tuple[float, float, float] = (0.7, 0.1, 0.2)   # train/val/test fractions of pairs
+    n_workers: int = 2                   # build processes (results do not depend on it)
+    png_compress: int = 1                # PNG zlib level: speed vs disk
     # released data (paper profile)
     nearid_repo: str = "Aleksandar/NearID"
     nearid_sources: tuple[str, ...] = (
@@ -93,9 +99,16 @@ class TrainConfig:
     """NearID head training (paper Section 4.1)."""
 
     loss: str = "nearid"                # see nearid_lib.losses.LOSSES
-    alpha: float = 0.5
-    beta: float = 0.0
+    alpha: float = 0.5                  # weight of every ranking term (L = L_disc + alpha * L_rank)
+    beta: float = 0.1                   # cohesion weight; used only by loss="nearid_cohesion" (paper R9)
     temperature: float = 0.07
+    disc_average: str = "per_index"    # "per_index" (paper Eqs. 1-2) | "flat" mean over valid terms
+    rank_margin: float = 1.0            # logit units: oracle RankNet and Circle hinge rank margins
+    circle_gamma: float = 256.0         # Circle loss scale (Sun et al. 2020 defaults)
+    circle_m: float = 0.25              # Circle loss relaxation margin
+    siglip_scale: float | None = None   # SigLIP logit scale t (None: 1/temperature)
+    siglip_bias: float = -10.0          # SigLIP logit bias b (SigLIP init)
+    siglip_learnable: bool = False      # learn log t and b (losses.make_loss_parameters)
     lr: float = 1e-4
     weight_decay: float = 1e-4
     warmup_steps: int = 100
@@ -124,7 +137,7 @@ class EvalConfig:
     vlm_judge: str | None = None        # e.g. "Qwen/Qwen3-VL-30B-A3B-Instruct" (paper)
     vlm_batch_size: int = 4
     alphas: tuple[float, ...] = (0.0, 0.25, 0.5, 1.0, 2.0)
-    betas: tuple[float, ...] = (0.0, 0.05, 0.1, 0.2)
+    betas: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3)   # paper Table 9
     ablation_losses: tuple[str, ...] = (
         "infonce", "infonce_rneg", "infonce_oracle", "infonce_rneg_oracle", "siglip", "circle",
         "nearid", "nearid_cohesion",
@@ -142,6 +155,28 @@ class GenerateConfig:
     reject_unchanged_below: float = 0.02   # mean |diff| inside the mask (0..1)
     reject_drift_above: float = 0.08       # mean |diff| outside the mask (0..1)
     tiny: bool = False
+    retries: int = 1                       # re-draws (derived seeds) for rejected outputs
+    # NearID source names to generate with the diffusers backends (paper); see
+    # nearid_lib.generate.diffusers_backends.NEARID_SOURCES for (backend, resolution).
+    sources: tuple[str, ...] = ()
+    # Hub ids (defaults of diffusers_backends.DEFAULT_HUB_IDS); keys "<backend>[.<component>]".
+    hub_ids: tuple[tuple[str, str], ...] = (
+        ("sdxl", "diffusers/stable-diffusion-xl-1.0-inpainting-0.1"),
+        ("flux_fill", "black-forest-labs/FLUX.1-Fill-dev"),
+        ("flux_canny", "black-forest-labs/FLUX.1-Canny-dev"),
+        ("qwen_controlnet", "Qwen/Qwen-Image"),
+        ("qwen_controlnet.controlnet", "InstantX/Qwen-Image-ControlNet-Inpainting"),
+        ("qwen_controlnet.lora", "lightx2v/Qwen-Image-Lightning"),
+        ("qwen_controlnet.lora_weight", "Qwen-Image-Lightning-8steps-V1.1.safetensors"),
+        ("qwen_edit", "Qwen/Qwen-Image-Edit"),
+        ("flux_fill_identity", "black-forest-labs/FLUX.1-Fill-dev"),
+    )
+    # Stated assumption for the A100 projection of notebook 02 (seconds per denoising step at
+    # batch 1 and the backend's native resolution, bf16); ours, not measured here.
+    a100_seconds_per_step: tuple[tuple[str, float], ...] = (
+        ("sdxl", 0.10), ("flux_fill", 0.45), ("flux_canny", 0.45), ("qwen_controlnet", 0.90),
+        ("powerpaint", 0.05), ("qwen_edit", 0.90), ("flux_fill_identity", 0.30),
+    )
 
 
 @dataclass(frozen=True)
@@ -207,7 +242,8 @@ def _smoke() -> Profile:
             image_size=64, n_classes=3, n_train_ids=12, n_val_ids=4, n_test_ids=6,
             object_frac=(0.5, 0.62), source_resolutions=(64, 96), n_mtg_pairs=8,
             n_grid_anchors=3, grid_levels=3, n_species=2, ids_per_species=3, refs_per_id=2,
-            gallery_per_id=3,
+            gallery_per_id=3, distractor_sources=("recolor", "marking", "hard", "marking_hr"),
+            train_sources=("recolor", "marking"), n_workers=1,
         ),
         backbone=BackboneConfig(name="efficientnet-lite0", image_size=64, tiny=True, batch_size=16),
         head=HeadConfig(num_heads=2, mlp_ratio=2.0, token_dropout=0.0),
@@ -243,6 +279,8 @@ def _paper() -> Profile:
         ),
         generate=GenerateConfig(
             backends=("sdxl", "flux_fill", "flux_canny", "qwen_controlnet", "powerpaint"),
+            sources=("SDXL", "SDXL_1024", "Flux", "Flux_1024", "FluxC", "FluxC_1024", "Qwen",
+                     "Qwen_1328", "PowerPaint"),
             mixed_precision="bf16", batch_size=4,
         ),
         retrieval=RetrievalConfig(
