@@ -1,0 +1,215 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 02 - Distractor generation
+# NearID (Section 3.3, Appendix B.1) inpaints a *near-identity distractor* - a same-class, different
+# instance - into the exact background and mask of every positive view, with several generators
+# (one dataset "source" each). All generators sit behind one fill interface
+# (`nearid_lib.generate`), and `runner.generate_source` runs any of them sharded, resumable and
+# deterministic (per-item seeds from the item id), writing the NearID schema
+# (`distractors/<source>.csv`, row-aligned with `positives.csv`).
+#
+# - `smoke` / `mini`: the procedural backend of the NearID-mini world regenerates every source of the
+#   world through the runner; we verify the regenerated pixels equal the world's, report the
+#   quality filters, and time the procedural backend and a real (tiny, random-weight) diffusers SD
+#   inpainting pipeline.
+# - `paper`: the diffusers backends (SDXL, FLUX Fill, FLUX Canny, Qwen-Image ControlNet, PowerPaint
+#   plug-in) generate `gen_<source>` for every source in `cfg.generate.sources` into the released
+#   dataset root. For N GPUs use the CLI under `accelerate launch` (README).
+
+# %% tags=["parameters"]
+PROFILE = "mini"
+SEED = 0
+N_THROUGHPUT = 24     # items timed per backend
+N_EXAMPLES = 3        # rows of the example figure
+
+# %%
+import shutil
+import time
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import torch
+from PIL import Image
+
+from nearid_lib import get_profile, seed_everything
+from nearid_lib.generate import get_backend
+from nearid_lib.generate.diffusers_backends import NEARID_SOURCES, SPECS, source_backend
+from nearid_lib.generate.quality import QualityFilter
+from nearid_lib.generate.runner import (ResampledBackend, generate_source, items_from_dataset,
+                                        merge_source, register_source, world_request_fn)
+from nearid_lib.io_utils import write_csv
+from nearid_lib.paths import data_dir, figures_dir, results_dir
+from nearid_lib.runmeta import write_run_metadata
+
+cfg = get_profile(PROFILE, seed=SEED)
+seed_everything(cfg.seed)
+torch.set_num_threads(1)   # 2 shared cores: more threads thrash (14x slower measured)
+g = cfg.generate
+RES = results_dir(PROFILE, "02_distractor_generation")
+FIG = figures_dir(PROFILE)
+(FIG / "tables").mkdir(parents=True, exist_ok=True)
+write_run_metadata(RES, {"PROFILE": PROFILE, "SEED": SEED, "N_THROUGHPUT": N_THROUGHPUT,
+                         "N_EXAMPLES": N_EXAMPLES}, cfg)
+root = data_dir(PROFILE) / "nearid"
+qf = QualityFilter(g.reject_unchanged_below, g.reject_drift_above)
+procedural = cfg.world.source == "procedural"
+if procedural:
+    from nearid_lib.data import build_world
+
+    build_world(cfg, root)
+items = items_from_dataset(root, seed=cfg.seed)
+print(f"{PROFILE}: {len(items)} views to fill per source, root {root}")
+
+# %% [markdown]
+# ## Generate every source through the runner
+# `mini`: regenerate the procedural world's sources into a separate root and check them against
+# the world pixel by pixel (the world builder and the runner draw the same per-item requests).
+# The quality filters run with no retries so that regenerated items stay comparable.
+
+# %%
+regen = RES / "regenerated"
+reports, checks, timing = [], [], []
+sources = list(cfg.world.distractor_sources) if procedural else [f"gen_{s}" for s in g.sources]
+for source in sources:
+    if procedural:
+        request_fn, size = world_request_fn(cfg, root, source)
+        backend = get_backend("procedural")
+        backend = backend if size == cfg.world.image_size else ResampledBackend(backend, size)
+        out_root, kw = regen, dict(input_root=root, request_fn=request_fn, retries=0)
+    else:
+        name, res = source_backend(source[len("gen_"):])
+        backend = get_backend(name, resolution=res, mixed_precision=g.mixed_precision,
+                              hub_ids=dict(g.hub_ids))
+        out_root, kw = root, dict(retries=g.retries)
+    summary = generate_source(backend, items, out_root, source, seed=cfg.seed, shard=None,
+                              batch_size=g.batch_size, quality=qf, progress=False, **kw)
+    table, report = merge_source(out_root, source, items, profile=PROFILE, backend=backend.name,
+                                 input_root=root)
+    reports.append(report)
+    if summary["n_new_ok"] + summary["n_new_rejected"]:
+        timing.append({"source": source, "backend": backend.name, "seconds": summary["seconds"],
+                       "n": summary["n_new_ok"] + summary["n_new_rejected"]})
+    if procedural:
+        world = pd.read_csv(root / "distractors" / f"{source}.csv", dtype=str,
+                            keep_default_na=False)
+        same = n = 0
+        for k in (1, 2, 3):
+            for a, b in zip(table[f"nimg{k}"], world[f"nimg{k}"]):
+                if a and b:
+                    n += 1
+                    same += np.array_equal(np.asarray(Image.open(regen / a)),
+                                           np.asarray(Image.open(root / b)))
+        checks.append({"profile": PROFILE, "source": source, "n_compared": n,
+                       "n_pixel_identical": same})
+    else:
+        register_source(root, source)
+quality = pd.concat(reports, ignore_index=True)
+write_csv(quality, FIG / "tables" / "02_quality_filter.csv")
+quality
+
+# %%
+if procedural:
+    verify = pd.DataFrame(checks)
+    write_csv(verify, RES / "02_regeneration_check.csv")
+    print(verify.to_string(index=False))
+
+# %% [markdown]
+# ## Throughput
+# Measured here (CPU, `N_THROUGHPUT` fresh items per backend): the procedural backend and a real
+# diffusers `StableDiffusionInpaintPipeline` with tiny random weights at 64 px (4 steps). The paper
+# backends cannot run here; their A100 time per source is *projected* from the step counts with a
+# stated assumption of seconds per denoising step at the backend's native resolution
+# (`GenerateConfig.a100_seconds_per_step`, bf16, batch 1), scaled by the pixel count for 512 px.
+
+# %%
+tp_root = RES / "throughput"
+shutil.rmtree(tp_root, ignore_errors=True)
+tp_items = sorted([it for it in items if it.split == "test"] or items,
+                  key=lambda it: it.item_id)[:N_THROUGHPUT]
+measured = []
+if procedural:
+    request_fn, size = world_request_fn(cfg, root, sources[0])
+    t0 = time.perf_counter()
+    s = generate_source(get_backend("procedural"), tp_items, tp_root, "procedural", seed=cfg.seed,
+                        shard=(0, 1), input_root=root, request_fn=request_fn, progress=False)
+    measured.append({"backend": "procedural", "device": "cpu", "steps": 0, "resolution": size,
+                     "seconds": time.perf_counter() - t0, "n": len(tp_items)})
+tiny = get_backend("tiny_sd", composite=True)
+tiny.fill(Image.new("RGB", (64, 64)), Image.new("L", (64, 64), 255), "warm-up", 0)
+t0 = time.perf_counter()
+generate_source(tiny, tp_items, tp_root, "tiny_sd", seed=cfg.seed, shard=(0, 1),
+                batch_size=max(1, g.batch_size), input_root=root, progress=False)
+measured.append({"backend": "tiny_sd", "device": "cpu", "steps": tiny.defaults["num_inference_steps"],
+                 "resolution": tiny.resolution, "seconds": time.perf_counter() - t0,
+                 "n": len(tp_items)})
+measured = pd.DataFrame(measured)
+measured["items_per_s"] = measured.n / measured.seconds
+measured["s_per_step"] = np.where(measured.steps > 0,
+                                  measured.seconds / measured.n / measured.steps.clip(lower=1), np.nan)
+
+N_NEARID_IMAGES = 45_215     # distinct NearID views: one distractor each per source
+spd = dict(g.a100_seconds_per_step)
+proj = []
+for source, (name, res) in NEARID_SOURCES.items():
+    spec = SPECS[name]
+    px = spec.native_resolution if res == "native" else int(res)
+    steps = spec.defaults["num_inference_steps"]
+    s_img = steps * spd[name] * (px / spec.native_resolution) ** 2
+    proj.append({"backend": name, "source": source, "device": "A100 (projected)", "steps": steps,
+                 "resolution": px, "s_per_step": spd[name] * (px / spec.native_resolution) ** 2,
+                 "items_per_s": 1.0 / s_img, "a100_hours_per_source": N_NEARID_IMAGES * s_img / 3600,
+                 "a100_hours_on_8_gpus": N_NEARID_IMAGES * s_img / 3600 / 8})
+throughput = pd.concat([measured.drop(columns=["seconds", "n"]).assign(source="(measured here)"),
+                        pd.DataFrame(proj)], ignore_index=True)
+throughput.insert(0, "profile", PROFILE)
+throughput["assumption"] = np.where(
+    throughput.device.str.startswith("A100"),
+    "s/step at native res (GenerateConfig.a100_seconds_per_step), x (res/native)^2, batch 1",
+    "measured wall time incl. I/O, quality filter, PNG writes")
+write_csv(throughput, FIG / "tables" / "02_throughput.csv")
+throughput
+
+# %% [markdown]
+# ## Examples per source
+# Each row: a test view, its procedural distractors from every source (same background, same mask,
+# a near-identity instance), and the tiny random-weight SD pipeline's fill (noise: it has no
+# training, it only shows the real diffusers code path end to end).
+
+# %%
+ex = tp_items[:N_EXAMPLES]
+cols = [("positive", root, None)] + [(s, regen if procedural else root, s) for s in sources] + \
+       [("tiny_sd", tp_root, "tiny_sd")]
+fig, axes = plt.subplots(len(ex), len(cols), figsize=(1.9 * len(cols), 2.0 * len(ex)), squeeze=False)
+for r, it in enumerate(ex):
+    for c, (title, base, src) in enumerate(cols):
+        ax = axes[r, c]
+        ax.axis("off")
+        if src is None:
+            path = base / it.image
+        else:
+            t = pd.read_csv(base / "distractors" / f"{src}.csv", dtype=str, keep_default_na=False) \
+                if src != "tiny_sd" else None
+            rel = (t.set_index("id").loc[it.id, f"nimg{it.k}"] if t is not None
+                   else f"distractors/tiny_sd/{it.id}_{it.k}.png")
+            path = base / rel if rel else None
+        if path is not None and path.exists():
+            ax.imshow(Image.open(path))
+        if r == 0:
+            ax.set_title(title, fontsize=8)
+    axes[r, 0].text(-0.05, 0.5, it.item_id, transform=axes[r, 0].transAxes, rotation=90,
+                    ha="right", va="center", fontsize=7)
+fig.suptitle(f"NearID distractor sources ({PROFILE})", fontsize=9)
+fig.tight_layout()
+fig.savefig(FIG / "02_distractor_examples.png", dpi=110)
