@@ -20,10 +20,14 @@ __version__ = "0.1.0"
 _LAZY = {
     "load_encoder": ("nearid_lib.models", "load_encoder"),
     "MAPHead": ("nearid_lib.models", "MAPHead"),
+    "load_backbone": ("nearid_lib.models", "load_backbone"),
+    "TokenCache": ("nearid_lib.features", "TokenCache"),
     "nearid_loss": ("nearid_lib.losses", "nearid_loss"),
     "ssr_pa": ("nearid_lib.metrics", "ssr_pa"),
     "fisher_z_mean": ("nearid_lib.metrics", "fisher_z_mean"),
     "retrieval_map": ("nearid_lib.metrics", "retrieval_map"),
+    "rank_generator": ("nearid_lib.retrieval", "rank_generator"),
+    "load_idsim": ("nearid_lib.models.idsim", "load_idsim"),
 }
 
 __all__ = ["Profile", "get_profile", "seed_everything", "derive_seed", "make_rng", *_LAZY]

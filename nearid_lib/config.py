@@ -122,9 +122,13 @@ class TrainConfig:
     augment: bool = True
     use_mtg: bool = True
     mtg_repeat: int = 4
+    use_nearid: bool = True             # NearID rows (False: MTG only, paper Table 6)
+    sources: tuple[str, ...] = ()       # training distractor sources; () = the dataset's train_sources
+    token_crop: float = 0.0             # cached mode: p of a random (g-1)x(g-1) token-window crop
     use_cache: bool = True
     checkpoint_every: int = 200
     eval_every: int = 0
+    ablation_steps: int | None = None   # step budget of every head in notebooks 05/06/07 (None: max_steps)
 
 
 @dataclass(frozen=True)
@@ -134,8 +138,14 @@ class EvalConfig:
     encoders: tuple[str, ...] = ("frozen-gap", "nearid")
     split: str = "test"
     fg_only: bool = True
-    vlm_judge: str | None = None        # e.g. "Qwen/Qwen3-VL-30B-A3B-Instruct" (paper)
+    vlm_judge: str | None = None        # e.g. "Qwen/Qwen3-VL-30B-A3B-Instruct" (paper); "tiny": random-init
     vlm_batch_size: int = 4
+    vlm_max_new_tokens: int = 512       # paper E.11: ~250-token JSON answers; shorter budgets truncate
+    vlm_max_ids: int | None = None      # judge only the first K identities / MTG pairs (cost cap)
+    dbpp_root: str | None = None        # DreamBench++ folder (nearid_lib.data.released layout); None:
+    dbpp_standin: bool = True           #   the procedural-oracle stand-in from grids.csv (not human)
+    kpca_ids: int = 7                   # identities in the KernelPCA figure (paper Figure 5: n=7)
+    qualitative_rows: int = 5           # rows of the qualitative grids (Figures 7/8)
     alphas: tuple[float, ...] = (0.0, 0.25, 0.5, 1.0, 2.0)
     betas: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3)   # paper Table 9
     ablation_losses: tuple[str, ...] = (
@@ -183,23 +193,38 @@ class GenerateConfig:
 class RetrievalConfig:
     """Finer-Personalization Rank (gallery retrieval)."""
 
-    encoders: tuple[str, ...] = ("frozen-gap", "nearid")
-    gallery_sizes: tuple[int, ...] = (1, 5, 10, 20)
-    subject_counts: tuple[int, ...] = (10, 15, 25, 100)
-    sampling: tuple[str, ...] = ("random", "kmeans")
+    # "nearid" is scored only when checkpoint_dir(profile)/"nearid" exists (notebook 03).
+    encoders: tuple[str, ...] = ("efficientnet-lite0", "nearid")
+    gallery_sizes: tuple[int, ...] = (1, 5, 10, 20)    # images per subject (Fig. 5 left)
+    subject_counts: tuple[int, ...] = (10, 15, 25, 100)  # subjects in the gallery (Fig. 5 right)
+    sampling: tuple[str, ...] = ("random", "kmeans", "curated")   # Table 2
     allow_remote_code: bool = False      # MiewID needs trust_remote_code: explicit opt-in only
-    methods: tuple[str, ...] = ("copy_paste", "drift_low", "drift_mid", "drift_high")
+    # Simulated methods (name, true drift t, context "new"|"reference"|"paste"), see
+    # nearid_lib.retrieval.methods; the paper profile scores real generators' folders instead.
+    methods: tuple[tuple[str, float, str], ...] = (
+        ("copy_paste", 0.0, "paste"), ("faithful", 0.0, "new"), ("drift_low", 0.25, "new"),
+        ("drift_mid", 0.5, "new"), ("drift_high", 0.8, "reference"))
+    n_generated_per_id: int = 4          # generated images per identity and method
+    group_by: str = "species"            # each query ranks its own species' gallery (paper Tables 5-13)
+    batch_size: int = 32
+    top_k: int = 5                       # retrieval lists of the qualitative figure (Fig. 4)
+    n_qualitative: int = 3
 
 
 @dataclass(frozen=True)
 class IDSimConfig:
-    """ID-Sim: LoRA on a frozen backbone, CLS InfoNCE + Sinkhorn patch InfoNCE."""
+    """ID-Sim: LoRA on a frozen backbone, CLS InfoNCE + Sinkhorn patch InfoNCE (paper 001 App. C),
+    its benchmarks and the selective-sensitivity analysis (App. F). See nearid_lib.idsim_train."""
 
     backbone: str = "efficientnet-lite0"
+    tiny: bool = False                  # random-init tiny backbone config (smoke/tests)
+    image_size: int | None = None       # None: the backbone's default (paper: 448)
+    adapt_stages: int = 1               # CNN backbones: LoRA on the last N block stages + conv_head
     lora_rank: int = 16
     lora_alpha: int = 32
     lora_dropout: float = 0.05
     head_hidden: int = 512
+    head_out: int = 256
     lam: float = 1.0
     sinkhorn_blur: float = 0.05
     temperature: float = 0.07
@@ -209,6 +234,13 @@ class IDSimConfig:
     grad_accum: int = 4
     epochs: int = 3
     max_steps: int | None = None
+    mixed_precision: str = "bf16"       # used on CUDA only
+    n_instances: int = 10000            # balanced instances (App. A.1)
+    n_triplets: int = 10000             # paper: 10k triplets
+    mix: tuple[float, float, float] = (1.0, 1.0, 1.0)   # S1 : S2a : S2b
+    augment: bool = True
+    aug_variants: int = 1               # cached mode: augmented copies cached per image
+    cache_batch_size: int = 32
     n_bootstrap: int = 1000
     encoders: tuple[str, ...] = ("frozen-gap", "nearid", "idsim")
 
@@ -247,21 +279,37 @@ def _smoke() -> Profile:
         ),
         backbone=BackboneConfig(name="efficientnet-lite0", image_size=64, tiny=True, batch_size=16),
         head=HeadConfig(num_heads=2, mlp_ratio=2.0, token_dropout=0.0),
-        train=TrainConfig(batch_size=8, epochs=1, max_steps=4, warmup_steps=1, checkpoint_every=2),
-        eval=EvalConfig(alphas=(0.0, 0.5), betas=(0.0, 0.1)),
-        retrieval=RetrievalConfig(gallery_sizes=(1, 2), subject_counts=(2, 4)),
-        idsim=IDSimConfig(batch_size=4, grad_accum=1, epochs=1, max_steps=2, n_bootstrap=50,
-                          head_hidden=32),
-        generate=GenerateConfig(out_resolution=64, tiny=True),
+        train=TrainConfig(batch_size=8, epochs=1, max_steps=4, warmup_steps=1, checkpoint_every=2,
+                          ablation_steps=2),
+        # the tiny judge ("tiny") costs ~1 s per pair here: its path is covered by tests/test_bench.py
+        eval=EvalConfig(alphas=(0.0, 0.5), betas=(0.0, 0.1), vlm_max_new_tokens=16, vlm_max_ids=2,
+                        kpca_ids=4, qualitative_rows=2),
+        retrieval=RetrievalConfig(gallery_sizes=(1, 2), subject_counts=(2, 3), n_generated_per_id=2,
+                                  batch_size=16, n_qualitative=2, top_k=3),
+        # smoke: a tiny random-init Dinov2 (the transformer LoRA path; tests cover the CNN path)
+        idsim=IDSimConfig(backbone="dinov2-base", tiny=True, batch_size=4, grad_accum=1, epochs=1, max_steps=2, n_bootstrap=50,
+                          head_hidden=32, head_out=16, n_instances=8, n_triplets=12, aug_variants=0,
+                          cache_batch_size=16),
+        # procedural fills are rendered instances, never failed copies: only near-copies are
+        # rejected (subtle "hard" distractors change < 2% of the masked pixels' value)
+        generate=GenerateConfig(out_resolution=64, tiny=True, reject_unchanged_below=0.005),
     )
 
 
 def _mini() -> Profile:
     return Profile(
         name="mini",
-        train=TrainConfig(lr=1e-3, weight_decay=5e-2, warmup_steps=20, batch_size=64, epochs=6,
-                          max_steps=None),
+        head=HeadConfig(num_heads=8, mlp_ratio=2.0, token_dropout=0.2),
+        # tuned on the val split only; ablation heads (05/06/07) share one shorter step budget
+        train=TrainConfig(lr=1e-3, weight_decay=5e-2, warmup_steps=20, batch_size=64, epochs=12,
+                          max_steps=None, token_crop=0.3, checkpoint_every=100, ablation_steps=80),
         eval=EvalConfig(),
+        # the mini world has 6 subjects x 10 gallery images per species, 24 subjects in all
+        retrieval=RetrievalConfig(gallery_sizes=(1, 3, 5, 10), subject_counts=(3, 4, 5, 6)),
+        generate=GenerateConfig(out_resolution=224, reject_unchanged_below=0.005),
+        # ID-Sim mini budget (2 shared CPU cores): few instances; micro-batch 8 as in the paper but
+        # accumulation 1 so that the few triplets still give enough optimizer steps
+        idsim=IDSimConfig(n_instances=150, n_triplets=240, epochs=3, grad_accum=1),
     )
 
 
@@ -275,7 +323,7 @@ def _paper() -> Profile:
         train=TrainConfig(mixed_precision="fp16"),
         eval=EvalConfig(
             encoders=("clip-vit-l14", "dinov2-large", "siglip2-so400m-patch14-384", "nearid"),
-            vlm_judge="Qwen/Qwen3-VL-30B-A3B-Instruct",
+            vlm_judge="Qwen/Qwen3-VL-30B-A3B-Instruct", dbpp_root=None, dbpp_standin=False,
         ),
         generate=GenerateConfig(
             backends=("sdxl", "flux_fill", "flux_canny", "qwen_controlnet", "powerpaint"),
@@ -284,10 +332,10 @@ def _paper() -> Profile:
             mixed_precision="bf16", batch_size=4,
         ),
         retrieval=RetrievalConfig(
-            encoders=("clip-vit-b32", "dinov2-base", "bioclip2", "nearid"),
+            encoders=("clip-vit-b32", "dinov2-base", "bioclip2", "miewid", "nearid"),
             gallery_sizes=(1, 5, 10, 20), subject_counts=(10, 15, 25, 100),
         ),
-        idsim=IDSimConfig(backbone="dinov3-vitl16", epochs=3),
+        idsim=IDSimConfig(backbone="dinov3-vitl16", image_size=448, epochs=3, aug_variants=0),
     )
 
 

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+
+from nearid_lib.models import MAPHead  # noqa: I001  (first: makes torchvision importable)
+from nearid_lib.models.map_head import drop_tokens
 from transformers import SiglipVisionConfig
 from transformers.models.siglip.modeling_siglip import SiglipMultiheadAttentionPoolingHead
-
-from nearid_lib.models import MAPHead
-from nearid_lib.models.map_head import drop_tokens
 
 torch.set_num_threads(1)
 

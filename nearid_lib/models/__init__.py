@@ -1,12 +1,24 @@
 """Frozen backbones, the MAP head, and checkpoints.
 
-- :func:`load_encoder` ``(name, tiny=False, device="cpu", **kw) -> (model, preprocess)``
+- :func:`load_encoder` ``(name, tiny=False, device="cpu", **kw) -> (model, preprocess)``; names in
+  :func:`list_encoders` (``efficientnet-lite0`` a.k.a. ``frozen-gap``, ``siglip2-so400m-patch14-384``,
+  ``clip-vit-l14``, ``clip-vit-b32``, ``dinov2-base``, ``dinov2-large``, ``dinov3-vitl16``, ``nearid``)
 - :class:`MAPHead` (exact fast path for the single probe query)
 - :func:`load_release_head` / :func:`export_release_head` (authors' ``Aleksandar/nearid-siglip2`` layout)
 - :func:`save_head` / :func:`load_head` (our safetensors + JSON format)
 """
 from __future__ import annotations
 
-from .map_head import MAPHead, MLP, drop_tokens
+from ._compat import ensure_torchvision
 
-__all__ = ["MAPHead", "MLP", "drop_tokens"]
+ensure_torchvision()  # before anything imports timm / transformers vision code
+
+from .backbones import Encoder, EncoderOutput, Preprocess  # noqa: E402
+from .checkpoint import export_release_head, load_head, load_release_head, save_head  # noqa: E402
+from .map_head import MLP, MAPHead, drop_tokens  # noqa: E402
+from .registry import NearIDEncoder, list_encoders, load_backbone, load_encoder, register_encoder, \
+    resolve_name  # noqa: E402
+
+__all__ = ["MAPHead", "MLP", "drop_tokens", "Encoder", "EncoderOutput", "Preprocess", "NearIDEncoder",
+           "load_encoder", "load_backbone", "register_encoder", "list_encoders", "resolve_name", "save_head", "load_head",
+           "load_release_head", "export_release_head"]

@@ -124,9 +124,10 @@ class MAPHead(nn.Module):
         act = getattr(getattr(head.mlp, "config", None), "hidden_act", "gelu_pytorch_tanh")
         new = cls(dim, head.attention.num_heads, hidden=head.mlp.fc1.out_features, act=act,
                   eps=head.layernorm.eps, token_dropout=token_dropout)
-        new.load_state_dict(head.state_dict())
         p = next(head.parameters())
-        return new.to(device=p.device, dtype=p.dtype)
+        new = new.to(device=p.device, dtype=p.dtype)   # before copying: no round trip through fp32
+        new.load_state_dict(head.state_dict())
+        return new
 
     # ------------------------------------------------------------------ forward
     def forward(self, tokens: torch.Tensor, token_mask: torch.Tensor | None = None, fast: bool = True,

