@@ -1,0 +1,256 @@
+"""Figure styles shared by the notebooks: one colour-blind-safe palette (Okabe-Ito), readable sizes,
+and the NearID figure types (KernelPCA panels, attention overlays, ECDFs, score grids, radar).
+
+Every function returns the matplotlib ``Figure``; :func:`savefig` writes it atomically as PNG.
+Colours are assigned per *method label* so the same method has the same colour in every figure.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+__all__ = ["OKABE_ITO", "apply_style", "method_color", "savefig", "kernel_pca_panels",
+           "attention_overlay_grid", "ecdf_plot", "score_grid", "radar_plot", "bar_compare"]
+
+# Okabe & Ito (2008): distinguishable under the common colour-vision deficiencies.
+OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
+_FIXED = {"nearid": "#0072B2", "ours": "#0072B2", "frozen": "#E69F00", "siglip2": "#E69F00",
+          "oracle": "#000000", "clip": "#009E73", "dino": "#CC79A7", "qwen": "#D55E00", "vlm": "#D55E00",
+          "vsm": "#56B4E9"}
+_ASSIGNED: dict[str, str] = {}
+
+
+def apply_style() -> None:
+    """Readable defaults (font sizes, grid, no top/right spines); call once per notebook."""
+    import matplotlib as mpl
+
+    mpl.rcParams.update({
+        "figure.dpi": 110, "savefig.dpi": 150, "savefig.bbox": "tight", "font.size": 10,
+        "axes.titlesize": 11, "axes.labelsize": 10, "legend.fontsize": 9, "legend.frameon": False,
+        "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3,
+        "axes.prop_cycle": mpl.cycler(color=OKABE_ITO),
+    })
+
+
+def method_color(label: str) -> str:
+    """A stable colour for a method label: fixed for known families, else the next free palette
+    colour (remembered for the session)."""
+    low = label.lower()
+    for key, col in _FIXED.items():
+        if key in low:
+            return col
+    if label not in _ASSIGNED:
+        used = set(_ASSIGNED.values())
+        free = [c for c in OKABE_ITO if c not in used] or OKABE_ITO
+        _ASSIGNED[label] = free[0]
+    return _ASSIGNED[label]
+
+
+def savefig(fig, path: str | Path) -> Path:
+    """Write ``fig`` as PNG atomically (creating folders) and close it."""
+    import matplotlib.pyplot as plt
+
+    from .io_utils import atomic_write
+
+    path = Path(path)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png"))
+    plt.close(fig)
+    return path
+
+
+def kernel_pca_panels(panels: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]], kernel: str = "rbf",
+                      gamma: float | None = None, seed: int = 0, title: str = ""):
+    """NearID Figure 5: one panel per encoder, KernelPCA to 2-D with *the same settings* everywhere.
+
+    ``panels[name] = (emb [M,E], identity [M] labels, is_distractor [M] bool)``; circles are
+    positives, crosses the matched-context distractors, one colour per identity. ``gamma`` defaults
+    to 1 / (median squared pairwise distance) per panel (the embeddings of different encoders live
+    on different scales; the rule, not the number, is what is shared)."""
+    import matplotlib.pyplot as plt
+    from sklearn.decomposition import KernelPCA
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.4), squeeze=False)
+    for ax, (name, (emb, ident, is_dist)) in zip(axes[0], panels.items()):
+        x = np.asarray(emb, dtype=np.float64)
+        x = x / np.linalg.norm(x, axis=1, keepdims=True)
+        g = gamma
+        if g is None:
+            d2 = ((x[:, None] - x[None]) ** 2).sum(-1)
+            med = np.median(d2[np.triu_indices(len(x), 1)])
+            g = 1.0 / med if med > 0 else 1.0
+        z = KernelPCA(n_components=2, kernel=kernel, gamma=g, random_state=seed).fit_transform(x)
+        ids = list(dict.fromkeys(np.asarray(ident).tolist()))
+        is_dist = np.asarray(is_dist, bool)
+        for k, i in enumerate(ids):
+            c = OKABE_ITO[k % len(OKABE_ITO)]
+            sel = np.asarray(ident) == i
+            ax.scatter(z[sel & ~is_dist, 0], z[sel & ~is_dist, 1], marker="o", s=60, color=c,
+                       edgecolor="white", linewidth=0.6, label=f"S{k + 1}")
+            ax.scatter(z[sel & is_dist, 0], z[sel & is_dist, 1], marker="x", s=55, color=c, linewidth=1.8)
+        ax.set_title(name)
+        ax.set_xlabel("KPCA 1")
+        ax.set_ylabel("KPCA 2")
+    h, lab = axes[0, 0].get_legend_handles_labels()
+    from matplotlib.lines import Line2D
+
+    h += [Line2D([], [], marker="o", ls="", color="grey", label="positive"),
+          Line2D([], [], marker="x", ls="", color="grey", label="distractor")]
+    fig.legend(handles=h, loc="center right", bbox_to_anchor=(1.08, 0.5))
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def attention_overlay_grid(images: Sequence, attn: Mapping[str, Sequence[np.ndarray]], col_titles: Sequence[str],
+                           title: str = ""):
+    """NearID Figure 3 (left): rows = the input images and, per method, its attention map
+    (``attn[name][k]`` a 2-D token grid, any size) upsampled and overlaid on image ``k``."""
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    rows = 1 + len(attn)
+    fig, axes = plt.subplots(rows, len(images), figsize=(2.3 * len(images), 2.3 * rows), squeeze=False)
+    for k, im in enumerate(images):
+        arr = np.asarray(im.convert("RGB"))
+        axes[0, k].imshow(arr)
+        axes[0, k].set_title(col_titles[k] if k < len(col_titles) else "")
+        for r, (name, maps) in enumerate(attn.items(), start=1):
+            a = np.asarray(maps[k], dtype=np.float64)
+            a = (a - a.min()) / (np.ptp(a) + 1e-12)
+            up = np.asarray(Image.fromarray((a * 255).astype(np.uint8)).resize(arr.shape[1::-1], Image.BILINEAR))
+            axes[r, k].imshow(arr)
+            axes[r, k].imshow(up / 255.0, cmap="inferno", alpha=0.55)
+            if k == 0:
+                axes[r, k].set_ylabel(name, rotation=90)
+        for r in range(rows):
+            axes[r, k].set_xticks([])
+            axes[r, k].set_yticks([])
+            axes[r, k].grid(False)
+    axes[0, 0].set_ylabel("image")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def ecdf_plot(series: Mapping[str, np.ndarray], title: str = "", xlabel: str = "score",
+              panels: Sequence[Sequence[str]] | None = None, panel_titles: Sequence[str] = ()):
+    """NearID Figure 9: empirical CDFs of scores. ``series`` name -> values (NaN ignored); a name
+    containing "oracle" is drawn black and dashed. ``panels`` groups names into subplots (each
+    panel also shows the oracle)."""
+    import matplotlib.pyplot as plt
+
+    panels = panels or [list(series)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.0 * len(panels), 3.8), squeeze=False, sharey=True)
+    oracle = [k for k in series if "oracle" in k.lower()]
+    for p, (ax, names) in enumerate(zip(axes[0], panels)):
+        for name in list(names) + [o for o in oracle if o not in names]:
+            v = np.sort(np.asarray(series[name], dtype=np.float64))
+            v = v[np.isfinite(v)]
+            if not len(v):
+                continue
+            y = np.arange(1, len(v) + 1) / len(v)
+            is_or = "oracle" in name.lower()
+            ax.step(v, y, where="post", label=name, color=method_color(name),
+                    lw=2.2 if is_or else 1.8, ls="--" if is_or else "-")
+        ax.set_xlabel(xlabel)
+        ax.set_title(panel_titles[p] if p < len(panel_titles) else "")
+        ax.legend(loc="upper left")
+    axes[0, 0].set_ylabel("empirical CDF")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def score_grid(rows: Sequence[Sequence], labels: Sequence[Sequence[str]], col_titles: Sequence[str],
+               title: str = "", contours: Sequence[Sequence] | None = None):
+    """NearID Figures 7/8: a grid of images with a text box of per-image scores under each.
+
+    ``rows[r][c]`` a PIL image (None = empty cell), ``labels[r][c]`` its score text (e.g.
+    "S=0.93\\nN=0.71"); ``contours[r][c]`` optional list of (bool mask, colour) drawn as outlines."""
+    import matplotlib.pyplot as plt
+
+    nr, nc = len(rows), max(len(r) for r in rows)
+    fig, axes = plt.subplots(nr, nc, figsize=(2.4 * nc, 2.75 * nr), squeeze=False)
+    for r in range(nr):
+        for c in range(nc):
+            ax = axes[r, c]
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.grid(False)
+            im = rows[r][c] if c < len(rows[r]) else None
+            if im is None:
+                ax.axis("off")
+                continue
+            ax.imshow(np.asarray(im.convert("RGB")))
+            if contours and contours[r] and c < len(contours[r]) and contours[r][c]:
+                for m, col in contours[r][c]:
+                    ax.contour(np.asarray(m, dtype=float), levels=[0.5], colors=[col], linewidths=1.2)
+            txt = labels[r][c] if c < len(labels[r]) else ""
+            if txt:
+                ax.set_xlabel(txt, fontsize=8, family="monospace")
+            if r == 0:
+                ax.set_title(col_titles[c] if c < len(col_titles) else "")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def radar_plot(values: Mapping[str, Mapping[str, float]], title: str = "", reference: str | None = None,
+               rlim: tuple[float, float] | None = None):
+    """NearID Figure 4: one polygon per metric over categories; ``values[metric][category] = r``.
+    ``reference`` (e.g. the NearID head) is drawn dashed on top."""
+    import matplotlib.pyplot as plt
+
+    cats = list(dict.fromkeys(c for v in values.values() for c in v))
+    if len(cats) < 3:
+        cats = cats + [""] * (3 - len(cats))       # a radar needs >= 3 axes
+    ang = np.linspace(0, 2 * np.pi, len(cats), endpoint=False).tolist()
+    fig = plt.figure(figsize=(5.2, 5.0))
+    ax = fig.add_subplot(111, polar=True)
+    for name, v in values.items():
+        r = [float(v.get(c, np.nan)) if c else np.nan for c in cats]
+        rr = np.nan_to_num(np.asarray(r + r[:1]), nan=0.0)
+        is_ref = name == reference
+        ax.plot(ang + ang[:1], rr, lw=2.2 if is_ref else 1.6, ls="--" if is_ref else "-",
+                color=method_color(name), label=name)
+        if not is_ref:
+            ax.fill(ang + ang[:1], rr, alpha=0.12, color=method_color(name))
+    ax.set_xticks(ang)
+    ax.set_xticklabels(cats)
+    if rlim:
+        ax.set_ylim(*rlim)
+    ax.legend(loc="upper right", bbox_to_anchor=(1.35, 1.1))
+    if title:
+        ax.set_title(title, pad=18)
+    fig.tight_layout()
+    return fig
+
+
+def bar_compare(df, x: str, y: str, hue: str, title: str = "", ylabel: str = "", ref: float | None = None):
+    """Grouped bars of ``df[y]`` over ``df[x]`` per ``df[hue]`` (tidy DataFrame); optional horizontal
+    reference line (e.g. a claim threshold)."""
+    import matplotlib.pyplot as plt
+
+    xs = list(dict.fromkeys(df[x]))
+    hs = list(dict.fromkeys(df[hue]))
+    w = 0.8 / max(1, len(hs))
+    fig, ax = plt.subplots(figsize=(max(4.5, 1.0 * len(xs) * max(1, len(hs)) * 0.45 + 2), 3.6))
+    for k, h in enumerate(hs):
+        sub = df[df[hue] == h].set_index(x)
+        vals = [float(sub[y].get(v, np.nan)) if v in sub.index else np.nan for v in xs]
+        ax.bar(np.arange(len(xs)) + (k - (len(hs) - 1) / 2) * w, vals, w, label=str(h), color=method_color(str(h)))
+    if ref is not None:
+        ax.axhline(ref, color="black", ls=":", lw=1)
+    ax.set_xticks(np.arange(len(xs)))
+    ax.set_xticklabels(xs, rotation=20, ha="right")
+    ax.set_ylabel(ylabel or y)
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,63 @@
+"""Every figure type of nearid_lib.plots renders to a non-trivial PNG (headless)."""
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("agg")
+
+import numpy as np
+import pandas as pd
+from PIL import Image
+
+from nearid_lib import plots
+
+
+def _png_ok(p):
+    assert p.exists() and p.stat().st_size > 2000
+    im = Image.open(p)
+    assert im.format == "PNG" and min(im.size) > 100
+
+
+def test_palette_and_colors():
+    assert len(set(plots.OKABE_ITO)) == 8
+    assert plots.method_color("NearID (Ours)") == plots.method_color("nearid")
+    assert plots.method_color("frozen GAP") != plots.method_color("NearID (Ours)")
+    assert plots.method_color("some new method") in plots.OKABE_ITO
+
+
+def test_all_figures_write_png(tmp_path):
+    plots.apply_style()
+    rng = np.random.default_rng(0)
+    ident = np.repeat(np.arange(4), 4)
+    is_dist = np.tile([False, False, True, True], 4)
+    emb = rng.normal(size=(16, 8)) + 3 * np.eye(8)[ident]
+    fig = plots.kernel_pca_panels({"frozen": (emb, ident, is_dist), "NearID": (emb * 2, ident, is_dist)}, title="KPCA")
+    _png_ok(plots.savefig(fig, tmp_path / "kpca.png"))
+
+    imgs = [Image.fromarray(rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)) for _ in range(3)]
+    fig = plots.attention_overlay_grid(imgs, {"NearID": [rng.random((7, 7)) for _ in range(3)],
+                                              "frozen": [rng.random((7, 7)) for _ in range(3)]},
+                                       ["anchor", "positive", "distractor"], title="attention")
+    _png_ok(plots.savefig(fig, tmp_path / "attn.png"))
+
+    fig = plots.ecdf_plot({"Oracle": rng.random(50), "frozen": rng.random(50) * 0.2 + 0.8,
+                           "NearID": np.r_[rng.random(49), np.nan]}, panels=[["frozen"], ["NearID"]],
+                          panel_titles=["(a)", "(b)"], title="ECDF")
+    _png_ok(plots.savefig(fig, tmp_path / "ecdf.png"))
+
+    mask = np.zeros((64, 64), bool)
+    mask[20:40, 20:40] = True
+    fig = plots.score_grid([imgs, [imgs[0], None, imgs[2]]], [["", "S=0.9\nN=0.8", "S=0.95\nN=0.4"], ["", "", "x"]],
+                           ["anchor", "positive", "distractor"], contours=[[[(mask, "green")], [], []], []],
+                           title="grid")
+    _png_ok(plots.savefig(fig, tmp_path / "grid.png"))
+
+    fig = plots.radar_plot({"frozen": {"a": 0.3, "b": 0.5, "c": 0.2}, "NearID": {"a": 0.4, "b": 0.6, "c": 0.1}},
+                           reference="NearID", title="radar")
+    _png_ok(plots.savefig(fig, tmp_path / "radar.png"))
+    fig = plots.radar_plot({"frozen": {"a": 0.3, "b": 0.5}}, title="two axes padded")
+    _png_ok(plots.savefig(fig, tmp_path / "radar2.png"))
+
+    df = pd.DataFrame({"source": ["a", "a", "b", "b"], "method": ["frozen", "NearID"] * 2, "ssr": [10, 90, 20, 95]})
+    fig = plots.bar_compare(df, "source", "ssr", "method", title="bars", ref=95)
+    _png_ok(plots.savefig(fig, tmp_path / "sub" / "bars.png"))
