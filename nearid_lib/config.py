@@ -302,7 +302,7 @@ def _mini() -> Profile:
         head=HeadConfig(num_heads=8, mlp_ratio=2.0, token_dropout=0.2),
         # tuned on the val split only; ablation heads (05/06/07) share one shorter step budget
         train=TrainConfig(lr=1e-3, weight_decay=5e-2, warmup_steps=20, batch_size=64, epochs=12,
-                          max_steps=None, token_crop=0.3, checkpoint_every=100, ablation_steps=80),
+                          max_steps=None, token_crop=0.3, checkpoint_every=100, ablation_steps=40),
         eval=EvalConfig(),
         # the mini world has 6 subjects x 10 gallery images per species, 24 subjects in all
         retrieval=RetrievalConfig(gallery_sizes=(1, 3, 5, 10), subject_counts=(3, 4, 5, 6)),
