@@ -1,0 +1,297 @@
+"""ID-Sim (paper 001): a frozen backbone with rank-16 LoRA adapters (peft) and two MLP projection
+heads, one for the global (CLS) token and one for the patch tokens.
+
+Two backbone families share one code path:
+
+* **ViTs** (``dinov3-vitl16`` in the paper profile, ``dinov2-*``, and their tiny random-init
+  configs in smoke/tests): LoRA on every attention projection and MLP linear of the transformers
+  model (``q_proj``/``k_proj``/``v_proj``/``o_proj`` + ``fc1``/``fc2`` for Dinov2 in transformers 5,
+  ``up_proj``/``down_proj`` for DINOv3; the older ``query``/``key``/``value``/``dense`` names are
+  matched too). CLS = the encoder's pooled output (CLS after the final LayerNorm), patch tokens =
+  its patch tokens (registers dropped).
+* **EfficientNet-Lite0** (the ``mini`` profile's offline pretrained CNN) - our adaptation, not in
+  the paper: a CNN has no attention/MLP layers, so LoRA goes on the 1x1 *pointwise* convolutions
+  (``conv_pw`` / ``conv_pwl``: the per-token linear maps, the CNN analogue of a transformer's MLP)
+  of the last ``adapt_stages`` block stages plus ``conv_head``. Everything before those stages is
+  frozen and *unchanged by training*, so its output (the "prefix" feature map, [112, 14, 14] at
+  224 px for ``adapt_stages=2``) is computed once and cached; training runs only the adapted
+  suffix. BatchNorm layers stay in eval mode (running statistics of ImageNet). "CLS" = global
+  average of the final 1280 x 7 x 7 map (the frozen-GAP baseline's embedding), patch tokens = its
+  49 positions.
+
+For ViTs the "prefix" is the identity (pixel values), so training over cached prefixes and
+training end-to-end are the same code. LoRA's B matrices start at zero, so an untrained model's
+raw features equal the frozen backbone's (used for hard-negative mining) and
+:meth:`IDSimModel.adapters_disabled` gives the frozen backbone back at any time.
+
+Checkpoints (:func:`save_idsim` / :func:`load_idsim`): ``idsim.safetensors`` with the LoRA tensors
+and both heads (plus the backbone itself for tiny random-init backbones, which cannot be rebuilt
+from a hub id) and ``idsim.json`` with the :class:`IDSimSpec`.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .backbones import Encoder, EncoderOutput, TimmEfficientNetEncoder
+from .registry import load_encoder, register_encoder, resolve_name
+
+__all__ = ["IDSimSpec", "IDSimModel", "ProjectionMLP", "build_idsim", "save_idsim", "load_idsim",
+           "is_idsim_checkpoint", "VIT_LORA_TARGETS", "WEIGHTS_FILE", "CONFIG_FILE"]
+
+WEIGHTS_FILE = "idsim.safetensors"
+CONFIG_FILE = "idsim.json"
+# Attention projections and MLP linears of the transformers ViTs we support (names differ by
+# class and transformers version; only the ones present are used).
+VIT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "query", "key", "value", "dense",
+                    "fc1", "fc2", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class IDSimSpec:
+    """Everything needed to rebuild an ID-Sim model (stored in ``idsim.json``)."""
+
+    backbone: str = "efficientnet-lite0"
+    tiny: bool = False
+    image_size: int | None = None       # None: the backbone's default
+    lora_rank: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.05
+    head_hidden: int = 512
+    head_out: int = 256
+    adapt_stages: int = 2               # CNN only: adapted last block stages (+ conv_head)
+    weights: str | None = None          # local backbone weights instead of the default
+
+
+class ProjectionMLP(nn.Module):
+    """The 2-layer projection head (ID-Sim App. C.1: hidden 512): Linear -> GELU -> Linear."""
+
+    def __init__(self, dim: int, hidden: int, out: int):
+        super().__init__()
+        self.fc1, self.act, self.fc2 = nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, out)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+def _lora_layers(module: nn.Module):
+    from peft.tuners.lora import LoraLayer
+
+    return [m for m in module.modules() if isinstance(m, LoraLayer)]
+
+
+class IDSimModel(Encoder):
+    """Frozen backbone + LoRA + CLS/patch projection heads.
+
+    ``model(pixel_values)`` -> ``EncoderOutput(tokens=[B, N, E] projected patch tokens,
+    pooled=[B, E] projected CLS)``; ``model.embed(pils)`` -> L2-normalised projected CLS (the ID-Sim
+    metric: D(x, y) = 1 - cos). For cached training: ``feats = model.prefix(pixels)`` (no grad,
+    frozen), then ``model.from_prefix(feats)``; ``model.raw_from_prefix(feats)`` gives the
+    backbone's (cls, tokens) before the heads."""
+
+    def __init__(self, backbone: Encoder, spec: IDSimSpec):
+        from peft import LoraConfig, inject_adapter_in_model
+
+        self.spec = spec
+        self.is_cnn = isinstance(backbone, TimmEfficientNetEncoder)
+        backbone.requires_grad_(False)
+        inner = backbone.model
+        if self.is_cnn:
+            n_stages = len(inner.blocks)
+            if not 1 <= spec.adapt_stages <= n_stages:
+                raise ValueError(f"idsim: adapt_stages must be in 1..{n_stages}, got {spec.adapt_stages}")
+            self.split = n_stages - spec.adapt_stages
+            stages = "|".join(str(i) for i in range(self.split, n_stages))
+            # full-name regex: 1x1 pointwise convs of the adapted stages, and the 1x1 conv_head
+            targets: Any = rf"^(blocks\.({stages})\.\d+\.(conv_pw|conv_pwl)|conv_head)$"
+        else:
+            self.split = 0
+            leafs = {n.rsplit(".", 1)[-1] for n, m in inner.named_modules() if isinstance(m, nn.Linear)}
+            targets = sorted(leafs & set(VIT_LORA_TARGETS))
+            if not targets:
+                raise ValueError(f"idsim: backbone {backbone.name!r} has none of the LoRA target "
+                                 f"layers {VIT_LORA_TARGETS}; linear layers found: {sorted(leafs)}")
+        cfg = LoraConfig(r=spec.lora_rank, lora_alpha=spec.lora_alpha, lora_dropout=spec.lora_dropout,
+                         target_modules=targets, bias="none")
+        inject_adapter_in_model(cfg, inner)
+        self.lora_targets = targets
+        super().__init__("idsim", backbone.preprocess, tiny=backbone.tiny, frozen=False,
+                         weights=f"{backbone.weights}+idsim")
+        self.backbone = backbone
+        dim = backbone.token_dim
+        self.cls_head = ProjectionMLP(dim, spec.head_hidden, spec.head_out)
+        self.patch_head = ProjectionMLP(dim, spec.head_hidden, spec.head_out)
+        self.to(device=backbone.device)
+        for n, p in self.named_parameters():      # only LoRA and the heads learn
+            p.requires_grad_(("lora_" in n) or n.startswith(("cls_head.", "patch_head.")))
+        if not _lora_layers(inner):
+            raise RuntimeError("idsim: peft attached no LoRA layer (target names did not match)")
+        self._finish()
+
+    # ------------------------------------------------------------------ modes
+    def train(self, mode: bool = True):
+        """Heads and LoRA dropout follow ``mode``; the backbone (BatchNorm, its own dropout) stays in
+        eval mode: it is frozen and its statistics must not move."""
+        self.training = mode
+        self.backbone.train(False)
+        self.cls_head.train(mode)
+        self.patch_head.train(mode)
+        for layer in _lora_layers(self.backbone.model):
+            layer.lora_dropout.train(mode)
+        return self
+
+    @contextlib.contextmanager
+    def adapters_disabled(self) -> Iterator[None]:
+        """Within the block the backbone computes exactly the frozen pretrained features."""
+        layers = _lora_layers(self.backbone.model)
+        for layer in layers:
+            layer.enable_adapters(False)
+        try:
+            yield
+        finally:
+            for layer in layers:
+                layer.enable_adapters(True)
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        return [p for p in self.parameters() if p.requires_grad]
+
+    # ------------------------------------------------------------------ forward
+    @torch.no_grad()
+    def prefix(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """The frozen part (never touched by training): CNN stage features [B, C, h, w] before the
+        adapted stages; for ViTs the pixel values themselves."""
+        x = pixel_values.to(device=self.device, dtype=self.backbone.dtype)
+        if not self.is_cnn:
+            return x
+        m = self.backbone.model
+        return m.blocks[:self.split](m.bn1(m.conv_stem(x)))
+
+    def raw_from_prefix(self, feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Backbone outputs (cls [B, D], tokens [B, N, D]) from :meth:`prefix` features."""
+        feats = feats.to(device=self.device, dtype=self.backbone.dtype)
+        if self.is_cnn:
+            m = self.backbone.model
+            fmap = m.bn2(m.conv_head(m.blocks[self.split:](feats)))   # [B, C, h, w]
+            tokens = fmap.flatten(2).transpose(1, 2)                    # [B, h*w, C]
+            return tokens.mean(dim=1), tokens
+        out = self.backbone(feats)
+        return out.pooled, out.tokens
+
+    def project(self, cls: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Heads: (cls [B, E], patch [B, N, E]), not normalised (losses normalise)."""
+        p = self.cls_head.fc1.weight
+        return self.cls_head(cls.to(p.dtype)), self.patch_head(tokens.to(p.dtype))
+
+    def from_prefix(self, feats: torch.Tensor) -> EncoderOutput:
+        cls, tokens = self.raw_from_prefix(feats)
+        c, z = self.project(cls, tokens)
+        return EncoderOutput(z, c)
+
+    def _forward(self, pixel_values):
+        return self.from_prefix(self.prefix(pixel_values))
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.backbone.dtype
+
+    def cache_key(self) -> str:
+        """Key of the *prefix* features (what a training cache stores)."""
+        return f"idsim-prefix|split={self.split}|{self.backbone.cache_key()}"
+
+
+# ---------------------------------------------------------------------- build / save / load
+def build_idsim(spec: IDSimSpec | None = None, device: str | torch.device = "cpu", **kw: Any) -> IDSimModel:
+    """A fresh ID-Sim model (LoRA B = 0, random heads) on the registered backbone ``spec.backbone``.
+    ``kw`` overrides spec fields (e.g. ``tiny=True``)."""
+    spec = IDSimSpec(**{**asdict(spec or IDSimSpec()), **kw})
+    bkw: dict[str, Any] = {}
+    canon = resolve_name(spec.backbone)
+    if spec.image_size is not None and (canon == "efficientnet-lite0" or canon.startswith("dino")):
+        bkw["image_size"] = spec.image_size
+    if spec.weights:
+        bkw["weights"] = spec.weights
+    backbone, _ = load_encoder(spec.backbone, tiny=spec.tiny, device=device, **bkw)
+    return IDSimModel(backbone, spec)
+
+
+def _save_safetensors(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str]) -> None:
+    from safetensors.torch import save_file
+
+    from ..io_utils import atomic_write
+
+    tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
+    atomic_write(path, lambda p: save_file(tensors, str(p), metadata=metadata))
+
+
+def save_idsim(model: IDSimModel, directory: str | os.PathLike, extra: dict[str, Any] | None = None) -> Path:
+    """Write ``idsim.safetensors`` (LoRA + heads; + backbone for tiny random-init backbones) and
+    ``idsim.json`` (spec + ``extra``, e.g. training metadata) into ``directory``."""
+    from ..io_utils import write_json
+
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    sd = model.state_dict()
+    keep = {k: v for k, v in sd.items()
+            if "lora_" in k or k.startswith(("cls_head.", "patch_head."))
+            or (model.spec.tiny and k.startswith("backbone."))}
+    _save_safetensors(keep, d / WEIGHTS_FILE, {"format": "nearid-idsim", "version": "1"})
+    write_json({"spec": asdict(model.spec), "lora_targets": model.lora_targets
+                if isinstance(model.lora_targets, str) else list(model.lora_targets),
+                "n_tensors": len(keep), **(extra or {})}, d / CONFIG_FILE)
+    return d
+
+
+def is_idsim_checkpoint(path: str | os.PathLike) -> bool:
+    p = Path(path)
+    return (p / WEIGHTS_FILE).exists() and (p / CONFIG_FILE).exists()
+
+
+def load_idsim(directory: str | os.PathLike, device: str | torch.device = "cpu") -> tuple[IDSimModel, dict]:
+    """Rebuild the model of ``directory`` and load its tensors; returns ``(model, meta)``.
+
+    Raises FileNotFoundError naming the missing file, or ValueError naming tensors that are
+    missing from / unexpected in the checkpoint."""
+    from safetensors.torch import load_file
+
+    d = Path(directory)
+    for f in (WEIGHTS_FILE, CONFIG_FILE):
+        if not (d / f).exists():
+            raise FileNotFoundError(f"idsim checkpoint {d}: {f} missing (train it with notebook 11)")
+    meta = json.loads((d / CONFIG_FILE).read_text())
+    spec = IDSimSpec(**meta["spec"])
+    model = build_idsim(spec, device=device)
+    tensors = load_file(str(d / WEIGHTS_FILE))
+    sd = model.state_dict()
+    unexpected = sorted(set(tensors) - set(sd))
+    needed = {k for k in sd if "lora_" in k or k.startswith(("cls_head.", "patch_head."))}
+    missing = sorted(needed - set(tensors))
+    if unexpected or missing:
+        raise ValueError(f"idsim checkpoint {d / WEIGHTS_FILE}: missing {missing[:5]} "
+                         f"unexpected {unexpected[:5]}")
+    for k, v in tensors.items():
+        if v.shape != sd[k].shape:
+            raise ValueError(f"idsim checkpoint {d / WEIGHTS_FILE}: {k} has shape {tuple(v.shape)}, "
+                             f"model expects {tuple(sd[k].shape)}")
+    model.load_state_dict(tensors, strict=False)
+    model.eval()
+    return model, meta
+
+
+def _idsim_builder(name, hub_id, tiny=False, checkpoint=None, **kw):
+    """Registry builder: ``load_encoder("idsim", checkpoint=dir)`` (trained) or a fresh model."""
+    if checkpoint is not None:
+        return load_idsim(checkpoint, device=kw.get("device", "cpu"))[0]
+    return build_idsim(IDSimSpec(tiny=tiny, **{k: v for k, v in kw.items() if k in IDSimSpec.__dataclass_fields__}))
+
+
+register_encoder("idsim", _idsim_builder, None,
+                 doc="ID-Sim: frozen backbone + LoRA + CLS/patch heads (import nearid_lib.models.idsim)")

@@ -1,0 +1,85 @@
+"""ID-Sim benchmark builders and loaders on tiny hand-made cases."""
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import kendalltau, spearmanr
+
+from nearid_lib.idsim_bench import (BenchmarkError, bench_keys, benchmark_table, evaluate_sets,
+                                    load_pairs_csv, load_ratings_csv, load_retrieval_csv,
+                                    load_triplets_csv, mini_benchmark_sets)
+from nearid_lib.paths import data_dir
+
+
+def _e(deg):
+    t = np.deg2rad(deg)
+    return np.array([np.cos(t), np.sin(t)])
+
+
+def test_evaluate_sets_hand_case():
+    emb = {k: _e(d) for k, d in dict(q1=0, q2=90, g1=10, g2=80, g3=20, g4=100, a=0, p=30, n=60, n2=20,
+                                    r=0, x1=5, x2=40, x3=70).items()}
+    sets = {
+        # q1 (label A) ranks g1(A) g3(B) g2(B) g4(A): AP = (1/1 + 2/4)/2 = 0.75; q2 (B): g2(B) g4(A) g3(B) g1(A)
+        # -> AP = (1 + 2/3)/2
+        "retrieval": pd.DataFrame({"path": ["q1", "q2", "g1", "g2", "g3", "g4"],
+                                   "label": ["A", "B", "A", "B", "B", "A"],
+                                   "role": ["query", "query", "gallery", "gallery", "gallery", "gallery"]}),
+        "pairs": pd.DataFrame({"img1": ["a", "a", "a"], "img2": ["p", "n", "n2"], "label": [1, 0, 0]}),
+        "triplets": pd.DataFrame({"anchor": ["a", "a"], "positive": ["p", "p"], "negative": ["n", "n2"],
+                                  "mode": ["easy", "hard"]}),
+        "graded": pd.DataFrame({"img1": ["r", "r", "r"], "img2": ["x1", "x2", "x3"], "c": [1.0, 0.5, 0.0],
+                                "rating": [1.0, 0.5, 0.0]}),
+    }
+    res = evaluate_sets(sets, emb)
+    assert np.isclose(res["pods_ap"], (0.75 + (1 + 2 / 3) / 2) / 2)
+    # pairs: sims p=cos30 > n2=cos20? no: cos20 > cos30 > cos60 -> positive ranked 2nd: AP = 1/2, AUC = 1/2
+    assert np.isclose(res["petface_ap"], 0.5) and np.isclose(res["petface_auc"], 0.5)
+    assert res["cute_easy_acc"] == 1.0 and res["cute_hard_acc"] == 0.0
+    assert res["subjects2k_ap"] == 1.0 and res["subjects2k_auc"] == 1.0
+    s = [np.cos(np.deg2rad(d)) for d in (5, 40, 70)]
+    assert np.isclose(res["dreambench_spearman"], spearmanr(s, [1, 0.5, 0]).statistic)
+    assert np.isclose(res["dreambench_kendall"], kendalltau(s, [1, 0.5, 0]).statistic)
+    t = benchmark_table({"idsim": res}, {"idsim": ("ID-Sim", "ours")}, "smoke")
+    paper = pd.read_csv(__import__("nearid_lib.report", fromlist=["x"]).paper_values_dir()
+                        / "idsim_fig25_full_results.csv")
+    assert set(t.metric_id) <= set(paper.metric_id)
+    assert {"model", "metric_id", "value", "ours_label", "profile"} <= set(t.columns)
+
+
+def test_loaders_validate(tmp_path):
+    p = tmp_path / "pairs.csv"
+    p.write_text("img1,img2,c\na.png,b.png,0.9\na.png,c.png,0.8\n")
+    df = load_pairs_csv(p)
+    assert df.label.tolist() == [1, 0]          # binarised at c > 0.8
+    p.write_text("img1,img2,label\na.png,b.png,2\n")
+    with pytest.raises(BenchmarkError, match="row 0 field 'label'"):
+        load_pairs_csv(p)
+    t = tmp_path / "t.csv"
+    t.write_text("anchor,positive,negative,mode\na,b,c,easy\na,b,,hard\n")
+    with pytest.raises(BenchmarkError, match="row 1 field 'negative'"):
+        load_triplets_csv(t)
+    r = tmp_path / "r.csv"
+    r.write_text("path,label,role\nq,A,query\ng,B,gallery\n")
+    with pytest.raises(BenchmarkError, match="row 0 field 'label'"):
+        load_retrieval_csv(r)
+    d = tmp_path / "d.csv"
+    d.write_text("reference,image,rating\nr,x,3\nr,y,four\n")
+    with pytest.raises(BenchmarkError, match="row 1 field 'rating'"):
+        load_ratings_csv(d)
+
+
+@pytest.mark.skipif(not (data_dir("smoke") / "nearid" / "manifest.json").exists(), reason="smoke world absent")
+def test_mini_sets_on_smoke_world():
+    from nearid_lib.data import load_nearid
+    data = load_nearid(data_dir("smoke") / "nearid")
+    sets = mini_benchmark_sets(data, "test", seed=0)
+    n_test = int((data.positives.split == "test").sum())
+    assert (sets["pairs"].label == 1).sum() == n_test
+    assert set(sets["triplets"]["mode"]) == {"easy", "hard"}
+    g = sets["graded"]
+    assert len(g) == len(data.grids) - data.grids.groupby(["anchor_id", "grid"]).ngroups
+    assert np.allclose(g.c, g.rating) and g.c.between(0, 1).all()
+    hard = sets["triplets"][sets["triplets"]["mode"] == "hard"]
+    assert hard.negative.str.startswith("dist/").all()
+    keys = bench_keys(sets)
+    assert len(keys) == len(set(keys)) and set(data.grids.path) <= set(keys)
