@@ -46,6 +46,9 @@ class WorldConfig:
     views_per_id: tuple[int, ...] = (2, 3)   # each identity has 2 or 3 positive views
     p_three_views: float = 0.33              # NearID: 33% of identities have three views
     object_frac: tuple[float, float] = (0.5, 0.62)  # object size / image size
+    # Scales pose + lighting variation between views (1.0 = rotation +-0.5 rad, gain +-0.3, ...).
+    # 0.6: frozen GAP object-only PA ~0.35-0.75 per source, full-image PA ~0-0.1 (see 01 notebook).
+    view_strength: float = 0.6
     # Distractor sources = perturbation family (nearid_lib.data.world.PERTURBATIONS), optionally
     # suffixed "_hr": rendered + filled at source_resolutions[-1], Lanczos-downsampled.
     distractor_sources: tuple[str, ...] = ("recolor", "pattern", "marking", "shape", "hard",

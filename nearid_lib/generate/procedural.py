@@ -1,0 +1,86 @@
+"""The ``procedural`` fill backend: classical object removal + compositing of a rendered
+near-identity instance, behind the same ``fill(image, mask, prompt, seed)`` interface as the
+diffusion inpainting backends.
+
+Removal: every masked pixel takes the colour of its nearest unmasked pixel
+(``scipy.ndimage.distance_transform_edt(..., return_indices=True)``), then the filled region is
+Gaussian-blurred (masked pixels only) and given a little seeded noise. Why not
+``skimage.restoration.inpaint_biharmonic``: it solves a sparse system per channel and takes
+seconds per 224 px image with a 130 px hole; the nearest-pixel fill takes ~2 ms, and the object
+composited on top covers almost all of the hole anyway (only the rim of a changed silhouette
+shows the fill).
+
+Compositing: ``settings["instance"]`` is a rendered object layer (dict with ``prem``/``alpha``
+float arrays, see :func:`nearid_lib.data.world.render_object`) or an RGBA PIL image of the same
+size; it is clipped to the mask, so pixels outside the mask are returned unchanged (exact
+matched context). Without an instance the backend only removes the object.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from PIL import Image
+from scipy import ndimage
+
+from .base import FillBackend, register_backend, validate_fill_inputs
+
+__all__ = ["ProceduralFill", "remove_object"]
+
+
+def remove_object(img: np.ndarray, mask: np.ndarray, seed: int = 0, blur: float = 2.0,
+                  noise: float = 0.01) -> np.ndarray:
+    """Fast classical inpainting of float RGB ``img`` [H,W,3] inside bool ``mask`` [H,W]."""
+    if not mask.any():
+        return img.copy()
+    if mask.all():
+        return np.full_like(img, img.mean())
+    # Work on the mask's bounding box plus a margin: the nearest unmasked pixel of a masked pixel
+    # always lies inside it (the ring around the box is unmasked), so the result is identical
+    # to a full-frame fill at a fraction of the cost.
+    ys, xs = np.nonzero(mask)
+    pad = int(np.ceil(4 * blur)) + 2
+    y0, y1 = max(0, ys.min() - pad), min(mask.shape[0], ys.max() + pad + 1)
+    x0, x1 = max(0, xs.min() - pad), min(mask.shape[1], xs.max() + pad + 1)
+    m, sub = mask[y0:y1, x0:x1], img[y0:y1, x0:x1]
+    # Indices of the nearest unmasked pixel for every pixel: [2,h,w]
+    _, (iy, ix) = ndimage.distance_transform_edt(m, return_indices=True)
+    filled = sub[iy, ix]
+    sm = np.stack([ndimage.gaussian_filter(filled[..., c], blur) for c in range(3)], axis=-1)
+    rng = np.random.default_rng(seed)
+    sm = sm + rng.normal(0, noise, sm.shape).astype(np.float32)
+    out = img.copy()
+    out[y0:y1, x0:x1][m] = np.clip(sm[m], 0, 1)
+    return out
+
+
+@register_backend("procedural")
+class ProceduralFill(FillBackend):
+    """Nearest-pixel removal + exact-mask compositing of a rendered near-identity instance."""
+
+    name = "procedural"
+
+    def __init__(self, blur: float = 2.0, noise: float = 0.01):
+        self.blur = blur
+        self.noise = noise
+
+    def fill(self, image: Image.Image, mask: Image.Image, prompt: str, seed: int,
+             **settings: Any) -> Image.Image:
+        image, mask = validate_fill_inputs(image, mask, where=settings.pop("where", ""))
+        img = np.asarray(image, dtype=np.float32) / 255.0
+        m = np.asarray(mask) >= 128
+        out = remove_object(img, m, seed=seed, blur=self.blur, noise=self.noise)
+        inst = settings.pop("instance", None)
+        if inst is not None:
+            if isinstance(inst, Image.Image):
+                rgba = np.asarray(inst.convert("RGBA"), dtype=np.float32) / 255.0
+                a, prem = rgba[..., 3], rgba[..., :3] * rgba[..., 3:4]
+            else:
+                a, prem = inst["alpha"], inst["prem"]
+            if a.shape != m.shape:
+                raise ValueError(f"instance has size {a.shape[::-1]}, image has {m.shape[::-1]}")
+            a = a * m                                    # clip to the exact mask region
+            out = out * (1 - a[..., None]) + prem * m[..., None]
+        out8 = np.clip(np.rint(out * 255.0), 0, 255).astype(np.uint8)
+        out8[~m] = np.asarray(image)[~m]                 # outside the mask: bit-identical
+        return Image.fromarray(out8, "RGB")

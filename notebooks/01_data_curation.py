@@ -1,0 +1,117 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 01 - Data curation: the NearID-mini world
+#
+# The papers' data cannot be downloaded offline, so `smoke` and `mini` build a procedural world
+# with the *structure* of NearID: identities built from parts, 2-3 positive views per identity on
+# different (real-photo / texture) backgrounds, near-identity distractors inpainted into the exact
+# background and mask region of each view (several sources = perturbation families and
+# render resolutions), MTG-like part edits with exact oracle scores, ID-Sim edit grids, and
+# FPR-style galleries. The `paper` profile materialises the released datasets into the same
+# schema (`nearid_lib.data.released`).
+
+# %% tags=["parameters"]
+PROFILE = "mini"
+SEED = 0
+N_SHOW = 6
+
+# %%
+import time
+
+import matplotlib.pyplot as plt
+
+from nearid_lib import get_profile
+from nearid_lib.data import build_world, load_nearid
+from nearid_lib.data.overview import dataset_stats, gallery_sheet, grid_sheet, identity_sheet, mtg_sheet
+from nearid_lib.io_utils import write_csv
+from nearid_lib.paths import figures_dir, results_dir
+from nearid_lib.runmeta import write_run_metadata
+
+cfg = get_profile(PROFILE, seed=SEED)
+FIG = figures_dir(PROFILE)
+TAB = FIG / "tables"
+FIG.mkdir(parents=True, exist_ok=True)
+write_run_metadata(results_dir(PROFILE, "01_data_curation"), {"PROFILE": PROFILE, "SEED": SEED,
+                                                              "N_SHOW": N_SHOW}, cfg)
+
+# %% [markdown]
+# ## Build (or resume) the world, then load it through the validating loader
+
+# %%
+t0 = time.time()
+root = build_world(cfg)
+data = load_nearid(root, check_images=20)
+print(f"{root} ready in {time.time() - t0:.1f} s (build itself: {data.manifest.get('build_seconds')} s)")
+print("counts:", data.manifest["counts"])
+print("sources:", data.sources, "| seen in training:", data.train_sources)
+data.identities.head()
+
+# %% [markdown]
+# ## Identities: positives (different backgrounds) and one distractor per source
+# Each distractor sits in the *same* background and mask region as view 1: a frozen encoder
+# that looks at the whole image sees it as closer than the true positives.
+
+# %%
+test_ids = data.identities[data.identities.split == "test"].id.tolist()[:N_SHOW]
+sheet, labels = identity_sheet(data, test_ids)
+fig, ax = plt.subplots(figsize=(1.6 * len(labels), 1.7 * len(test_ids)))
+ax.imshow(sheet)
+ax.set_xticks([2 + (112 + 2) * j + 56 for j in range(len(labels))], labels, rotation=30, fontsize=8)
+ax.set_yticks([])
+ax.set_title(f"{PROFILE}: test identities (views | near-identity distractors per source)")
+fig.savefig(FIG / "01_identities_distractors.png", dpi=120, bbox_inches="tight")
+
+# %% [markdown]
+# ## MTG-like part edits (oracle = 1 - |part| / |object|, exact)
+
+# %%
+sheet, labels = mtg_sheet(data, n=min(N_SHOW, len(data.mtg)))
+fig, ax = plt.subplots(figsize=(10, 1.7 * min(N_SHOW, len(data.mtg))))
+ax.imshow(sheet)
+ax.set_xticks([2 + (112 + 2) * j + 56 for j in range(len(labels))], labels, fontsize=8)
+ax.set_yticks([])
+ax.set_title("part edits: " + ", ".join(f"{p}" for p in data.mtg.part.head(N_SHOW)))
+fig.savefig(FIG / "01_mtg_part_edits.png", dpi=120, bbox_inches="tight")
+data.mtg[["pair_id", "split", "class_name", "part", "oracle_1", "oracle_2"]].head(N_SHOW)
+
+# %% [markdown]
+# ## ID-Sim edit grids: identity-change strength (rows) x factor level (columns)
+
+# %%
+anchor = data.grids.anchor_id.iloc[0]
+fig, axes = plt.subplots(1, 3, figsize=(15, 5))
+for ax, grid in zip(axes, ("background", "viewpoint", "lighting")):
+    ax.imshow(grid_sheet(data, anchor, grid))
+    ax.set_title(f"{grid}: rows = identity change, cols = {grid} change", fontsize=9)
+    ax.axis("off")
+fig.savefig(FIG / "01_edit_grids.png", dpi=110, bbox_inches="tight")
+
+# %% [markdown]
+# ## FPR-style galleries: references | gallery images per identity
+
+# %%
+fig, ax = plt.subplots(figsize=(12, 1.6 * min(N_SHOW, data.fpr_train.name.nunique())))
+ax.imshow(gallery_sheet(data, n_ids=N_SHOW))
+ax.axis("off")
+ax.set_title("FPR galleries: references (left) | disjoint gallery images (right)")
+fig.savefig(FIG / "01_fpr_galleries.png", dpi=110, bbox_inches="tight")
+
+# %% [markdown]
+# ## Dataset statistics
+
+# %%
+stats = dataset_stats(data)
+stats.insert(0, "profile", PROFILE)
+write_csv(stats, TAB / "01_dataset_stats.csv")
+stats[stats.section.isin(["size", "object", "distractor_diff_in_mask", "distractor_diff_outside_mask"])]
