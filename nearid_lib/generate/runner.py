@@ -370,7 +370,7 @@ def world_request_fn(cfg, root: str | Path, source: str):
     resolution)``; wrap the backend in :class:`ResampledBackend` when resolution differs from
     the image size ("_hr" sources)."""
     from ..data import world as W
-    from ..data.build import parse_source
+    from ..data.build import parse_source, positive_view
     from ..seeding import make_rng
 
     fam, hr = parse_source(source)
@@ -385,7 +385,7 @@ def world_request_fn(cfg, root: str | Path, source: str):
     def request(it: GenItem, attempt: int) -> tuple[int, dict]:
         if it.id not in params:
             raise KeyError(f"item {it.item_id!r}: no parameters in identity_params.jsonl")
-        view = W.sample_view(make_rng(seed, "view", it.id, it.k), tuple(cfg.world.object_frac))
+        view = positive_view(cfg, it.id, it.k)  # the builder's own view derivation
         d_ident, _ = W.perturb(params[it.id], fam, make_rng(seed, "perturb", source, it.id, it.k))
         fseed = int(make_rng(seed, "fill", source, it.id, it.k).integers(2**31))
         if attempt:

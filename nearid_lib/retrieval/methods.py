@@ -61,20 +61,16 @@ def fpr_identity(seed: int, name: str, species: str) -> tuple[dict, dict]:
     return ident, proto
 
 
-def _background(seed: int, held_out: bool, size: int, *keys) -> np.ndarray:
-    from ..data import backgrounds as B
-
-    return B.render_background(B.sample_background_spec(make_rng(seed, "bg", *keys), held_out=held_out), size)
-
-
 def reference_view(cfg, name: str, k: int) -> tuple[dict, np.ndarray]:
     """The pose and background (float RGB) of the k-th image of FPR identity ``name`` (the world
     builder's keys: references are k < refs_per_id)."""
     from ..data import world as W
 
     wc = cfg.world
-    view = W.sample_view(make_rng(cfg.seed, "fpr_view", name, k), tuple(wc.object_frac))
-    return view, _background(cfg.seed, bool(wc.held_out_backgrounds), wc.image_size, name, k)
+    from ..data.build import background_for, fpr_view
+
+    # the builder's own derivations, so a re-rendered reference equals the stored image
+    return fpr_view(cfg, name, k), background_for(cfg, bool(wc.held_out_backgrounds), name, k)
 
 
 def render_generated(cfg, name: str, species: str, drift: float, context: str, i: int,
@@ -86,9 +82,12 @@ def render_generated(cfg, name: str, species: str, drift: float, context: str, i
 
     wc, seed, S = cfg.world, cfg.seed, cfg.world.image_size
     ident, proto = fpr_identity(seed, name, species)
-    new_view = W.sample_view(make_rng(seed, "fpr_gen_view", name, i), tuple(wc.object_frac))
+    new_view = W.sample_view(make_rng(seed, "fpr_gen_view", name, i), tuple(wc.object_frac),
+                             wc.view_strength)
     # New contexts come from the held-out background pool too: never a gallery/reference background.
-    new_bg = _background(seed, True, S, "fpr_gen", name, i)
+    from ..data.build import background_for
+
+    new_bg = background_for(cfg, True, "fpr_gen", name, i)
     if context == "paste":
         if ref_image is None or ref_mask is None:
             raise ValueError("render_generated: context='paste' needs the reference image and mask")
