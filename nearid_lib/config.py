@@ -169,6 +169,10 @@ class GenerateConfig:
     reject_drift_above: float = 0.08       # mean |diff| outside the mask (0..1)
     tiny: bool = False
     retries: int = 1                       # re-draws (derived seeds) for rejected outputs
+    # Procedural profiles: which splits notebook 02 regenerates through the runner and checks
+    # pixel-for-pixel against the world ("" / empty = every split). mini checks the test split
+    # only: regenerating all ~11k distractors would cost minutes and prove nothing more.
+    verify_splits: tuple[str, ...] = ()
     # NearID source names to generate with the diffusers backends (paper); see
     # nearid_lib.generate.diffusers_backends.NEARID_SOURCES for (backend, resolution).
     sources: tuple[str, ...] = ()
@@ -309,7 +313,8 @@ def _mini() -> Profile:
         eval=EvalConfig(),
         # the mini world has 6 subjects x 10 gallery images per species, 24 subjects in all
         retrieval=RetrievalConfig(gallery_sizes=(1, 3, 5, 10), subject_counts=(3, 4, 5, 6)),
-        generate=GenerateConfig(out_resolution=224, reject_unchanged_below=0.005),
+        generate=GenerateConfig(out_resolution=224, reject_unchanged_below=0.005,
+                                verify_splits=("test",)),
         # ID-Sim mini budget (2 shared CPU cores): few instances; micro-batch 8 as in the paper but
         # accumulation 1 so that the few triplets still give enough optimizer steps
         idsim=IDSimConfig(n_instances=150, n_triplets=240, epochs=3, grad_accum=1),

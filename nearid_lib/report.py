@@ -59,9 +59,11 @@ def load_specs(folder: Path | None = None) -> list[TableSpec]:
     folder = Path(folder or paper_values_dir())
     specs = [TableSpec.from_meta(p) for p in sorted(folder.glob("*.meta.json"))]
 
+    papers = {"NearID": 0, "ID-Sim": 1, "FPR": 2}
+
     def order(s: TableSpec):
         num = "".join(ch for ch in s.table if ch.isdigit())
-        return (s.paper, int(num) if num else 999, s.key)
+        return (papers.get(s.paper, 9), s.paper, int(num) if num else 999, s.key)
 
     return sorted(specs, key=order)
 
@@ -133,6 +135,22 @@ def _read_profile(ours: pd.DataFrame | None) -> str:
     return ", ".join(sorted(set(map(str, ours["profile"].dropna()))))
 
 
+def _joinable(paper: pd.DataFrame, ours: pd.DataFrame, spec: TableSpec) -> bool:
+    """True when our table shares the key columns, at least one key value and one metric column."""
+    keys = list(spec.key_columns)
+    if any(k not in ours.columns for k in keys):
+        return False
+    if not any(m in ours.columns for m in spec.metrics):
+        return False
+    pk = set(map(tuple, paper[keys].astype(str).itertuples(index=False)))
+    ok = set(map(tuple, ours[keys].astype(str).itertuples(index=False)))
+    return bool(pk & ok)
+
+
+def _shown(paper: pd.DataFrame, spec: TableSpec) -> list[str]:
+    return [c for c in paper.columns if c in spec.key_columns or c in spec.metrics]
+
+
 def render_report(figures: Path, specs: list[TableSpec] | None = None, title: str = "Reproduced results",
                   profile_note: str = "") -> str:
     """Markdown for ``figures/README.md``: claims, every table beside the paper's, every figure."""
@@ -155,11 +173,13 @@ def render_report(figures: Path, specs: list[TableSpec] | None = None, title: st
         cols = [c for c in ("claim", "paper", "ours", "holds", "detail", "profile", "source") if c in frame]
         out += [render_markdown_table(frame[cols]), ""]
 
+    with_ours = [s for s in specs if s.ours]
+    descriptive = [s for s in specs if not s.ours]
     out += ["## Tables", ""]
-    for s in specs:
+    for s in with_ours:
         paper = pd.read_csv(s.paper_csv) if s.paper_csv and s.paper_csv.exists() else pd.DataFrame()
-        ours_path = figures / s.ours if s.ours else None
-        ours = pd.read_csv(ours_path) if ours_path and ours_path.exists() else None
+        ours_path = figures / s.ours
+        ours = pd.read_csv(ours_path) if ours_path.exists() else None
         out += [f"### {s.paper} {s.table}: {s.title}", ""]
         if ours is None:
             out += [f"_Ours: not produced yet (expected `{s.ours}`)._", ""]
@@ -168,10 +188,22 @@ def render_report(figures: Path, specs: list[TableSpec] | None = None, title: st
         if paper.empty:
             out += ["_No paper values transcribed._", ""]
             continue
-        table = side_by_side(paper, ours, s.key_columns, list(s.metrics))
-        out += [render_markdown_table(table), ""]
+        if ours is not None and not _joinable(paper, ours, s):
+            # our table has another shape (e.g. long form, or rows with no paper counterpart):
+            # show both as they are rather than a misleading join
+            out += ["Paper:", "", render_markdown_table(paper[_shown(paper, s)]), "",
+                    "Ours:", "", render_markdown_table(ours.drop(columns=["profile"], errors="ignore")), ""]
+        else:
+            table = side_by_side(paper, ours, s.key_columns, list(s.metrics))
+            out += [render_markdown_table(table), ""]
         if s.notes:
             out += [f"Notes: {s.notes}", ""]
+    if descriptive:
+        out += ["## Paper tables without a counterpart here", "",
+                "Descriptive tables (hyper-parameters, dataset pools) transcribed in `paper_values/` "
+                "for reference; nothing of ours stands beside them.", ""]
+        out += [f"- {s.paper} {s.table}: {s.title} (`paper_values/{s.key}.csv`)" for s in descriptive]
+        out += [""]
 
     pngs = sorted(figures.glob("*.png"))
     if pngs:

@@ -70,6 +70,8 @@ if procedural:
 
     build_world(cfg, root)
 items = items_from_dataset(root, seed=cfg.seed)
+if procedural and g.verify_splits:
+    items = [it for it in items if it.split in g.verify_splits]
 print(f"{PROFILE}: {len(items)} views to fill per source, root {root}")
 
 # %% [markdown]

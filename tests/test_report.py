@@ -69,3 +69,26 @@ def test_ours_label_is_shown_not_joined():
     t = report.side_by_side(paper, ours, ["row"], ["m"])
     assert list(t.columns) == ["row", "ours_label", "m (paper)", "m (ours)"]
     assert t.loc[0, "ours_label"] == "EffNet-Lite0 GAP (frozen)" and t.loc[0, "m (ours)"] == 2.0
+
+
+def test_unjoinable_tables_are_shown_separately(tmp_path):
+    pv = _spec_files(tmp_path)
+    figs = tmp_path / "figs"
+    (figs / "tables").mkdir(parents=True)
+    # long-form table of ours: no shared key value with the paper -> shown as its own table
+    pd.DataFrame({"row": ["mini-world"], "encoder": ["gap"], "map": [0.4], "profile": ["mini"]}).to_csv(
+        figs / "tables" / "04_t1.csv", index=False)
+    text = report.render_report(figs, report.load_specs(pv))
+    assert "Paper:" in text and "Ours:" in text and "| mini-world | gap | 0.400 |" in text
+
+
+def test_descriptive_tables_are_listed_not_rendered(tmp_path):
+    pv = _spec_files(tmp_path)
+    pd.DataFrame({"param": ["lr"], "value": [1e-4]}).to_csv(pv / "hp.csv", index=False)
+    (pv / "hp.meta.json").write_text(json.dumps({
+        "key": "hp", "paper": "NearID", "table": "Table 9", "title": "hyper-parameters",
+        "key_columns": ["param"], "metrics": {"value": "v"}, "ours": None}))
+    text = report.render_report(tmp_path / "nofigs", report.load_specs(pv))
+    assert "## Paper tables without a counterpart here" in text
+    assert "NearID Table 9: hyper-parameters (`paper_values/hp.csv`)" in text
+    assert text.index("Table 1") < text.index("Paper tables without")
