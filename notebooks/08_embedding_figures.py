@@ -54,9 +54,9 @@ print("frozen:", frozen.label, "| head:", head.label, "| distractor source for t
 # ## Figure 5 - KernelPCA of positives vs matched-context distractors
 
 # %%
-kp = test[test["img3"] != ""].head(cfg.eval.kpca_ids)
+kp = test[test["img3"] != ""].head(cfg.eval.kpca_ids).reset_index(drop=True)
 if len(kp) < cfg.eval.kpca_ids:
-    kp = test.head(cfg.eval.kpca_ids)
+    kp = test.head(cfg.eval.kpca_ids).reset_index(drop=True)
 dist = data.distractors[src].set_index("id").loc[kp["id"]].reset_index()
 rels, ident, is_dist = [], [], []
 for n, row in kp.iterrows():
