@@ -3,9 +3,9 @@
 One training row = one anchor image a, its positives (the identity's other views, up to 2 slots) and
 its distractors (one slot per training source: the distractor inpainted into the *anchor's* view, so
 it shares the anchor's background). MTG part-edit pairs are interleaved as extra rows (anchor
-image_1_original or image_2_original, positive = the other original, distractor = the anchor's own
-part edit, with its oracle), repeated ``train.mtg_repeat`` times per epoch and flagged ``rank_only``:
-the loss forms only ranking terms for them (``nearid_lib.losses``: "rank_only rows").
+image_1_original or image_2_original, positive = the other original, distractors = the anchor's own
+part edit and, given a second slot, the positive's part edit, each with its oracle), repeated
+``train.mtg_repeat`` times per epoch and flagged ``rank_only``: the loss forms only ranking terms for them (``nearid_lib.losses``: "rank_only rows").
 
 Determinism and resumption: the rows of epoch e and their order come from ``make_rng(seed, ..., e)``,
 and every random choice of step s (role-aware masking, token dropout, token crops, image
@@ -122,12 +122,18 @@ def epoch_rows(data, cfg, epoch: int, split: str = "train") -> TrainRows:
             a, b = (1, 2) if rep % 2 == 0 else (2, 1)
             for j in range(len(m)):
                 r = m.iloc[j]
+                # Distractors: the anchor's own part edit and, where there is a second slot, the
+                # positive's part edit, each with its oracle (1 - |part|/|object|). Two oracle-scored
+                # distractors per row are what gives the oracle-ranking variants (RankNet on
+                # oracle-ordered pairs) a pair to rank; with one, that term would be empty.
+                edits = [a, b][:K]
                 rows.append((r[f"image_{a}_original"], r[f"image_{a}_object_mask"],
                              [r[f"image_{b}_original"]] + [""] * (P - 1),
                              [r[f"image_{b}_object_mask"]] + [""] * (P - 1),
-                             [r[f"image_{a}_inpainted"]] + [""] * (K - 1),
-                             [r[f"image_{a}_object_mask"]] + [""] * (K - 1),
-                             [float(r[f"oracle_{a}"])] + [np.nan] * (K - 1), True))
+                             [r[f"image_{e}_inpainted"] for e in edits] + [""] * (K - len(edits)),
+                             [r[f"image_{e}_object_mask"] for e in edits] + [""] * (K - len(edits)),
+                             [float(r[f"oracle_{e}"]) for e in edits] + [np.nan] * (K - len(edits)),
+                             True))
     if not rows:
         raise ValueError(f"no training rows in split {split!r} (use_nearid={tc.use_nearid}, "
                          f"use_mtg={tc.use_mtg})")

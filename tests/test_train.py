@@ -84,11 +84,23 @@ def test_epoch_rows_deterministic_and_mtg_rank_only(world):
         want = [data.distractors[s].iloc[j][f"nimg{k}"] for s in data.train_sources]
         assert list(r0.distractors[i][:len(want)]) == want
         assert a not in set(r0.positives[i])
-    # MTG rows: one positive (the other background), one distractor (own part edit) with its oracle
+    # MTG rows: one positive (the other background); distractors = own part edit, then the
+    # positive's part edit (a second oracle-scored slot), each with its oracle from mtg.csv
+    K = r0.distractors.shape[1]
+    mtg = data.mtg.set_index("image_1_original")
     for i in np.flatnonzero(r0.rank_only)[:5]:
         assert "original" in r0.anchor[i] and "original" in r0.positives[i][0]
         assert r0.distractors[i][0] == r0.anchor[i].replace("original", "inpainted")
-        assert np.isfinite(r0.oracle[i][0]) and (r0.distractors[i][1:] == "").all()
+        assert np.isfinite(r0.oracle[i][0])
+        if K >= 2:
+            assert r0.distractors[i][1] == r0.positives[i][0].replace("original", "inpainted")
+            assert np.isfinite(r0.oracle[i][1]) and (r0.distractors[i][2:] == "").all()
+            # the oracles are the two edited images' own scores
+            a1 = r0.anchor[i] if r0.anchor[i] in mtg.index else r0.positives[i][0]
+            row = mtg.loc[a1]
+            own = 1 if r0.anchor[i] == a1 else 2
+            assert r0.oracle[i][0] == pytest.approx(float(row[f"oracle_{own}"]))
+            assert r0.oracle[i][1] == pytest.approx(float(row[f"oracle_{3 - own}"]))
     assert steps_per_epoch(len(r0), 8) == len(r0) // 8
 
 
@@ -131,3 +143,23 @@ def test_cached_and_uncached_tokens_agree(world, encoder):
     scale = b.abs().max()
     assert torch.allclose(a, b, atol=2e-3 * float(scale), rtol=1e-2)
     assert not torch.allclose(a[0], a[1])       # fg and full differ, and so do images
+
+
+def test_oracle_ranking_has_pairs_on_mtg_rows(world):
+    """The oracle-ranking variants must differ from their bases on real training rows: MTG rows carry
+    two oracle-scored distractors, so RankNet has pairs (with one per row the term would vanish)."""
+    cfg, data, _ = world
+    rows = epoch_rows(data, cfg, 0)
+    ro = np.flatnonzero(rows.rank_only)
+    assert (np.isfinite(rows.oracle[ro]).sum(1) >= 2).all()
+    sel = rows.take(np.concatenate([ro[:4], np.flatnonzero(~rows.rank_only)[:4]]))
+    g = torch.Generator().manual_seed(1)
+    B, P, K, D = len(sel), sel.positives.shape[1], sel.distractors.shape[1], 8
+    a = torch.nn.functional.normalize(torch.randn(B, D, generator=g), dim=-1)
+    p = torch.nn.functional.normalize(torch.randn(B, P, D, generator=g), dim=-1)
+    d = torch.nn.functional.normalize(torch.randn(B, K, D, generator=g), dim=-1)
+    kw = dict(rank_only=torch.from_numpy(sel.rank_only), dist_oracle=torch.from_numpy(sel.oracle).float())
+    pm, dm = torch.from_numpy(sel.positives != ""), torch.from_numpy(sel.distractors != "")
+    base, _ = losses.compute_loss("infonce", a, p, d, pm, dm, cfg, **kw)
+    orac, _ = losses.compute_loss("infonce_oracle", a, p, d, pm, dm, cfg, **kw)
+    assert not torch.isclose(base, orac)
