@@ -8,7 +8,6 @@ from nearid_lib.idsim_train import (balanced_instances, balanced_quotas, build_t
                                     mine_hard_negatives)
 from nearid_lib.losses import idsim_loss
 from nearid_lib.models.idsim import IDSimSpec, build_idsim, load_idsim, save_idsim
-from nearid_lib.paths import data_dir
 
 torch.set_num_threads(1)
 VIT = dict(backbone="dinov2-base", tiny=True, head_hidden=16, head_out=8)
@@ -162,10 +161,8 @@ def test_context_edit_keeps_object_changes_background():
     assert np.corrcoef(arr[mask].ravel(), src[mask].ravel())[0, 1] > 0.9
 
 
-@pytest.mark.skipif(not (data_dir("smoke") / "nearid" / "manifest.json").exists(), reason="smoke world absent")
-def test_build_triplets_on_smoke_world():
-    from nearid_lib.data import load_nearid
-    data = load_nearid(data_dir("smoke") / "nearid")
+def test_build_triplets_on_smoke_world(smoke_world):
+    data = smoke_world
     inst = data.identities[data.identities.split == "train"]
     def embed(keys):
         r = np.random.default_rng(len(keys)).normal(size=(len(keys), 4))

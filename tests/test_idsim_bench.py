@@ -7,7 +7,6 @@ from scipy.stats import kendalltau, spearmanr
 from nearid_lib.idsim_bench import (BenchmarkError, bench_keys, benchmark_table, evaluate_sets,
                                     load_pairs_csv, load_ratings_csv, load_retrieval_csv,
                                     load_triplets_csv, mini_benchmark_sets)
-from nearid_lib.paths import data_dir
 
 
 def _e(deg):
@@ -68,10 +67,8 @@ def test_loaders_validate(tmp_path):
         load_ratings_csv(d)
 
 
-@pytest.mark.skipif(not (data_dir("smoke") / "nearid" / "manifest.json").exists(), reason="smoke world absent")
-def test_mini_sets_on_smoke_world():
-    from nearid_lib.data import load_nearid
-    data = load_nearid(data_dir("smoke") / "nearid")
+def test_mini_sets_on_smoke_world(smoke_world):
+    data = smoke_world
     sets = mini_benchmark_sets(data, "test", seed=0)
     n_test = int((data.positives.split == "test").sum())
     assert (sets["pairs"].label == 1).sum() == n_test
