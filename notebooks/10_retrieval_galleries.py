@@ -91,7 +91,7 @@ main, per_query, extras = X.main_comparison(models, generated, split.gallery, cf
 write_csv(main.assign(profile=PROFILE), tables / "10_fpr_generated.csv")
 write_csv(per_query.assign(profile=PROFILE), out / "per_query.csv")
 agreement = X.per_identity_agreement(per_query)
-write_csv(agreement.assign(profile=PROFILE), tables / "10_fpr_drift_agreement.csv")
+write_csv(agreement.drop(columns=["names", "rhos"]).assign(profile=PROFILE), tables / "10_fpr_drift_agreement.csv")
 F.plot_main(main, figs / "10_fpr_main.png", PROFILE)
 main[["method", "drift", "context", "encoder", "sim", "map", "top1", "auc", "ndcg"]]
 

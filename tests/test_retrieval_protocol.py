@@ -168,3 +168,30 @@ def test_paper_profile_path_on_released_layout_fixture(tmp_path):
     assert set(bg.background) == {"kept"}
     claims = X.retrieval_claims(main, X.per_identity_agreement(pq), bg, specs, "paper")
     assert len(claims) == 1 and claims[0]["holds"] is False and "no true drift" in claims[0]["detail"]
+
+
+def test_paired_agreement_difference_needs_a_real_margin():
+    import numpy as np
+    import pandas as pd
+
+    from nearid_lib.retrieval.experiments import paired_agreement_difference
+
+    names = [f"id{i}" for i in range(24)]
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0.5, 1.0, 24)
+
+    def table(delta):
+        return pd.DataFrame([{"encoder": "spec", "names": names, "rhos": list(base + delta)},
+                             {"encoder": "gen", "names": names, "rhos": list(base)}])
+
+    # a clear, consistent improvement: interval above 0, mean exactly the mean difference
+    up = paired_agreement_difference(table(0.1 + rng.normal(0, 0.02, 24)), "spec", "gen")
+    assert up["low"] > 0 and up["n"] == 24 and abs(up["mean"] - 0.1) < 0.02
+    # a tie-level difference (noise around 0): the interval straddles 0, so the claim cannot hold
+    tie = paired_agreement_difference(table(rng.normal(0, 0.05, 24)), "spec", "gen")
+    assert tie["low"] < 0 < tie["high"]
+    # pairing is by identity name, not by position
+    shuffled = table(0.1)
+    shuffled.at[0, "names"] = names[::-1]
+    shuffled.at[0, "rhos"] = list((base + 0.1)[::-1])
+    assert abs(paired_agreement_difference(shuffled, "spec", "gen")["mean"] - 0.1) < 1e-12
