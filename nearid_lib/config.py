@@ -8,6 +8,9 @@ Overrides use dotted keys and fail loudly on anything unknown::
     cfg = get_profile("mini", **{"train.lr": 3e-4, "world.n_train_ids": 100})
     cfg = get_profile("mini", overrides={"train.lr": 3e-4})
 
+and, for papermill runs, from the environment: ``NEARID_SET="world.source=released;train.lr=3e-4"``
+(applied first; explicit overrides win).
+
 Each section is a dataclass owned by one concept of the library (world, backbone, head, train,
 eval, generate, retrieval, idsim). Lists and dicts live here, never in notebook parameters.
 """
@@ -21,7 +24,7 @@ from typing import Any, Mapping
 __all__ = [
     "PROFILES", "Profile", "WorldConfig", "BackboneConfig", "HeadConfig", "TrainConfig",
     "EvalConfig", "GenerateConfig", "RetrievalConfig", "IDSimConfig", "get_profile",
-    "profile_to_dict", "ConfigError",
+    "profile_to_dict", "ConfigError", "env_overrides",
 ]
 
 
@@ -353,6 +356,19 @@ PROFILES = {"smoke": _smoke, "mini": _mini, "paper": _paper}
 # --------------------------------------------------------------------------- overrides
 def _coerce(value: Any, current: Any, key: str) -> Any:
     """Coerce strings from the command line to the type of the current value."""
+    if isinstance(value, str) and not isinstance(current, str) and value.strip().lower() in ("none", "null"):
+        return None  # optional fields (``int | None``) are reset with "none"
+    if isinstance(value, str) and current is None:
+        # an optional field (None by default): read the literal, leave other text as text
+        low = value.strip().lower()
+        if low in ("none", "null", ""):
+            return None
+        for cast in (int, float):
+            try:
+                return cast(value)
+            except ValueError:
+                pass
+        return value
     if not isinstance(value, str) or isinstance(current, str) or current is None:
         if isinstance(current, tuple) and isinstance(value, list):
             return tuple(value)
@@ -398,11 +414,33 @@ def get_profile(name: str, overrides: Mapping[str, Any] | None = None, **kw: Any
     if name not in PROFILES:
         raise ConfigError(f"unknown profile {name!r}; valid profiles: {', '.join(PROFILES)}")
     prof = PROFILES[name]()
-    merged = dict(overrides or {})
+    merged = env_overrides()
+    merged.update(overrides or {})
     merged.update(kw)
     for key, value in merged.items():
         prof = _apply(prof, key, value, key)
     return prof
+
+
+def env_overrides(var: str = "NEARID_SET") -> dict[str, str]:
+    """Dotted-key overrides from the environment, e.g.
+    ``NEARID_SET="world.source=released; eval.dbpp_standin=false"`` (``;`` or newlines separate).
+
+    This is how a papermill run changes a list/section value without editing a notebook (notebook
+    parameters stay scalars); the values are typed and checked like any other override."""
+    import os
+
+    text = os.environ.get(var, "").strip()
+    out: dict[str, str] = {}
+    for part in text.replace("\n", ";").split(";"):
+        part = part.strip()
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{var}: cannot read {part!r}; expected key=value (e.g. train.lr=3e-4)")
+        out[key.strip()] = value.strip()
+    return out
 
 
 def profile_to_dict(prof: Profile) -> dict[str, Any]:

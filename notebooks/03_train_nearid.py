@@ -34,7 +34,7 @@ import torch
 from nearid_lib.config import get_profile, profile_to_dict
 from nearid_lib.data import build_world, load_nearid, nearid_root
 from nearid_lib.evaluate import Embedder, embed_split, evaluate_split, image_groups, nearid_bench
-from nearid_lib.io_utils import write_csv, write_json
+from nearid_lib.io_utils import atomic_write, write_csv, write_json
 from nearid_lib.paths import checkpoint_dir, figures_dir, results_dir
 from nearid_lib.runmeta import write_run_metadata
 from nearid_lib.seeding import seed_everything
@@ -87,7 +87,7 @@ ax[1].plot(hist["step"], hist["lr"])
 ax[1].set_xlabel("step")
 ax[1].set_title("learning rate (warmup + cosine)")
 fig.tight_layout()
-fig.savefig(figures_dir(PROFILE) / "03_loss_curves.png", dpi=120)
+atomic_write(figures_dir(PROFILE) / "03_loss_curves.png", lambda p: fig.savefig(p, dpi=120, format="png"))
 write_csv(hist, out / "history.csv")
 
 # %% [markdown]

@@ -169,3 +169,19 @@ def test_ci_runs_exactly_make_test():
     assert lines[-1] == "make test"
     readme = (ROOT / "README.md").read_text()
     assert "make test" in readme and "make reproduce" in readme
+
+
+def test_env_overrides_apply_typed_and_loud(monkeypatch):
+    monkeypatch.setenv("NEARID_SET", "world.source=released; train.max_steps=7\n train.augment=false")
+    prof = C.get_profile("smoke")
+    assert prof.world.source == "released" and prof.train.max_steps == 7 and prof.train.augment is False
+    # explicit overrides win over the environment
+    assert C.get_profile("smoke", **{"train.max_steps": 2}).train.max_steps == 2
+    monkeypatch.setenv("NEARID_SET", "train.max_steps=none")
+    assert C.get_profile("smoke").train.max_steps is None
+    monkeypatch.setenv("NEARID_SET", "train.nope=1")
+    with pytest.raises(C.ConfigError, match="nope"):
+        C.get_profile("smoke")
+    monkeypatch.setenv("NEARID_SET", "world.source")
+    with pytest.raises(C.ConfigError, match="key=value"):
+        C.get_profile("smoke")
