@@ -108,7 +108,7 @@ def test_released_fixtures_train_and_evaluate_like_notebooks_03_04(released, mon
     assert int(nearid_row["n_mtg_pairs"]) == 3 and np.isfinite(nearid_row["mtg_pa"])
 
 
-def test_notebooks_03_04_run_unchanged_on_released_schema(released, tmp_path):
+def test_nearid_notebooks_run_unchanged_on_released_schema(released, tmp_path):
     """The paper profile's notebooks, unchanged, on released-schema data: only the environment says
     where the data is and that it is released (``NEARID_SET``), exactly as a paper run would."""
     import os
@@ -125,7 +125,8 @@ def test_notebooks_03_04_run_unchanged_on_released_schema(released, tmp_path):
                NEARID_OUT=str(tmp_path / "out"), NEARID_FIGURES=str(tmp_path / "figs"),
                NEARID_SET="world.source=released; eval.dbpp_standin=false", HF_HUB_OFFLINE="1",
                MPLBACKEND="agg")
-    for nb in ("03_train_nearid", "04_eval_nearid_bench"):
+    for nb in ("03_train_nearid", "04_eval_nearid_bench", "05_loss_ablation", "06_alpha_beta_sweep",
+               "07_data_ablation", "08_embedding_figures"):
         out = tmp_path / "nb" / f"{nb}.ipynb"
         run = subprocess.run(["bash", str(repo / "scripts" / "run_notebook.sh"), str(venv),
                               str(repo / "notebooks" / f"{nb}.py"), str(out), "smoke"],
@@ -137,3 +138,9 @@ def test_notebooks_03_04_run_unchanged_on_released_schema(released, tmp_path):
     assert t1["sources_pooled"].str.contains("SDXL").all() and t1["sources_pooled"].str.contains("Flux").all()
     # the procedural DB++ stand-in is off for released data: no procedural column is filled
     assert "dbpp_mh_procedural" not in t1 or t1["dbpp_mh_procedural"].isna().all()
+    figs = tmp_path / "figs"
+    t3 = pd.read_csv(figs / "tables" / "05_table3_loss_ablation.csv")
+    assert {"InfoNCE (sym., 1-pos)", "LNearID (Ours)"} <= set(t3["row"])
+    assert len(pd.read_csv(figs / "tables" / "06_table8_alpha.csv")) == len(get_profile("smoke").eval.alphas)
+    assert "NearID only" in set(pd.read_csv(figs / "tables" / "07_table6_data_ablation.csv")["row"])
+    assert (figs / "08_fig5_kernel_pca.png").stat().st_size > 0
