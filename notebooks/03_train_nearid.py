@@ -126,7 +126,8 @@ per_source.pivot_table(index="row", columns="row_id", values=["ssr", "pa"]).roun
 
 # %%
 timings = pd.DataFrame([{"cache_s": cache_seconds, "train_s": train_seconds, "eval_s": eval_seconds,
-                         "steps": res.steps, "s_per_step": train_seconds / max(1, res.steps - res.resumed_from),
+                         "steps": res.steps, "resumed_from_step": res.resumed_from,
+                         "s_per_step": train_seconds / max(1, res.steps - res.resumed_from),
                          "threads": torch.get_num_threads(), "profile": PROFILE}])
 write_csv(timings, tables / "03_timings.csv")
 write_json({"summary": rows, "timings": timings.to_dict("records")[0], "config": profile_to_dict(cfg)},
