@@ -56,7 +56,7 @@ from PIL import Image, ImageEnhance
 
 from .seeding import make_rng, torch_generator
 
-__all__ = ["TrainRows", "epoch_rows", "steps_per_epoch", "build_head", "train_head", "TrainResult",
+__all__ = ["TrainRows", "ablation_setup", "epoch_rows", "steps_per_epoch", "build_head", "train_head", "TrainResult",
            "augment_image", "make_scheduler", "save_train_state", "load_train_state", "latest_state",
            "train_groups", "load_backbone", "config_key", "train_and_score", "main"]
 
@@ -588,3 +588,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())
+
+
+def ablation_setup(profile: str, seed: int, notebook: str):
+    """Shared setup of the ablation notebooks (05/06/07): the resolved profile (seeded), run
+    metadata, the dataset, the frozen backbone and the step budget every head gets
+    (``train.ablation_steps``, else ``train.max_steps``). Returns ``(cfg, data, backbone, steps)``."""
+    from .config import get_profile
+    from .data import build_world, load_nearid, nearid_root
+    from .paths import results_dir
+    from .runmeta import write_run_metadata
+    from .seeding import seed_everything
+
+    cfg = get_profile(profile, seed=seed)
+    seed_everything(seed)
+    steps = cfg.train.ablation_steps or cfg.train.max_steps
+    write_run_metadata(results_dir(profile, notebook), {"PROFILE": profile, "SEED": seed, "steps": steps}, cfg)
+    data = load_nearid(build_world(cfg) if cfg.world.source == "procedural" else nearid_root(profile))
+    return cfg, data, load_backbone(cfg), steps

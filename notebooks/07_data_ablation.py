@@ -21,26 +21,16 @@ SEED = 0
 
 # %%
 import pandas as pd
-import torch
 
 from nearid_lib.config import get_profile
-from nearid_lib.data import build_world, load_nearid, nearid_root
 from nearid_lib.evaluate import Embedder, evaluate_split
 from nearid_lib.io_utils import write_csv
-from nearid_lib.paths import figures_dir, results_dir
+from nearid_lib.paths import figures_dir
 from nearid_lib.report import claim, paper_values_dir, write_claims
-from nearid_lib.runmeta import write_run_metadata
-from nearid_lib.seeding import seed_everything
-from nearid_lib.train import load_backbone, train_and_score
+from nearid_lib.train import ablation_setup, train_and_score
 
-torch.set_num_threads(max(1, torch.get_num_threads()))
-cfg = get_profile(PROFILE, seed=SEED)
-seed_everything(SEED)
-steps = cfg.train.ablation_steps or cfg.train.max_steps
-write_run_metadata(results_dir(PROFILE, "07_data_ablation"), {"PROFILE": PROFILE, "SEED": SEED, "steps": steps}, cfg)
+cfg, data, backbone, steps = ablation_setup(PROFILE, SEED, "07_data_ablation")
 tables = figures_dir(PROFILE) / "tables"
-data = load_nearid(build_world(cfg) if cfg.world.source == "procedural" else nearid_root(PROFILE))
-backbone = load_backbone(cfg)
 paper6 = pd.read_csv(paper_values_dir() / "nearid_table6_data_ablation.csv")
 one = data.train_sources[0]
 variants = [
