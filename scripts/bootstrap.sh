@@ -17,9 +17,11 @@ echo "[bootstrap] installing torch==2.13.0 torchvision==0.28.0"
 echo "[bootstrap] installing nearid_lib[paper,dev] (editable)"
 "$PY" -m pip install --quiet -e ".[paper,dev]"
 SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+# Test the plain import with any hook from an earlier run removed first: with the hook in place the
+# import always works, and a re-run (e.g. after pyproject.toml changed) would wrongly drop it.
+rm -f "$SITE/nearid_torchvision_cpu_fix.pth" "$SITE/_nearid_torchvision_cpu_fix.py"
 if "$PY" -c "import torchvision" >/dev/null 2>&1; then
   echo "[bootstrap] torchvision imports as is; no fix needed"
-  rm -f "$SITE/nearid_torchvision_cpu_fix.pth" "$SITE/_nearid_torchvision_cpu_fix.py"
 else
   echo "[bootstrap] torchvision fails to import against CPU torch; installing the schema hook"
   cp scripts/torchvision_cpu_fix.py "$SITE/_nearid_torchvision_cpu_fix.py"
