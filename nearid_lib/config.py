@@ -54,9 +54,15 @@ class WorldConfig:
     view_strength: float = 0.6
     # Distractor sources = perturbation family (nearid_lib.data.world.PERTURBATIONS), optionally
     # suffixed "_hr": rendered + filled at source_resolutions[-1], Lanczos-downsampled.
-    distractor_sources: tuple[str, ...] = ("recolor", "pattern", "marking", "shape", "hard",
-                                           "marking_hr")
-    train_sources: tuple[str, ...] = ("recolor", "pattern", "marking")   # seen in training
+    # Grouped like the paper's Table 5: training sources (two families at two resolutions, like
+    # FLUX-Fill / Qwen-Image at 512 and native), unseen fill-based sources (main results) and
+    # unseen structure-conditioned sources ("edges": the Canny analogue, reported apart).
+    distractor_sources: tuple[str, ...] = ("recolor", "pattern", "marking", "marking_hr", "shape",
+                                           "shape_hr", "hard", "edges", "edges_hr")
+    train_sources: tuple[str, ...] = ("recolor", "pattern", "marking", "marking_hr")   # seen in training
+    # Splits that get distractors of sources outside train_sources: a source never used in
+    # training is only ever evaluated, so rendering it for the train split is wasted work.
+    unseen_source_splits: tuple[str, ...] = ("val", "test")
     source_resolutions: tuple[int, ...] = (224, 448)   # (common size, "_hr" render size)
     n_mtg_pairs: int = 200               # MTG-like part-edit pairs
     n_grid_anchors: int = 24             # ID-Sim edit grids
@@ -284,8 +290,8 @@ def _smoke() -> Profile:
             image_size=64, n_classes=3, n_train_ids=12, n_val_ids=4, n_test_ids=6,
             object_frac=(0.5, 0.62), source_resolutions=(64, 96), n_mtg_pairs=8,
             n_grid_anchors=3, grid_levels=3, n_species=2, ids_per_species=3, refs_per_id=2,
-            gallery_per_id=3, distractor_sources=("recolor", "marking", "hard", "marking_hr"),
-            train_sources=("recolor", "marking"), n_workers=1,
+            gallery_per_id=3, distractor_sources=("recolor", "marking", "marking_hr", "hard", "edges"),
+            train_sources=("recolor", "marking", "marking_hr"), n_workers=1,
         ),
         backbone=BackboneConfig(name="efficientnet-lite0", image_size=64, tiny=True, batch_size=16),
         head=HeadConfig(num_heads=2, mlp_ratio=2.0, token_dropout=0.0),

@@ -15,7 +15,7 @@ TINY = {"world.n_train_ids": 2, "world.n_val_ids": 1, "world.n_test_ids": 1,
         "world.n_mtg_pairs": 1, "world.n_grid_anchors": 1, "world.grid_levels": 2,
         "world.n_species": 1, "world.ids_per_species": 2, "world.refs_per_id": 1,
         "world.gallery_per_id": 1, "world.image_size": 32, "world.source_resolutions": (32, 48),
-        "world.distractor_sources": ("recolor", "marking"), "world.train_sources": ("recolor",)}
+        "world.distractor_sources": ("recolor", "marking"), "world.train_sources": ("recolor", "marking")}
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def root(master, tmp_path):
 
 def test_valid_dataset_loads(root):
     d = load_nearid(root, check_images=True)
-    assert d.sources == ["recolor", "marking"] and d.train_sources == ["recolor"]
+    assert d.sources == ["recolor", "marking"] and d.train_sources == ["recolor", "marking"]
     v = d.views()
     assert len(v) == int(d.identities.n_views.sum())
     assert {"nimg_recolor", "nimg_marking"} <= set(v.columns)

@@ -63,10 +63,43 @@ def test_schema_loads_and_counts(built):
     assert d.manifest["counts"]["positive_images"] == int(d.identities.n_views.sum())
 
 
+def test_unseen_sources_only_in_their_splits(built):
+    d = load_nearid(built)
+    cfg = _tiny()
+    for s in d.sources:
+        has = (d.distractors[s].nimg1 != "").to_numpy()
+        want = d.positives.split.isin(d.source_splits[s]).to_numpy()
+        assert (has == want).all(), s
+        if s not in d.train_sources:
+            assert set(d.source_splits[s]) == set(cfg.world.unseen_source_splits)
+        else:
+            assert set(d.source_splits[s]) == {"train", "val", "test"}
+
+
+def test_every_distractor_is_visibly_different_at_stored_resolution(built):
+    """A distractor nobody could tell from its positive view measures nothing: every stored
+    distractor changes >= world.min_visible_px pixels of its view by > VISIBLE_DELTA."""
+    d = load_nearid(built)
+    size = d.image(d.positives.img1[0]).size[0]
+    need = W.min_visible_px(size)
+    for s in d.sources:
+        for i in range(len(d.positives)):
+            for k in (1, 2, 3):
+                rel = d.distractors[s].at[i, f"nimg{k}"]
+                if not rel:
+                    continue
+                p = np.asarray(d.image(d.positives.at[i, f"img{k}"]), dtype=float) / 255
+                n = np.asarray(d.image(rel), dtype=float) / 255
+                changed = (np.abs(p - n).max(-1) > W.VISIBLE_DELTA).sum()
+                assert changed >= need, (s, i, k, changed, need)
+
+
 def test_distractor_only_changes_inside_mask(built):
     d = load_nearid(built)
     for s in d.sources:
         for i in range(len(d.positives)):
+            if not d.distractors[s].nimg1[i]:
+                continue
             p = np.asarray(d.image(d.positives.img1[i]))
             n = np.asarray(d.image(d.distractors[s].nimg1[i]))
             m = d.mask(d.positives.mask1[i])

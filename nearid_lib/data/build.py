@@ -35,7 +35,7 @@ from . import world as W
 from .schema import COLUMNS, SCHEMA_VERSION
 
 __all__ = ["build_world", "parse_source", "world_fingerprint", "GRID_FACTORS", "positive_view",
-           "fpr_view", "background_for"]
+           "fpr_view", "background_for", "distractor_instance", "MAX_PERTURB_TRIES", "source_splits"]
 
 GRID_FACTORS = ("background", "viewpoint", "lighting")
 _SPLITS = ("train", "val", "test")
@@ -92,6 +92,39 @@ def positive_view(cfg, identity_id: str, k: int) -> dict[str, float]:
                          wc.view_strength)
 
 
+MAX_PERTURB_TRIES = 20
+
+
+def source_splits(wc, source: str) -> tuple[str, ...]:
+    """Splits whose identities get distractors of ``source``: every split for a training source,
+    ``world.unseen_source_splits`` for the others."""
+    return _SPLITS if source in wc.train_sources else tuple(wc.unseen_source_splits)
+
+
+def distractor_instance(cfg, ident: dict[str, Any], source: str, identity_id: str, k: int,
+                        view: dict[str, float], ref_layer: dict[str, Any] | None = None
+                        ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The near-identity instance of ``source`` for view ``k`` of an identity and its object layer
+    (rendered at the source's resolution): the one derivation shared by the builder and by
+    generators that re-render a source. The perturbation is redrawn (same rng stream, so the
+    result is deterministic) until it changes at least ``world.min_visible_px`` pixels of the view
+    at the stored resolution: a distractor nobody could tell apart measures nothing."""
+    wc = cfg.world
+    fam, hr = parse_source(source)
+    S = int(wc.image_size)
+    size = int(wc.source_resolutions[-1]) if hr else S
+    ref = ref_layer if ref_layer is not None else W.render_object(ident, view, S, with_parts=False)
+    need = W.min_visible_px(S)
+    rng = make_rng(cfg.seed, "perturb", source, identity_id, k)
+    for _ in range(MAX_PERTURB_TRIES):
+        d_ident, _ = W.perturb(ident, fam, rng)
+        layer = W.render_object(d_ident, view, size, with_parts=False)
+        if W.visible_change(ref, layer) >= need:
+            return d_ident, layer
+    raise RuntimeError(f"{identity_id} view {k} source {source}: no visible {fam!r} perturbation in "
+                       f"{MAX_PERTURB_TRIES} draws (>= {need} changed pixels at {S} px)")
+
+
 def fpr_view(cfg, name: str, k: int) -> dict[str, float]:
     """The view of the k-th (0-based; references first) image of FPR identity ``name``."""
     wc = cfg.world
@@ -141,15 +174,19 @@ def _job_identity(args) -> tuple[str, dict]:
             continue
         view = positive_view(cfg, iid, k)
         bg = _background(seed, held, S, iid, k)
-        img, mask, _ = W.render_scene(ident, view, bg)
+        ref = W.render_object(ident, view, S, with_parts=False)
+        img, mask = W.composite(bg, ref), ref["alpha"] > 0      # == W.render_scene(ident, view, bg)
         img8 = W.to_uint8(img)
         pos[f"img{k}"] = _save_png(root, f"pos/{iid}_{k}.png", img8, lvl)
         pos[f"mask{k}"] = _save_png(root, f"mask/{iid}_{k}.png", mask, lvl)
         img_pil = Image.fromarray(img8)
         mask_pil = Image.fromarray(mask.astype(np.uint8) * 255)
         for src in wc.distractor_sources:
+            if split not in source_splits(wc, src):
+                dist[src][f"nimg{k}"] = ""
+                continue
             fam, hr = parse_source(src)
-            d_ident, _ = W.perturb(ident, fam, make_rng(seed, "perturb", src, iid, k))
+            d_ident, layer = distractor_instance(cfg, ident, src, iid, k, view, ref)
             fseed = int(make_rng(seed, "fill", src, iid, k).integers(2**31))
             if hr:
                 # The generator works at a higher resolution: upsample the view, fill there,
@@ -157,12 +194,10 @@ def _job_identity(args) -> tuple[str, dict]:
                 # like the paper's *_1024 sources).
                 big = img_pil.resize((hr_size, hr_size), Image.LANCZOS)
                 bmask = mask_pil.resize((hr_size, hr_size), Image.NEAREST)
-                layer = W.render_object(d_ident, view, hr_size, with_parts=False)
                 out = fill.fill(big, bmask, W.describe(d_ident), fseed, instance=layer,
                                 where=f"{iid} view {k} source {src}")
                 out8 = np.asarray(out.resize((S, S), Image.LANCZOS))
             else:
-                layer = W.render_object(d_ident, view, S, with_parts=False)
                 out8 = np.asarray(fill.fill(img_pil, mask_pil, W.describe(d_ident), fseed,
                                             instance=layer, where=f"{iid} view {k} source {src}"))
             dist[src][f"nimg{k}"] = _save_png(root, f"dist/{src}/{iid}_{k}.png", out8, lvl)
@@ -372,6 +407,7 @@ def build_world(cfg, root: str | os.PathLike | None = None, n_workers: int | Non
     with_params = "\n".join(json.dumps({"id": i, "params": recs[i]["params"]}) for i in order)
     atomic_write(root / "identity_params.jsonl", lambda p: p.write_text(with_params + "\n"))
     write_json({"sources": list(wc.distractor_sources), "train_sources": list(wc.train_sources),
+                "source_splits": {s: list(source_splits(wc, s)) for s in wc.distractor_sources},
                 "resolutions": {s: int(wc.source_resolutions[-1] if parse_source(s)[1]
                                        else wc.image_size) for s in wc.distractor_sources}},
                root / "sources.json")

@@ -178,6 +178,7 @@ class NearIDData:
     grids: pd.DataFrame | None = None
     fpr_train: pd.DataFrame | None = None
     fpr_gallery: pd.DataFrame | None = None
+    source_splits: dict = field(default_factory=dict)   # source -> splits that have its distractors
     _size: dict = field(default_factory=dict, repr=False)
 
     def path(self, relpath: str) -> Path:
@@ -269,6 +270,10 @@ def load_nearid(root: str | os.PathLike, check_images: bool | int = False,
     if set(train_sources) - set(sources):
         raise DataError(f"{_where('sources.json', None, 'train_sources')}: "
                         f"{sorted(set(train_sources) - set(sources))} not in sources")
+    source_splits = {s: list(v) for s, v in (sj.get("source_splits") or {}).items()}
+    bad = sorted(set(source_splits) - set(sources))
+    if bad:
+        raise DataError(f"{_where('sources.json', None, 'source_splits')}: {bad} not in sources")
     dists = {}
     for s in sources:
         rel = f"distractors/{s}.csv"
@@ -283,7 +288,8 @@ def load_nearid(root: str | os.PathLike, check_images: bool | int = False,
             raise DataError(f"{_where(rel, i, 'id')}: {d['id'].iloc[i]!r} but positives.csv row {i} "
                             f"is {pos['id'].iloc[i]!r} (tables are not row-aligned)")
         for k in (1, 2, 3):
-            miss = (pos[f"img{k}"] != "").to_numpy() & (d[f"nimg{k}"] == "").to_numpy()
+            covered = pos["split"].isin(source_splits.get(s, sorted(_SPLITS))).to_numpy()
+            miss = covered & (pos[f"img{k}"] != "").to_numpy() & (d[f"nimg{k}"] == "").to_numpy()
             if miss.any():
                 i = int(np.flatnonzero(miss)[0])
                 raise DataError(f"{_where(rel, i, f'nimg{k}')}: view {k} of {pos['id'].iloc[i]!r} "
@@ -316,7 +322,8 @@ def load_nearid(root: str | os.PathLike, check_images: bool | int = False,
 
     data = NearIDData(root=root, manifest=manifest, identities=ids, positives=pos,
                       distractors=dists, sources=sources, train_sources=train_sources, mtg=mtg,
-                      grids=grids, fpr_train=fpr_train, fpr_gallery=fpr_gallery)
+                      grids=grids, fpr_train=fpr_train, fpr_gallery=fpr_gallery,
+                      source_splits={s: source_splits.get(s, sorted(_SPLITS)) for s in sources})
     if check_images:
         validate_images(data, limit=None if check_images is True else int(check_images))
     return data
@@ -339,6 +346,8 @@ def validate_images(data: NearIDData, limit: int | None = None) -> None:
             im = data.image(r[f"img{k}"], _where("positives.csv", i, f"img{k}"))
             data.mask(r[f"mask{k}"], _where("positives.csv", i, f"mask{k}"), size=im.size)
             for s, d in data.distractors.items():
+                if r["split"] not in data.source_splits.get(s, _SPLITS):
+                    continue
                 nim = data.image(d.at[i, f"nimg{k}"], _where(f"distractors/{s}.csv", i, f"nimg{k}"))
                 if nim.size != im.size:
                     raise DataError(f"{_where(f'distractors/{s}.csv', i, f'nimg{k}')}: size "

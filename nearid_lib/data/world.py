@@ -29,10 +29,10 @@ from PIL import Image
 __all__ = ["CLASSES", "PERTURBATIONS", "MARKING_SHAPES", "PATTERN_TYPES", "sample_identity",
            "describe", "perturb", "perturb_strength", "part_edit", "editable_parts",
            "sample_view", "interpolate_view", "render_object", "composite", "render_scene",
-           "to_uint8", "resize_lanczos"]
+           "to_uint8", "resize_lanczos", "visible_change", "min_visible_px", "VISIBLE_DELTA"]
 
 CLASSES = ("beetle", "fish", "robot", "bird", "vase", "car")
-PERTURBATIONS = ("recolor", "pattern", "marking", "shape", "hard")
+PERTURBATIONS = ("recolor", "pattern", "marking", "shape", "hard", "edges")
 MARKING_SHAPES = ("circle", "square", "triangle", "star", "diamond", "ring", "cross")
 PATTERN_TYPES = ("none", "stripes", "spots", "checker", "bands")
 _MARK_R = (0.2, 0.28)       # marking radius in canonical units = fraction of object size
@@ -135,7 +135,11 @@ def perturb(ident: dict[str, Any], family: str, rng: np.random.Generator,
     the object size, which the prototype found necessary for the change to be visible at 224 px):
     ``recolor`` body + accent hue; ``pattern`` pattern geometry/type + pattern colour;
     ``marking`` marking shape + position + colour; ``shape`` body aspect + one part size +
-    variant; ``hard`` one subtle attribute (the separate harder source).
+    variant; ``hard`` exactly one attribute, chosen so that it stays visible under any view
+    (marking shape, pattern type, one part's size, or an accent hue shift well beyond the views'
+    colour-temperature range); ``edges`` keeps every edge of the object (geometry, pattern
+    layout, marking shape and place) and redraws every colour at a similar brightness, the
+    analogue of an edge-map-conditioned (Canny) inpainting generator.
     Returns (new identity, names of the changed attributes)."""
     new = copy.deepcopy(ident)
     changed: list[str] = []
@@ -186,24 +190,45 @@ def perturb(ident: dict[str, Any], family: str, rng: np.random.Generator,
         _pattern_tweak(new["pattern"], rng)
         changed = ["geom.aspect", f"geom.{k}", "geom.v1", "pattern.geometry"]
     elif family == "hard":
+        # One attribute only. The earlier subtle version (a 0.04-0.07 body hue shift, a marking
+        # nudge of 0.15, a pattern phase) sat inside the views' own lighting and pose variation
+        # (colour temperature +-0.09, flips): invisible as an identity cue, it scored 0-3% SSR
+        # for every model, foreground-only included, and measured nothing.
         which = int(rng.integers(4))
         if which == 0:
-            new["colors"]["body"] = _shift(ident["colors"]["body"], _sign(rng) * rng.uniform(0.04, 0.07))
-            changed = ["colors.body"]
+            shapes = [s for s in MARKING_SHAPES if s != ident["marking"]["shape"]]
+            new["marking"]["shape"] = shapes[int(rng.integers(len(shapes)))]
+            changed = ["marking.shape"]
         elif which == 1:
-            new["marking"]["color"] = _shift(ident["marking"]["color"], _sign(rng) * rng.uniform(0.1, 0.2))
-            changed = ["marking.color"]
+            p = ident["pattern"]
+            choices = [t for t in PATTERN_TYPES if t not in ("none", p["type"])]
+            new["pattern"] = _sample_pattern(rng, ident["colors"]["body"],
+                                             choices[int(rng.integers(len(choices)))])
+            new["pattern"]["color"] = list(p["color"])
+            changed = ["pattern.type"]
         elif which == 2:
-            new["marking"]["x"] = round(float(ident["marking"]["x"] + _sign(rng) * 0.15), 4)
-            changed = ["marking.position"]
+            g = new["geom"]
+            k = ("p1", "p2", "p3")[int(rng.integers(3))]
+            g[k] = round(float(g[k] * (0.6 if g[k] > 1.0 else 1.6)), 4)
+            changed = [f"geom.{k}"]
         else:
-            new["pattern"]["phase"] = round(float((ident["pattern"]["phase"] + 0.5) % 1.0), 4)
-            if new["pattern"]["type"] == "none":
-                new["pattern"]["type"] = "stripes"
-            changed = ["pattern.phase"]
+            new["colors"]["accent"] = _shift(ident["colors"]["accent"], _sign(rng) * rng.uniform(0.3, 0.45))
+            changed = ["colors.accent"]
+    elif family == "edges":
+        for key in ("body", "accent", "dark", "eye"):
+            new["colors"][key] = _rehue(ident["colors"][key], rng)
+        new["pattern"]["color"] = _rehue(ident["pattern"]["color"], rng)
+        new["marking"]["color"] = _rehue(ident["marking"]["color"], rng)
+        changed = ["colors.body", "colors.accent", "colors.dark", "colors.eye", "pattern.color",
+                   "marking.color"]
     else:
         raise ValueError(f"unknown perturbation family {family!r}; valid: {', '.join(PERTURBATIONS)}")
     return new, changed
+
+
+def _rehue(rgb: list[float], rng: np.random.Generator) -> list[float]:
+    """A far hue (+-0.25..0.5 of the wheel) at the same brightness: luminance edges survive."""
+    return _shift(rgb, _sign(rng) * rng.uniform(0.25, 0.5))
 
 
 def _pattern_tweak(p: dict[str, Any], rng: np.random.Generator) -> None:
@@ -474,6 +499,20 @@ def _pattern_mask(p: dict[str, Any], X: np.ndarray, Y: np.ndarray) -> np.ndarray
     raise ValueError(f"unknown pattern type {t!r}")
 
 
+def _ss_mean(x: np.ndarray, ss: int) -> np.ndarray:
+    """Mean over ss x ss sub-sample blocks of [h*ss, w*ss, ...] (strided sums: a reshape + mean
+    over two non-adjacent axes is several times slower in numpy)."""
+    if ss == 1:
+        return x
+    out = x[0::ss, 0::ss].copy()
+    for dy in range(ss):
+        for dx in range(ss):
+            if dy or dx:
+                out += x[dy::ss, dx::ss]
+    out *= 1.0 / (ss * ss)
+    return out
+
+
 def render_object(ident: dict[str, Any], view: dict[str, float], size: int,
                   ss: int | None = None, with_parts: bool = True) -> dict[str, Any]:
     """Render ``ident`` under ``view`` on a ``size x size`` canvas.
@@ -532,9 +571,9 @@ def render_object(ident: dict[str, Any], view: dict[str, float], size: int,
     ramp = (np.cos(view["shade_dir"]) * dx + np.sin(view["shade_dir"]) * dy)   # canonical units
     col *= (1.0 - view["shade"] * np.clip(ramp, -1.2, 1.2))[..., None]
     col = np.clip(col, 0, 1) * cov[..., None]
-    # Average sub-samples: [h*ss, w*ss, 3] -> [h, ss, w, ss, 3] -> [h, w, 3]
-    prem[y0:y1, x0:x1] = col.reshape(h, ss, w, ss, 3).mean(axis=(1, 3))
-    alpha[y0:y1, x0:x1] = cov.reshape(h, ss, w, ss).mean(axis=(1, 3))
+    # Average sub-samples: [h*ss, w*ss, 3] -> [h, w, 3]
+    prem[y0:y1, x0:x1] = _ss_mean(col, ss)
+    alpha[y0:y1, x0:x1] = _ss_mean(cov.astype(np.float32), ss)
     if not with_parts:
         return {"prem": prem, "alpha": alpha, "parts": parts_out}
     for k, name in enumerate(_parts(ident)):
@@ -547,6 +586,37 @@ def render_object(ident: dict[str, Any], view: dict[str, float], size: int,
     full[y0:y1, x0:x1] = vis
     parts_out["marking"] = full
     return {"prem": prem, "alpha": alpha, "parts": parts_out}
+
+
+# A change counts as visible where a pixel's colour moves by more than this (max over RGB, 0..1,
+# ~31/255) in the same view; a distractor must change at least ``min_visible_px`` such pixels.
+VISIBLE_DELTA = 0.12
+_MIN_VISIBLE_FRAC = 128 / 224 ** 2      # 128 px at 224 (half a stride-16 token's 256 px)
+
+
+def min_visible_px(size: int) -> int:
+    """Changed pixels a distractor needs at ``size`` px to count as humanly distinguishable."""
+    return max(4, int(np.ceil(_MIN_VISIBLE_FRAC * size * size)))
+
+
+def _area_resize(x: np.ndarray, size: int) -> np.ndarray:
+    """Area-average resample of a float [H, W] or [H, W, C] array to ``size x size``."""
+    if x.shape[0] == size:
+        return x
+    chans = [x] if x.ndim == 2 else [x[..., c] for c in range(x.shape[-1])]
+    out = [np.asarray(Image.fromarray(np.ascontiguousarray(c, np.float32), mode="F").resize(
+        (size, size), Image.BOX)) for c in chans]
+    return out[0] if x.ndim == 2 else np.stack(out, axis=-1)
+
+
+def visible_change(ref: dict[str, Any], other: dict[str, Any], delta: float = VISIBLE_DELTA) -> int:
+    """Pixels (at ``ref``'s size) where two object layers of the same view differ visibly: inside
+    either object, max-channel |difference of premultiplied colour| > ``delta``. ``other`` may be
+    rendered at another size (the "_hr" sources); it is area-averaged to ``ref``'s size."""
+    S = ref["alpha"].shape[0]
+    pa, aa = _area_resize(other["prem"], S), _area_resize(other["alpha"], S)
+    inside = (ref["alpha"] > 0) | (aa > 0)
+    return int(((np.abs(ref["prem"] - pa).max(axis=-1) > delta) & inside).sum())
 
 
 def composite(background: np.ndarray, layer: dict[str, Any],

@@ -17,6 +17,7 @@ matched context). Without an instance the backend only removes the object.
 """
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import numpy as np
@@ -28,13 +29,9 @@ from .base import FillBackend, register_backend, validate_fill_inputs
 __all__ = ["ProceduralFill", "remove_object"]
 
 
-def remove_object(img: np.ndarray, mask: np.ndarray, seed: int = 0, blur: float = 2.0,
-                  noise: float = 0.01) -> np.ndarray:
-    """Fast classical inpainting of float RGB ``img`` [H,W,3] inside bool ``mask`` [H,W]."""
-    if not mask.any():
-        return img.copy()
-    if mask.all():
-        return np.full_like(img, img.mean())
+def _smooth_fill(img: np.ndarray, mask: np.ndarray, blur: float):
+    """``(box, sub-mask, smoothed nearest-pixel fill)`` of ``img`` inside ``mask``: the seed-free
+    part of :func:`remove_object`, shared by every distractor source of one view."""
     # Work on the mask's bounding box plus a margin: the nearest unmasked pixel of a masked pixel
     # always lies inside it (the ring around the box is unmasked), so the result is identical
     # to a full-frame fill at a fraction of the cost.
@@ -47,6 +44,18 @@ def remove_object(img: np.ndarray, mask: np.ndarray, seed: int = 0, blur: float 
     _, (iy, ix) = ndimage.distance_transform_edt(m, return_indices=True)
     filled = sub[iy, ix]
     sm = np.stack([ndimage.gaussian_filter(filled[..., c], blur) for c in range(3)], axis=-1)
+    return (y0, y1, x0, x1), m, sm
+
+
+def remove_object(img: np.ndarray, mask: np.ndarray, seed: int = 0, blur: float = 2.0,
+                  noise: float = 0.01, smooth=None) -> np.ndarray:
+    """Fast classical inpainting of float RGB ``img`` [H,W,3] inside bool ``mask`` [H,W].
+    ``smooth``: a precomputed ``_smooth_fill(img, mask, blur)`` of the same inputs."""
+    if not mask.any():
+        return img.copy()
+    if mask.all():
+        return np.full_like(img, img.mean())
+    (y0, y1, x0, x1), m, sm = smooth if smooth is not None else _smooth_fill(img, mask, blur)
     rng = np.random.default_rng(seed)
     sm = sm + rng.normal(0, noise, sm.shape).astype(np.float32)
     out = img.copy()
@@ -63,13 +72,22 @@ class ProceduralFill(FillBackend):
     def __init__(self, blur: float = 2.0, noise: float = 0.01):
         self.blur = blur
         self.noise = noise
+        self._last: tuple[bytes, Any] | None = None   # (input digest, _smooth_fill result)
+
+    def _smooth(self, img: np.ndarray, m: np.ndarray):
+        """The seed-free fill, reused while consecutive calls fill the same view (every source
+        of one view shares it; only the seeded noise differs)."""
+        key = hashlib.sha1(img.tobytes() + m.tobytes() + repr((img.shape, self.blur)).encode()).digest()
+        if self._last is None or self._last[0] != key:
+            self._last = (key, _smooth_fill(img, m, self.blur) if m.any() and not m.all() else None)
+        return self._last[1]
 
     def fill(self, image: Image.Image, mask: Image.Image, prompt: str, seed: int,
              **settings: Any) -> Image.Image:
         image, mask = validate_fill_inputs(image, mask, where=settings.pop("where", ""))
         img = np.asarray(image, dtype=np.float32) / 255.0
         m = np.asarray(mask) >= 128
-        out = remove_object(img, m, seed=seed, blur=self.blur, noise=self.noise)
+        out = remove_object(img, m, seed=seed, blur=self.blur, noise=self.noise, smooth=self._smooth(img, m))
         inst = settings.pop("instance", None)
         if inst is not None:
             if isinstance(inst, Image.Image):

@@ -370,7 +370,7 @@ def world_request_fn(cfg, root: str | Path, source: str):
     resolution)``; wrap the backend in :class:`ResampledBackend` when resolution differs from
     the image size ("_hr" sources)."""
     from ..data import world as W
-    from ..data.build import parse_source, positive_view
+    from ..data.build import distractor_instance, parse_source, positive_view
     from ..seeding import make_rng
 
     fam, hr = parse_source(source)
@@ -385,12 +385,12 @@ def world_request_fn(cfg, root: str | Path, source: str):
     def request(it: GenItem, attempt: int) -> tuple[int, dict]:
         if it.id not in params:
             raise KeyError(f"item {it.item_id!r}: no parameters in identity_params.jsonl")
-        view = positive_view(cfg, it.id, it.k)  # the builder's own view derivation
-        d_ident, _ = W.perturb(params[it.id], fam, make_rng(seed, "perturb", source, it.id, it.k))
+        view = positive_view(cfg, it.id, it.k)  # the builder's own view and instance derivation
+        _, layer = distractor_instance(cfg, params[it.id], source, it.id, it.k, view)
         fseed = int(make_rng(seed, "fill", source, it.id, it.k).integers(2**31))
         if attempt:
             fseed = item_seed(it.item_id, fseed, attempt)
-        return fseed, {"instance": W.render_object(d_ident, view, size)}
+        return fseed, {"instance": layer}
 
     return request, size
 
