@@ -1,0 +1,356 @@
+"""Claims as data: each paper's checkable claims declared once and evaluated with 95% intervals.
+
+A claim compares *quantities*: the NearID head's test SSR against a threshold, +R neg's M-O
+against L_NearID's, ID-Sim's identity sensitivity against the frozen backbone's. Each quantity is
+an :class:`Evidence`: per-unit outcomes (units = test identities, MTG pairs, grid anchors, FPR
+identities, ...) for one or more training seeds, plus the name of the statistic that turns units
+into a number (:data:`STATISTICS`). Every statistic is a ratio of sums over units, so a bootstrap
+replicate is just a vector of resampling counts over units and all replicates are one matrix
+product.
+
+Intervals are percentile bootstraps over units. When two quantities are scored on the same units
+(the same test identities seen by two models), each replicate resamples the units once for both:
+a *paired* bootstrap, so the interval of a difference is not inflated by between-identity
+variance. A statistic is computed per seed and averaged over seeds; the per-seed spread is
+reported beside it (it is the part of the uncertainty that more identities would not remove).
+
+Criteria are fixed before results (they live in the declarations, never in a notebook) and give
+one of four verdicts:
+
+* ``holds``         - the interval lies on the claim's side of the criterion;
+* ``does not hold`` - the interval lies on the other side;
+* ``inconclusive``  - the interval straddles the criterion;
+* ``not testable``  - a declared precondition fails (e.g. "both sides far from the paper's regime")
+  or the profile has no evidence for it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["Evidence", "Statistic", "STATISTICS", "AtLeast", "AtMost", "Greater", "Within",
+           "Precondition", "PaperRef", "ClaimSpec", "evaluate_claim", "evaluate_claims",
+           "paper_value", "VERDICTS"]
+
+VERDICTS = ("holds", "does not hold", "inconclusive", "not testable")
+
+
+# --------------------------------------------------------------------------- statistics
+@dataclass(frozen=True)
+class Statistic:
+    """``moments(table) -> [n_rows, m]`` per-row sums; ``value(sums [..., m]) -> [...]``.
+
+    A unit's moments are the sum of its rows' moments, a replicate's the count-weighted sum of
+    its units', so any statistic that is a smooth function of sums (ratios, Pearson r) fits."""
+
+    fields: tuple[str, ...]
+    moments: Callable[[pd.DataFrame], np.ndarray]
+    value: Callable[[np.ndarray], np.ndarray]
+    percent: bool = False         # shown x100 with a % sign
+
+
+def _ratio(num: str, den: str | None = None) -> Statistic:
+    def moments(t: pd.DataFrame) -> np.ndarray:
+        x = t[num].to_numpy(float)
+        ok = np.isfinite(x)
+        d = t[den].to_numpy(float) if den else ok.astype(float)
+        return np.stack([np.where(ok, x, 0.0), np.where(ok, d, 0.0)], axis=1)
+
+    def value(m: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return m[..., 0] / m[..., 1]
+
+    return Statistic((num,) if den is None else (num, den), moments, value)
+
+
+_MTG_PAIRS = (("s_1_1p", "oracle_1"), ("s_2_2p", "oracle_2"), ("s_1_2p", "oracle_2"),
+              ("s_2_1p", "oracle_1"))
+
+
+def _fisher_pearson(pairs: Sequence[tuple[str, str]]) -> Statistic:
+    """Fisher-z mean of the Pearson r of each (x, y) column pair (NearID Eq. 6 over MTG pairs)."""
+    def moments(t: pd.DataFrame) -> np.ndarray:
+        out = []
+        for xc, yc in pairs:
+            x, y = t[xc].to_numpy(float), t[yc].to_numpy(float)
+            ok = np.isfinite(x) & np.isfinite(y)
+            x, y = np.where(ok, x, 0.0), np.where(ok, y, 0.0)
+            out += [ok.astype(float), x, y, x * x, y * y, x * y]
+        return np.stack(out, axis=1)
+
+    def value(m: np.ndarray) -> np.ndarray:
+        zs = []
+        for c in range(len(pairs)):
+            n, sx, sy, sxx, syy, sxy = (m[..., 6 * c + j] for j in range(6))
+            with np.errstate(invalid="ignore", divide="ignore"):
+                r = (n * sxy - sx * sy) / np.sqrt((n * sxx - sx * sx) * (n * syy - sy * sy))
+            zs.append(np.arctanh(np.clip(r, -0.999, 0.999)))
+        return np.tanh(np.mean(zs, axis=0))
+
+    return Statistic(tuple(c for p in pairs for c in p), moments, value)
+
+
+STATISTICS: dict[str, Statistic] = {
+    # rows = (identity, source) trials of NearID-bench: success 0/1 (NaN: no trial), wins, trials
+    "ssr": replace(_ratio("success"), percent=True),
+    "pa": replace(_ratio("wins", "trials"), percent=True),
+    # rows = MTG pairs: the four similarities and the two oracles (metrics.mtg_metrics)
+    "mtg_mo": _fisher_pearson(_MTG_PAIRS),
+    "mtg_mopair": _fisher_pearson(_MTG_PAIRS[:2]),
+}
+
+
+def statistic(name: str) -> Statistic:
+    """A named statistic; ``"mean:<column>"`` is the plain mean of a column over rows."""
+    if name in STATISTICS:
+        return STATISTICS[name]
+    if name.startswith("mean:"):
+        return _ratio(name[5:])
+    raise KeyError(f"unknown statistic {name!r}; valid: {', '.join(STATISTICS)}, mean:<column>")
+
+
+# --------------------------------------------------------------------------- evidence
+@dataclass(frozen=True)
+class Evidence:
+    """Per-unit outcomes of one quantity. ``table`` has a ``unit`` column, an optional ``seed``
+    column (absent: one deterministic run) and the fields of ``stat``; several rows per unit are
+    summed (e.g. one row per distractor source of an identity: a cluster bootstrap over identities)."""
+
+    stat: str
+    table: pd.DataFrame
+    label: str = ""
+
+    def __post_init__(self):
+        st = statistic(self.stat)
+        miss = [c for c in ("unit", *st.fields) if c not in self.table.columns]
+        if miss:
+            raise ValueError(f"Evidence {self.label or self.stat!r}: table lacks column(s) {miss}")
+        if len(self.table) == 0:
+            raise ValueError(f"Evidence {self.label or self.stat!r}: empty table")
+
+    @property
+    def seeds(self) -> list[int]:
+        return sorted(int(s) for s in self.table["seed"].unique()) if "seed" in self.table else [0]
+
+    def unit_moments(self, units: Sequence[str]) -> np.ndarray:
+        """Moments summed per unit and seed: [n_units, n_seeds, m] (zeros where a unit is absent)."""
+        st = statistic(self.stat)
+        t = self.table if "seed" in self.table else self.table.assign(seed=0)
+        mom = st.moments(t)
+        u_idx = pd.Index(list(units)).get_indexer(t["unit"].astype(str))
+        if (u_idx < 0).any():
+            raise ValueError(f"Evidence {self.label!r}: units not in the index")
+        s_idx = pd.Index(self.seeds).get_indexer(t["seed"].astype(int))
+        out = np.zeros((len(units), len(self.seeds), mom.shape[1]))
+        np.add.at(out, (u_idx, s_idx), mom)
+        return out
+
+    def per_seed(self) -> np.ndarray:
+        """The statistic of each seed (all units once)."""
+        units = sorted(self.table["unit"].astype(str).unique())
+        return statistic(self.stat).value(self.unit_moments(units).sum(axis=0))
+
+    def point(self) -> float:
+        """The estimate: the statistic averaged over seeds."""
+        return float(np.nanmean(self.per_seed()))
+
+
+def _units(e: Evidence) -> tuple[str, ...]:
+    return tuple(sorted(e.table["unit"].astype(str).unique()))
+
+
+def _replicates(evs: Sequence[Evidence], rng: np.random.Generator, n_boot: int) -> list[np.ndarray]:
+    """Seed-averaged bootstrap replicates [n_boot] of each evidence; evidences sharing units are
+    resampled together (paired), the others independently."""
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for i, e in enumerate(evs):
+        groups.setdefault(_units(e), []).append(i)
+    out: list[np.ndarray | None] = [None] * len(evs)
+    for units, members in groups.items():
+        n = len(units)
+        counts = rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot).astype(float)   # [B, n]
+        for i in members:
+            m = evs[i].unit_moments(units)                                           # [n, S, m]
+            sums = np.einsum("bn,nsm->bsm", counts, m)                               # [B, S, m]
+            out[i] = np.nanmean(statistic(evs[i].stat).value(sums), axis=1)          # [B]
+    return out  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------- criteria
+@dataclass(frozen=True)
+class AtLeast:
+    """quantity >= threshold."""
+    q: str
+    threshold: float
+
+    quantities = property(lambda self: (self.q,))
+
+    def criterion(self, fmt) -> str:
+        return f"{self.q} >= {fmt(self.threshold)}"
+
+    def decide(self, est: float, low: float, high: float) -> str:
+        return "holds" if low >= self.threshold else "does not hold" if high < self.threshold else "inconclusive"
+
+
+@dataclass(frozen=True)
+class AtMost:
+    """quantity <= threshold."""
+    q: str
+    threshold: float
+
+    quantities = property(lambda self: (self.q,))
+
+    def criterion(self, fmt) -> str:
+        return f"{self.q} <= {fmt(self.threshold)}"
+
+    def decide(self, est: float, low: float, high: float) -> str:
+        return "holds" if high <= self.threshold else "does not hold" if low > self.threshold else "inconclusive"
+
+
+@dataclass(frozen=True)
+class Greater:
+    """a - b > margin (paired when a and b share units)."""
+    a: str
+    b: str
+    margin: float = 0.0
+
+    quantities = property(lambda self: (self.a, self.b))
+
+    def criterion(self, fmt) -> str:
+        return f"{self.a} - {self.b} > {fmt(self.margin)}"
+
+    def decide(self, est: float, low: float, high: float) -> str:
+        return "holds" if low > self.margin else "does not hold" if high <= self.margin else "inconclusive"
+
+
+@dataclass(frozen=True)
+class Within:
+    """|a - b| <= tol."""
+    a: str
+    b: str
+    tol: float
+
+    quantities = property(lambda self: (self.a, self.b))
+
+    def criterion(self, fmt) -> str:
+        return f"|{self.a} - {self.b}| <= {fmt(self.tol)}"
+
+    def decide(self, est: float, low: float, high: float) -> str:
+        if -self.tol <= low and high <= self.tol:
+            return "holds"
+        return "does not hold" if low > self.tol or high < -self.tol else "inconclusive"
+
+
+@dataclass(frozen=True)
+class Precondition:
+    """A point-estimate condition that makes a claim testable in a profile (``op``: ">=" | "<=")."""
+    q: str
+    op: str
+    threshold: float
+    why: str = ""
+
+    def ok(self, value: float) -> bool:
+        return value >= self.threshold if self.op == ">=" else value <= self.threshold
+
+
+@dataclass(frozen=True)
+class PaperRef:
+    """One number of ``paper_values/<table>.csv``: the row where ``where`` matches, ``column``."""
+    table: str
+    where: tuple[tuple[str, str], ...]
+    column: str
+
+
+def paper_value(ref: PaperRef, folder: Path | None = None) -> float:
+    """The transcribed paper number ``ref`` points at (raises if it is not exactly one cell)."""
+    from .report import paper_values_dir
+
+    df = pd.read_csv(Path(folder or paper_values_dir()) / f"{ref.table}.csv")
+    sel = np.ones(len(df), bool)
+    for col, val in ref.where:
+        sel &= df[col].astype(str).to_numpy() == str(val)
+    if sel.sum() != 1:
+        raise KeyError(f"paper value {ref}: {int(sel.sum())} matching rows in {ref.table}.csv")
+    return float(df.loc[sel, ref.column].iloc[0])
+
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    """One claim: the statement, the paper's side (``paper_text`` formatted with ``paper_refs``),
+    the test, preconditions, and where the evidence comes from (for the reader)."""
+    key: str
+    paper: str
+    statement: str
+    test: AtLeast | AtMost | Greater | Within
+    paper_text: str = ""
+    paper_refs: tuple[PaperRef, ...] = ()
+    preconditions: tuple[Precondition, ...] = ()
+    evidence_note: str = ""
+
+
+def _fmt_for(evs: Sequence[Evidence]) -> Callable[[float], str]:
+    pct = any(statistic(e.stat).percent for e in evs)
+    return (lambda v: f"{100 * v:.1f}%") if pct else (lambda v: f"{v:.3f}")
+
+
+def evaluate_claim(spec: ClaimSpec, evidence: Mapping[str, Evidence], rng: np.random.Generator,
+                   n_boot: int = 1000, ci: float = 0.95, profile: str = "",
+                   paper_folder: Path | None = None) -> dict:
+    """One row of a claims table (see the module docstring for the verdicts)."""
+    try:
+        vals = [paper_value(r, paper_folder) for r in spec.paper_refs]
+        paper = spec.paper_text.format(*vals) if spec.paper_text else ""
+    except (KeyError, FileNotFoundError, IndexError, ValueError) as err:
+        paper = f"{spec.paper_text} (paper value unavailable: {err})"
+    row = {"key": spec.key, "paper_name": spec.paper, "claim": spec.statement, "paper": paper,
+           "profile": profile, "evidence": spec.evidence_note}
+    qs = spec.test.quantities
+    missing = [q for q in qs if q not in evidence]
+    if missing:
+        return {**row, "ours": "–", "verdict": "not testable", "criterion": "",
+                "detail": f"no evidence in this profile for {', '.join(missing)}"}
+    evs = [evidence[q] for q in qs]
+    fmt = _fmt_for(evs)
+    row["criterion"] = spec.test.criterion(fmt)
+    points = {q: evidence[q].point() for q in set(qs) | {p.q for p in spec.preconditions if p.q in evidence}}
+    for pre in spec.preconditions:
+        if pre.q not in evidence or not pre.ok(points[pre.q]):
+            got = fmt(points[pre.q]) if pre.q in points else "no evidence"
+            return {**row, "ours": ", ".join(f"{q} = {fmt(points[q])}" for q in qs),
+                    "verdict": "not testable",
+                    "detail": f"precondition {pre.q} {pre.op} {fmt(pre.threshold)} fails ({got})"
+                              + (f": {pre.why}" if pre.why else "")}
+    reps = _replicates(evs, rng, n_boot)
+    lo_q, hi_q = 100 * (1 - ci) / 2, 100 * (1 + ci) / 2
+    if len(qs) == 1:
+        est, dist = points[qs[0]], reps[0]
+    else:
+        est, dist = points[qs[0]] - points[qs[1]], reps[0] - reps[1]
+    low, high = (float(v) for v in np.nanpercentile(dist, [lo_q, hi_q]))
+    seeds = [evidence[q].seeds for q in qs]
+    spreads = [np.nanstd(evidence[q].per_seed(), ddof=1) if len(s) > 1 else float("nan")
+               for q, s in zip(qs, seeds)]
+    parts = []
+    for q, s, sd in zip(qs, seeds, spreads):
+        seed_txt = f", {len(s)} seeds sd {fmt(sd)}" if len(s) > 1 else ""
+        parts.append(f"{q} = {fmt(points[q])}{seed_txt}")
+    what = "difference" if len(qs) > 1 else "estimate"
+    ours = "; ".join(parts) + f"; {what} {fmt(est)} [{fmt(low)}, {fmt(high)}]"
+    n_units = [int(evidence[q].table["unit"].nunique()) for q in qs]
+    return {**row, "ours": ours, "verdict": spec.test.decide(est, low, high), "estimate": est,
+            "ci_low": low, "ci_high": high, "ci_level": ci, "n_boot": n_boot,
+            "seeds": "/".join(str(len(s)) for s in seeds), "n_units": "/".join(map(str, n_units)),
+            "detail": f"{int(ci * 100)}% percentile bootstrap over units"
+                      + (" (paired)" if len(qs) > 1 and len({_units(e) for e in evs}) == 1 else "")}
+
+
+def evaluate_claims(specs: Sequence[ClaimSpec], evidence: Mapping[str, Evidence],
+                    rng: np.random.Generator, n_boot: int = 1000, ci: float = 0.95,
+                    profile: str = "", keys: Sequence[str] | None = None) -> pd.DataFrame:
+    """Evaluate every claim in ``specs`` (or those in ``keys``) against ``evidence``."""
+    chosen = [s for s in specs if keys is None or s.key in keys]
+    return pd.DataFrame([evaluate_claim(s, evidence, rng, n_boot, ci, profile) for s in chosen])

@@ -1,0 +1,145 @@
+"""Claims as data: statistics vs the metrics module, bootstrap vs brute-force resampling,
+paired intervals, verdicts on hand-built cases, preconditions, seeds, paper values."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from nearid_lib import claims as C
+from nearid_lib import metrics
+from nearid_lib.seeding import make_rng
+
+
+def _nearid_table(rng, n=40, sources=("a", "b"), p_win=0.8, seeds=(0,)):
+    rows = []
+    for seed in seeds:
+        for u in range(n):
+            for s in sources:
+                trials = int(rng.integers(2, 7))
+                wins = int(rng.binomial(trials, p_win))
+                rows.append({"unit": f"id{u:03d}", "source": s, "seed": seed, "wins": wins,
+                             "trials": trials, "success": float(wins == trials)})
+    return pd.DataFrame(rows)
+
+
+def test_ssr_pa_statistics_match_metrics_pooling():
+    t = _nearid_table(make_rng(0, "t"))
+    per = {}
+    for s, g in t.groupby("source"):
+        per[s] = {"ssr": g.success.mean(), "pa": g.wins.sum() / g.trials.sum(),
+                  "n_identities": len(g), "n_trials": int(g.trials.sum()), "n_wins": int(g.wins.sum()),
+                  "n_success": int(g.success.sum())}
+    pooled = metrics.pool_sources(per, ["a", "b"])
+    assert C.Evidence("ssr", t).point() == pytest.approx(pooled["ssr"], abs=1e-12)
+    assert C.Evidence("pa", t).point() == pytest.approx(pooled["pa"], abs=1e-12)
+
+
+def test_mtg_mo_statistic_matches_mtg_metrics():
+    rng = make_rng(1, "mtg")
+    n = 30
+    cols = {k: rng.random(n) for k in ("s_1_1p", "s_2_2p", "s_1_2p", "s_2_1p", "s_1_2")}
+    o1, o2 = rng.random(n), rng.random(n)
+    ref = metrics.mtg_metrics(cols["s_1_1p"], cols["s_2_2p"], cols["s_1_2p"], cols["s_2_1p"],
+                              cols["s_1_2"], o1, o2)
+    t = pd.DataFrame({"unit": [f"p{i}" for i in range(n)], **cols, "oracle_1": o1, "oracle_2": o2})
+    assert C.Evidence("mtg_mo", t).point() == pytest.approx(ref["m_o"], abs=1e-9)
+    assert C.Evidence("mtg_mopair", t).point() == pytest.approx(ref["m_opair"], abs=1e-9)
+
+
+@pytest.mark.parametrize("stat", ["ssr", "pa", "mtg_mo"])
+def test_replicates_equal_brute_force_resampling(stat):
+    """A replicate from resampling counts equals the statistic recomputed on the explicitly
+    resampled table (units drawn with replacement, clusters kept whole)."""
+    rng = make_rng(2, stat)
+    if stat == "mtg_mo":
+        n = 25
+        t = pd.DataFrame({"unit": [f"p{i}" for i in range(n)],
+                          **{k: rng.random(n) for k in ("s_1_1p", "s_2_2p", "s_1_2p", "s_2_1p")},
+                          "oracle_1": rng.random(n), "oracle_2": rng.random(n)})
+    else:
+        t = _nearid_table(rng, n=25)
+    ev = C.Evidence(stat, t)
+    units = C._units(ev)
+    reps = C._replicates([ev], make_rng(3, "boot"), n_boot=5)[0]
+    counts = make_rng(3, "boot").multinomial(len(units), np.full(len(units), 1 / len(units)), size=5)
+    for b in range(5):
+        parts = [t[t.unit == u] for u, c in zip(units, counts[b]) for _ in range(int(c))]
+        assert reps[b] == pytest.approx(C.Evidence(stat, pd.concat(parts)).point(), abs=1e-9)
+
+
+def test_paired_difference_has_no_between_unit_noise():
+    rng = make_rng(4, "pair")
+    u = rng.random(50)
+    a = pd.DataFrame({"unit": [f"u{i}" for i in range(50)], "x": u + 0.1})
+    b = pd.DataFrame({"unit": [f"u{i}" for i in range(50)], "x": u})
+    ev = {"a": C.Evidence("mean:x", a), "b": C.Evidence("mean:x", b)}
+    spec = C.ClaimSpec("k", "P", "a beats b", C.Greater("a", "b", margin=0.05))
+    row = C.evaluate_claim(spec, ev, make_rng(0, "b"), n_boot=200)
+    assert row["verdict"] == "holds"
+    assert row["ci_low"] == pytest.approx(0.1) and row["ci_high"] == pytest.approx(0.1)
+    assert "(paired)" in row["detail"]
+    # different units: independent resampling, the interval widens by the spread of u
+    b2 = b.assign(unit=[f"v{i}" for i in range(50)])
+    row2 = C.evaluate_claim(spec, {"a": ev["a"], "b": C.Evidence("mean:x", b2)}, make_rng(0, "b"),
+                            n_boot=200)
+    assert row2["ci_high"] - row2["ci_low"] > 0.05 and "(paired)" not in row2["detail"]
+
+
+@pytest.mark.parametrize("value,verdict", [(0.9, "holds"), (0.1, "does not hold"), (0.5, "inconclusive")])
+def test_at_least_verdicts(value, verdict):
+    rng = make_rng(5, value)
+    # success probabilities around `value`, 200 units: the interval is about +-0.07 wide
+    t = pd.DataFrame({"unit": [f"u{i}" for i in range(200)],
+                      "success": (rng.random(200) < value).astype(float)})
+    spec = C.ClaimSpec("k", "P", "ssr high", C.AtLeast("q", 0.5))
+    row = C.evaluate_claim(spec, {"q": C.Evidence("ssr", t)}, make_rng(0, "b"), n_boot=500)
+    assert row["verdict"] == verdict, row
+
+
+def test_within_and_at_most_hand_cases():
+    z = pd.DataFrame({"unit": ["a", "b", "c", "d"], "x": [1.0, 1.0, 1.0, 1.0]})
+    ev = {"one": C.Evidence("mean:x", z), "two": C.Evidence("mean:x", z.assign(x=2.0))}
+    near = C.ClaimSpec("k", "P", "close", C.Within("one", "two", tol=1.5))
+    far = C.ClaimSpec("k", "P", "close", C.Within("one", "two", tol=0.5))
+    most = C.ClaimSpec("k", "P", "small", C.AtMost("one", 1.5))
+    rng = make_rng(0, "w")
+    assert C.evaluate_claim(near, ev, rng, n_boot=50)["verdict"] == "holds"
+    assert C.evaluate_claim(far, ev, rng, n_boot=50)["verdict"] == "does not hold"
+    assert C.evaluate_claim(most, ev, rng, n_boot=50)["verdict"] == "holds"
+
+
+def test_preconditions_and_missing_evidence_are_not_testable():
+    t = pd.DataFrame({"unit": ["a", "b", "c"], "success": [0.0, 1.0, 0.0]})
+    spec = C.ClaimSpec("k", "P", "x", C.AtLeast("q", 0.1),
+                       preconditions=(C.Precondition("q", ">=", 0.9, "regime"),))
+    row = C.evaluate_claim(spec, {"q": C.Evidence("ssr", t)}, make_rng(0, "p"), n_boot=10)
+    assert row["verdict"] == "not testable" and "precondition" in row["detail"]
+    row = C.evaluate_claim(spec, {}, make_rng(0, "p"), n_boot=10)
+    assert row["verdict"] == "not testable" and "no evidence" in row["detail"]
+
+
+def test_seeds_are_averaged_and_their_spread_reported():
+    rows = []
+    for seed, p in ((0, 0.2), (1, 0.4), (2, 0.6)):
+        for i in range(10):
+            rows.append({"unit": f"u{i}", "seed": seed, "success": float(i < 10 * p)})
+    ev = C.Evidence("ssr", pd.DataFrame(rows))
+    assert ev.seeds == [0, 1, 2]
+    np.testing.assert_allclose(ev.per_seed(), [0.2, 0.4, 0.6])
+    assert ev.point() == pytest.approx(0.4)
+    row = C.evaluate_claim(C.ClaimSpec("k", "P", "x", C.AtLeast("q", 0.0)), {"q": ev},
+                           make_rng(0, "s"), n_boot=50)
+    assert "3 seeds sd 20.0%" in row["ours"] and row["seeds"] == "3"
+
+
+def test_paper_value_reads_one_cell():
+    ref = C.PaperRef("nearid_table1_main", (("row", "NearID (Ours)"),), "nearid_ssr")
+    assert C.paper_value(ref) == pytest.approx(99.17)
+    with pytest.raises(KeyError, match="0 matching rows"):
+        C.paper_value(C.PaperRef("nearid_table1_main", (("row", "nope"),), "nearid_ssr"))
+
+
+def test_evidence_rejects_missing_columns():
+    with pytest.raises(ValueError, match="lacks column"):
+        C.Evidence("pa", pd.DataFrame({"unit": ["a"], "wins": [1]}))
