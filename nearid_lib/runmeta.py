@@ -3,6 +3,7 @@ flag, package versions, host and profile. ``write_run_metadata`` writes ``run.js
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import os
 import platform
@@ -15,13 +16,37 @@ from typing import Any, Mapping
 from .io_utils import atomic_write_text
 from .paths import repo_root
 
-__all__ = ["git_state", "package_versions", "run_metadata", "write_run_metadata"]
+__all__ = ["git_state", "package_versions", "run_metadata", "write_run_metadata", "code_fingerprint"]
 
 PACKAGES = (
     "torch", "torchvision", "numpy", "transformers", "open_clip_torch", "timm", "diffusers",
     "peft", "geomloss", "accelerate", "datasets", "scikit-learn", "scipy", "statsmodels",
     "scikit-image", "pandas", "matplotlib", "papermill", "pillow",
 )
+
+
+def code_fingerprint(*parts: str, package: Path | None = None) -> str:
+    """A short hash of the library source that produced a result: every ``.py`` file under the
+    given parts of the package (sub-packages like ``"data"`` or modules like ``"seeding.py"``;
+    none = the whole package), by relative path and content.
+
+    Reused results (a built world, feature caches, trained heads, scored runs) carry it in their
+    key, so editing the code that made them never serves a stale result; git is not needed (a
+    source tarball or an uncommitted edit fingerprints the same way)."""
+    pkg = Path(package) if package is not None else Path(__file__).resolve().parent
+    files: list[Path] = []
+    for part in parts or ("",):
+        target = pkg / part
+        if target.is_file():
+            files.append(target)
+        elif target.is_dir():
+            files.extend(p for p in target.rglob("*.py") if "__pycache__" not in p.parts)
+        else:
+            raise FileNotFoundError(f"code_fingerprint: {part!r} is not a module or package of {pkg}")
+    h = hashlib.sha1()
+    for f in sorted(set(files)):
+        h.update(f.relative_to(pkg).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
 
 
 def git_state(root: Path | None = None) -> dict[str, Any]:

@@ -203,3 +203,33 @@ def test_resume_after_interruption(built, tmp_path):
 def test_config_errors():
     with pytest.raises(ValueError, match="unknown family"):
         build_world(_tiny(**{"world.distractor_sources": ("blur",)}), "/tmp/never", progress=False)
+
+
+def test_code_change_rebuilds_the_world(built, monkeypatch):
+    """The world is keyed by the code that renders it: same code -> returned untouched; a
+    changed fingerprint of that code -> rebuilt, never a stale world."""
+    from nearid_lib.data import build as Bd
+
+    man = json.loads((built / "manifest.json").read_text())
+    assert man["fingerprint"]["code"] == Bd.code_fingerprint(*Bd.WORLD_CODE)
+    before = (built / "manifest.json").stat().st_mtime_ns
+    build_world(_tiny(), built, progress=False)
+    assert (built / "manifest.json").stat().st_mtime_ns == before
+    monkeypatch.setattr(Bd, "code_fingerprint", lambda *parts: "edited-code")
+    build_world(_tiny(), built, progress=False)
+    assert json.loads((built / "manifest.json").read_text())["fingerprint"]["code"] == "edited-code"
+
+
+def test_code_fingerprint_follows_the_named_sources(tmp_path):
+    from nearid_lib.runmeta import code_fingerprint
+
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "a.py").write_text("x = 1\n")
+    (pkg / "sub" / "b.py").write_text("y = 2\n")
+    f_all, f_a = code_fingerprint(package=pkg), code_fingerprint("a.py", package=pkg)
+    (pkg / "sub" / "b.py").write_text("y = 3\n")
+    assert code_fingerprint(package=pkg) != f_all          # any edit under the package
+    assert code_fingerprint("a.py", package=pkg) == f_a    # a part that did not change
+    with pytest.raises(FileNotFoundError, match="nope"):
+        code_fingerprint("nope", package=pkg)

@@ -28,6 +28,7 @@ import pandas as pd
 from PIL import Image
 
 from ..io_utils import Manifest, atomic_write, write_csv, write_json
+from ..runmeta import code_fingerprint
 from ..paths import data_dir
 from ..seeding import make_rng
 from . import backgrounds as B
@@ -50,12 +51,19 @@ def parse_source(name: str) -> tuple[str, bool]:
     return fam, hr
 
 
+# The code that decides the world's bytes: a change to any of it rebuilds the world.
+WORLD_CODE = ("data/world.py", "data/backgrounds.py", "data/build.py", "generate/procedural.py",
+              "generate/base.py", "seeding.py")
+
+
 def world_fingerprint(cfg) -> dict[str, Any]:
-    """What determines the bytes of the world (n_workers and compression excluded)."""
+    """What determines the bytes of the world (n_workers and compression excluded): seed, world
+    config, schema version and the fingerprint of the code that renders it."""
     w = asdict(cfg.world)
     for k in ("n_workers", "nearid_repo", "nearid_sources", "mtg_repo", "source"):
         w.pop(k, None)
-    return {"seed": int(cfg.seed), "world": json.loads(json.dumps(w)), "schema_version": SCHEMA_VERSION}
+    return {"seed": int(cfg.seed), "world": json.loads(json.dumps(w)), "schema_version": SCHEMA_VERSION,
+            "code": code_fingerprint(*WORLD_CODE)}
 
 
 # --------------------------------------------------------------------------- job helpers
