@@ -633,7 +633,7 @@ def load_bench_encoders(cfg, data, checkpoint=None, judge=None) -> list:
     "nearid"``); a frozen encoder with the same backbone as the head reuses the head's backbone, so
     both read the same feature caches. ``judge`` overrides the judge object (tests)."""
     from .evaluate import Embedder
-    from .models import load_encoder, resolve_name
+    from .models import load_backbone, load_encoder, resolve_name
     from .paths import checkpoint_dir
 
     out = []
@@ -658,8 +658,7 @@ def load_bench_encoders(cfg, data, checkpoint=None, judge=None) -> list:
         if shared:
             enc = nearid_enc.backbone          # same backbone object -> same caches
         else:
-            kw = {"image_size": cfg.backbone.image_size} if canon == "efficientnet-lite0" else {}
-            enc, _ = load_encoder(canon, tiny=cfg.backbone.tiny, **kw)
+            enc, _ = load_backbone(cfg, name=canon)
         # the head's backbone keeps its tokens (one cache serves both rows); other frozen encoders
         # only need their pooled output (CLIP-L tokens of the paper test set would be ~8 GB)
         emb = Embedder(enc, data, profile=cfg.name, progress=False, store_tokens=None if shared else False)

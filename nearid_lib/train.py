@@ -58,7 +58,7 @@ from .seeding import make_rng, torch_generator
 
 __all__ = ["TrainRows", "ablation_setup", "epoch_rows", "steps_per_epoch", "build_head", "train_head", "TrainResult",
            "augment_image", "make_scheduler", "save_train_state", "load_train_state", "latest_state",
-           "train_groups", "load_backbone", "config_key", "train_and_score", "main"]
+           "train_groups", "config_key", "train_and_score", "main"]
 
 ROLE_P = ("mask_p_anchor", "mask_p_positive", "mask_p_distractor")
 
@@ -363,7 +363,9 @@ def train_head(cfg, data, encoder=None, out_dir: str | os.PathLike | None = None
     t0 = time.time()
     tc = cfg.train
     if encoder is None:
-        encoder = load_backbone(cfg)
+        from .models import load_backbone
+
+        encoder = load_backbone(cfg)[0]
     backbone = getattr(encoder, "backbone", encoder)
     accel = None
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
@@ -496,14 +498,6 @@ def train_head(cfg, data, encoder=None, out_dir: str | os.PathLike | None = None
 
 
 # --------------------------------------------------------------------------- helpers for notebooks
-def load_backbone(cfg):
-    """The frozen backbone of ``cfg.backbone`` (``load_encoder`` with its name, tiny flag, image size)."""
-    from .models import load_encoder
-
-    kw = {"image_size": cfg.backbone.image_size} if cfg.backbone.name.startswith("efficientnet") else {}
-    return load_encoder(cfg.backbone.name, tiny=cfg.backbone.tiny, **kw)[0]
-
-
 def config_key(cfg) -> str:
     """A short hash of everything in ``cfg`` that changes a trained head (train, head, backbone, seed)."""
     import hashlib
@@ -538,7 +532,9 @@ def train_and_score(cfg, data, encoder=None, splits: Sequence[str] = ("val", "te
             got["label"] = label or got.get("label", "")
             got["reused"] = True
             return got
-    encoder = encoder if encoder is not None else load_backbone(cfg)
+    from .models import load_backbone
+
+    encoder = encoder if encoder is not None else load_backbone(cfg)[0]
     res = train_head(cfg, data, encoder, out_dir=None, progress=progress, eval_split=None, cache_root=cache_root)
     backbone = getattr(encoder, "backbone", encoder)
     emb = Embedder(backbone, data, head=res.head, profile=cfg.name, cache_root=cache_root, progress=progress,
@@ -605,4 +601,6 @@ def ablation_setup(profile: str, seed: int, notebook: str):
     steps = cfg.train.ablation_steps or cfg.train.max_steps
     write_run_metadata(results_dir(profile, notebook), {"PROFILE": profile, "SEED": seed, "steps": steps}, cfg)
     data = load_nearid(build_world(cfg) if cfg.world.source == "procedural" else nearid_root(profile))
-    return cfg, data, load_backbone(cfg), steps
+    from .models import load_backbone
+
+    return cfg, data, load_backbone(cfg)[0], steps

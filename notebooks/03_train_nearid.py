@@ -38,7 +38,8 @@ from nearid_lib.io_utils import atomic_write, write_csv, write_json
 from nearid_lib.paths import checkpoint_dir, figures_dir, results_dir
 from nearid_lib.runmeta import write_run_metadata
 from nearid_lib.seeding import seed_everything
-from nearid_lib.train import load_backbone, train_groups, train_head
+from nearid_lib.models import load_backbone
+from nearid_lib.train import train_groups, train_head
 
 torch.set_num_threads(max(1, torch.get_num_threads()))
 cfg = get_profile(PROFILE, seed=SEED)
@@ -57,7 +58,7 @@ print(data.manifest.get("counts"), "train sources:", data.train_sources)
 
 # %%
 t0 = time.time()
-backbone = load_backbone(cfg)
+backbone = load_backbone(cfg)[0]
 frozen = Embedder(backbone, data, profile=PROFILE, batch_size=cfg.backbone.batch_size, store_tokens=True)
 frozen.build(train_groups(data, cfg), variants=("full", "fg"))
 frozen.build(image_groups(data, ("val", "test")), variants=("full",))

@@ -294,4 +294,4 @@ def _idsim_builder(name, hub_id, tiny=False, checkpoint=None, **kw):
 
 
 register_encoder("idsim", _idsim_builder, None,
-                 doc="ID-Sim: frozen backbone + LoRA + CLS/patch heads (import nearid_lib.models.idsim)")
+                 doc="ID-Sim: frozen backbone + LoRA + CLS/patch heads")

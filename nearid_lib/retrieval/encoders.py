@@ -1,20 +1,11 @@
 """Evaluation encoders of Finer-Personalization Rank and an on-disk embedding cache.
 
-The general encoders come from :func:`nearid_lib.models.load_encoder` (``clip-vit-b32``,
-``dinov2-base``, ``efficientnet-lite0`` = the frozen-GAP baseline, ``nearid`` = backbone + our
-trained MAP head). This module registers the paper's specialised encoders with the same registry
-(``register_encoder``, no change to the models package):
-
-- ``bioclip2``: BioCLIP 2 through open_clip, hub id ``hf-hub:imageomics/bioclip-2`` (CUB). The
-  loading path only; weights are never downloaded in ``smoke``/``mini``.
-- ``miewid``: MiewID (``conservationxlabs/miewid-msv3``) through transformers ``AutoModel`` with
-  ``trust_remote_code=True`` -- remote code runs only when the caller opts in
-  (``allow_remote_code=True``, i.e. ``RetrievalConfig.allow_remote_code``); otherwise a clear error.
-- ``classifier``: the pooled features of a fine-grained classifier (the paper's SP-Cars is an
-  EfficientNetV2 trained on all of Stanford Cars). :func:`train_feature_classifier` trains a
-  linear or one-hidden-layer MLP classifier on frozen backbone features; the encoder's pooled
-  output is the classifier's penultimate features (the hidden layer; for a linear classifier, the
-  backbone feature itself, so a linear probe changes nothing and we document it as a baseline).
+Every encoder comes from the one registry, :func:`nearid_lib.models.load_encoder`: the general
+ones (``clip-vit-b32``, ``dinov2-base``, ``efficientnet-lite0`` = the frozen-GAP baseline,
+``nearid`` = backbone + our trained MAP head) and the paper's specialised ones (``bioclip2``,
+``miewid``, ``classifier``; :mod:`nearid_lib.models.specialised`). :func:`train_feature_classifier`
+trains the linear or one-hidden-layer MLP classifier of the ``classifier`` encoder on frozen
+backbone features.
 
 Each encoder loads once per process (:func:`get_encoder` memoises) and embeds in batches.
 Embeddings are cached as ``.npy`` under ``cache_dir(profile)/retrieval`` with the key
@@ -30,141 +21,28 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
+import torch
+from PIL import Image
+
+from ..io_utils import atomic_write
+from ..models import load_encoder, resolve_name
+from ..models.classifier import FeatureClassifier
+from ..models.specialised import BIOCLIP2_HUB_ID, MIEWID_HUB_ID, ClassifierEncoder, RemoteCodeError
+from ..seeding import torch_generator
 
 __all__ = ["get_encoder", "encoder_fingerprint", "image_list_hash", "EmbeddingCache", "embed_images",
-           "remove_background", "train_feature_classifier", "ClassifierEncoder", "MIEWID_HUB_ID",
+           "remove_background", "train_feature_classifier", "FeatureClassifier", "ClassifierEncoder", "MIEWID_HUB_ID",
            "BIOCLIP2_HUB_ID", "RemoteCodeError", "clear_encoders"]
 
-MIEWID_HUB_ID = "conservationxlabs/miewid-msv3"
-BIOCLIP2_HUB_ID = "hf-hub:imageomics/bioclip-2"
 # Grey that an ImageNet-normalised encoder sees as ~0: backgrounds "removed" become neutral.
 BG_FILL = (124, 116, 104)
-
-
-class RemoteCodeError(PermissionError):
-    """An encoder needs ``trust_remote_code`` and the caller did not opt in."""
-
-
-# ----------------------------------------------------------------------------- specialised encoders
-def _register() -> None:
-    import torch
-    from torch import nn
-
-    from ..models import register_encoder
-    from ..models.backbones import CLIP_MEAN, CLIP_STD, IMAGENET_MEAN, IMAGENET_STD, Encoder, \
-        EncoderOutput, Preprocess
-
-    class OpenClipEncoder(Encoder):
-        """open_clip image tower (BioCLIP 2); pooled = the image embedding, no tokens."""
-
-        def __init__(self, name, hub_id, tiny=False, frozen=True, weights=None, **kw):
-            import open_clip
-
-            if tiny:
-                # Random-init tiny ViT of open_clip's own class (offline), for tests only.
-                cfg = {"embed_dim": 16, "vision_cfg": {"image_size": 32, "layers": 2, "width": 32,
-                                                       "patch_size": 8, "head_width": 16},
-                       "text_cfg": {"context_length": 8, "vocab_size": 64, "width": 32, "heads": 2,
-                                    "layers": 1}}
-                model = open_clip.CLIP(**cfg)
-                size = 32
-            else:
-                model, _, _ = open_clip.create_model_and_transforms(weights or hub_id)
-                size = model.visual.image_size
-                size = size[0] if isinstance(size, (tuple, list)) else int(size)
-            super().__init__(name, Preprocess(size, CLIP_MEAN, CLIP_STD, "shorter_crop", 1.0, "bicubic"),
-                             tiny=tiny, frozen=frozen, weights="random" if tiny else (weights or hub_id))
-            self.visual = model.visual
-            self._finish()
-
-        def _forward(self, pixel_values):
-            return EncoderOutput(None, self.visual(pixel_values))
-
-    class RemoteCodeEncoder(Encoder):
-        """transformers ``AutoModel`` with remote code (MiewID): pooled = the model's output."""
-
-        def __init__(self, name, hub_id, tiny=False, frozen=True, weights=None,
-                     allow_remote_code=False, image_size=440, **kw):
-            if not allow_remote_code:
-                raise RemoteCodeError(
-                    f"encoder {name!r} ({weights or hub_id}) runs code from the Hugging Face hub "
-                    f"(trust_remote_code=True). Opt in explicitly: load_encoder({name!r}, "
-                    f"allow_remote_code=True) or RetrievalConfig.allow_remote_code=True.")
-            from transformers import AutoModel
-
-            model = AutoModel.from_pretrained(weights or hub_id, trust_remote_code=True)
-            super().__init__(name, Preprocess(image_size, IMAGENET_MEAN, IMAGENET_STD, "squash", 1.0,
-                                              "bilinear"),
-                             tiny=False, frozen=frozen, weights=weights or hub_id)
-            self.model = model
-            self._finish()
-
-        def _forward(self, pixel_values):
-            out = self.model(pixel_values)
-            pooled = out if isinstance(out, torch.Tensor) else getattr(out, "pooler_output", out[0])
-            return EncoderOutput(None, pooled)
-
-    class _ClassifierEncoder(Encoder):
-        """A frozen backbone + a trained feature classifier; pooled = the classifier's
-        penultimate features."""
-
-        def __init__(self, name, backbone: Encoder, classifier: nn.Module, source: str = "trained"):
-            if classifier.in_dim != backbone.embed_dim:
-                raise ValueError(f"classifier encoder: classifier takes {classifier.in_dim}-d features, "
-                                 f"backbone {backbone.name!r} gives {backbone.embed_dim}-d")
-            super().__init__(name, backbone.preprocess, tiny=backbone.tiny, frozen=True,
-                             weights=f"{backbone.weights}+{source}")
-            self.backbone, self.classifier = backbone, classifier
-            self._finish()
-
-        def _forward(self, pixel_values):
-            out = self.backbone(pixel_values)
-            return EncoderOutput(out.tokens, self.classifier.features(out.pooled.float()))
-
-        def cache_key(self) -> str:
-            return f"{self.name}|{self.backbone.cache_key()}"
-
-    def _classifier(name, hub_id, tiny=False, checkpoint=None, backbone="efficientnet-lite0",
-                    classifier=None, **kw):
-        from ..models import load_encoder
-
-        if classifier is None:
-            if checkpoint is None:
-                raise ValueError("classifier encoder: pass classifier= (from train_feature_classifier) "
-                                 "or checkpoint= (a file saved with FeatureClassifier.save)")
-            classifier, meta = FeatureClassifier.load(checkpoint)
-            backbone = meta.get("backbone", backbone)
-        bb, _ = load_encoder(backbone, tiny=tiny, **kw)
-        return _ClassifierEncoder(name, bb, classifier, source=f"clf:{classifier.fingerprint()[:10]}")
-
-    globals()["ClassifierEncoder"] = _ClassifierEncoder
-    register_encoder("bioclip2", OpenClipEncoder, BIOCLIP2_HUB_ID, aliases=("bioclip-2", "bioclip"),
-                     doc="BioCLIP 2 (open_clip), the paper's CUB specialist")
-    register_encoder("miewid", RemoteCodeEncoder, MIEWID_HUB_ID, aliases=("miewid-msv3",),
-                     doc="MiewID (remote code, opt-in), the paper's Re-ID specialist")
-    register_encoder("classifier", _classifier, None, aliases=("sp-cars",),
-                     doc="frozen backbone + trained feature classifier (SP-Cars substitute)")
-
-
-ClassifierEncoder = None  # replaced by the class when the registry is first used
-_REGISTERED = False
 _POOL: dict[tuple, Any] = {}
-
-
-def _ensure_registered() -> None:
-    global _REGISTERED
-    if not _REGISTERED:
-        _register()
-        _REGISTERED = True
 
 
 def get_encoder(name: str, tiny: bool = False, device: str = "cpu", **kw: Any):
     """``(model, preprocess)`` via :func:`nearid_lib.models.load_encoder`, loaded once per process
     for the same ``(name, tiny, device, kwargs)``. ``allow_remote_code`` is honoured only by
     ``miewid`` (dropped for every other encoder)."""
-    _ensure_registered()
-    from ..models import load_encoder, resolve_name
-
     canon = resolve_name(name)
     if canon != "miewid":
         kw.pop("allow_remote_code", None)
@@ -183,8 +61,6 @@ def clear_encoders() -> None:
 def encoder_fingerprint(model) -> str:
     """``cache_key()`` + a hash of the weights that the key does not pin down: a trained head
     (``nearid``), a trained classifier, or every parameter of a tiny random-init model."""
-    import torch
-
     # A frozen model's weights never change: hash them once (a tiny random-init model has
     # millions of parameters and the notebook embeds many image sets).
     memo = getattr(model, "_fpr_fingerprint", None)
@@ -240,8 +116,6 @@ class EmbeddingCache:
         self.misses += 1
         arr = np.asarray(compute(), dtype=np.float32)
         if self.folder is not None:
-            from ..io_utils import atomic_write
-
             self.folder.mkdir(parents=True, exist_ok=True)
             atomic_write(self.folder / f"{key}.npy", lambda p: np.save(open(p, "wb"), arr))
         return arr
@@ -250,8 +124,6 @@ class EmbeddingCache:
 def remove_background(image, mask, fill: tuple[int, int, int] = BG_FILL):
     """The image with every pixel outside ``mask`` (bool [H,W] or mode-L PIL, 255 = object) set
     to a neutral grey (paper Section 5.2 / Fig. 7)."""
-    from PIL import Image
-
     img = np.asarray(image.convert("RGB")).copy()
     m = np.asarray(mask)
     m = m > 127 if m.dtype != bool else m
@@ -268,8 +140,6 @@ def embed_images(model, paths: Sequence[str | os.PathLike], cache: EmbeddingCach
 
     ``background="removed"`` composites each image on neutral grey with its mask (``masks``
     required, one per path; an empty mask path is an error naming the image)."""
-    from PIL import Image
-
     paths = [str(p) for p in paths]
     if background not in ("kept", "removed"):
         raise ValueError(f"embed_images: background must be 'kept' or 'removed', got {background!r}")
@@ -303,65 +173,6 @@ def embed_images(model, paths: Sequence[str | os.PathLike], cache: EmbeddingCach
 
 
 # ----------------------------------------------------------------------------- feature classifier
-class FeatureClassifier:
-    """Linear (``hidden=0``) or one-hidden-layer MLP classifier over frozen features.
-
-    ``features(x)`` = the penultimate representation (hidden ReLU layer; identity for linear)."""
-
-    def __new__(cls, in_dim: int, n_classes: int, hidden: int = 256, classes: Sequence[str] = ()):
-        import torch
-        from torch import nn
-
-        class _FC(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.in_dim, self.n_classes, self.hidden = in_dim, n_classes, hidden
-                self.classes = list(classes)
-                self.body = nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU()) if hidden else nn.Identity()
-                self.out = nn.Linear(hidden or in_dim, n_classes)
-
-            def features(self, x):
-                return self.body(x)
-
-            def forward(self, x):
-                return self.out(self.body(x))
-
-            def fingerprint(self) -> str:
-                h = hashlib.sha1()
-                for k, v in sorted(self.state_dict().items()):
-                    h.update(k.encode())
-                    h.update(v.detach().cpu().float().numpy().tobytes())
-                return h.hexdigest()
-
-            def save(self, path, backbone: str = "efficientnet-lite0") -> Path:
-                from safetensors.torch import save_file
-
-                from ..io_utils import atomic_write, write_json
-
-                path = Path(path)
-                atomic_write(path.with_suffix(".safetensors"),
-                             lambda p: save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(p)))
-                write_json({"in_dim": self.in_dim, "n_classes": self.n_classes, "hidden": self.hidden,
-                            "classes": self.classes, "backbone": backbone}, path.with_suffix(".json"))
-                return path.with_suffix(".safetensors")
-
-        return _FC()
-
-    @staticmethod
-    def load(path):
-        """``(classifier, meta)`` from :meth:`save`'s ``.safetensors`` + ``.json`` pair."""
-        import json
-
-        from safetensors.torch import load_file
-
-        path = Path(path)
-        meta = json.loads(path.with_suffix(".json").read_text())
-        clf = FeatureClassifier(meta["in_dim"], meta["n_classes"], meta["hidden"], meta.get("classes", ()))
-        clf.load_state_dict(load_file(str(path.with_suffix(".safetensors"))))
-        clf.eval()
-        return clf, meta
-
-
 def train_feature_classifier(features: np.ndarray, labels: Sequence, hidden: int = 256,
                              epochs: int = 100, lr: float = 1e-2, weight_decay: float = 1e-4,
                              seed: int = 0, batch_size: int = 256):
@@ -371,10 +182,6 @@ def train_feature_classifier(features: np.ndarray, labels: Sequence, hidden: int
     This is how a notebook builds the fine-grained "SP-Cars" encoder when Stanford Cars is present:
     features = a frozen backbone's pooled output on the whole training split, labels = car model;
     then ``load_encoder("classifier", classifier=clf, backbone=...)`` embeds with its hidden layer."""
-    import torch
-
-    from ..seeding import torch_generator
-
     x = torch.as_tensor(np.asarray(features, dtype=np.float32))
     classes = sorted({str(v) for v in labels})
     y = torch.as_tensor([classes.index(str(v)) for v in labels])
