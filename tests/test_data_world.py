@@ -2,10 +2,8 @@
 from __future__ import annotations
 
 import hashlib
-import json
 
 import numpy as np
-import pandas as pd
 import pytest
 from PIL import Image
 
