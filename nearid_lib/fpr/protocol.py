@@ -29,6 +29,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
+import torch
 
 from ..metrics import cosine_similarity_matrix, ndcg, retrieval_map, verification_auc
 from .encoders import EmbeddingCache, embed_images, get_encoder
@@ -291,7 +292,6 @@ def clip_t(images: Sequence, prompts: Sequence[str], model_name: str = "openai/c
     Needs a CLIP model with its text tower (``transformers.CLIPModel``); pass ``model`` and
     ``processor`` to reuse loaded ones. Not available offline in ``mini`` (no text encoder ships
     in a wheel), so notebooks report it only in the paper profile."""
-    import torch
     from transformers import CLIPModel, CLIPProcessor
 
     model = model or CLIPModel.from_pretrained(model_name)

@@ -23,14 +23,20 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import pandas as pd
+from PIL import Image
 
+from ..data import world as W
+from ..data.build import background_for, fpr_view
 from ..io_utils import atomic_write, write_json
 from ..seeding import make_rng
 from .layout import FPRLayoutError, load_fpr_split, write_fpr_table
+
+if TYPE_CHECKING:
+    from ..config import Profile
 
 __all__ = ["DEFAULT_METHODS", "fpr_identity", "reference_view", "simulate_methods", "render_generated"]
 
@@ -53,40 +59,30 @@ def fpr_identity(seed: int, name: str, species: str) -> tuple[dict, dict]:
     Mirrors the world builder's rule (``nearid_lib.data.build``): the identity lies 0.55 of the
     way from the species prototype to a random identity of its class. A test renders a reference
     view with these parameters and compares it with the stored reference image pixel for pixel."""
-    from ..data import world as W
-
     cls = _class_of(species)
     proto = W.sample_identity(make_rng(seed, "fpr_species", species), cls)
     ident = W.perturb_strength(proto, W.sample_identity(make_rng(seed, "fpr_id", name), cls), 0.55)
     return ident, proto
 
 
-def reference_view(cfg, name: str, k: int) -> tuple[dict, np.ndarray]:
+def reference_view(cfg: Profile, name: str, k: int) -> tuple[dict, np.ndarray]:
     """The pose and background (float RGB) of the k-th image of FPR identity ``name`` (the world
     builder's keys: references are k < refs_per_id)."""
-    from ..data import world as W
-
     wc = cfg.world
-    from ..data.build import background_for, fpr_view
-
     # the builder's own derivations, so a re-rendered reference equals the stored image
     return fpr_view(cfg, name, k), background_for(cfg, bool(wc.held_out_backgrounds), name, k)
 
 
-def render_generated(cfg, name: str, species: str, drift: float, context: str, i: int,
+def render_generated(cfg: Profile, name: str, species: str, drift: float, context: str, i: int,
                      ref_image: np.ndarray | None = None, ref_mask: np.ndarray | None = None
                      ) -> tuple[np.ndarray, np.ndarray]:
     """One generated image (uint8 RGB, bool mask) of identity ``name`` by a method with ``drift``
     and ``context`` (see the module docstring); ``i`` indexes the identity's generations."""
-    from ..data import world as W
-
-    wc, seed, S = cfg.world, cfg.seed, cfg.world.image_size
+    wc, seed = cfg.world, cfg.seed
     ident, proto = fpr_identity(seed, name, species)
     new_view = W.sample_view(make_rng(seed, "fpr_gen_view", name, i), tuple(wc.object_frac),
                              wc.view_strength)
     # New contexts come from the held-out background pool too: never a gallery/reference background.
-    from ..data.build import background_for
-
     new_bg = background_for(cfg, True, "fpr_gen", name, i)
     if context == "paste":
         if ref_image is None or ref_mask is None:
@@ -107,7 +103,7 @@ def render_generated(cfg, name: str, species: str, drift: float, context: str, i
     return W.to_uint8(img), mask
 
 
-def simulate_methods(cfg, root: str | os.PathLike, methods: Sequence[tuple[str, float, str]] | None = None,
+def simulate_methods(cfg: Profile, root: str | os.PathLike, methods: Sequence[tuple[str, float, str]] | None = None,
                      n_per_id: int = 4, force: bool = False) -> Path:
     """Render every simulated method for every FPR identity of the world at ``root`` (the dataset
     root, ``data_dir(profile)/"nearid"``) into ``fpr/generated/<method>/`` with one
@@ -115,8 +111,6 @@ def simulate_methods(cfg, root: str | os.PathLike, methods: Sequence[tuple[str, 
     relative to the dataset root; columns name, species, file_path, ref_path, mask_path, method,
     drift, context). Skips the work if a finished run with the same settings exists. Returns the
     path of the combined CSV."""
-    from PIL import Image
-
     root = Path(root)
     methods = tuple(tuple(m) for m in (methods or DEFAULT_METHODS))
     split = load_fpr_split(root / "fpr")

@@ -1,26 +1,17 @@
-"""Figures of notebook 10 (FPR Figures 3, 4, 5, 7), matplotlib only."""
+"""Figures of the FPR notebook (FPR Figures 3, 4, 5, 7), matplotlib only; every function returns the
+figure (the notebook shows it and saves it with ``Run.figure``)."""
 from __future__ import annotations
 
-from pathlib import Path
-
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from PIL import Image
 
 __all__ = ["plot_main", "plot_gallery_ablation", "plot_background", "plot_retrieval_lists"]
 
 
-def _save(fig, path):
-    from ..io_utils import atomic_write
-
-    path = Path(path)
-    atomic_write(path, lambda p: fig.savefig(p, format="png", dpi=110, bbox_inches="tight"))
-    return path
-
-
-def plot_main(main: pd.DataFrame, path, profile: str):
+def plot_main(main: pd.DataFrame, profile: str):
     """Fig. 3: pairwise similarity (top) and gallery mAP (bottom) per method, one column per encoder."""
-    import matplotlib.pyplot as plt
-
     encs = list(dict.fromkeys(main.encoder))
     fig, axes = plt.subplots(2, len(encs), figsize=(4.2 * len(encs), 6), squeeze=False)
     for j, enc in enumerate(encs):
@@ -34,15 +25,11 @@ def plot_main(main: pd.DataFrame, path, profile: str):
             ax.set_title(f"{enc}: {lab}", fontsize=9)
     fig.suptitle(f"FPR main comparison (profile {profile}); t = true identity drift", fontsize=10)
     fig.tight_layout()
-    out = _save(fig, path)
-    plt.close(fig)
-    return out
+    return fig
 
 
-def plot_gallery_ablation(abl: pd.DataFrame, path, profile: str):
+def plot_gallery_ablation(abl: pd.DataFrame, profile: str):
     """Fig. 5: mAP and similarity vs images per subject (left) and subjects (right)."""
-    import matplotlib.pyplot as plt
-
     kinds = [k for k in ("images_per_subject", "subjects") if k in set(abl.ablation)]
     fig, axes = plt.subplots(1, len(kinds), figsize=(5 * len(kinds), 3.6), squeeze=False)
     for j, kind in enumerate(kinds):
@@ -58,15 +45,11 @@ def plot_gallery_ablation(abl: pd.DataFrame, path, profile: str):
         ax.legend(fontsize=6)
     fig.suptitle(f"Gallery ablation (profile {profile})", fontsize=10)
     fig.tight_layout()
-    out = _save(fig, path)
-    plt.close(fig)
-    return out
+    return fig
 
 
-def plot_background(bg: pd.DataFrame, path, profile: str):
+def plot_background(bg: pd.DataFrame, profile: str):
     """Fig. 7: oracle sim and mAP with backgrounds kept vs removed."""
-    import matplotlib.pyplot as plt
-
     encs = list(dict.fromkeys(bg.encoder))
     fig, axes = plt.subplots(1, 2, figsize=(8, 3.2))
     w = 0.38
@@ -81,18 +64,13 @@ def plot_background(bg: pd.DataFrame, path, profile: str):
         ax.legend(fontsize=7)
     fig.suptitle(f"Background removal (profile {profile})", fontsize=10)
     fig.tight_layout()
-    out = _save(fig, path)
-    plt.close(fig)
-    return out
+    return fig
 
 
-def plot_retrieval_lists(cases: list[dict], path, profile: str):
+def plot_retrieval_lists(cases: list[dict], profile: str):
     """Fig. 4: per case (dict with ``reference``, ``generated``, ``title``, ``ranked`` = a
     :func:`top_k_lists` frame and ``name``), the reference, the generated query and its top-k
     gallery list (green frame = right identity)."""
-    import matplotlib.pyplot as plt
-    from PIL import Image
-
     k = max(len(c["ranked"]) for c in cases)
     fig, axes = plt.subplots(len(cases), k + 2, figsize=(1.6 * (k + 2), 1.9 * len(cases)), squeeze=False)
     for i, c in enumerate(cases):
@@ -118,6 +96,4 @@ def plot_retrieval_lists(cases: list[dict], path, profile: str):
                         fontsize=7)
     fig.suptitle(f"Retrieval lists (profile {profile}); green = same identity", fontsize=9)
     fig.tight_layout()
-    out = _save(fig, path)
-    plt.close(fig)
-    return out
+    return fig
