@@ -4,9 +4,9 @@ import pandas as pd
 import pytest
 from scipy.stats import kendalltau, spearmanr
 
-from nearid_lib.idsim_bench import (BenchmarkError, bench_keys, benchmark_table, evaluate_sets,
-                                    load_pairs_csv, load_ratings_csv, load_retrieval_csv,
-                                    load_triplets_csv, mini_benchmark_sets)
+from nearid_lib.idsim.bench import (BenchmarkError, bench_keys, benchmark_table, evaluate_sets,
+                                    load_pairs_csv, load_ratings_csv, load_retrieval_csv, load_triplets_csv,
+                                    mini_benchmark_sets)
 
 
 def _e(deg):

@@ -265,7 +265,7 @@ def load_idsim(directory: str | os.PathLike, device: str | torch.device = "cpu")
     d = Path(directory)
     for f in (WEIGHTS_FILE, CONFIG_FILE):
         if not (d / f).exists():
-            raise FileNotFoundError(f"idsim checkpoint {d}: {f} missing (train it with notebook 11)")
+            raise FileNotFoundError(f"idsim checkpoint {d}: {f} missing (train it with notebook 09)")
     meta = json.loads((d / CONFIG_FILE).read_text())
     spec = IDSimSpec(**meta["spec"])
     model = build_idsim(spec, device=device)

@@ -15,13 +15,13 @@ factor. Similarities are raw cosine similarities, as in the paper (no per-encode
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Mapping, Sequence
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from .stats import bootstrap_columns, sensitivity_ols
+from ..stats import bootstrap_columns, sensitivity_ols
 
 __all__ = ["FACTORS", "GRIDS", "grid_similarities", "per_anchor_sensitivity", "sensitivity_summary",
            "similarity_curves", "separated", "plot_sensitivity_bars", "plot_similarity_curves"]
@@ -126,18 +126,28 @@ def separated(summary: pd.DataFrame, enc_a: str, enc_b: str, factor: str, direct
     return bool(holds), detail
 
 
-def plot_sensitivity_bars(summary: pd.DataFrame, path: str | Path, labels: Mapping[str, str] | None = None,
-                          title: str = "") -> Path:
-    """Figure 6 top: bars (bootstrap mean) with 95% CI whiskers per factor, one bar per encoder."""
-    import matplotlib.pyplot as plt
+def _factor_panels(factors: Sequence[str], height: float, **kw):
+    """One panel per factor, side by side: ``(fig, axes)``."""
+    fig, axes = plt.subplots(1, len(factors), figsize=(3.2 * len(factors), height), squeeze=False, **kw)
+    return fig, axes[0]
 
-    from .io_utils import atomic_write
 
+def _finish(fig, ax0, ylabel: str, title: str):
+    ax0.set_ylabel(ylabel)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def plot_sensitivity_bars(summary: pd.DataFrame, labels: Mapping[str, str] | None = None, title: str = ""):
+    """Figure 6 top: bars (bootstrap mean) with 95% CI whiskers per factor, one bar per encoder.
+    Returns the figure."""
     labels = dict(labels or {})
     encs = list(dict.fromkeys(summary.encoder))
     factors = [f for f in FACTORS if f in set(summary.factor)]
-    fig, axes = plt.subplots(1, len(factors), figsize=(3.2 * len(factors), 3.2), squeeze=False)
-    for ax, f in zip(axes[0], factors):
+    fig, axes = _factor_panels(factors, 3.2)
+    for ax, f in zip(axes, factors):
         s = summary[summary.factor == f].set_index("encoder").reindex(encs)
         x = np.arange(len(encs))
         ax.bar(x, s["mean"], color=[f"C{i}" for i in range(len(encs))])
@@ -146,27 +156,16 @@ def plot_sensitivity_bars(summary: pd.DataFrame, path: str | Path, labels: Mappi
         ax.set_xticks(x, [labels.get(e, e) for e in encs], rotation=30, ha="right", fontsize=8)
         ax.set_title(f"{f}")
         ax.axhline(0, color="grey", lw=0.5)
-    axes[0][0].set_ylabel("sensitivity (-slope)")
-    if title:
-        fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    path = Path(path)
-    atomic_write(path, lambda p: fig.savefig(p, dpi=120, format="png"))
-    plt.close(fig)
-    return path
+    return _finish(fig, axes[0], "sensitivity (-slope)", title)
 
 
-def plot_similarity_curves(curves: pd.DataFrame, path: str | Path, labels: Mapping[str, str] | None = None,
-                           title: str = "") -> Path:
-    """Figure 6 bottom: mean similarity to the anchor vs change level, one panel per factor."""
-    import matplotlib.pyplot as plt
-
-    from .io_utils import atomic_write
-
+def plot_similarity_curves(curves: pd.DataFrame, labels: Mapping[str, str] | None = None, title: str = ""):
+    """Figure 6 bottom: mean similarity to the anchor vs change level, one panel per factor.
+    Returns the figure."""
     labels = dict(labels or {})
     factors = [f for f in FACTORS if f in set(curves.factor)]
-    fig, axes = plt.subplots(1, len(factors), figsize=(3.2 * len(factors), 3.0), squeeze=False, sharey=True)
-    for ax, f in zip(axes[0], factors):
+    fig, axes = _factor_panels(factors, 3.0, sharey=True)
+    for ax, f in zip(axes, factors):
         for i, (enc, g) in enumerate(curves[curves.factor == f].groupby("encoder", sort=False)):
             g = g.sort_values("change")
             ax.plot(g.change, g.sim_mean, "o-", color=f"C{i}", label=labels.get(enc, enc), ms=3)
@@ -174,12 +173,5 @@ def plot_similarity_curves(curves: pd.DataFrame, path: str | Path, labels: Mappi
                             color=f"C{i}", alpha=0.15)
         ax.set_title(f)
         ax.set_xlabel(f"{f} change")
-    axes[0][0].set_ylabel("cosine similarity to anchor")
-    axes[0][-1].legend(fontsize=7)
-    if title:
-        fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    path = Path(path)
-    atomic_write(path, lambda p: fig.savefig(p, dpi=120, format="png"))
-    plt.close(fig)
-    return path
+    axes[-1].legend(fontsize=7)
+    return _finish(fig, axes[0], "cosine similarity to anchor", title)

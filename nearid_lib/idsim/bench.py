@@ -38,15 +38,21 @@ few lines of pandas and is done by the paper-profile data code:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from . import metrics as M
-from .seeding import make_rng
+from .. import metrics as M
+from ..models import resolve_name
+from ..seeding import make_rng
+from .sampling import load_key
+
+if TYPE_CHECKING:
+    from ..config import Profile
+    from ..data import NearIDData
 
 __all__ = ["BENCH_INFO", "encoder_labels", "mini_benchmark_sets", "bench_keys", "evaluate_sets", "embed_encoders",
            "load_pairs_csv", "load_triplets_csv", "load_retrieval_csv", "load_ratings_csv",
@@ -73,11 +79,9 @@ BENCH_INFO = {
 }
 
 
-def encoder_labels(cfg) -> dict[str, tuple[str, str]]:
+def encoder_labels(cfg: Profile) -> dict[str, tuple[str, str]]:
     """encoder -> (paper model key, ours_label) for the side-by-side tables: our frozen backbone
     stands in for ID-Sim's frozen DINOv3 row; the NearID head has no ID-Sim counterpart."""
-    from .models import resolve_name
-
     bb = cfg.idsim.backbone
     pooled = "GAP" if resolve_name(bb) == "efficientnet-lite0" else "CLS"
     tiny = " tiny random-init" if cfg.idsim.tiny else ""
@@ -87,7 +91,7 @@ def encoder_labels(cfg) -> dict[str, tuple[str, str]]:
 
 
 # ----------------------------------------------------------------------------- mini sets
-def mini_benchmark_sets(data, split: str = "test", seed: int = 0,
+def mini_benchmark_sets(data: NearIDData, split: str = "test", seed: int = 0,
                         sources: Sequence[str] | None = None) -> dict[str, pd.DataFrame]:
     """The mini benchmark definitions (image keys = dataset-relative paths):
 
@@ -227,7 +231,7 @@ def benchmark_table(results: Mapping[str, Mapping[str, float]], labels: Mapping[
 def embed_encoders(model, store, keys: Sequence[str], nearid=None, batch_size: int = 64
                    ) -> dict[str, dict[str, np.ndarray]]:
     """Embeddings of ``keys`` for the frozen backbone, ID-Sim and (optionally) the NearID head,
-    sharing one pass of the frozen prefix (``store``: an ``idsim_train.PrefixStore`` of ``model``):
+    sharing one pass of the frozen prefix (``store``: a :class:`~nearid_lib.idsim.prefix.PrefixStore` of ``model``):
 
     * ``"frozen"``: the backbone's global embedding with the LoRA adapters disabled (for
       EfficientNet-Lite0 the frozen GAP baseline, identical to ``load_encoder(...).embed``);
@@ -242,8 +246,6 @@ def embed_encoders(model, store, keys: Sequence[str], nearid=None, batch_size: i
               and not model.backbone.tiny)
     separate = None
     if nearid is not None and not shared:
-        from .idsim_train import load_key
-
         imgs = [load_key(store.data, k, store.seed) for k in keys]
         separate = nearid.embed(imgs, batch_size=batch_size).numpy()
         nearid = None

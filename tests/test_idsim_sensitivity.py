@@ -4,8 +4,8 @@ import pandas as pd
 import pytest
 from scipy import stats as sst
 
-from nearid_lib.sensitivity import (GRIDS, grid_similarities, per_anchor_sensitivity, separated,
-                                    sensitivity_summary, similarity_curves)
+from nearid_lib.idsim.sensitivity import (GRIDS, grid_similarities, per_anchor_sensitivity,
+                                          sensitivity_summary, separated, similarity_curves)
 
 L = 4
 
