@@ -15,8 +15,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from nearid_lib.distributed import all_gather_with_grad, gather_pool, is_distributed
-from nearid_lib.losses import LOSSES, compute_loss
+from nearid_lib.nearid.distributed import all_gather_with_grad, gather_pool, is_distributed
+from nearid_lib.nearid.losses import LOSSES, compute_loss
 
 WORLD = 2
 B_LOCAL, P, K, D = 3, 3, 2, 5

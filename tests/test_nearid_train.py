@@ -5,11 +5,13 @@ import numpy as np
 import pytest
 import torch
 
-from nearid_lib import losses
 from nearid_lib.config import get_profile
 from nearid_lib.data import build_world, load_nearid
 from nearid_lib.models import load_encoder
-from nearid_lib.train import _Features, epoch_rows, steps_per_epoch, train_head
+from nearid_lib.nearid import losses
+from nearid_lib.nearid.rows import epoch_rows, steps_per_epoch
+from nearid_lib.nearid.train import train_head
+from nearid_lib.nearid.train_inputs import TrainFeatures
 
 torch.set_num_threads(1)
 
@@ -131,8 +133,8 @@ def test_mtg_rows_reach_only_l_rank(world):
 def test_cached_and_uncached_tokens_agree(world, encoder):
     _, data, cache = world
     cfg = _cfg(**{"train.augment": False})
-    cached = _Features(encoder, data, cfg, "smoke", cache_root=cache, progress=False)
-    live = _Features(encoder, data, get_profile("smoke", overrides={"train.use_cache": False,
+    cached = TrainFeatures(encoder, data, cfg, "smoke", cache_root=cache, progress=False)
+    live = TrainFeatures(encoder, data, get_profile("smoke", overrides={"train.use_cache": False,
                                                                     "train.augment": False}),
                      "smoke", cache_root=cache, progress=False)
     rows = epoch_rows(data, cfg, 0).take(np.arange(6))

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from nearid_lib.vlm_judge import (PARSED_STATUSES, STATUSES, JudgeScores, VLMJudge, parse_judge_answer)
+from nearid_lib.nearid.judge import PARSED_STATUSES, STATUSES, JudgeScores, VLMJudge, parse_judge_answer
 
 # (answer, expected status, expected score on 0-10 or None)
 CASES = [

@@ -4,7 +4,7 @@ The paper gathers positives across devices (DDP) so that the pool G spans the gl
 flow back to the shard that produced each gathered row: the backward of :func:`all_gather_with_grad` sums,
 over ranks, the gradient every rank's loss sent to the gathered tensor, and returns this rank's slice.
 Combined with the losses' global normalisation (local loss = world_size * local share of the global loss,
-see ``nearid_lib.losses``), DDP's gradient averaging then yields exactly the single-process gradient of the
+see ``nearid_lib.nearid.losses``), DDP's gradient averaging then yields exactly the single-process gradient of the
 global batch. Everything is the identity when torch.distributed is not initialised (or world size is 1).
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from .losses import Pool
+from .loss_terms import Pool
 
 __all__ = ["is_distributed", "world_size", "rank", "all_gather_with_grad", "all_gather_nograd",
            "all_reduce_sum", "gather_pool"]
@@ -92,7 +92,7 @@ def all_reduce_sum(x: Tensor) -> Tensor:
 
 def gather_pool(anchor: Tensor, positives: Tensor, pos_mask: Tensor | None = None,
                 with_anchors: bool = True) -> Pool:
-    """The global candidate pool for ``nearid_lib.losses`` (``pool=`` argument).
+    """The global candidate pool for ``nearid_lib.nearid.losses`` (``pool=`` argument).
 
     Gathers positives [B,P,D] (with gradients) and their mask across ranks; with ``with_anchors`` also the
     anchors (needed by the symmetric InfoNCE variants only). ``offset`` = rank * B is this rank's first

@@ -1,51 +1,39 @@
-"""NearID-bench evaluation over cached backbone tokens: embed a split, score SSR/PA per source, MTG.
+"""Embeddings of dataset images from cached frozen-backbone features (NearID training and evaluation).
 
-Public API (stable; notebooks 03-08 build on it)::
-
-    from nearid_lib.evaluate import Embedder, embed_split, nearid_bench, mtg_bench, evaluate_split
+Images are grouped (``"positives@<split>"``, ``"dist:<source>@<split>"``, ``"mtg@<split>"``) and
+every group gets its own :class:`~nearid_lib.features.TokenCache` per variant. Training and
+evaluation therefore share the same caches, and a notebook that only needs the test split of one
+source only builds the groups it touches. ``variant="fg"`` blacks the background out with the
+object mask (a distractor uses the mask of the view it was inpainted into; an MTG image uses its
+object mask)::
 
     enc, _ = load_encoder("efficientnet-lite0")                 # frozen backbone
     emb = Embedder(enc, data, profile="mini")                   # frozen pooled output (the GAP baseline)
     emb = Embedder(enc, data, head=my_map_head, profile="mini") # backbone tokens -> trained head
     emb = Embedder(load_encoder("nearid", checkpoint=ckpt)[0], data, profile="mini")  # same, from a ckpt
-    se = embed_split(emb, data, "test", variant="full")         # or variant="fg" (background removed)
-    nb = nearid_bench(se, train_sources=data.train_sources)     # per-source + pooled SSR/PA
-    mt = mtg_bench(se)                                          # metrics.mtg_metrics dict
-    row = evaluate_split(emb, data, "test")                     # one flat row (percent like the paper)
-
-Design: images are grouped (``"positives@<split>"``, ``"dist:<source>@<split>"``, ``"mtg@<split>"``)
-and every group gets its own :class:`~nearid_lib.features.TokenCache` per variant. Training and
-evaluation therefore share the same caches, and a notebook that only needs the test split of one
-source only builds the groups it touches. ``variant="fg"`` blacks the background out with the
-object mask (a distractor uses the mask of the view it was inpainted into; an MTG image uses its
-object mask). Missing views are NaN embeddings with a False mask: they never count as trials.
-
-Similarities are cosine (embeddings are L2-normalised here). SSR/PA follow
-:func:`nearid_lib.metrics.ssr_pa` exactly; pooled rows are support-weighted
-(:func:`nearid_lib.metrics.pool_sources`).
+    e = emb.embed(relpaths, variant="full")                     # [n, E], L2-normalised
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import metrics
+from ..features import TokenCache, apply_variant
 
-__all__ = ["Embedder", "SplitEmbeddings", "image_groups", "group_items", "embed_split", "nearid_bench",
-           "mtg_bench", "evaluate_split", "summary_row", "VIEWS", "SPLITS"]
+if TYPE_CHECKING:
+    from ..data import NearIDData
+
+__all__ = ["Embedder", "image_groups", "group_items", "VIEWS", "SPLITS"]
 
 VIEWS = (1, 2, 3)
 
-
-# --------------------------------------------------------------------------- image groups
 SPLITS = ("train", "val", "test")
 
 
-def image_groups(data, splits: Sequence[str] = SPLITS, sources: Sequence[str] | None = None,
+def image_groups(data: NearIDData, splits: Sequence[str] = SPLITS, sources: Sequence[str] | None = None,
                  mtg: bool = True) -> list[str]:
     """Image groups ``<kind>@<split>``: kind = ``positives``, ``dist:<source>`` (default: every
     source), ``mtg`` (if present). One cache per group and variant, so training only encodes the
@@ -56,7 +44,7 @@ def image_groups(data, splits: Sequence[str] = SPLITS, sources: Sequence[str] | 
     return [f"{k}@{sp}" for k in kinds for sp in splits]
 
 
-def group_items(data, group: str) -> tuple[list[str], list[str]]:
+def group_items(data: NearIDData, group: str) -> tuple[list[str], list[str]]:
     """``(relpaths, masks)`` of every image in ``group`` = ``<kind>@<split>`` (table order, no empties).
 
     Distractor ``nimg_k`` uses ``mask_k`` (it is inpainted into that view's background and mask);
@@ -95,7 +83,6 @@ def group_items(data, group: str) -> tuple[list[str], list[str]]:
     return rels, masks
 
 
-# --------------------------------------------------------------------------- embedder
 class Embedder:
     """L2-normalised embeddings of dataset images, from cached frozen-backbone features.
 
@@ -113,7 +100,7 @@ class Embedder:
         cache_root: explicit cache folder (tests).
     """
 
-    def __init__(self, encoder, data, head=None, profile: str | None = None, use_cache: bool = True,
+    def __init__(self, encoder, data: NearIDData, head=None, profile: str | None = None, use_cache: bool = True,
                  store_tokens: bool | None = None, batch_size: int = 64, cache_root=None,
                  progress: bool = True, head_batch: int = 512):
         self.encoder = encoder
@@ -145,8 +132,6 @@ class Embedder:
         """The :class:`TokenCache` of one image group and variant (built on first use)."""
         key = (variant, group)
         if key not in self._caches:
-            from .features import TokenCache
-
             rels, masks = group_items(self.data, group)
             c = TokenCache.build_or_load(self.backbone, rels, masks=masks, variant=variant, data=self.data,
                                          profile=self.profile, cache_root=self.cache_root,
@@ -225,8 +210,6 @@ class Embedder:
         return F.normalize(torch.cat(outs), dim=-1)
 
     def _embed_uncached(self, relpaths: list[str], variant: str) -> torch.Tensor:
-        from .features import apply_variant
-
         own = self._owners()
         outs = []
         for i in range(0, len(relpaths), self.batch_size):
@@ -250,131 +233,3 @@ class Embedder:
         if not outs:
             return torch.zeros(0, self.backbone.embed_dim if self.head is None else self.head.out_dim)
         return F.normalize(torch.cat(outs), dim=-1)
-
-
-# --------------------------------------------------------------------------- split embeddings
-@dataclass
-class SplitEmbeddings:
-    """Embeddings of one split (row order = ``data.positives`` restricted to the split).
-
-    ``positives`` [N,3,E] (NaN where a view is missing) with ``pos_mask`` [N,3];
-    ``distractors[source]`` [N,3,E] (slot k = the distractor inpainted into view k) with
-    ``dist_mask[source]`` [N,3]; ``mtg`` = dict of ``e1, e2, e1p, e2p`` [M,E], ``oracle_1``,
-    ``oracle_2`` [M], ``pair_id`` (None when the split has no MTG pair)."""
-
-    split: str
-    variant: str
-    ids: list[str]
-    positives: torch.Tensor
-    pos_mask: torch.Tensor
-    distractors: dict[str, torch.Tensor] = field(default_factory=dict)
-    dist_mask: dict[str, torch.Tensor] = field(default_factory=dict)
-    mtg: dict[str, Any] | None = None
-    train_sources: list[str] = field(default_factory=list)
-
-
-def _slots(embedder: Embedder, table, cols: Sequence[str], variant: str, dim: int | None):
-    """[N,3,E] embeddings of the non-empty cells of ``table[cols]`` (NaN elsewhere) and the mask [N,3]."""
-    cells = table[list(cols)].to_numpy()
-    mask = cells != ""
-    flat = [str(c) for c in cells[mask]]
-    e = embedder.embed(flat, variant)
-    E = e.shape[1] if len(flat) else (dim or 1)
-    out = torch.full((len(table), len(cols), E), float("nan"))
-    out[torch.from_numpy(mask)] = e
-    return out, torch.from_numpy(mask)
-
-
-def embed_split(embedder: Embedder, data, split: str = "test", variant: str = "full",
-                sources: Sequence[str] | None = None, with_mtg: bool = True) -> SplitEmbeddings:
-    """Embed the positives, every distractor source (default: all of ``data.sources``) and the MTG
-    pairs of ``split`` with ``embedder`` for ``variant`` ("full" | "fg")."""
-    if split not in ("train", "val", "test"):
-        raise ValueError(f"split must be train, val or test, got {split!r}")
-    sel = (data.positives["split"] == split).to_numpy()
-    pos = data.positives[sel]
-    pe, pm = _slots(embedder, pos, [f"img{k}" for k in VIEWS], variant, None)
-    se = SplitEmbeddings(split=split, variant=variant, ids=pos["id"].tolist(), positives=pe, pos_mask=pm,
-                         train_sources=list(data.train_sources))
-    for s in (data.sources if sources is None else sources):
-        if s not in data.distractors:
-            raise KeyError(f"unknown distractor source {s!r}; valid: {', '.join(data.distractors)}")
-        d = data.distractors[s][sel]
-        se.distractors[s], se.dist_mask[s] = _slots(embedder, d, [f"nimg{k}" for k in VIEWS], variant,
-                                                    pe.shape[-1])
-    if with_mtg and data.mtg is not None:
-        m = data.mtg[data.mtg["split"] == split]
-        if len(m):
-            se.mtg = {
-                "pair_id": m["pair_id"].tolist(),
-                "e1": embedder.embed(m["image_1_original"].tolist(), variant),
-                "e2": embedder.embed(m["image_2_original"].tolist(), variant),
-                "e1p": embedder.embed(m["image_1_inpainted"].tolist(), variant),
-                "e2p": embedder.embed(m["image_2_inpainted"].tolist(), variant),
-                "oracle_1": m["oracle_1"].to_numpy(dtype=float),
-                "oracle_2": m["oracle_2"].to_numpy(dtype=float),
-            }
-    return se
-
-
-# --------------------------------------------------------------------------- scoring
-def nearid_bench(se: SplitEmbeddings, train_sources: Sequence[str] | None = None,
-                 sources: Sequence[str] | None = None, per_identity: bool = False) -> dict[str, Any]:
-    """SSR/PA per distractor source and pooled (NearID Table 1 / Table 5), as fractions.
-
-    Returns ``{"per_source": {src: ssr_pa dict}, "pooled": {"all", "train", "unseen": pool dict},
-    "table": DataFrame}``; "train" pools the training sources (default ``se.train_sources``),
-    "unseen" the others (absent when empty)."""
-    names = list(se.distractors) if sources is None else list(sources)
-    per = {}
-    for s in names:
-        ps, ds = metrics.nearid_similarities(se.positives, se.distractors[s], se.pos_mask, se.dist_mask[s])
-        per[s] = metrics.ssr_pa(ps, ds, per_identity=per_identity)
-    ts = [s for s in (se.train_sources if train_sources is None else train_sources) if s in per]
-    unseen = [s for s in names if s not in ts]
-    groups = {"all": names}
-    if ts:
-        groups["train"] = ts
-    if unseen:
-        groups["unseen"] = unseen
-    pooled = {k: metrics.pool_sources(per, v) for k, v in groups.items()}
-    table = metrics.source_breakdown(per, {f"avg_{k}": v for k, v in groups.items()})
-    return {"per_source": per, "pooled": pooled, "table": table}
-
-
-def mtg_bench(se: SplitEmbeddings) -> dict[str, Any] | None:
-    """MTG M-O, M-Opair, SSR, PA (``metrics.mtg_metrics``) of the split's MTG pairs, None without any."""
-    if se.mtg is None:
-        return None
-    m = se.mtg
-
-    def s(a, b):
-        return (m[a] * m[b]).sum(-1).numpy().astype(np.float64)   # cosine: rows are normalised
-
-    return metrics.mtg_metrics(s("e1", "e1p"), s("e2", "e2p"), s("e1", "e2p"), s("e2", "e1p"), s("e1", "e2"),
-                               m["oracle_1"], m["oracle_2"])
-
-
-def summary_row(nb: dict[str, Any], mt: dict[str, Any] | None) -> dict[str, Any]:
-    """One flat row with the paper's column names and units: ``nearid_ssr``/``nearid_pa`` (percent,
-    pooled over all sources), ``mtg_mo``, ``mtg_mopair`` (r), ``mtg_ssr``/``mtg_pa`` (percent), plus
-    ``train_ssr/pa`` and ``unseen_ssr/pa`` (percent) and ``ssr_<source>``/``pa_<source>``."""
-    p = nb["pooled"]
-    row: dict[str, Any] = {"nearid_ssr": 100 * p["all"]["ssr"], "nearid_pa": 100 * p["all"]["pa"]}
-    for k in ("train", "unseen"):
-        if k in p:
-            row[f"{k}_ssr"], row[f"{k}_pa"] = 100 * p[k]["ssr"], 100 * p[k]["pa"]
-    nan = float("nan")
-    row.update({"mtg_mo": mt["m_o"] if mt else nan, "mtg_mopair": mt["m_opair"] if mt else nan,
-                "mtg_ssr": 100 * mt["ssr"] if mt else nan, "mtg_pa": 100 * mt["pa"] if mt else nan})
-    for s, r in nb["per_source"].items():
-        row[f"ssr_{s}"], row[f"pa_{s}"] = 100 * r["ssr"], 100 * r["pa"]
-    row["n_identities"] = p["all"]["n_identities"] // max(1, p["all"]["n_sources"])
-    return row
-
-
-def evaluate_split(embedder: Embedder, data, split: str = "test", variant: str = "full",
-                   sources: Sequence[str] | None = None) -> dict[str, Any]:
-    """:func:`embed_split` + :func:`nearid_bench` + :func:`mtg_bench` -> :func:`summary_row`."""
-    se = embed_split(embedder, data, split, variant, sources)
-    return summary_row(nearid_bench(se, data.train_sources), mtg_bench(se))
