@@ -6,7 +6,7 @@ import pytest
 import torch
 from PIL import Image
 
-from nearid_lib.models import MAPHead, load_encoder, list_encoders, resolve_name, save_head
+from nearid_lib.models import MAPHead, list_encoders, load_encoder, resolve_name, save_head
 from nearid_lib.models.backbones import Preprocess
 
 torch.set_num_threads(1)
