@@ -78,7 +78,7 @@ def test_ours_names_requested_by_lead():
         "nearid_table8_alpha": "tables/06_table8_alpha.csv",
         "nearid_table9_beta": "tables/06_table9_beta.csv",
         "nearid_table10_infonce": "tables/05_table10_infonce.csv",
-        "idsim_fig6_sensitivity_claims": "tables/09_sensitivity.csv",
+        "idsim_fig6_sensitivity_claims": "tables/10_sensitivity.csv",
     }
     for k, v in expect.items():
         assert meta(k)["ours"] == v

@@ -11,7 +11,7 @@
 # ---
 
 # %% [markdown]
-# # 11 - Train ID-Sim and score it on the mini benchmarks
+# # 09 - Train ID-Sim and score it on the mini benchmarks
 # ID-Sim (paper 001): a frozen backbone with rank-16 LoRA adapters and two MLP heads (CLS, patch
 # tokens), trained with CLS InfoNCE + lambda * Sinkhorn patch InfoNCE on triplets mixed 1:1:1 from
 # real instance pairs (S1), identity-preserving context edits (S2a) and identity-altering edits as
@@ -21,40 +21,34 @@
 # `mini` adaptation: the backbone is EfficientNet-Lite0 (a CNN, the offline pretrained model); LoRA
 # sits on the 1x1 pointwise convolutions of its last stage(s) and `conv_head`, the frozen prefix is
 # cached once, "CLS" = global average of the final 7x7 tokens. See `nearid_lib/models/idsim.py` and
-# `nearid_lib/idsim_train.py` for every deviation. Benchmarks are the mini world's analogue of each
-# benchmark kind of ID-Sim Figure 25 (`nearid_lib/idsim_bench.py`).
+# `nearid_lib/idsim/` for every deviation. Benchmarks are the mini world's analogue of each
+# benchmark kind of ID-Sim Figure 25 (`nearid_lib/idsim/bench.py`).
 
 # %% tags=["parameters"]
 PROFILE = "mini"
 SEED = 0
-NUM_THREADS = 2
 
 # %%
 import time
 
 import matplotlib.pyplot as plt
 import pandas as pd
-import torch
 
-from nearid_lib import get_profile, seed_everything
-from nearid_lib.data import load_nearid, nearid_root
-from nearid_lib.idsim_bench import (bench_keys, benchmark_table, embed_encoders, encoder_labels,
+from nearid_lib.claims import claim
+from nearid_lib.data import load_profile_data
+from nearid_lib.idsim.bench import (bench_keys, benchmark_table, embed_encoders, encoder_labels,
                                     evaluate_sets, mini_benchmark_sets)
-from nearid_lib.idsim_train import PrefixStore, train_idsim
-from nearid_lib.io_utils import atomic_write, write_csv
+from nearid_lib.idsim.prefix import PrefixStore
+from nearid_lib.idsim.train import train_idsim
+from nearid_lib.io_utils import write_csv
 from nearid_lib.models import load_encoder
 from nearid_lib.models.idsim import save_idsim
-from nearid_lib.paths import cache_dir, checkpoint_dir, figures_dir, results_dir
-from nearid_lib.report import claim, write_claims
-from nearid_lib.runmeta import write_run_metadata
+from nearid_lib.paths import cache_dir, checkpoint_dir
+from nearid_lib.run import start_run
 
-torch.set_num_threads(NUM_THREADS)
-cfg = get_profile(PROFILE, seed=SEED)
-seed_everything(SEED)
-out = results_dir(PROFILE, "11_train_idsim")
-write_run_metadata(out, {"PROFILE": PROFILE, "SEED": SEED, "NUM_THREADS": NUM_THREADS}, cfg)
-figs = figures_dir(PROFILE)
-data = load_nearid(nearid_root(PROFILE))
+run = start_run(PROFILE, SEED, "09_train_idsim")
+cfg = run.cfg
+data = load_profile_data(cfg, build=False)
 t_start = time.time()
 cfg.idsim
 
@@ -68,8 +62,8 @@ model, hist, trip = res["model"], res["history"], res["triplets"]
 ckpt = save_idsim(model, checkpoint_dir(PROFILE) / "idsim",
                   extra={"profile": PROFILE, "seed": SEED, "n_steps": res["n_steps"],
                          "n_triplets": len(trip), "timings": res["timings"]})
-write_csv(hist.assign(profile=PROFILE), out / "history.csv")
-write_csv(trip.assign(profile=PROFILE), out / "triplets.csv")
+write_csv(hist, run.results / "history.csv")
+write_csv(trip, run.results / "triplets.csv")
 print(trip.groupby(["subset", "neg_kind"]).size())
 res["timings"], ckpt
 
@@ -82,7 +76,7 @@ ax.set_ylabel("loss (rolling mean 5)")
 ax.set_title(f"ID-Sim training ({PROFILE})")
 ax.legend()
 fig.tight_layout()
-atomic_write(figs / "11_idsim_loss.png", lambda p: fig.savefig(p, dpi=120, format="png"))
+run.figure(fig, "09_idsim_loss")
 
 # %% [markdown]
 # ## Mini benchmarks
@@ -102,7 +96,7 @@ store.save()
 results = {enc: evaluate_sets(sets, e) for enc, e in emb.items()}
 labels = encoder_labels(cfg)
 table = benchmark_table(results, labels, PROFILE)
-write_csv(table, figs / "tables" / "11_idsim_benchmarks.csv")
+run.write_table(table, "09_idsim_benchmarks")
 table.pivot(index=["benchmark", "metric_id"], columns="model", values="value")
 
 # %%
@@ -114,7 +108,7 @@ ax.set_ylabel("value")
 ax.set_title(f"ID-Sim mini benchmarks ({PROFILE})")
 ax.legend(fontsize=7)
 fig.tight_layout()
-atomic_write(figs / "11_idsim_benchmarks.png", lambda p: fig.savefig(p, dpi=120, format="png"))
+run.figure(fig, "09_idsim_benchmarks")
 
 # %% [markdown]
 # ## Claims
@@ -134,6 +128,6 @@ for m in main_metrics:
 rows.append(claim("ID-Sim beats the frozen backbone on the mini benchmarks (all metrics)",
                   "48/49 setups won", f"{len(wins)}/{len(fz)} metrics won", len(wins) == len(fz),
                   detail="won: " + ", ".join(wins), profile=PROFILE))
-write_claims(rows, figs, "11_idsim")
-print(f"notebook 11 total {time.time() - t_start:.1f}s")
+run.write_claims(rows, "09_idsim")
+print(f"notebook 09 total {time.time() - t_start:.1f}s")
 pd.DataFrame(rows)

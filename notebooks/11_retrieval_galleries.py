@@ -11,7 +11,7 @@
 # ---
 
 # %% [markdown]
-# # 10 - Finer-Personalization Rank: gallery retrieval instead of pairwise similarity
+# # 11 - Finer-Personalization Rank: gallery retrieval instead of pairwise similarity
 # Each generated image queries a gallery of visually similar real identities; the protocol's score
 # is the mean average precision (mAP) of that ranking (FPR paper, Section 3). We put it beside the
 # usual pairwise similarity (CLIP-I / DINO score: the cosine between the generated image and its
@@ -22,7 +22,7 @@
 # simulated with a **known identity drift** (plus one that copy-pastes the reference, the paper's
 # Section 5.1 caveat), so the protocol's verdicts can be checked against the truth. `drift_high`
 # keeps the reference's pose and background (the IP-Adapter-Plus behaviour the paper describes).
-# Any user's generator is scored the same way: `nearid_lib.retrieval.rank_generator(csv_or_folder,
+# Any user's generator is scored the same way: `nearid_lib.fpr.rank_generator(csv_or_folder,
 # gallery_csv, encoder=...)`.
 #
 # Encoders: `efficientnet-lite0` (frozen GAP, the general-purpose role of CLIP/DINO here) and the
@@ -38,23 +38,16 @@ import time
 
 import pandas as pd
 
-from nearid_lib import get_profile, seed_everything
+from nearid_lib.fpr import EmbeddingCache, ablations as A, experiments as X, figures as F
+from nearid_lib.fpr.claims import retrieval_claims
 from nearid_lib.io_utils import write_csv
-from nearid_lib.paths import cache_dir, figures_dir, results_dir
-from nearid_lib.report import write_claims
-from nearid_lib.retrieval import EmbeddingCache
-from nearid_lib.retrieval import experiments as X
-from nearid_lib.retrieval import figures as F
-from nearid_lib.runmeta import write_run_metadata
+from nearid_lib.paths import cache_dir
+from nearid_lib.run import start_run
 
 t0 = time.time()
-cfg = get_profile(PROFILE)
-seed_everything(SEED)
+run = start_run(PROFILE, SEED, "11_retrieval_galleries")
+cfg = run.cfg
 rc = cfg.retrieval
-out = results_dir(PROFILE, "10_retrieval_galleries")
-write_run_metadata(out, {"PROFILE": PROFILE, "SEED": SEED}, cfg)
-figs = figures_dir(PROFILE)
-tables = figs / "tables"
 cache = EmbeddingCache(cache_dir(PROFILE) / "retrieval")
 
 # %% [markdown]
@@ -80,7 +73,7 @@ pd.DataFrame([{"encoder": s.name, "role": s.role, "available": s.available, "not
 
 # %%
 oracle = X.oracle_table(models, split.train, split.gallery, cfg, cache, DATASET)
-write_csv(oracle.assign(profile=PROFILE), tables / "10_fpr_oracle.csv")
+run.write_table(oracle, "11_fpr_oracle")
 oracle
 
 # %% [markdown]
@@ -88,12 +81,14 @@ oracle
 
 # %%
 main, per_query, extras = X.main_comparison(models, generated, split.gallery, cfg, cache, DATASET)
-write_csv(main.assign(profile=PROFILE), tables / "10_fpr_generated.csv")
-write_csv(per_query.assign(profile=PROFILE), out / "per_query.csv")
+run.write_table(main, "11_fpr_generated")
+write_csv(per_query, run.results / "per_query.csv")
 agreement = X.per_identity_agreement(per_query)
-write_csv(agreement.drop(columns=["names", "rhos"]).assign(profile=PROFILE), tables / "10_fpr_drift_agreement.csv")
-F.plot_main(main, figs / "10_fpr_main.png", PROFILE)
+run.write_table(agreement.drop(columns=["names", "rhos"]), "11_fpr_drift_agreement")
 main[["method", "drift", "context", "encoder", "sim", "map", "top1", "auc", "ndcg"]]
+
+# %%
+run.figure(F.plot_main(main, PROFILE), "11_fpr_main")
 
 # %%
 agreement
@@ -102,12 +97,14 @@ agreement
 # ## Gallery ablations: images per subject and number of subjects (Figure 5)
 
 # %%
-abl = pd.concat([X.gallery_size_ablation(models, split.train, split.gallery, generated, cfg, cache, SEED),
-                 X.subject_count_ablation(models, split.train, split.gallery, generated, cfg, cache, SEED)],
+abl = pd.concat([A.gallery_size_ablation(models, split.train, split.gallery, generated, cfg, cache, SEED),
+                 A.subject_count_ablation(models, split.train, split.gallery, generated, cfg, cache, SEED)],
                 ignore_index=True)
-write_csv(abl.assign(profile=PROFILE), tables / "10_fpr_gallery_ablation.csv")
-F.plot_gallery_ablation(abl, figs / "10_fpr_gallery_ablation.png", PROFILE)
+run.write_table(abl, "11_fpr_gallery_ablation")
 abl
+
+# %%
+run.figure(F.plot_gallery_ablation(abl, PROFILE), "11_fpr_gallery_ablation")
 
 # %% [markdown]
 # ## Gallery sampling: random vs k-means vs curated (Table 2, percent)
@@ -116,18 +113,20 @@ abl
 # %%
 embed_with = "nearid" if "nearid" in models else next(iter(models))
 n_pick = max(1, cfg.world.gallery_per_id // 2)
-sampling = X.sampling_ablation(models, split.train, split.gallery, generated, cfg, cache, embed_with, n_pick, SEED)
-write_csv(sampling.assign(profile=PROFILE), tables / "10_fpr_gallery_sampling.csv")
+sampling = A.sampling_ablation(models, split.train, split.gallery, generated, cfg, cache, embed_with, n_pick, SEED)
+run.write_table(sampling, "11_fpr_gallery_sampling")
 sampling
 
 # %% [markdown]
 # ## Background removal with the object masks (Figure 7, Table 14)
 
 # %%
-bg = X.background_ablation(models, split.train, split.gallery, cfg, cache, DATASET)
-write_csv(bg.assign(profile=PROFILE), tables / "10_fpr_bg_removal.csv")
-F.plot_background(bg, figs / "10_fpr_bg_removal.png", PROFILE)
+bg = A.background_ablation(models, split.train, split.gallery, cfg, cache, DATASET)
+run.write_table(bg, "11_fpr_bg_removal")
 bg
+
+# %%
+run.figure(F.plot_background(bg, PROFILE), "11_fpr_bg_removal")
 
 # %% [markdown]
 # ## Retrieval lists (Figure 4)
@@ -136,13 +135,13 @@ bg
 show_enc = "nearid" if "nearid" in models else next(iter(models))
 cases = X.qualitative_cases(extras[show_enc], per_query, show_enc, ["faithful", "drift_high", "copy_paste"],
                             rc.n_qualitative, rc.top_k, rc.group_by, SEED)
-F.plot_retrieval_lists(cases, figs / "10_fpr_retrieval_lists.png", PROFILE)
+run.figure(F.plot_retrieval_lists(cases, PROFILE), "11_fpr_retrieval_lists")
 
 # %% [markdown]
 # ## Claims (computed)
 
 # %%
-claims = X.retrieval_claims(main, agreement, bg, specs, PROFILE)
-write_claims(claims, figs, "10_retrieval")
-print(f"notebook 10 ran in {time.time() - t0:.1f} s")
+claims = retrieval_claims(main, agreement, bg, specs, PROFILE)
+run.write_claims(claims, "11_retrieval")
+print(f"notebook 11 ran in {time.time() - t0:.1f} s")
 pd.DataFrame(claims)
