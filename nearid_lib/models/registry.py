@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from ..config import BackboneConfig, Profile
 
 __all__ = ["load_backbone", "load_encoder", "register_encoder", "list_encoders", "resolve_name", "resolve_device",
-           "NearIDEncoder", "RELEASE_REPO"]
+           "StackedEncoder", "NearIDEncoder", "RELEASE_REPO"]
 
 RELEASE_REPO = "Aleksandar/nearid-siglip2"
 
@@ -165,7 +165,17 @@ register_encoder("dinov3-vitl16", _dino(3), "facebook/dinov3-vitl16-pretrain-lvd
 
 
 # ----------------------------------------------------------------------------- NearID = backbone + head
-class NearIDEncoder(Encoder):
+class StackedEncoder(Encoder):
+    """A backbone followed by a module over its outputs (the NearID head, a feature classifier): it
+    preprocesses like the backbone and its weights are the backbone's plus ``source``."""
+
+    def __init__(self, name: str, backbone: Encoder, frozen: bool, source: str):
+        super().__init__(name, backbone.preprocess, tiny=backbone.tiny, frozen=frozen,
+                         weights=f"{backbone.weights}+{source}")
+        self.backbone = backbone
+
+
+class NearIDEncoder(StackedEncoder):
     """A frozen backbone followed by a (trainable) :class:`MAPHead` over its patch tokens.
 
     ``pooled`` is the head's output; ``tokens`` are the backbone's. :meth:`pool` runs the head on
@@ -175,9 +185,8 @@ class NearIDEncoder(Encoder):
         if backbone.token_dim != head.dim:
             raise ValueError(f"nearid: head width {head.dim} does not match backbone "
                              f"{backbone.name!r} token width {backbone.token_dim}")
-        super().__init__(name, backbone.preprocess, tiny=backbone.tiny, frozen=False,
-                         weights=f"{backbone.weights}+{source}")
-        self.backbone, self.head = backbone, head
+        super().__init__(name, backbone, frozen=False, source=source)
+        self.head = head
         self.to(device=backbone.device)
         self.head.to(device=backbone.device)
         self._finish()

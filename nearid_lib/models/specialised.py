@@ -23,7 +23,7 @@ from torch import nn
 
 from .backbones import CLIP_MEAN, CLIP_STD, IMAGENET_MEAN, IMAGENET_STD, Encoder, EncoderOutput, Preprocess
 from .classifier import FeatureClassifier
-from .registry import load_encoder, register_encoder
+from .registry import StackedEncoder, load_encoder, register_encoder
 
 __all__ = ["OpenClipEncoder", "RemoteCodeEncoder", "ClassifierEncoder", "RemoteCodeError",
            "MIEWID_HUB_ID", "BIOCLIP2_HUB_ID"]
@@ -88,7 +88,7 @@ class RemoteCodeEncoder(Encoder):
         return EncoderOutput(None, pooled)
 
 
-class ClassifierEncoder(Encoder):
+class ClassifierEncoder(StackedEncoder):
     """A frozen backbone + a trained feature classifier; pooled = the classifier's penultimate
     features."""
 
@@ -96,9 +96,8 @@ class ClassifierEncoder(Encoder):
         if classifier.in_dim != backbone.embed_dim:
             raise ValueError(f"classifier encoder: classifier takes {classifier.in_dim}-d features, "
                              f"backbone {backbone.name!r} gives {backbone.embed_dim}-d")
-        super().__init__(name, backbone.preprocess, tiny=backbone.tiny, frozen=True,
-                         weights=f"{backbone.weights}+{source}")
-        self.backbone, self.classifier = backbone, classifier
+        super().__init__(name, backbone, frozen=True, source=source)
+        self.classifier = classifier
         self._finish()
 
     def _forward(self, pixel_values):
