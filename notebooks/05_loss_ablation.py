@@ -34,8 +34,6 @@ from nearid_lib.run import start_run
 run = start_run(PROFILE, SEED, "05_loss_ablation")
 cfg = run.cfg
 data, backbone, steps = ablation_inputs(cfg)       # steps: the same budget for every head
-paper3 = pd.read_csv(paper_values_dir() / "nearid_table3_loss_ablation.csv")
-paper10 = pd.read_csv(paper_values_dir() / "nearid_table10_infonce.csv")
 # our loss names -> the paper's row_id slugs (Table 3)
 row_id = {"infonce": "infonce", "infonce_rneg": "infonce_rneg", "infonce_oracle": "infonce_oracle",
           "infonce_rneg_oracle": "infonce_rneg_oracle", "siglip": "siglip_rank", "circle": "circle_rank",
@@ -56,6 +54,8 @@ for loss in cfg.eval.ablation_losses:
           f"M-O {r['test']['mtg_mo']:.3f}  ({r['seconds']:.0f}s{', reused' if r['reused'] else ''})")
 
 # %%
+paper3 = pd.read_csv(paper_values_dir() / "nearid_table3_loss_ablation.csv")
+paper10 = pd.read_csv(paper_values_dir() / "nearid_table10_infonce.csv")
 ours = pd.DataFrame(rows)
 ours["dbpp_mh"] = float("nan")      # no DreamBench++ humans in the procedural world
 ours = ours.merge(paper3[["row", "row_id"]], on="row_id", how="left")

@@ -32,8 +32,6 @@ from nearid_lib.run import start_run
 run = start_run(PROFILE, SEED, "06_alpha_beta_sweep")
 cfg = run.cfg
 data, backbone, steps = ablation_inputs(cfg)       # steps: the same budget for every head
-paper8 = pd.read_csv(paper_values_dir() / "nearid_table8_alpha.csv")
-paper9 = pd.read_csv(paper_values_dir() / "nearid_table9_beta.csv")
 cols = ["nearid_ssr", "nearid_pa", "mtg_mo", "mtg_mopair", "mtg_ssr", "mtg_pa", "dbpp_mh"]
 
 # %%
@@ -44,6 +42,7 @@ for alpha in cfg.eval.alphas:
     rows8.append({"alpha": float(alpha), "ours_label": f"L_NearID alpha={alpha} ({steps} steps)", **r["test"]})
     print(f"alpha={alpha:<5} SSR {r['test']['nearid_ssr']:6.1f} PA {r['test']['nearid_pa']:6.1f} "
           f"M-O {r['test']['mtg_mo']:.3f}")
+paper8 = pd.read_csv(paper_values_dir() / "nearid_table8_alpha.csv")
 t8 = pd.DataFrame(rows8).merge(paper8[["row", "alpha", "role"]], on="alpha", how="left")
 t8["row"] = t8["row"].fillna("α=" + t8["alpha"].astype(str))
 t8["dbpp_mh"] = float("nan")
@@ -59,6 +58,7 @@ for beta in cfg.eval.betas:
     r = train_and_score(c, data, backbone, splits=("test",), label=f"beta={beta}", progress=True)
     rows9.append({"beta": float(beta), "alpha": 1.0, "ours_label": f"L_NearID + {beta} L_coh, alpha=1 ({steps} steps)",
                   **r["test"]})
+paper9 = pd.read_csv(paper_values_dir() / "nearid_table9_beta.csv")
 t9 = pd.DataFrame(rows9).merge(paper9[["row", "beta"]], on="beta", how="left")
 t9["row"] = t9["row"].fillna("β=" + t9["beta"].astype(str))
 t9["dbpp_mh"] = float("nan")
