@@ -44,9 +44,11 @@ from PIL import Image
 
 from nearid_lib.data import build_world
 from nearid_lib.generate import get_backend
+from nearid_lib.generate.items import items_from_dataset
+from nearid_lib.generate.merge import merge_source, register_source
+from nearid_lib.generate.procedural import ResampledBackend, world_request_fn
 from nearid_lib.generate.quality import QualityFilter
-from nearid_lib.generate.runner import (ResampledBackend, generate_source, items_from_dataset, merge_source,
-                                        register_source, world_request_fn)
+from nearid_lib.generate.runner import generate_source
 from nearid_lib.generate.specs import NEARID_SOURCES, SPECS, source_backend
 from nearid_lib.io_utils import write_csv
 from nearid_lib.paths import data_dir
