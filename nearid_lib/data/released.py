@@ -23,7 +23,7 @@ import io
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -33,6 +33,9 @@ from ..io_utils import atomic_write, write_csv, write_json
 from ..paths import data_dir
 from .benchmarks import load_fpr
 from .schema import SCHEMA_VERSION, DataError, read_rgb
+
+if TYPE_CHECKING:
+    from ..config import Profile
 
 __all__ = ["materialise_released", "load_released_from_hub",
            "pil_from_value", "IMG_SPELLINGS", "MASK_SPELLINGS", "NIMG_SPELLINGS"]
@@ -162,87 +165,22 @@ def _first_col(cols, names):
 
 def _materialise_nearid(root: Path, positives: Any, distractors: Mapping[str, Any],
                         pos_name: str) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, pd.DataFrame]]:
+    """Write every split of the positives and their row-aligned distractor datasets as PNGs; the
+    identities, positives and per-source distractor tables of the NearID schema."""
     splits = _open_dataset(positives, pos_name)
     dsplits = {s: _open_dataset(d, s) for s, d in distractors.items()}
     id_rows, pos_rows = [], []
     dist_rows: dict[str, list] = {s: [] for s in distractors}
     for si, (split_key, ds) in enumerate(splits):
-        cols = list(ds.column_names)
-        icol = [_pick(cols, IMG_SPELLINGS, k, pos_name, f"image {k}", required=k <= 2) for k in (1, 2, 3)]
-        mcol = [_pick(cols, MASK_SPELLINGS, k, pos_name, f"mask {k}", required=icol[k - 1] is not None)
-                for k in (1, 2, 3)]
-        id_col = _first_col(cols, ("id", "identity", "uid", "objaverse_id"))
-        split_col = _first_col(cols, ("split",))
-        cls_col = _first_col(cols, ("class_name", "category", "class"))
-        desc_col = _first_col(cols, ("description", "caption", "prompt", "text"))
-        n = len(ds)
-        dsets = {}
-        for s, lst in dsplits.items():
-            if len(lst) != len(splits):
-                raise DataError(f"dataset {s}: has {len(lst)} split(s) but {pos_name} has {len(splits)}")
-            dkey, d = lst[si]
-            if dkey != split_key:
-                raise DataError(f"dataset {s}: split {dkey!r} where {pos_name} has {split_key!r}")
-            if len(d) != n:
-                raise DataError(f"dataset {s}" + (f" split {split_key}" if split_key else "") +
-                                f": {len(d)} rows but {pos_name} has {n}; distractor tables must be "
-                                f"row-aligned with the positives (row {min(len(d), n)} is unmatched)")
-            dcols = list(d.column_names)
-            dsets[s] = (d, [_pick(dcols, NIMG_SPELLINGS, k, s, f"distractor image {k}",
-                                  required=icol[k - 1] is not None) for k in (1, 2, 3)],
-                        _first_col(dcols, ("id", "identity", "uid", "objaverse_id")))
-        for i in range(n):
-            row = ds[i]
-            split = (row[split_col] if split_col else split_key) or "train"
-            split = _SPLIT_NAMES.get(str(split), str(split))
-            rid = str(row[id_col]) if id_col else f"{split}_{i:06d}"
-            where = lambda f: f"dataset {pos_name}, row {i}, field {f!r}"  # noqa: E731
-            prow = {"id": rid, "split": split}
-            n_views = 0
-            sizes = {}
-            for k in (1, 2, 3):
-                prow[f"img{k}"] = prow[f"mask{k}"] = ""
-                c = icol[k - 1]
-                im = pil_from_value(row[c], where(c)) if c else None
-                if im is None:
-                    if k <= 2:
-                        raise DataError(f"{where(c or f'img{k}')}: identity {rid!r} has fewer than "
-                                        f"two views (NearID needs >= 2 positives)")
-                    continue
-                im = _to_rgb(im, where(c))
-                mv = pil_from_value(row[mcol[k - 1]], where(mcol[k - 1]))
-                if mv is None:
-                    raise DataError(f"{where(mcol[k - 1])}: missing mask for view {k}")
-                m = _to_mask(mv, where(mcol[k - 1]), im.size)
-                prow[f"img{k}"] = _save(root, f"pos/{rid}_{k}.png", im)
-                prow[f"mask{k}"] = _save_mask(root, f"mask/{rid}_{k}.png", m)
-                sizes[k] = im.size
-                n_views += 1
+        pc = _PositiveColumns(list(ds.column_names), pos_name)
+        dsets = {s: _aligned_split(s, lst, si, split_key, len(ds), len(splits), pos_name, pc)
+                 for s, lst in dsplits.items()}
+        for i in range(len(ds)):
+            ident, prow, sizes = _positive_row(root, ds[i], i, split_key, pc, pos_name)
+            id_rows.append(ident)
             pos_rows.append(prow)
-            id_rows.append({"id": rid, "split": split,
-                            "class_name": str(row[cls_col]) if cls_col else "",
-                            "description": str(row[desc_col]) if desc_col else "",
-                            "n_views": n_views})
             for s, (d, dc, did_col) in dsets.items():
-                drow = d[i]
-                dwhere = lambda f: f"dataset {s}, row {i}, field {f!r}"  # noqa: E731
-                if did_col and id_col and str(drow[did_col]) != rid:
-                    raise DataError(f"{dwhere(did_col)}: id {drow[did_col]!r} but {pos_name} row {i} "
-                                    f"is {rid!r} (tables are not row-aligned)")
-                out = {"id": rid, "split": split}
-                for k in (1, 2, 3):
-                    out[f"nimg{k}"] = ""
-                    if k not in sizes:
-                        continue
-                    im = pil_from_value(drow[dc[k - 1]], dwhere(dc[k - 1]))
-                    if im is None:
-                        raise DataError(f"{dwhere(dc[k - 1])}: view {k} exists but has no distractor")
-                    im = _to_rgb(im, dwhere(dc[k - 1]))
-                    if im.size != sizes[k]:
-                        # Generators at other resolutions: Lanczos to the positive's size.
-                        im = im.resize(sizes[k], Image.LANCZOS)
-                    out[f"nimg{k}"] = _save(root, f"dist/{s}/{rid}_{k}.png", im)
-                dist_rows[s].append(out)
+                dist_rows[s].append(_distractor_row(root, s, d[i], i, prow, sizes, dc, did_col, pc, pos_name))
     dup = pd.Series([r["id"] for r in pos_rows]).duplicated()
     if dup.any():
         i = int(np.flatnonzero(dup.to_numpy())[0])
@@ -250,6 +188,92 @@ def _materialise_nearid(root: Path, positives: Any, distractors: Mapping[str, An
     return (pd.DataFrame(id_rows), pd.DataFrame(pos_rows),
             {s: pd.DataFrame(r, columns=["id", "split", "nimg1", "nimg2", "nimg3"])
              for s, r in dist_rows.items()})
+
+
+class _PositiveColumns:
+    """Which column of a released positives dataset holds each field (accepted spellings)."""
+
+    def __init__(self, cols: list[str], pos_name: str):
+        self.img = [_pick(cols, IMG_SPELLINGS, k, pos_name, f"image {k}", required=k <= 2) for k in (1, 2, 3)]
+        self.mask = [_pick(cols, MASK_SPELLINGS, k, pos_name, f"mask {k}", required=self.img[k - 1] is not None)
+                     for k in (1, 2, 3)]
+        self.id = _first_col(cols, ("id", "identity", "uid", "objaverse_id"))
+        self.split = _first_col(cols, ("split",))
+        self.cls = _first_col(cols, ("class_name", "category", "class"))
+        self.desc = _first_col(cols, ("description", "caption", "prompt", "text"))
+
+
+def _aligned_split(s: str, lst: list, si: int, split_key, n: int, n_splits: int, pos_name: str,
+                   pc: _PositiveColumns) -> tuple[Any, list, str | None]:
+    """Split ``si`` of distractor dataset ``s``, checked to be row-aligned with the positives:
+    ``(dataset, distractor image column per view, id column)``."""
+    if len(lst) != n_splits:
+        raise DataError(f"dataset {s}: has {len(lst)} split(s) but {pos_name} has {n_splits}")
+    dkey, d = lst[si]
+    if dkey != split_key:
+        raise DataError(f"dataset {s}: split {dkey!r} where {pos_name} has {split_key!r}")
+    if len(d) != n:
+        raise DataError(f"dataset {s}" + (f" split {split_key}" if split_key else "") +
+                        f": {len(d)} rows but {pos_name} has {n}; distractor tables must be "
+                        f"row-aligned with the positives (row {min(len(d), n)} is unmatched)")
+    dcols = list(d.column_names)
+    return (d, [_pick(dcols, NIMG_SPELLINGS, k, s, f"distractor image {k}", required=pc.img[k - 1] is not None)
+                for k in (1, 2, 3)],
+            _first_col(dcols, ("id", "identity", "uid", "objaverse_id")))
+
+
+def _positive_row(root: Path, row: Mapping, i: int, split_key, pc: _PositiveColumns, pos_name: str):
+    """Write the views and masks of one identity: ``(identities row, positives row, view sizes)``."""
+    split = (row[pc.split] if pc.split else split_key) or "train"
+    split = _SPLIT_NAMES.get(str(split), str(split))
+    rid = str(row[pc.id]) if pc.id else f"{split}_{i:06d}"
+    where = lambda f: f"dataset {pos_name}, row {i}, field {f!r}"  # noqa: E731
+    prow = {"id": rid, "split": split}
+    sizes = {}
+    for k in (1, 2, 3):
+        prow[f"img{k}"] = prow[f"mask{k}"] = ""
+        c = pc.img[k - 1]
+        im = pil_from_value(row[c], where(c)) if c else None
+        if im is None:
+            if k <= 2:
+                raise DataError(f"{where(c or f'img{k}')}: identity {rid!r} has fewer than "
+                                f"two views (NearID needs >= 2 positives)")
+            continue
+        im = _to_rgb(im, where(c))
+        mv = pil_from_value(row[pc.mask[k - 1]], where(pc.mask[k - 1]))
+        if mv is None:
+            raise DataError(f"{where(pc.mask[k - 1])}: missing mask for view {k}")
+        m = _to_mask(mv, where(pc.mask[k - 1]), im.size)
+        prow[f"img{k}"] = _save(root, f"pos/{rid}_{k}.png", im)
+        prow[f"mask{k}"] = _save_mask(root, f"mask/{rid}_{k}.png", m)
+        sizes[k] = im.size
+    ident = {"id": rid, "split": split, "class_name": str(row[pc.cls]) if pc.cls else "",
+             "description": str(row[pc.desc]) if pc.desc else "", "n_views": len(sizes)}
+    return ident, prow, sizes
+
+
+def _distractor_row(root: Path, s: str, drow: Mapping, i: int, prow: dict, sizes: dict, dc: list,
+                    did_col: str | None, pc: _PositiveColumns, pos_name: str) -> dict:
+    """Write the distractors of source ``s`` for one identity (resized to its views): its row."""
+    rid = prow["id"]
+    dwhere = lambda f: f"dataset {s}, row {i}, field {f!r}"  # noqa: E731
+    if did_col and pc.id and str(drow[did_col]) != rid:
+        raise DataError(f"{dwhere(did_col)}: id {drow[did_col]!r} but {pos_name} row {i} "
+                        f"is {rid!r} (tables are not row-aligned)")
+    out = {"id": rid, "split": prow["split"]}
+    for k in (1, 2, 3):
+        out[f"nimg{k}"] = ""
+        if k not in sizes:
+            continue
+        im = pil_from_value(drow[dc[k - 1]], dwhere(dc[k - 1]))
+        if im is None:
+            raise DataError(f"{dwhere(dc[k - 1])}: view {k} exists but has no distractor")
+        im = _to_rgb(im, dwhere(dc[k - 1]))
+        if im.size != sizes[k]:
+            # Generators at other resolutions: Lanczos to the positive's size.
+            im = im.resize(sizes[k], Image.LANCZOS)
+        out[f"nimg{k}"] = _save(root, f"dist/{s}/{rid}_{k}.png", im)
+    return out
 
 
 def _materialise_mtg(root: Path, mtg: Any, name: str = "mtg") -> pd.DataFrame:
@@ -350,7 +374,7 @@ def materialise_released(out_root: str | os.PathLike, positives: Any = None,
     return root
 
 
-def load_released_from_hub(cfg, out_root: str | os.PathLike | None = None) -> Path:
+def load_released_from_hub(cfg: Profile, out_root: str | os.PathLike | None = None) -> Path:
     """Paper profile: download ``cfg.world.nearid_repo`` + one distractor dataset per source +
     MTG from the Hugging Face hub and materialise them (needs network; not used in tests)."""
     import datasets
