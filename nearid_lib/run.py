@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import pandas as pd
+import torch
 
 from .config import Profile, get_profile
 from .io_utils import read_table_meta, table_meta_path, write_csv, write_json
@@ -58,8 +59,6 @@ def thread_count(env: Mapping[str, str] | None = None) -> int:
 
 def set_torch_threads(n: int | None = None) -> int:
     """``torch.set_num_threads`` to ``n`` (default :func:`thread_count`); returns the count."""
-    import torch
-
     n = thread_count() if n is None else int(n)
     torch.set_num_threads(n)
     return n

@@ -101,7 +101,7 @@ SAMPLING_LABELS = {"random": "Random", "kmeans": "k-means", "curated": "Ours"}
 
 
 
-def sampling_ablation(models, train, gallery, generated, cfg, cache, embed_with: str, n_per_id: int,
+def sampling_ablation(models, train, gallery, generated, cfg: Profile, cache, embed_with: str, n_per_id: int,
                       seed: int = 0) -> pd.DataFrame:
     """Paper Table 2: galleries of ``n_per_id`` images per subject chosen from the full gallery
     pool by random / k-means (in ``embed_with``'s space, the paper's MiewID role) / curated
@@ -128,7 +128,7 @@ def sampling_ablation(models, train, gallery, generated, cfg, cache, embed_with:
                             ).reset_index(drop=True)
 
 
-def background_ablation(models, train, gallery, cfg, cache, dataset: str = "NearID-mini") -> pd.DataFrame:
+def background_ablation(models, train, gallery, cfg: Profile, cache, dataset: str = "NearID-mini") -> pd.DataFrame:
     """Paper Fig. 7 / Table 14: oracle sim and mAP with backgrounds kept vs removed (masks)."""
     rows = []
     has_masks = all("mask_path" in t.columns and t.mask_path.astype(str).str.len().gt(0).all()

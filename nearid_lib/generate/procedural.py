@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PIL import Image
@@ -34,6 +34,9 @@ from ..data.build import parse_source, positive_view
 from ..seeding import make_rng
 from .base import FillBackend, register_backend, validate_fill_inputs
 from .items import GenItem, item_seed
+
+if TYPE_CHECKING:
+    from ..config import Profile
 
 __all__ = ["ProceduralFill", "remove_object", "ResampledBackend", "world_request_fn"]
 
@@ -115,7 +118,7 @@ class ResampledBackend(FillBackend):
         return big.resize(image.size, Image.LANCZOS)
 
 
-def world_request_fn(cfg, root: str | Path, source: str):
+def world_request_fn(cfg: Profile, root: str | Path, source: str):
     """Per-item requests of the procedural NearID-mini world for ``source``: the rendered
     near-identity instance and the fill seed, drawn exactly as ``nearid_lib.data.build`` draws
     them (``make_rng(seed, "perturb"|"view"|"fill", ...)``), so regenerating a source through

@@ -66,13 +66,13 @@ class PairBenchEncoder:
         self.coverage: dict[str, dict] = {}
         self._memo: dict[tuple, float] = {}
 
-    def _prep(self, data, rel, mask, variant):
+    def _prep(self, data: NearIDData, rel, mask, variant):
         if not self.load_images:
             return rel
         mk = data.mask(mask) if variant != "full" else None
         return apply_variant(data.image(rel), mk, variant)
 
-    def pair_scores(self, data, pairs: Sequence[tuple], variant: str = "full", tag: str = "pairs") -> np.ndarray:
+    def pair_scores(self, data: NearIDData, pairs: Sequence[tuple], variant: str = "full", tag: str = "pairs") -> np.ndarray:
         """Scores of (img_a, mask_a, img_b, mask_b) pairs; repeated pairs are scored once."""
         todo = [p for p in dict.fromkeys((p[0], p[1], p[2], p[3], variant) for p in pairs) if p not in self._memo]
         if todo:
@@ -89,18 +89,18 @@ class PairBenchEncoder:
                 cov["status"][st] = cov["status"].get(st, 0) + 1
         return np.array([self._memo[(p[0], p[1], p[2], p[3], variant)] for p in pairs], dtype=np.float64)
 
-    def nearid(self, data, split: str = "test", variant: str = "full", sources: Sequence[str] | None = None):
+    def nearid(self, data: NearIDData, split: str = "test", variant: str = "full", sources: Sequence[str] | None = None):
         srcs = list(data.sources if sources is None else sources)
         pr = nearid_pairs(data, split, srcs, self.max_ids)
         pos_s = self.pair_scores(data, [p[3:] for p in pr["pos"]], variant, "nearid")
         dist_s = {s: self.pair_scores(data, [p[2:] for p in pr["dist"][s]], variant, "nearid") for s in srcs}
         return nearid_from_pair_scores(len(pr["ids"]), pr["pos"], pos_s, pr["dist"], dist_s, data.train_sources)
 
-    def mtg(self, data, split: str = "test", variant: str = "full"):
+    def mtg(self, data: NearIDData, split: str = "test", variant: str = "full"):
         m, sets = mtg_pairs(data, split, self.max_ids)
         return mtg_from_scores(m, {k: self.pair_scores(data, v, variant, "mtg") for k, v in sets.items()})
 
-    def grid_scores(self, data, gp: pd.DataFrame, variant: str = "full") -> np.ndarray:
+    def grid_scores(self, data: NearIDData, gp: pd.DataFrame, variant: str = "full") -> np.ndarray:
         out = np.full(len(gp), np.nan)
         keep = np.ones(len(gp), bool)
         if self.max_ids is not None and len(gp):
@@ -132,17 +132,17 @@ class EmbeddingBenchEncoder:
         self.coverage: dict[str, dict] = {}
         self._grid: dict[str, dict[str, np.ndarray]] = {}
 
-    def nearid(self, data, split: str = "test", variant: str = "full", sources: Sequence[str] | None = None):
+    def nearid(self, data: NearIDData, split: str = "test", variant: str = "full", sources: Sequence[str] | None = None):
         se = embed_split(self.embedder, data, split, variant, sources, with_mtg=False)
         return nearid_bench(se, data.train_sources)
 
-    def mtg(self, data, split: str = "test", variant: str = "full"):
+    def mtg(self, data: NearIDData, split: str = "test", variant: str = "full"):
         m, sets = mtg_pairs(data, split)
         if not len(m):
             return None, {}
         return mtg_from_scores(m, {k: self.pair_scores(data, v, variant) for k, v in sets.items()})
 
-    def embed(self, data, rels: Sequence[str], masks: Sequence[str], variant: str = "full") -> np.ndarray:
+    def embed(self, data: NearIDData, rels: Sequence[str], masks: Sequence[str], variant: str = "full") -> np.ndarray:
         """L2-normalised embeddings [n, E]; dataset images through the Embedder's caches, anything
         else (grid images) through one extra cache over exactly those images."""
         owners = self.embedder._owners()
@@ -190,14 +190,14 @@ class EmbeddingBenchEncoder:
                 memo[u] = v
         return np.stack([memo[r] for r in rels])
 
-    def pair_scores(self, data, pairs: Sequence[tuple], variant: str = "full", tag: str = "pairs") -> np.ndarray:
+    def pair_scores(self, data: NearIDData, pairs: Sequence[tuple], variant: str = "full", tag: str = "pairs") -> np.ndarray:
         if not pairs:
             return np.zeros(0)
         a = self.embed(data, [p[0] for p in pairs], [p[1] for p in pairs], variant)
         b = self.embed(data, [p[2] for p in pairs], [p[3] for p in pairs], variant)
         return (a * b).sum(1)
 
-    def grid_scores(self, data, gp: pd.DataFrame, variant: str = "full") -> np.ndarray:
+    def grid_scores(self, data: NearIDData, gp: pd.DataFrame, variant: str = "full") -> np.ndarray:
         return self.pair_scores(data, list(zip(gp["ref"], gp["ref_mask"], gp["img"], gp["mask"])), variant)
 
     def coverage_summary(self) -> dict[str, float]:
