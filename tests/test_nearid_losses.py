@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -16,26 +17,13 @@ DT = torch.float64
 
 
 # --------------------------------------------------------------------------- loop references
-class FloatOps:
-    exp = staticmethod(math.exp)
-    log = staticmethod(math.log)
-    log1p = staticmethod(math.log1p)
-    sqrt = staticmethod(math.sqrt)
-
-    @staticmethod
-    def detach(x):
-        return x
+def _ops(mod, detach):
+    """The elementary functions a loop reference needs, from ``math`` (values) or ``torch`` (grads)."""
+    return SimpleNamespace(exp=mod.exp, log=mod.log, log1p=mod.log1p, sqrt=mod.sqrt, detach=detach)
 
 
-class TorchOps:
-    exp = staticmethod(torch.exp)
-    log = staticmethod(torch.log)
-    log1p = staticmethod(torch.log1p)
-    sqrt = staticmethod(torch.sqrt)
-
-    @staticmethod
-    def detach(x):
-        return x.detach()
+FloatOps = _ops(math, lambda x: x)
+TorchOps = _ops(torch, lambda x: x.detach())
 
 
 def _dot(u, v):
