@@ -21,7 +21,6 @@ ifneq ($(PROFILE),paper)
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 endif
-export MPLBACKEND := agg
 export PYTHONHASHSEED := 0
 export TOKENIZERS_PARALLELISM := false
 
@@ -58,9 +57,10 @@ $(NB_OUT)/05_loss_ablation.ipynb: $(call nb,03_train_nearid)
 $(NB_OUT)/06_alpha_beta_sweep.ipynb: $(call nb,03_train_nearid)
 $(NB_OUT)/07_data_ablation.ipynb: $(call nb,03_train_nearid)
 $(NB_OUT)/08_embedding_figures.ipynb: $(call nb,04_eval_nearid_bench)
-$(NB_OUT)/09_sensitivity_regression.ipynb: $(call nb,03_train_nearid) $(call nb,11_train_idsim)
-$(NB_OUT)/10_retrieval_galleries.ipynb: $(call nb,03_train_nearid)
-$(NB_OUT)/11_train_idsim.ipynb: $(call nb,01_data_curation)
+# 09 scores the NearID head of 03 beside ID-Sim when its checkpoint exists
+$(NB_OUT)/09_train_idsim.ipynb: $(call nb,01_data_curation) $(call nb,03_train_nearid)
+$(NB_OUT)/10_sensitivity_regression.ipynb: $(call nb,03_train_nearid) $(call nb,09_train_idsim)
+$(NB_OUT)/11_retrieval_galleries.ipynb: $(call nb,03_train_nearid)
 $(NB_OUT)/99_report.ipynb: $(filter-out $(NB_OUT)/99_report.ipynb,$(EXECUTED)) $(PAPER_VALUES)
 
 # ----- tests -----

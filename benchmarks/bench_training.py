@@ -25,7 +25,8 @@ from nearid_lib.config import get_profile
 from nearid_lib.data import is_complete, load_nearid, nearid_root
 from nearid_lib.io_utils import write_json, atomic_write_text
 from nearid_lib.paths import figures_dir, repo_root
-from nearid_lib.train import load_backbone, train_head
+from nearid_lib.models import load_backbone
+from nearid_lib.train import train_head
 
 
 def main(argv=None) -> int:
@@ -49,7 +50,7 @@ def main(argv=None) -> int:
         over = {"train.batch_size": args.batch, "train.use_cache": mode == "cached", "train.augment": True,
                 "train.warmup_steps": 1, "train.eval_every": 0}
         cfg = get_profile("mini", overrides=over)
-        backbone = load_backbone(cfg)
+        backbone = load_backbone(cfg)[0]
         cache_root = None if world == "mini" else repo_root() / "cache" / "bench" / world
         # warm-up run of 1 step builds/loads caches and allocates; then the timed run
         t_w = train_head(get_profile("mini", overrides={**over, "train.max_steps": 1}), data, backbone,
@@ -70,7 +71,7 @@ def main(argv=None) -> int:
         res["mini_training"] = {"source": str(t03.relative_to(repo_root())), **pd.read_csv(t03).iloc[0].to_dict()}
     elif args.train and world == "mini":
         cfg = get_profile("mini")
-        r = train_head(cfg, data, load_backbone(cfg), progress=True, eval_split=None)
+        r = train_head(cfg, data, load_backbone(cfg)[0], progress=True, eval_split=None)
         res["mini_training"] = {"source": "measured here", "train_s": r.seconds, "steps": r.steps}
     else:
         res["mini_training"] = {"source": "not measured (run notebook 03 in mini, or --train with the mini world)"}

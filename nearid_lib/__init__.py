@@ -1,11 +1,21 @@
 """nearid_lib: reference reproduction of NearID, ID-Sim and Finer-Personalization Rank.
 
-Public entry points (the rest lives in the submodules, one per concept):
+One shared core and one package per paper:
+
+- core: ``config`` (profiles), ``paths``, ``seeding``, ``io_utils``, ``runmeta``, ``run`` (one notebook
+  setup: ``start_run``), ``data/``, ``generate/``, ``models/``, ``features/``, ``metrics/``, ``stats``,
+  ``plots``, ``report``, ``claims``
+- ``nearid/``: NearID losses, head training, sweeps, NearID-bench evaluation and tables, VLM judge
+- ``idsim/``: ID-Sim losses, training, benchmarks, selective sensitivity
+- ``fpr/``: Finer-Personalization Rank (galleries, retrieval protocol, experiments)
+
+Public entry points:
 
 - ``get_profile(name)`` - typed profiles ``smoke`` / ``mini`` / ``paper`` (``nearid_lib.config``)
 - ``load_encoder(name)`` - ``model, preprocess`` for every backbone and head (``nearid_lib.models``)
-- ``nearid_loss`` and the ablation losses (``nearid_lib.losses``)
+- ``nearid_loss`` and the ablation losses (``nearid_lib.nearid.losses``)
 - ``ssr_pa``, ``fisher_z_mean``, ``retrieval_map`` (``nearid_lib.metrics``)
+- ``rank_generator`` (``nearid_lib.fpr``), ``start_run`` (``nearid_lib.run``)
 """
 from __future__ import annotations
 
@@ -22,12 +32,14 @@ _LAZY = {
     "MAPHead": ("nearid_lib.models", "MAPHead"),
     "load_backbone": ("nearid_lib.models", "load_backbone"),
     "TokenCache": ("nearid_lib.features", "TokenCache"),
-    "nearid_loss": ("nearid_lib.losses", "nearid_loss"),
+    "nearid_loss": ("nearid_lib.nearid.losses", "nearid_loss"),
+    "compute_loss": ("nearid_lib.nearid.losses", "compute_loss"),
     "ssr_pa": ("nearid_lib.metrics", "ssr_pa"),
     "fisher_z_mean": ("nearid_lib.metrics", "fisher_z_mean"),
     "retrieval_map": ("nearid_lib.metrics", "retrieval_map"),
-    "rank_generator": ("nearid_lib.retrieval", "rank_generator"),
+    "rank_generator": ("nearid_lib.fpr", "rank_generator"),
     "load_idsim": ("nearid_lib.models.idsim", "load_idsim"),
+    "start_run": ("nearid_lib.run", "start_run"),
 }
 
 __all__ = ["Profile", "get_profile", "seed_everything", "derive_seed", "make_rng", *_LAZY]

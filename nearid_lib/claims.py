@@ -32,9 +32,11 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from .io_utils import write_csv
+
 __all__ = ["Evidence", "Statistic", "STATISTICS", "AtLeast", "AtMost", "Greater", "Within",
            "Precondition", "PaperRef", "ClaimSpec", "evaluate_claim", "evaluate_claims",
-           "paper_value", "VERDICTS"]
+           "paper_value", "VERDICTS", "claim", "write_claims"]
 
 VERDICTS = ("holds", "does not hold", "inconclusive", "not testable")
 
@@ -354,3 +356,17 @@ def evaluate_claims(specs: Sequence[ClaimSpec], evidence: Mapping[str, Evidence]
     """Evaluate every claim in ``specs`` (or those in ``keys``) against ``evidence``."""
     chosen = [s for s in specs if keys is None or s.key in keys]
     return pd.DataFrame([evaluate_claim(s, evidence, rng, n_boot, ci, profile) for s in chosen])
+
+
+# --------------------------------------------------------------------------- rows / files
+def claim(claim: str, paper: str, ours: str, holds: bool, detail: str = "", profile: str = "") -> dict:
+    """A free-form claims row for checks that are not :class:`ClaimSpec` declarations; ``holds``
+    must be computed from numbers by the caller (a comparison), never typed in."""
+    return {"claim": claim, "paper": paper, "ours": ours, "holds": bool(holds),
+            "verdict": "holds" if holds else "does not hold", "detail": detail, "profile": profile}
+
+
+def write_claims(rows: list[dict] | pd.DataFrame, figures: Path, name: str) -> Path:
+    """Write ``tables/claims_<name>.csv`` under ``figures`` (atomically); the report collects it.
+    Notebooks write theirs with :meth:`nearid_lib.run.Run.write_claims` (same file + provenance)."""
+    return write_csv(pd.DataFrame(rows), Path(figures) / "tables" / f"claims_{name}.csv")

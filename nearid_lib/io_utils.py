@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 __all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write", "atomic_save_image",
-           "Manifest", "write_csv", "write_json"]
+           "Manifest", "write_csv", "write_json", "table_meta_path", "read_table_meta"]
 
 
 def atomic_write(path: str | os.PathLike, writer: Callable[[Path], None]) -> Path:
@@ -55,6 +55,18 @@ def write_csv(df, path: str | os.PathLike, **kw) -> Path:
 
 def write_json(obj: Any, path: str | os.PathLike) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=2, default=str))
+
+
+def table_meta_path(table: str | os.PathLike) -> Path:
+    """The provenance sidecar of a table: ``x.csv`` -> ``x.meta.json``."""
+    p = Path(table)
+    return p.with_name(p.name[:-len(p.suffix)] + ".meta.json") if p.suffix else p.with_name(p.name + ".meta.json")
+
+
+def read_table_meta(table: str | os.PathLike) -> dict | None:
+    """The sidecar of ``table`` (see :meth:`nearid_lib.run.Run.write_table`), None when there is none."""
+    p = table_meta_path(table)
+    return json.loads(p.read_text()) if p.exists() else None
 
 
 class Manifest:

@@ -1,7 +1,9 @@
 """Figure styles shared by the notebooks: one colour-blind-safe palette (Okabe-Ito), readable sizes,
 and the NearID figure types (KernelPCA panels, attention overlays, ECDFs, score grids, radar).
 
-Every function returns the matplotlib ``Figure``; :func:`savefig` writes it atomically as PNG.
+Every function returns the matplotlib ``Figure``; :func:`savefig` writes it atomically as PNG and
+:func:`save` does the same and returns the figure (what ``Run.figure`` uses, so a notebook cell ending
+with it shows the figure inline). Nothing here selects a backend: notebooks keep the inline one.
 Colours are assigned per *method label* so the same method has the same colour in every figure.
 """
 from __future__ import annotations
@@ -9,9 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Sequence
 
+import matplotlib as mpl
+import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.lines import Line2D
+from PIL import Image
 
-__all__ = ["OKABE_ITO", "apply_style", "method_color", "savefig", "kernel_pca_panels",
+from .io_utils import atomic_write
+
+__all__ = ["OKABE_ITO", "apply_style", "method_color", "savefig", "save", "kernel_pca_panels",
            "attention_overlay_grid", "ecdf_plot", "score_grid", "radar_plot", "bar_compare"]
 
 # Okabe & Ito (2008): distinguishable under the common colour-vision deficiencies.
@@ -24,8 +32,6 @@ _ASSIGNED: dict[str, str] = {}
 
 def apply_style() -> None:
     """Readable defaults (font sizes, grid, no top/right spines); call once per notebook."""
-    import matplotlib as mpl
-
     mpl.rcParams.update({
         "figure.dpi": 110, "savefig.dpi": 150, "savefig.bbox": "tight", "font.size": 10,
         "axes.titlesize": 11, "axes.labelsize": 10, "legend.fontsize": 9, "legend.frameon": False,
@@ -48,16 +54,20 @@ def method_color(label: str) -> str:
     return _ASSIGNED[label]
 
 
-def savefig(fig, path: str | Path) -> Path:
-    """Write ``fig`` as PNG atomically (creating folders) and close it."""
-    import matplotlib.pyplot as plt
-
-    from .io_utils import atomic_write
-
+def savefig(fig, path: str | Path, dpi: float | None = None) -> Path:
+    """Write ``fig`` as PNG atomically (creating folders, tight bounding box) and close it; returns
+    the path. ``dpi`` None: matplotlib's ``savefig.dpi``."""
     path = Path(path)
-    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png"))
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=dpi, bbox_inches="tight"))
     plt.close(fig)
     return path
+
+
+def save(fig, path: str | Path, dpi: float | None = None):
+    """:func:`savefig` that returns the figure: a closed figure still renders when it is the value
+    of a notebook cell, exactly once."""
+    savefig(fig, path, dpi)
+    return fig
 
 
 def kernel_pca_panels(panels: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]], kernel: str = "rbf",
@@ -68,7 +78,6 @@ def kernel_pca_panels(panels: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndar
     positives, crosses the matched-context distractors, one colour per identity. ``gamma`` defaults
     to 1 / (median squared pairwise distance) per panel (the embeddings of different encoders live
     on different scales; the rule, not the number, is what is shared)."""
-    import matplotlib.pyplot as plt
     from sklearn.decomposition import KernelPCA
 
     fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.4), squeeze=False)
@@ -93,8 +102,6 @@ def kernel_pca_panels(panels: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndar
         ax.set_xlabel("KPCA 1")
         ax.set_ylabel("KPCA 2")
     h, lab = axes[0, 0].get_legend_handles_labels()
-    from matplotlib.lines import Line2D
-
     h += [Line2D([], [], marker="o", ls="", color="grey", label="positive"),
           Line2D([], [], marker="x", ls="", color="grey", label="distractor")]
     fig.legend(handles=h, loc="center right", bbox_to_anchor=(1.08, 0.5))
@@ -108,9 +115,6 @@ def attention_overlay_grid(images: Sequence, attn: Mapping[str, Sequence[np.ndar
                            title: str = ""):
     """NearID Figure 3 (left): rows = the input images and, per method, its attention map
     (``attn[name][k]`` a 2-D token grid, any size) upsampled and overlaid on image ``k``."""
-    import matplotlib.pyplot as plt
-    from PIL import Image
-
     rows = 1 + len(attn)
     fig, axes = plt.subplots(rows, len(images), figsize=(2.3 * len(images), 2.3 * rows), squeeze=False)
     for k, im in enumerate(images):
@@ -141,8 +145,6 @@ def ecdf_plot(series: Mapping[str, np.ndarray], title: str = "", xlabel: str = "
     """NearID Figure 9: empirical CDFs of scores. ``series`` name -> values (NaN ignored); a name
     containing "oracle" is drawn black and dashed. ``panels`` groups names into subplots (each
     panel also shows the oracle)."""
-    import matplotlib.pyplot as plt
-
     panels = panels or [list(series)]
     fig, axes = plt.subplots(1, len(panels), figsize=(5.0 * len(panels), 3.8), squeeze=False, sharey=True)
     oracle = [k for k in series if "oracle" in k.lower()]
@@ -172,8 +174,6 @@ def score_grid(rows: Sequence[Sequence], labels: Sequence[Sequence[str]], col_ti
 
     ``rows[r][c]`` a PIL image (None = empty cell), ``labels[r][c]`` its score text (e.g.
     "S=0.93\\nN=0.71"); ``contours[r][c]`` optional list of (bool mask, colour) drawn as outlines."""
-    import matplotlib.pyplot as plt
-
     nr, nc = len(rows), max(len(r) for r in rows)
     fig, axes = plt.subplots(nr, nc, figsize=(2.4 * nc, 2.75 * nr), squeeze=False)
     for r in range(nr):
@@ -205,8 +205,6 @@ def radar_plot(values: Mapping[str, Mapping[str, float]], title: str = "", refer
                rlim: tuple[float, float] | None = None):
     """NearID Figure 4: one polygon per metric over categories; ``values[metric][category] = r``.
     ``reference`` (e.g. the NearID head) is drawn dashed on top."""
-    import matplotlib.pyplot as plt
-
     cats = list(dict.fromkeys(c for v in values.values() for c in v))
     if len(cats) < 3:
         cats = cats + [""] * (3 - len(cats))       # a radar needs >= 3 axes
@@ -235,8 +233,6 @@ def radar_plot(values: Mapping[str, Mapping[str, float]], title: str = "", refer
 def bar_compare(df, x: str, y: str, hue: str, title: str = "", ylabel: str = "", ref: float | None = None):
     """Grouped bars of ``df[y]`` over ``df[x]`` per ``df[hue]`` (tidy DataFrame); optional horizontal
     reference line (e.g. a claim threshold)."""
-    import matplotlib.pyplot as plt
-
     xs = list(dict.fromkeys(df[x]))
     hs = list(dict.fromkeys(df[hue]))
     w = 0.8 / max(1, len(hs))

@@ -4,7 +4,8 @@ Every table in the report is rendered from files: the paper's values come from
 ``paper_values/<key>.csv`` (transcribed from ``../shared/papers``, described by
 ``<key>.meta.json``) and ours from the CSV a notebook wrote under ``figures/`` (named by the
 meta's ``"ours"`` field). Nothing is typed in here. Claims come from ``tables/claims_*.csv``
-(columns ``claim, paper, ours, holds, detail``), written by the notebooks that test them.
+(columns ``claim, paper, ours, holds, detail``, :mod:`nearid_lib.claims`), written by the notebooks
+that test them.
 """
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ from typing import Iterable
 
 import pandas as pd
 
+from .io_utils import read_table_meta
 from .paths import repo_root
 
-__all__ = ["TableSpec", "load_specs", "side_by_side", "render_markdown_table", "render_report", "claim", "write_claims",
-           "paper_values_dir"]
+__all__ = ["TableSpec", "load_specs", "side_by_side", "render_markdown_table", "render_report", "paper_values_dir"]
 
 MISSING = "–"
 
@@ -129,7 +130,12 @@ def render_markdown_table(df: pd.DataFrame) -> str:
     return "\n".join([header, sep, *rows])
 
 
-def _read_profile(ours: pd.DataFrame | None) -> str:
+def _read_profile(ours: pd.DataFrame | None, path: Path | None = None) -> str:
+    """The profile that produced a table: its provenance sidecar (``Run.write_table``), else its
+    ``profile`` column."""
+    meta = read_table_meta(path) if path is not None else None
+    if meta and meta.get("profile"):
+        return str(meta["profile"])
     if ours is None or "profile" not in ours.columns or ours.empty:
         return "unknown"
     return ", ".join(sorted(set(map(str, ours["profile"].dropna()))))
@@ -184,7 +190,7 @@ def render_report(figures: Path, specs: list[TableSpec] | None = None, title: st
         if ours is None:
             out += [f"_Ours: not produced yet (expected `{s.ours}`)._", ""]
         else:
-            out += [f"_Ours: `{s.ours}`, profile: {_read_profile(ours)}._", ""]
+            out += [f"_Ours: `{s.ours}`, profile: {_read_profile(ours, ours_path)}._", ""]
         if paper.empty:
             out += ["_No paper values transcribed._", ""]
             continue
@@ -211,18 +217,3 @@ def render_report(figures: Path, specs: list[TableSpec] | None = None, title: st
         for p in pngs:
             out += [f"### {p.stem}", "", f"![{p.stem}]({p.name})", ""]
     return "\n".join(out).rstrip() + "\n"
-
-
-def claim(claim: str, paper: str, ours: str, holds: bool, detail: str = "", profile: str = "") -> dict:
-    """One row of a claims table: the claim, the paper's number, ours, and whether it holds.
-
-    ``holds`` must be computed from the numbers by the caller (a comparison), never typed in."""
-    return {"claim": claim, "paper": paper, "ours": ours, "holds": bool(holds), "detail": detail,
-            "profile": profile}
-
-
-def write_claims(rows: list[dict], figures: Path, name: str) -> Path:
-    """Write ``tables/claims_<name>.csv`` under ``figures`` (atomically); the report collects it."""
-    from .io_utils import write_csv
-
-    return write_csv(pd.DataFrame(rows), Path(figures) / "tables" / f"claims_{name}.csv")

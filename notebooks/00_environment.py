@@ -22,17 +22,13 @@ SEED = 0
 # %%
 import pandas as pd
 
-from nearid_lib import get_profile, seed_everything
 from nearid_lib.envcheck import backbone_table, dataset_table, device_table
 from nearid_lib.io_utils import write_csv
-from nearid_lib.paths import cache_dir, data_dir, figures_dir, out_dir, results_dir
-from nearid_lib.runmeta import run_metadata, write_run_metadata
+from nearid_lib.paths import cache_dir, data_dir, figures_dir, out_dir
+from nearid_lib.run import start_run
 
-cfg = get_profile(PROFILE)
-seed_everything(SEED)
-out = results_dir(PROFILE, "00_environment")
-meta_path = write_run_metadata(out, {"PROFILE": PROFILE, "SEED": SEED}, cfg)
-meta = run_metadata({"PROFILE": PROFILE, "SEED": SEED}, cfg)
+run = start_run(PROFILE, SEED, "00_environment")
+cfg, meta = run.cfg, run.meta
 
 # %%
 summary = pd.DataFrame([
@@ -41,6 +37,7 @@ summary = pd.DataFrame([
     {"item": "data source", "value": cfg.world.source},
     {"item": "git sha", "value": f"{meta['git']['sha']} (dirty={meta['git']['dirty']})"},
     {"item": "python / torch", "value": f"{meta['python']} / {meta['packages']['torch']}"},
+    {"item": "torch threads", "value": str(run.threads)},
     {"item": "data dir", "value": str(data_dir(PROFILE))},
     {"item": "cache dir", "value": str(cache_dir(PROFILE))},
     {"item": "build dir", "value": str(out_dir(PROFILE))},
@@ -61,7 +58,7 @@ datasets = dataset_table(PROFILE)
 datasets
 
 # %%
-write_csv(devices.assign(profile=PROFILE), out / "devices.csv")
-write_csv(backbones.assign(profile=PROFILE), out / "backbones.csv")
-write_csv(datasets.assign(profile=PROFILE), out / "datasets.csv")
-print("run metadata:", meta_path)
+write_csv(devices, run.results / "devices.csv")
+write_csv(backbones, run.results / "backbones.csv")
+write_csv(datasets, run.results / "datasets.csv")
+print("run metadata:", run.results / "run.json")

@@ -31,19 +31,12 @@ import time
 
 import matplotlib.pyplot as plt
 
-from nearid_lib import get_profile
 from nearid_lib.data import build_world, load_nearid
 from nearid_lib.data.overview import dataset_stats, gallery_sheet, grid_sheet, identity_sheet, mtg_sheet
-from nearid_lib.io_utils import write_csv
-from nearid_lib.paths import figures_dir, results_dir
-from nearid_lib.runmeta import write_run_metadata
+from nearid_lib.run import start_run
 
-cfg = get_profile(PROFILE, seed=SEED)
-FIG = figures_dir(PROFILE)
-TAB = FIG / "tables"
-FIG.mkdir(parents=True, exist_ok=True)
-write_run_metadata(results_dir(PROFILE, "01_data_curation"), {"PROFILE": PROFILE, "SEED": SEED,
-                                                              "N_SHOW": N_SHOW}, cfg)
+run = start_run(PROFILE, SEED, "01_data_curation", N_SHOW=N_SHOW)
+cfg = run.cfg
 
 # %% [markdown]
 # ## Build (or resume) the world, then load it through the validating loader
@@ -70,10 +63,13 @@ ax.imshow(sheet)
 ax.set_xticks([2 + (112 + 2) * j + 56 for j in range(len(labels))], labels, rotation=30, fontsize=8)
 ax.set_yticks([])
 ax.set_title(f"{PROFILE}: test identities (views | near-identity distractors per source)")
-fig.savefig(FIG / "01_identities_distractors.png", dpi=120, bbox_inches="tight")
+run.figure(fig, "01_identities_distractors")
 
 # %% [markdown]
 # ## MTG-like part edits (oracle = 1 - |part| / |object|, exact)
+
+# %%
+data.mtg[["pair_id", "split", "class_name", "part", "oracle_1", "oracle_2"]].head(N_SHOW)
 
 # %%
 sheet, labels = mtg_sheet(data, n=min(N_SHOW, len(data.mtg)))
@@ -82,8 +78,7 @@ ax.imshow(sheet)
 ax.set_xticks([2 + (112 + 2) * j + 56 for j in range(len(labels))], labels, fontsize=8)
 ax.set_yticks([])
 ax.set_title("part edits: " + ", ".join(f"{p}" for p in data.mtg.part.head(N_SHOW)))
-fig.savefig(FIG / "01_mtg_part_edits.png", dpi=120, bbox_inches="tight")
-data.mtg[["pair_id", "split", "class_name", "part", "oracle_1", "oracle_2"]].head(N_SHOW)
+run.figure(fig, "01_mtg_part_edits")
 
 # %% [markdown]
 # ## ID-Sim edit grids: identity-change strength (rows) x factor level (columns)
@@ -95,7 +90,7 @@ for ax, grid in zip(axes, ("background", "viewpoint", "lighting")):
     ax.imshow(grid_sheet(data, anchor, grid))
     ax.set_title(f"{grid}: rows = identity change, cols = {grid} change", fontsize=9)
     ax.axis("off")
-fig.savefig(FIG / "01_edit_grids.png", dpi=110, bbox_inches="tight")
+run.figure(fig, "01_edit_grids")
 
 # %% [markdown]
 # ## FPR-style galleries: references | gallery images per identity
@@ -105,13 +100,12 @@ fig, ax = plt.subplots(figsize=(12, 1.6 * min(N_SHOW, data.fpr_train.name.nuniqu
 ax.imshow(gallery_sheet(data, n_ids=N_SHOW))
 ax.axis("off")
 ax.set_title("FPR galleries: references (left) | disjoint gallery images (right)")
-fig.savefig(FIG / "01_fpr_galleries.png", dpi=110, bbox_inches="tight")
+run.figure(fig, "01_fpr_galleries")
 
 # %% [markdown]
 # ## Dataset statistics
 
 # %%
 stats = dataset_stats(data)
-stats.insert(0, "profile", PROFILE)
-write_csv(stats, TAB / "01_dataset_stats.csv")
+run.write_table(stats, "01_dataset_stats")
 stats[stats.section.isin(["size", "object", "distractor_diff_in_mask", "distractor_diff_outside_mask"])]

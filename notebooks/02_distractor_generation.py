@@ -40,34 +40,28 @@ import time
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import torch
 from PIL import Image
 
-from nearid_lib import get_profile, seed_everything
+from nearid_lib.data import build_world
 from nearid_lib.generate import get_backend
-from nearid_lib.generate.diffusers_backends import NEARID_SOURCES, SPECS, source_backend
+from nearid_lib.generate.items import items_from_dataset
+from nearid_lib.generate.merge import merge_source, register_source
+from nearid_lib.generate.procedural import ResampledBackend, world_request_fn
 from nearid_lib.generate.quality import QualityFilter
-from nearid_lib.generate.runner import (ResampledBackend, generate_source, items_from_dataset,
-                                        merge_source, register_source, world_request_fn)
+from nearid_lib.generate.runner import generate_source
+from nearid_lib.generate.specs import NEARID_SOURCES, SPECS, source_backend
 from nearid_lib.io_utils import write_csv
-from nearid_lib.paths import data_dir, figures_dir, results_dir
-from nearid_lib.runmeta import write_run_metadata
+from nearid_lib.paths import data_dir
+from nearid_lib.run import start_run
 
-cfg = get_profile(PROFILE, seed=SEED)
-seed_everything(cfg.seed)
-torch.set_num_threads(1)   # 2 shared cores: more threads thrash (14x slower measured)
+run = start_run(PROFILE, SEED, "02_distractor_generation", N_THROUGHPUT=N_THROUGHPUT, N_EXAMPLES=N_EXAMPLES)
+cfg = run.cfg
 g = cfg.generate
-RES = results_dir(PROFILE, "02_distractor_generation")
-FIG = figures_dir(PROFILE)
-(FIG / "tables").mkdir(parents=True, exist_ok=True)
-write_run_metadata(RES, {"PROFILE": PROFILE, "SEED": SEED, "N_THROUGHPUT": N_THROUGHPUT,
-                         "N_EXAMPLES": N_EXAMPLES}, cfg)
+RES = run.results
 root = data_dir(PROFILE) / "nearid"
 qf = QualityFilter(g.reject_unchanged_below, g.reject_drift_above)
 procedural = cfg.world.source == "procedural"
 if procedural:
-    from nearid_lib.data import build_world
-
     build_world(cfg, root)
 items = items_from_dataset(root, seed=cfg.seed)
 if procedural and g.verify_splits:
@@ -113,12 +107,11 @@ for source in sources:
                     n += 1
                     same += np.array_equal(np.asarray(Image.open(regen / a)),
                                            np.asarray(Image.open(root / b)))
-        checks.append({"profile": PROFILE, "source": source, "n_compared": n,
-                       "n_pixel_identical": same})
+        checks.append({"source": source, "n_compared": n, "n_pixel_identical": same})
     else:
         register_source(root, source)
 quality = pd.concat(reports, ignore_index=True)
-write_csv(quality, FIG / "tables" / "02_quality_filter.csv")
+run.write_table(quality, "02_quality_filter")
 quality
 
 # %%
@@ -175,12 +168,11 @@ for source, (name, res) in NEARID_SOURCES.items():
                  "a100_hours_on_8_gpus": N_NEARID_IMAGES * s_img / 3600 / 8})
 throughput = pd.concat([measured.drop(columns=["seconds", "n"]).assign(source="(measured here)"),
                         pd.DataFrame(proj)], ignore_index=True)
-throughput.insert(0, "profile", PROFILE)
 throughput["assumption"] = np.where(
     throughput.device.str.startswith("A100"),
     "s/step at native res (GenerateConfig.a100_seconds_per_step), x (res/native)^2, batch 1",
     "measured wall time incl. I/O, quality filter, PNG writes")
-write_csv(throughput, FIG / "tables" / "02_throughput.csv")
+run.write_table(throughput, "02_throughput")
 throughput
 
 # %% [markdown]
@@ -214,4 +206,4 @@ for r, it in enumerate(ex):
                     ha="right", va="center", fontsize=7)
 fig.suptitle(f"NearID distractor sources ({PROFILE})", fontsize=9)
 fig.tight_layout()
-fig.savefig(FIG / "02_distractor_examples.png", dpi=110)
+run.figure(fig, "02_distractor_examples")

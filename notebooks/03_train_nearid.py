@@ -29,25 +29,21 @@ import time
 
 import matplotlib.pyplot as plt
 import pandas as pd
-import torch
 
-from nearid_lib.config import get_profile, profile_to_dict
-from nearid_lib.data import build_world, load_nearid, nearid_root
-from nearid_lib.evaluate import Embedder, embed_split, evaluate_split, image_groups, nearid_bench
-from nearid_lib.io_utils import atomic_write, write_csv, write_json
-from nearid_lib.paths import checkpoint_dir, figures_dir, results_dir
-from nearid_lib.runmeta import write_run_metadata
-from nearid_lib.seeding import seed_everything
-from nearid_lib.train import load_backbone, train_groups, train_head
+from nearid_lib.config import profile_to_dict
+from nearid_lib.data import load_profile_data
+from nearid_lib.io_utils import write_csv, write_json
+from nearid_lib.models import load_backbone
+from nearid_lib.nearid.embedder import Embedder, image_groups
+from nearid_lib.nearid.evaluate import embed_split, evaluate_split, nearid_bench
+from nearid_lib.nearid.rows import train_groups
+from nearid_lib.nearid.train import train_head
+from nearid_lib.paths import checkpoint_dir
+from nearid_lib.run import start_run
 
-torch.set_num_threads(max(1, torch.get_num_threads()))
-cfg = get_profile(PROFILE, seed=SEED)
-seed_everything(SEED)
-out = results_dir(PROFILE, "03_train_nearid")
-write_run_metadata(out, {"PROFILE": PROFILE, "SEED": SEED, "RESUME": RESUME}, cfg)
-tables = figures_dir(PROFILE) / "tables"
-root = build_world(cfg) if cfg.world.source == "procedural" else nearid_root(PROFILE)
-data = load_nearid(root)
+run = start_run(PROFILE, SEED, "03_train_nearid", RESUME=RESUME)
+cfg = run.cfg
+data = load_profile_data(cfg)
 print(data.manifest.get("counts"), "train sources:", data.train_sources)
 
 # %% [markdown]
@@ -57,7 +53,7 @@ print(data.manifest.get("counts"), "train sources:", data.train_sources)
 
 # %%
 t0 = time.time()
-backbone = load_backbone(cfg)
+backbone = load_backbone(cfg)[0]
 frozen = Embedder(backbone, data, profile=PROFILE, batch_size=cfg.backbone.batch_size, store_tokens=True)
 frozen.build(train_groups(data, cfg), variants=("full", "fg"))
 frozen.build(image_groups(data, ("val", "test")), variants=("full",))
@@ -87,8 +83,8 @@ ax[1].plot(hist["step"], hist["lr"])
 ax[1].set_xlabel("step")
 ax[1].set_title("learning rate (warmup + cosine)")
 fig.tight_layout()
-atomic_write(figures_dir(PROFILE) / "03_loss_curves.png", lambda p: fig.savefig(p, dpi=120, format="png"))
-write_csv(hist, out / "history.csv")
+write_csv(hist, run.results / "history.csv")
+run.figure(fig, "03_loss_curves")
 
 # %% [markdown]
 # ## Validation and test: frozen backbone vs NearID head
@@ -103,11 +99,10 @@ frozen_label = f"{backbone.name} {'GAP' if backbone.name.startswith('efficientne
 rows = []
 for split in ("val", "test"):
     for key, label, emb in (("frozen", frozen_label, frozen), ("nearid", f"NearID head on {backbone.name}", head_emb)):
-        rows.append({"split": split, "row_id": key, "ours_label": label, **evaluate_split(emb, data, split),
-                     "profile": PROFILE})
+        rows.append({"split": split, "row_id": key, "ours_label": label, **evaluate_split(emb, data, split)})
 summary = pd.DataFrame(rows)
 eval_seconds = time.time() - t0
-write_csv(summary, tables / "03_training_summary.csv")
+run.write_table(summary, "03_training_summary")
 summary[["split", "row_id", "nearid_ssr", "nearid_pa", "train_ssr", "unseen_ssr", "unseen_pa", "mtg_mo",
          "mtg_ssr", "mtg_pa"]].round(2)
 
@@ -115,21 +110,21 @@ summary[["split", "row_id", "nearid_ssr", "nearid_pa", "train_ssr", "unseen_ssr"
 per_source = []
 for key, emb in (("frozen", frozen), ("nearid", head_emb)):
     nb = nearid_bench(embed_split(emb, data, "test", with_mtg=False), data.train_sources)
-    t = nb["table"].assign(row_id=key, split="test", profile=PROFILE)
+    t = nb["table"].assign(row_id=key, split="test")
     t["seen_in_training"] = t["row"].isin(data.train_sources)
     per_source.append(t)
 per_source = pd.concat(per_source, ignore_index=True)
 per_source["ssr"] *= 100
 per_source["pa"] *= 100
-write_csv(per_source, tables / "03_per_source.csv")
+run.write_table(per_source, "03_per_source")
 per_source.pivot_table(index="row", columns="row_id", values=["ssr", "pa"]).round(1)
 
 # %%
 timings = pd.DataFrame([{"cache_s": cache_seconds, "train_s": train_seconds, "eval_s": eval_seconds,
                          "steps": res.steps, "resumed_from_step": res.resumed_from,
                          "s_per_step": train_seconds / max(1, res.steps - res.resumed_from),
-                         "threads": torch.get_num_threads(), "profile": PROFILE}])
-write_csv(timings, tables / "03_timings.csv")
+                         "threads": run.threads}])
+run.write_table(timings, "03_timings")
 write_json({"summary": rows, "timings": timings.to_dict("records")[0], "config": profile_to_dict(cfg)},
-           out / "summary.json")
+           run.results / "summary.json")
 timings.round(2)

@@ -37,23 +37,22 @@ import time
 import pandas as pd
 import torch
 
-from nearid_lib import bench, get_profile, seed_everything
-from nearid_lib.data import load_nearid, nearid_root
-from nearid_lib.evaluate import image_groups
+from nearid_lib.data import load_profile_data
+from nearid_lib.data.benchmarks import load_dreambenchpp
 from nearid_lib.io_utils import write_csv, write_json
-from nearid_lib.paths import figures_dir, results_dir
-from nearid_lib.report import write_claims
-from nearid_lib.runmeta import write_run_metadata
+from nearid_lib.nearid.claims import nearid_claims
+from nearid_lib.nearid.dbpp import dbpp_human
+from nearid_lib.nearid.embedder import image_groups
+from nearid_lib.nearid.evaluate import backbone_throughput, evaluate_encoder, n_bench_images, source_groups
+from nearid_lib.nearid.pairs import grid_pairs
+from nearid_lib.nearid.scorers import load_bench_encoders
+from nearid_lib.nearid.tables import fig4_dbpp_category, table1, table2_dbpp, table5, table7
+from nearid_lib.run import start_run
 
-cfg = get_profile(PROFILE)
-seed_everything(SEED)
-torch.set_num_threads(2)
-OUT = results_dir(PROFILE, "04_eval_nearid_bench")
-TABLES = figures_dir(PROFILE) / "tables"
-write_run_metadata(OUT, {"PROFILE": PROFILE, "SEED": SEED}, cfg)
-
-data = load_nearid(nearid_root(PROFILE))
-groups = bench.source_groups(data.sources, data.train_sources)
+run = start_run(PROFILE, SEED, "04_eval_nearid_bench")
+cfg = run.cfg
+data = load_profile_data(cfg, build=False)
+groups = source_groups(data.sources, data.train_sources)
 print("sources:", data.sources, "| training:", data.train_sources)
 print("groups:", groups)
 
@@ -62,7 +61,7 @@ print("groups:", groups)
 # The frozen encoder reuses the head's backbone object, so both read the same feature caches.
 
 # %%
-encoders = bench.load_bench_encoders(cfg, data)
+encoders = load_bench_encoders(cfg, data)
 for b in encoders:
     print(f"{b.name:>22s}  {b.kind:9s}  {b.label}")
 
@@ -85,16 +84,12 @@ print(f"caches ready in {cache_seconds:.1f}s")
 # ## Evaluate every encoder (full image and foreground only)
 
 # %%
-grid = bench.grid_pairs(data, cfg.eval.split) if cfg.eval.dbpp_standin else None
-dbpp_fn = None
-if cfg.eval.dbpp_root:
-    from nearid_lib.data.released import load_dreambenchpp
-
-    dbpp_fn = bench.dbpp_human(load_dreambenchpp(cfg.eval.dbpp_root))
+grid = grid_pairs(data, cfg.eval.split) if cfg.eval.dbpp_standin else None
+dbpp_fn = dbpp_human(load_dreambenchpp(cfg.eval.dbpp_root)) if cfg.eval.dbpp_root else None
 results = []
 for b in encoders:
     t0 = time.perf_counter()
-    r = bench.evaluate_encoder(b, data, cfg.eval.split, variants, grid=grid, dbpp=dbpp_fn)
+    r = evaluate_encoder(b, data, cfg.eval.split, variants, grid=grid, dbpp=dbpp_fn)
     r.seconds["total"] = time.perf_counter() - t0
     results.append(r)
     print(f"{b.name:>22s}: {r.seconds['total']:.1f}s", {k: round(v, 3) for k, v in r.coverage.items()
@@ -104,24 +99,24 @@ for b in encoders:
 # ## Table 1 - main results (percent for SSR/PA, Pearson r for alignment)
 
 # %%
-t1 = bench.table1(results, groups, PROFILE)
-write_csv(t1, TABLES / "04_table1_main.csv")
+t1 = table1(results, groups, PROFILE)
+run.write_table(t1, "04_table1_main")
 t1
 
 # %% [markdown]
 # ## Table 5 - per distractor source, training vs unseen sources
 
 # %%
-t5 = bench.table5(results, groups, PROFILE)
-write_csv(t5, TABLES / "04_table5_per_source.csv")
+t5 = table5(results, groups, PROFILE)
+run.write_table(t5, "04_table5_per_source")
 t5.pivot_table(index="source", columns="method", values="ssr", sort=False)
 
 # %% [markdown]
 # ## Table 7 - full image vs foreground only
 
 # %%
-t7 = bench.table7(results, groups, PROFILE)
-write_csv(t7, TABLES / "04_table7_fg_only.csv")
+t7 = table7(results, groups, PROFILE)
+run.write_table(t7, "04_table7_fg_only")
 t7
 
 # %% [markdown]
@@ -130,11 +125,11 @@ t7
 # rows are the procedural stand-in, labelled as such in every row.
 
 # %%
-t2 = bench.table2_dbpp(results, PROFILE)
-f4 = bench.fig4_dbpp_category(results, PROFILE)
+t2 = table2_dbpp(results, PROFILE)
+f4 = fig4_dbpp_category(results, PROFILE)
 if len(t2):
-    write_csv(t2, TABLES / "04_table2_dbpp.csv")
-    write_csv(f4, TABLES / "04_fig4_dbpp_per_category.csv")
+    run.write_table(t2, "04_table2_dbpp")
+    run.write_table(f4, "04_fig4_dbpp_per_category")
 t2
 
 # %% [markdown]
@@ -147,8 +142,8 @@ for r in results:
         if sc:
             mtg_rows.append(pd.DataFrame({"encoder": r.name, "ours_label": r.label, "variant": v, **sc}))
 if mtg_rows:
-    write_csv(pd.concat(mtg_rows, ignore_index=True), OUT / "mtg_pair_scores.csv")
-write_json({r.name: {"coverage": r.coverage, "seconds": r.seconds} for r in results}, OUT / "summary.json")
+    write_csv(pd.concat(mtg_rows, ignore_index=True), run.results / "mtg_pair_scores.csv")
+write_json({r.name: {"coverage": r.coverage, "seconds": r.seconds} for r in results}, run.results / "summary.json")
 
 # %% [markdown]
 # ## Time to evaluate one checkpoint over all sources
@@ -162,9 +157,9 @@ timing = []
 if head is not None:
     r = next(x for x in results if x.name == "nearid")
     warm = sum(v for k, v in r.seconds.items() if k.startswith(("nearid_", "mtg_")))
-    n_img = bench.n_bench_images(data, cfg.eval.split)
-    ips = bench.backbone_throughput(head.embedder, data, n=16 if PROFILE != "smoke" else 4)
-    timing.append({"profile": PROFILE, "encoder": "nearid", "ours_label": head.label,
+    n_img = n_bench_images(data, cfg.eval.split)
+    ips = backbone_throughput(head.embedder, data, n=16 if PROFILE != "smoke" else 4)
+    timing.append({"encoder": "nearid", "ours_label": head.label,
                    "n_sources": len(data.sources), "n_images_per_variant": n_img, "n_variants": len(variants),
                    "seconds_warm_all_sources": warm,
                    "seconds_warm_per_source": r.seconds.get("nearid_full", float("nan")) / len(data.sources),
@@ -172,15 +167,15 @@ if head is not None:
                    "seconds_cold_estimate": warm + n_img * len(variants) / ips,
                    "seconds_cache_build_this_run": cache_seconds,
                    "device": "cuda" if torch.cuda.is_available() else "cpu",
-                   "torch_threads": torch.get_num_threads(), "paper_minutes_a100": 10.0})
+                   "torch_threads": run.threads, "paper_minutes_a100": 10.0})
 tt = pd.DataFrame(timing)
-write_csv(tt, TABLES / "04_eval_timing.csv")
+run.write_table(tt, "04_eval_timing")
 tt.T
 
 # %% [markdown]
 # ## Claims (computed from the tables above)
 
 # %%
-claims = bench.nearid_claims(t1, t5, t7, PROFILE)
-write_claims(claims, figures_dir(PROFILE), "04_eval")
+claims = nearid_claims(t1, t5, t7, PROFILE)
+run.write_claims(claims, "04_eval")
 pd.DataFrame(claims)[["claim", "paper", "ours", "holds"]]

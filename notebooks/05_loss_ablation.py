@@ -23,17 +23,17 @@ SEED = 0
 # %%
 import pandas as pd
 
+from nearid_lib.claims import claim
 from nearid_lib.config import get_profile
-from nearid_lib.evaluate import Embedder, evaluate_split
-from nearid_lib.io_utils import write_csv
-from nearid_lib.paths import figures_dir
-from nearid_lib.report import claim, paper_values_dir, write_claims
-from nearid_lib.train import ablation_setup, train_and_score
+from nearid_lib.nearid.embedder import Embedder
+from nearid_lib.nearid.evaluate import evaluate_split
+from nearid_lib.nearid.sweep import ablation_inputs, train_and_score
+from nearid_lib.report import paper_values_dir
+from nearid_lib.run import start_run
 
-cfg, data, backbone, steps = ablation_setup(PROFILE, SEED, "05_loss_ablation")
-tables = figures_dir(PROFILE) / "tables"
-paper3 = pd.read_csv(paper_values_dir() / "nearid_table3_loss_ablation.csv")
-paper10 = pd.read_csv(paper_values_dir() / "nearid_table10_infonce.csv")
+run = start_run(PROFILE, SEED, "05_loss_ablation")
+cfg = run.cfg
+data, backbone, steps = ablation_inputs(cfg)       # steps: the same budget for every head
 # our loss names -> the paper's row_id slugs (Table 3)
 row_id = {"infonce": "infonce", "infonce_rneg": "infonce_rneg", "infonce_oracle": "infonce_oracle",
           "infonce_rneg_oracle": "infonce_rneg_oracle", "siglip": "siglip_rank", "circle": "circle_rank",
@@ -54,18 +54,19 @@ for loss in cfg.eval.ablation_losses:
           f"M-O {r['test']['mtg_mo']:.3f}  ({r['seconds']:.0f}s{', reused' if r['reused'] else ''})")
 
 # %%
+paper3 = pd.read_csv(paper_values_dir() / "nearid_table3_loss_ablation.csv")
+paper10 = pd.read_csv(paper_values_dir() / "nearid_table10_infonce.csv")
 ours = pd.DataFrame(rows)
 ours["dbpp_mh"] = float("nan")      # no DreamBench++ humans in the procedural world
 ours = ours.merge(paper3[["row", "row_id"]], on="row_id", how="left")
 ours["row"] = ours["row"].fillna(ours["row_id"])
-ours["profile"] = PROFILE
 ours["note"] = "dbpp_mh: no DreamBench++ human ratings in this profile"
-table3 = ours[["row", "row_id", "ours_label"] + cols + ["unseen_ssr", "unseen_pa", "profile", "note"]]
-write_csv(table3, tables / "05_table3_loss_ablation.csv")
+table3 = ours[["row", "row_id", "ours_label"] + cols + ["unseen_ssr", "unseen_pa", "note"]]
+run.write_table(table3, "05_table3_loss_ablation")
 t10 = ours[ours.row_id.isin(paper10.row_id)][["row", "row_id", "ours_label", "nearid_ssr", "nearid_pa", "mtg_mo",
-                                              "mtg_mopair", "dbpp_mh", "profile", "note"]].copy()
+                                              "mtg_mopair", "dbpp_mh", "note"]].copy()
 t10["delta_mh"] = float("nan")
-write_csv(t10, tables / "05_table10_infonce.csv")
+run.write_table(t10, "05_table10_infonce")
 table3.round(3)
 
 # %% [markdown]
@@ -86,5 +87,5 @@ claims = [
     claim("+R neg loses oracle alignment vs L_NearID (MTG M-O)", "0.236 < 0.465",
           f"{rn.mtg_mo:.3f} vs {nd.mtg_mo:.3f}", bool(rn.mtg_mo < nd.mtg_mo), "test MTG pairs", PROFILE),
 ]
-write_claims(claims, figures_dir(PROFILE), "05_loss_ablation")
+run.write_claims(claims, "05_loss_ablation")
 pd.DataFrame(claims)

@@ -23,16 +23,15 @@ SEED = 0
 import pandas as pd
 from scipy.stats import spearmanr
 
+from nearid_lib.claims import claim
 from nearid_lib.config import get_profile
-from nearid_lib.io_utils import write_csv
-from nearid_lib.paths import figures_dir
-from nearid_lib.report import claim, paper_values_dir, write_claims
-from nearid_lib.train import ablation_setup, train_and_score
+from nearid_lib.nearid.sweep import ablation_inputs, train_and_score
+from nearid_lib.report import paper_values_dir
+from nearid_lib.run import start_run
 
-cfg, data, backbone, steps = ablation_setup(PROFILE, SEED, "06_alpha_beta_sweep")
-tables = figures_dir(PROFILE) / "tables"
-paper8 = pd.read_csv(paper_values_dir() / "nearid_table8_alpha.csv")
-paper9 = pd.read_csv(paper_values_dir() / "nearid_table9_beta.csv")
+run = start_run(PROFILE, SEED, "06_alpha_beta_sweep")
+cfg = run.cfg
+data, backbone, steps = ablation_inputs(cfg)       # steps: the same budget for every head
 cols = ["nearid_ssr", "nearid_pa", "mtg_mo", "mtg_mopair", "mtg_ssr", "mtg_pa", "dbpp_mh"]
 
 # %%
@@ -43,12 +42,12 @@ for alpha in cfg.eval.alphas:
     rows8.append({"alpha": float(alpha), "ours_label": f"L_NearID alpha={alpha} ({steps} steps)", **r["test"]})
     print(f"alpha={alpha:<5} SSR {r['test']['nearid_ssr']:6.1f} PA {r['test']['nearid_pa']:6.1f} "
           f"M-O {r['test']['mtg_mo']:.3f}")
+paper8 = pd.read_csv(paper_values_dir() / "nearid_table8_alpha.csv")
 t8 = pd.DataFrame(rows8).merge(paper8[["row", "alpha", "role"]], on="alpha", how="left")
 t8["row"] = t8["row"].fillna("α=" + t8["alpha"].astype(str))
 t8["dbpp_mh"] = float("nan")
-t8["profile"] = PROFILE
-t8 = t8[["row", "alpha", "ours_label"] + cols + ["unseen_ssr", "profile"]]
-write_csv(t8, tables / "06_table8_alpha.csv")
+t8 = t8[["row", "alpha", "ours_label"] + cols + ["unseen_ssr"]]
+run.write_table(t8, "06_table8_alpha")
 t8.round(3)
 
 # %%
@@ -59,12 +58,12 @@ for beta in cfg.eval.betas:
     r = train_and_score(c, data, backbone, splits=("test",), label=f"beta={beta}", progress=True)
     rows9.append({"beta": float(beta), "alpha": 1.0, "ours_label": f"L_NearID + {beta} L_coh, alpha=1 ({steps} steps)",
                   **r["test"]})
+paper9 = pd.read_csv(paper_values_dir() / "nearid_table9_beta.csv")
 t9 = pd.DataFrame(rows9).merge(paper9[["row", "beta"]], on="beta", how="left")
 t9["row"] = t9["row"].fillna("β=" + t9["beta"].astype(str))
 t9["dbpp_mh"] = float("nan")
-t9["profile"] = PROFILE
-t9 = t9[["row", "beta", "alpha", "ours_label"] + cols + ["profile"]]
-write_csv(t9, tables / "06_table9_beta.csv")
+t9 = t9[["row", "beta", "alpha", "ours_label"] + cols]
+run.write_table(t9, "06_table9_beta")
 t9.round(3)
 
 # %% [markdown]
@@ -78,5 +77,5 @@ mo1 = float(upto1.mtg_mo.iloc[-1])
 claims = [claim("MTG M-O rises with alpha up to about 1", "0.306 (alpha 0) -> 0.542 (alpha 1)",
                 f"{mo0:.3f} (alpha {upto1.alpha.iloc[0]}) -> {mo1:.3f} (alpha {upto1.alpha.iloc[-1]}), "
                 f"Spearman {rho:.2f}", bool(mo1 > mo0), "holds if M-O at alpha 1 > at alpha 0", PROFILE)]
-write_claims(claims, figures_dir(PROFILE), "06_alpha_beta_sweep")
+run.write_claims(claims, "06_alpha_beta_sweep")
 pd.DataFrame(claims)

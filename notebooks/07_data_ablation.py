@@ -22,15 +22,17 @@ SEED = 0
 # %%
 import pandas as pd
 
+from nearid_lib.claims import claim
 from nearid_lib.config import get_profile
-from nearid_lib.evaluate import Embedder, evaluate_split
-from nearid_lib.io_utils import write_csv
-from nearid_lib.paths import figures_dir
-from nearid_lib.report import claim, paper_values_dir, write_claims
-from nearid_lib.train import ablation_setup, train_and_score
+from nearid_lib.nearid.embedder import Embedder
+from nearid_lib.nearid.evaluate import evaluate_split
+from nearid_lib.nearid.sweep import ablation_inputs, train_and_score
+from nearid_lib.report import paper_values_dir
+from nearid_lib.run import start_run
 
-cfg, data, backbone, steps = ablation_setup(PROFILE, SEED, "07_data_ablation")
-tables = figures_dir(PROFILE) / "tables"
+run = start_run(PROFILE, SEED, "07_data_ablation")
+cfg = run.cfg
+data, backbone, steps = ablation_inputs(cfg)       # steps: the same budget for every head
 paper6 = pd.read_csv(paper_values_dir() / "nearid_table6_data_ablation.csv")
 one = data.train_sources[0]
 variants = [
@@ -52,10 +54,9 @@ for rid, label, over, n_src, mtg in variants:
     print(f"{rid:14s} SSR {r['test']['nearid_ssr']:6.1f} unseen {r['test']['unseen_ssr']:6.1f} "
           f"M-O {r['test']['mtg_mo']:.3f} MTG SSR {r['test']['mtg_ssr']:.1f}")
 t6 = pd.DataFrame(rows).merge(paper6[["row", "row_id", "role"]], on="row_id", how="left")
-t6["profile"] = PROFILE
 t6 = t6[["row", "row_id", "ours_label", "nearid_src", "mtg_used", "nearid_ssr", "nearid_pa", "mtg_mo", "mtg_mopair",
-         "mtg_ssr", "mtg_pa", "train_ssr", "unseen_ssr", "unseen_pa", "profile"]]
-write_csv(t6, tables / "07_table6_data_ablation.csv")
+         "mtg_ssr", "mtg_pa", "train_ssr", "unseen_ssr", "unseen_pa"]]
+run.write_table(t6, "07_table6_data_ablation")
 t6.round(3)
 
 # %%
@@ -71,5 +72,5 @@ claims = [
           f"{by.loc['nearid_full', 'mtg_ssr']:.1f} vs {by.loc['nearid_only', 'mtg_ssr']:.1f}",
           bool(by.loc["nearid_full", "mtg_ssr"] > by.loc["nearid_only", "mtg_ssr"]), "test MTG pairs", PROFILE),
 ]
-write_claims(claims, figures_dir(PROFILE), "07_data_ablation")
+run.write_claims(claims, "07_data_ablation")
 pd.DataFrame(claims)

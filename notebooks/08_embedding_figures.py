@@ -28,20 +28,22 @@ SEED = 0
 import numpy as np
 import pandas as pd
 import torch
+from IPython.display import display
 
-from nearid_lib import bench, get_profile, plots, seed_everything
-from nearid_lib.data import load_nearid, nearid_root
-from nearid_lib.paths import figures_dir, results_dir
-from nearid_lib.runmeta import write_run_metadata
+from nearid_lib import plots
+from nearid_lib.data import load_profile_data
+from nearid_lib.data.benchmarks import load_dreambenchpp
+from nearid_lib.nearid.dbpp import PROCEDURAL_NOTE, dbpp_human, dbpp_standin
+from nearid_lib.nearid.pairs import grid_pairs
+from nearid_lib.nearid.scorers import load_bench_encoders
+from nearid_lib.run import start_run
 
-cfg = get_profile(PROFILE, **{"eval.vlm_judge": None})    # figures use the embedding encoders only
-seed_everything(SEED)
-torch.set_num_threads(2)
+# the figures use the embedding encoders only (no VLM judge)
+run = start_run(PROFILE, SEED, "08_embedding_figures", overrides={"eval.vlm_judge": None})
+cfg = run.cfg
 plots.apply_style()
-FIG = figures_dir(PROFILE)
-write_run_metadata(results_dir(PROFILE, "08_embedding_figures"), {"PROFILE": PROFILE, "SEED": SEED}, cfg)
-data = load_nearid(nearid_root(PROFILE))
-encoders = {b.name: b for b in bench.load_bench_encoders(cfg, data)}
+data = load_profile_data(cfg, build=False)
+encoders = {b.name: b for b in load_bench_encoders(cfg, data)}
 head = encoders["nearid"]
 frozen = next(b for n, b in encoders.items() if n != "nearid")
 NAMES = {frozen.name: "Frozen " + frozen.label.split(" (")[0].replace("tiny random-init ", ""), "nearid": "NearID (Ours)"}
@@ -69,7 +71,7 @@ panels = {NAMES[b.name]: (b.embedder.embed(rels).numpy(), np.array(ident), np.ar
           for b in (frozen, head)}
 fig = plots.kernel_pca_panels(panels, title=f"KernelPCA (RBF, gamma = 1/median sq. dist.), n={len(kp)} "
                                             f"test identities, distractor source '{src}'")
-plots.savefig(fig, FIG / "08_fig5_kernel_pca.png")
+run.figure(fig, "08_fig5_kernel_pca")
 
 # %% [markdown]
 # ## Figure 3 (left) - attention of the MAP probe on positives and distractors
@@ -92,7 +94,7 @@ fig = plots.attention_overlay_grid([data.image(c[1]) for c in cols],
                                    {"NearID probe attention": list(attn_maps),
                                     "frozen token norm": list(norm_maps)},
                                    [c[0] for c in cols], title=f"Identity {r0['id']}: MAP-head attention ({g}x{g} tokens)")
-plots.savefig(fig, FIG / "08_fig3_attention.png")
+run.figure(fig, "08_fig3_attention")
 
 # %% [markdown]
 # ## Figure 9 - MTG score distributions against the oracle
@@ -106,12 +108,12 @@ for b in (frozen, head):
         oracle = np.r_[sc["oracle_1"], sc["oracle_2"]]
 if series:
     series = {"Oracle (1 - |part|/|object|)": oracle, **series}
+    print({k: float(np.nanmedian(v)) for k, v in series.items()})
     fig = plots.ecdf_plot(series, title=f"MTG-like part edits ({len(oracle)} edited images, split '{split}')",
                           xlabel="identity-preservation score s(original, part-edited)",
                           panels=[[NAMES[frozen.name]], ["NearID (Ours)"]],
                           panel_titles=["(a) frozen backbone", "(b) NearID head"])
-    plots.savefig(fig, FIG / "08_fig9_mtg_ecdf.png")
-    print({k: float(np.nanmedian(v)) for k, v in series.items()})
+    display(run.figure(fig, "08_fig9_mtg_ecdf"))
 
 # %% [markdown]
 # ## Figure 7 - NearID qualitative rows (scores relative to the anchor; F = frozen, N = NearID)
@@ -138,7 +140,7 @@ for pr in pairs:
 fig = plots.score_grid(rows_img, rows_txt, ["anchor", "positive 1", "positive 2"] +
                        [f"distractor ({s})" for s in srcs2],
                        title="NearID-bench: distractors sit in the anchor's own background")
-plots.savefig(fig, FIG / "08_fig7_nearid_qualitative.png")
+run.figure(fig, "08_fig7_nearid_qualitative")
 
 # %% [markdown]
 # ## Figure 8 - MTG qualitative rows (green: object, red: edited part; O = oracle)
@@ -160,7 +162,7 @@ if len(m):
                       [(data.mask(r["image_2_object_mask"]), "#009E73"), (data.mask(r["image_2_part_mask"]), "#D55E00")]])
     fig = plots.score_grid(rows_img, rows_txt, ["anchor", "positive", "part edit 1", "part edit 2"],
                            title="MTG-like part edits", contours=conts)
-    plots.savefig(fig, FIG / "08_fig8_mtg_qualitative.png")
+    display(run.figure(fig, "08_fig8_mtg_qualitative"))
 
 # %% [markdown]
 # ## Figure 4 - per-category DB++ alignment radar
@@ -170,25 +172,23 @@ if len(m):
 # %%
 radar = {}
 if cfg.eval.dbpp_root:
-    from nearid_lib.data.released import load_dreambenchpp
-
-    run = bench.dbpp_human(load_dreambenchpp(cfg.eval.dbpp_root))
+    run_dbpp = dbpp_human(load_dreambenchpp(cfg.eval.dbpp_root))
     for b in (frozen, head):
-        radar[NAMES[b.name]] = run(b)[0]["per_category"].set_index("category")["r"].to_dict()
+        radar[NAMES[b.name]] = run_dbpp(b)[0]["per_category"].set_index("category")["r"].to_dict()
     kind = "DreamBench++ human ratings"
 elif cfg.eval.dbpp_standin:
-    gp = bench.grid_pairs(data, split)
+    gp = grid_pairs(data, split)
     for b in (frozen, head):
-        mh, _ = bench.dbpp_standin(b, data, gp)
+        mh, _ = dbpp_standin(b, data, gp)
         if mh is not None:
             radar[NAMES[b.name]] = mh["per_category"].set_index("category")["r"].to_dict()
-    kind = bench.PROCEDURAL_NOTE
+    kind = PROCEDURAL_NOTE
 if radar:
-    fig = plots.radar_plot(radar, title=f"M-H per category\n[{kind}]", reference="NearID (Ours)")
-    plots.savefig(fig, FIG / "08_fig4_dbpp_radar.png")
     print(pd.DataFrame(radar))
+    fig = plots.radar_plot(radar, title=f"M-H per category\n[{kind}]", reference="NearID (Ours)")
+    display(run.figure(fig, "08_fig4_dbpp_radar"))
 else:
     print("no DB++ data and no stand-in in this profile: radar skipped")
 
 # %%
-sorted(p.name for p in FIG.glob("08_*.png"))
+sorted(p.name for p in run.figures.glob("08_*.png"))

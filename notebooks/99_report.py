@@ -22,15 +22,13 @@ SEED = 0
 # %%
 from IPython.display import Markdown
 
-from nearid_lib import get_profile
 from nearid_lib.io_utils import atomic_write_text
-from nearid_lib.paths import figures_dir, results_dir
 from nearid_lib.report import load_specs, render_report
-from nearid_lib.runmeta import write_run_metadata
+from nearid_lib.run import start_run
 
-cfg = get_profile(PROFILE)
-write_run_metadata(results_dir(PROFILE, "99_report"), {"PROFILE": PROFILE, "SEED": SEED}, cfg)
-figs = figures_dir(PROFILE)
+run = start_run(PROFILE, SEED, "99_report")
+cfg = run.cfg
+figs = run.figures
 specs = load_specs()
 print(f"{len(specs)} paper tables described in paper_values/")
 

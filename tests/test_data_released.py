@@ -11,7 +11,8 @@ from PIL import Image
 datasets = pytest.importorskip("datasets")
 
 from nearid_lib.data import DataError, load_nearid  # noqa: E402
-from nearid_lib.data.released import load_dreambenchpp, load_fpr, materialise_released  # noqa: E402
+from nearid_lib.data.benchmarks import load_dreambenchpp, load_fpr  # noqa: E402
+from nearid_lib.data.released import materialise_released  # noqa: E402
 
 S = 32
 

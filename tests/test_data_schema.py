@@ -86,18 +86,21 @@ def test_mode_conversion_rule(tmp_path, mode):
     np.testing.assert_array_equal(np.asarray(out), expect)
 
 
+def _replace_mask(root, col: str, row: int, mask: Image.Image):
+    """Overwrite the ``col`` mask of positives row ``row`` with ``mask``; returns its path."""
+    p = root / load_nearid(root).positives[col][row]
+    mask.save(p)
+    return p
+
+
 def test_mask_size_mismatch(root):
-    d = load_nearid(root)
-    p = root / d.positives.mask1[2]
-    Image.new("L", (10, 12), 255).save(p)
+    _replace_mask(root, "mask1", 2, Image.new("L", (10, 12), 255))
     with pytest.raises(DataError, match=r"positives.csv, row 2, field 'mask1'.*size"):
         load_nearid(root, check_images=True)
 
 
 def test_empty_mask(root):
-    d = load_nearid(root)
-    p = root / d.positives.mask2[0]
-    Image.new("L", (32, 32), 0).save(p)
+    p = _replace_mask(root, "mask2", 0, Image.new("L", (32, 32), 0))
     with pytest.raises(DataError, match=r"positives.csv, row 0, field 'mask2'.*empty"):
         load_nearid(root, check_images=True)
     with pytest.raises(DataError, match="empty"):

@@ -5,7 +5,6 @@ import hashlib
 import json
 
 import numpy as np
-import pandas as pd
 import pytest
 from PIL import Image
 

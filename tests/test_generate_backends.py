@@ -10,9 +10,9 @@ from PIL import Image
 from nearid_lib.config import get_profile
 from nearid_lib.generate import available_backends, get_backend
 from nearid_lib.generate.base import FillInputError, FillRequest
-from nearid_lib.generate.diffusers_backends import (DEFAULT_HUB_IDS, NEARID_SOURCES, SPECS,
-                                                    canny_edges, clip_tokenizer_offline,
-                                                    partial_mask)
+from nearid_lib.generate.diffusers_backends import canny_edges, partial_mask
+from nearid_lib.generate.specs import DEFAULT_HUB_IDS, NEARID_SOURCES, SPECS
+from nearid_lib.generate.tiny_sd import clip_tokenizer_offline
 from nearid_lib.generate.prompts import (CONTEXT_EDIT_TEMPLATE, context_edit_prompt,
                                          identity_edit_prompt, near_identity_prompt)
 from nearid_lib.generate.quality import QualityFilter, masked_diffs

@@ -3,7 +3,6 @@
 Runs the real diffusers inpainting code path (tiny random-weight SD pipeline, 64 px) offline."""
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
@@ -15,8 +14,9 @@ from PIL import Image
 
 from nearid_lib.generate.base import FillBackend, FillInputError, get_backend
 from nearid_lib.generate.quality import QualityFilter
-from nearid_lib.generate.runner import (generate_source, item_seed, items_from_dataset,
-                                        load_manifest_records, merge_source, shard_items)
+from nearid_lib.generate.items import item_seed, items_from_dataset, load_manifest_records, shard_items
+from nearid_lib.generate.merge import merge_source
+from nearid_lib.generate.runner import generate_source
 from nearid_lib.seeding import derive_seed
 
 torch.set_num_threads(1)

@@ -4,9 +4,9 @@ import pandas as pd
 import pytest
 from scipy.stats import kendalltau, spearmanr
 
-from nearid_lib.idsim_bench import (BenchmarkError, bench_keys, benchmark_table, evaluate_sets,
-                                    load_pairs_csv, load_ratings_csv, load_retrieval_csv,
-                                    load_triplets_csv, mini_benchmark_sets)
+from nearid_lib.idsim.bench import (BenchmarkError, bench_keys, benchmark_table, evaluate_sets,
+                                    load_pairs_csv, load_ratings_csv, load_retrieval_csv, load_triplets_csv,
+                                    mini_benchmark_sets)
 
 
 def _e(deg):
@@ -50,21 +50,15 @@ def test_loaders_validate(tmp_path):
     p.write_text("img1,img2,c\na.png,b.png,0.9\na.png,c.png,0.8\n")
     df = load_pairs_csv(p)
     assert df.label.tolist() == [1, 0]          # binarised at c > 0.8
-    p.write_text("img1,img2,label\na.png,b.png,2\n")
-    with pytest.raises(BenchmarkError, match="row 0 field 'label'"):
-        load_pairs_csv(p)
-    t = tmp_path / "t.csv"
-    t.write_text("anchor,positive,negative,mode\na,b,c,easy\na,b,,hard\n")
-    with pytest.raises(BenchmarkError, match="row 1 field 'negative'"):
-        load_triplets_csv(t)
-    r = tmp_path / "r.csv"
-    r.write_text("path,label,role\nq,A,query\ng,B,gallery\n")
-    with pytest.raises(BenchmarkError, match="row 0 field 'label'"):
-        load_retrieval_csv(r)
-    d = tmp_path / "d.csv"
-    d.write_text("reference,image,rating\nr,x,3\nr,y,four\n")
-    with pytest.raises(BenchmarkError, match="row 1 field 'rating'"):
-        load_ratings_csv(d)
+    bad = [(load_pairs_csv, "img1,img2,label\na.png,b.png,2\n", "row 0 field 'label'"),
+           (load_triplets_csv, "anchor,positive,negative,mode\na,b,c,easy\na,b,,hard\n", "row 1 field 'negative'"),
+           (load_retrieval_csv, "path,label,role\nq,A,query\ng,B,gallery\n", "row 0 field 'label'"),
+           (load_ratings_csv, "reference,image,rating\nr,x,3\nr,y,four\n", "row 1 field 'rating'")]
+    for i, (loader, text, where) in enumerate(bad):
+        f = tmp_path / f"bad{i}.csv"
+        f.write_text(text)
+        with pytest.raises(BenchmarkError, match=where):
+            loader(f)
 
 
 def test_mini_sets_on_smoke_world(smoke_world):

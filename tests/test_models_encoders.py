@@ -6,7 +6,7 @@ import pytest
 import torch
 from PIL import Image
 
-from nearid_lib.models import MAPHead, load_encoder, list_encoders, resolve_name, save_head
+from nearid_lib.models import MAPHead, list_encoders, load_encoder, resolve_name, save_head
 from nearid_lib.models.backbones import Preprocess
 
 torch.set_num_threads(1)
@@ -132,3 +132,37 @@ def test_missing_weights_fail_fast_with_a_clear_message(tmp_path):
     """A local folder without weights (no hub involved) gives an error that names the encoder."""
     with pytest.raises(OSError, match="encoder 'dinov2-base': cannot load weights"):
         load_encoder("dinov2-base", weights=str(tmp_path))
+
+
+def test_every_encoder_name_resolves_in_a_fresh_process():
+    """One registry, complete at import time: the ID-Sim and FPR specialised encoders resolve right
+    after ``from nearid_lib.models import load_encoder`` in a new interpreter (no other import)."""
+    import subprocess
+    import sys
+
+    code = ("from nearid_lib.models import load_encoder, resolve_name, list_encoders\n"
+            "names = ['idsim', 'bioclip2', 'bioclip', 'miewid', 'classifier', 'sp-cars']\n"
+            "print(','.join(resolve_name(n) for n in names))\n"
+            "m, _ = load_encoder('bioclip2', tiny=True)\n"
+            "print(type(m).__name__, m.embed_dim)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.strip().splitlines()
+    assert lines[0] == "idsim,bioclip2,bioclip2,miewid,classifier,classifier"
+    assert lines[1] == "OpenClipEncoder 16"
+
+
+def test_load_backbone_honours_dtype_and_device():
+    from nearid_lib.config import get_profile
+    from nearid_lib.models import load_backbone
+
+    cfg = get_profile("smoke", **{"backbone.dtype": "bfloat16", "device": "cpu"})
+    model, _ = load_backbone(cfg)
+    assert model.dtype == torch.bfloat16 and model.device.type == "cpu"
+    assert load_backbone(cfg.backbone, device="cpu")[0].dtype == torch.bfloat16
+    # an alias of the profile's backbone is the backbone; another encoder is loaded the profile's
+    # way (its tiny flag) but keeps its own dtype and native size
+    other, _ = load_backbone(cfg, name="frozen-gap")
+    assert other.tiny and other.dtype == torch.bfloat16 and other.image_size == 64
+    clip, _ = load_backbone(cfg, name="clip-vit-b32")
+    assert clip.tiny and clip.dtype == torch.float32

@@ -78,7 +78,7 @@ def test_ours_names_requested_by_lead():
         "nearid_table8_alpha": "tables/06_table8_alpha.csv",
         "nearid_table9_beta": "tables/06_table9_beta.csv",
         "nearid_table10_infonce": "tables/05_table10_infonce.csv",
-        "idsim_fig6_sensitivity_claims": "tables/09_sensitivity.csv",
+        "idsim_fig6_sensitivity_claims": "tables/10_sensitivity.csv",
     }
     for k, v in expect.items():
         assert meta(k)["ours"] == v
@@ -86,21 +86,22 @@ def test_ours_names_requested_by_lead():
 
 # ---------------- NearID spot checks (prose: Sec. 1, 4.2, 4.4, App. E) ----------------
 
+def assert_spots(key, spots):
+    """Every (column, row selector, value printed in the paper) of ``spots`` is what was transcribed."""
+    for col, where, value in spots:
+        got = cell(key, col, **where)
+        assert got == value, f"{key}: {col} at {where} is {got!r}, the paper prints {value!r}"
+
+
 def test_nearid_table1_spots():
     k = "nearid_table1_main"
-    assert cell(k, "nearid_ssr", row="SigLIP2") == 30.74
-    assert cell(k, "nearid_ssr", row="NearID (Ours)") == 99.17
-    assert cell(k, "nearid_pa", row="NearID (Ours)") == 99.71
-    assert cell(k, "mtg_mo", row="NearID (Ours)") == 0.465
-    assert cell(k, "mtg_mo", row="SigLIP2") == 0.180
-    assert cell(k, "mtg_mopair", row="SigLIP2") == 0.366
-    assert cell(k, "mtg_mopair", row="NearID (Ours)") == 0.486
-    assert cell(k, "mtg_ssr", row="VSM*") == 7.0
-    assert cell(k, "mtg_ssr", row="NearID (Ours)") == 35.0
-    assert cell(k, "dbpp_mh", row="NearID (Ours)") == 0.545
-    assert cell(k, "dbpp_mh", row="SigLIP2") == 0.516
+    siglip2, ours = {"row": "SigLIP2"}, {"row": "NearID (Ours)"}
+    assert_spots(k, [("nearid_ssr", siglip2, 30.74), ("nearid_ssr", ours, 99.17),
+                     ("nearid_pa", ours, 99.71),
+                     ("mtg_mo", ours, 0.465), ("mtg_mo", siglip2, 0.180), ("mtg_mopair", siglip2, 0.366),
+                     ("mtg_mopair", ours, 0.486), ("mtg_ssr", {"row": "VSM*"}, 7.0), ("mtg_ssr", ours, 35.0),
+                     ("dbpp_mh", ours, 0.545), ("dbpp_mh", siglip2, 0.516), ("role", siglip2, "frozen_backbone")])
     assert pd.isna(cell(k, "dbpp_mh", row="Qwen3VL30B"))
-    assert cell(k, "role", row="SigLIP2") == "frozen_backbone"
 
 
 def test_nearid_table1_printed_deltas():
@@ -115,14 +116,11 @@ def test_nearid_table1_printed_deltas():
 
 def test_nearid_table3_spots():
     k = "nearid_table3_loss_ablation"
-    assert cell(k, "nearid_ssr", row="InfoNCE (sym., 1-pos)") == 60.97
-    assert cell(k, "dbpp_mh", row="InfoNCE (sym., 1-pos)") == 0.555
-    assert cell(k, "nearid_ssr", row_id="circle_rank") == 99.97
-    assert cell(k, "dbpp_mh", row_id="circle_rank") == 0.141
-    assert cell(k, "dbpp_mh", row_id="infonce_oracle") == 0.167
-    assert cell(k, "nearid_ssr", row_id="nearid_cohesion") == 99.31
-    assert cell(k, "mtg_ssr", row_id="nearid_cohesion") == 36.0
-    assert cell(k, "mtg_mo", row_id="nearid_cohesion") == 0.459
+    infonce, circle = {"row": "InfoNCE (sym., 1-pos)"}, {"row_id": "circle_rank"}
+    cohesion = {"row_id": "nearid_cohesion"}
+    assert_spots(k, [("nearid_ssr", infonce, 60.97), ("dbpp_mh", infonce, 0.555), ("nearid_ssr", circle, 99.97),
+                     ("dbpp_mh", circle, 0.141), ("dbpp_mh", {"row_id": "infonce_oracle"}, 0.167),
+                     ("nearid_ssr", cohesion, 99.31), ("mtg_ssr", cohesion, 36.0), ("mtg_mo", cohesion, 0.459)])
     assert set(load(k).query("collapse")["row_id"]) == {"infonce_oracle", "circle_rank"}
 
 
@@ -162,11 +160,9 @@ def test_nearid_alpha_beta_prose():
 
 
 def test_nearid_table6_prose():
-    k = "nearid_table6_data_ablation"
-    assert cell(k, "nearid_ssr", row="MTG only") == 58.34
-    assert cell(k, "mtg_ssr", row="MTG only") == 49.0
-    assert cell(k, "nearid_ssr", row="NearID1 only") == 86.86
-    assert cell(k, "nearid_ssr", row="NearID only") == 98.37
+    assert_spots("nearid_table6_data_ablation", [
+        ("nearid_ssr", {"row": "MTG only"}, 58.34), ("mtg_ssr", {"row": "MTG only"}, 49.0),
+        ("nearid_ssr", {"row": "NearID1 only"}, 86.86), ("nearid_ssr", {"row": "NearID only"}, 98.37)])
 
 
 def test_nearid_table5_averages_reproduce_printed_and_table1():
@@ -239,11 +235,11 @@ def test_idsim_small_tables_spots():
 # ---------------- FPR spot checks ----------------
 
 def test_fpr_spots():
-    assert cell("fpr_table1_oracle", "miewid_map", dataset="Re-ID") == 0.803
+    assert_spots("fpr_table1_oracle", [("miewid_map", {"dataset": "Re-ID"}, 0.803)])
     assert pd.isna(cell("fpr_table1_oracle", "bioclip_sim", dataset="Re-ID"))
-    assert cell("fpr_table2_gallery_sampling", "oracle_map", sampling="Ours") == 79.2
-    assert cell("fpr_table5_leopard", "clip_i_sim", method="Diptych") == 0.825
-    assert cell("fpr_table13_stanford_cars", "spec_map", method="DreamBooth") == 0.762
+    assert_spots("fpr_table2_gallery_sampling", [("oracle_map", {"sampling": "Ours"}, 79.2)])
+    assert_spots("fpr_table5_leopard", [("clip_i_sim", {"method": "Diptych"}, 0.825)])
+    assert_spots("fpr_table13_stanford_cars", [("spec_map", {"method": "DreamBooth"}, 0.762)])
     assert cell("fpr_table3_dreambooth_hparams", "lr", method="DreamBooth") == pytest.approx(5e-6)
 
 

@@ -4,7 +4,7 @@ Released NearID positives (a ``datasets.Dataset`` saved to disk, with a ``split`
 row-aligned distractor datasets of two sources and an MTG dataset are materialised into the NearID
 schema; then the same calls notebooks 03 and 04 make run on it: ``train_head`` (cached tokens,
 role-aware masking, MTG rank-only rows) and the bench (``load_bench_encoders`` ->
-``evaluate_encoder`` -> ``table1``). Only the backbone is a tiny random-init config of the real class.
+``evaluate_encoder`` -> ``table1``, :mod:`nearid_lib.nearid`). Only the backbone is a tiny random-init config of the real class.
 """
 from __future__ import annotations
 
@@ -14,13 +14,15 @@ import pytest
 import torch
 from PIL import Image
 
-from nearid_lib import bench
 from nearid_lib.config import get_profile
 from nearid_lib.data import load_nearid
 from nearid_lib.data.released import materialise_released
-from nearid_lib.evaluate import image_groups
 from nearid_lib.models import load_encoder
-from nearid_lib.train import train_head
+from nearid_lib.nearid.embedder import image_groups
+from nearid_lib.nearid.evaluate import evaluate_encoder, source_groups
+from nearid_lib.nearid.scorers import load_bench_encoders
+from nearid_lib.nearid.tables import table1
+from nearid_lib.nearid.train import train_head
 
 S = 64
 SPLITS = ["train"] * 8 + ["validation"] * 2 + ["test"] * 4   # HF split names, mapped to train/val/test
@@ -90,14 +92,14 @@ def test_released_fixtures_train_and_evaluate_like_notebooks_03_04(released, mon
     # MTG rows of the released MTG dataset reached training (rank-only rows carry its oracles)
     assert (ckpt / "head.safetensors").exists()
 
-    encoders = bench.load_bench_encoders(cfg, data, checkpoint=ckpt)
+    encoders = load_bench_encoders(cfg, data, checkpoint=ckpt)
     assert {b.name for b in encoders} >= {"nearid"}
     for b in encoders:
         if b.kind == "embedding":
             b.embedder.build(image_groups(data, splits=("test",)), ("full", "fg"))
-    results = [bench.evaluate_encoder(b, data, "test", ("full", "fg")) for b in encoders]
-    groups = bench.source_groups(data.sources, data.train_sources)
-    t1 = bench.table1(results, groups, "smoke")
+    results = [evaluate_encoder(b, data, "test", ("full", "fg")) for b in encoders]
+    groups = source_groups(data.sources, data.train_sources)
+    t1 = table1(results, groups, "smoke")
     assert set(t1["row"]) >= {"NearID (Ours)"}
     # 4 test identities, two sources, 2 or 3 views: the trial count is exact (per source: 2 trials
     # for a 2-view identity, 6 for a 3-view one)
@@ -123,8 +125,7 @@ def test_nearid_notebooks_run_unchanged_on_released_schema(released, tmp_path):
     venv = Path(sys.executable).parent.parent
     env = dict(os.environ, NEARID_DATA=str(tmp / "data"), NEARID_CACHE=str(tmp_path / "cache"),
                NEARID_OUT=str(tmp_path / "out"), NEARID_FIGURES=str(tmp_path / "figs"),
-               NEARID_SET="world.source=released; eval.dbpp_standin=false", HF_HUB_OFFLINE="1",
-               MPLBACKEND="agg")
+               NEARID_SET="world.source=released; eval.dbpp_standin=false", HF_HUB_OFFLINE="1")
     for nb in ("03_train_nearid", "04_eval_nearid_bench", "05_loss_ablation", "06_alpha_beta_sweep",
                "07_data_ablation", "08_embedding_figures"):
         out = tmp_path / "nb" / f"{nb}.ipynb"

@@ -8,9 +8,9 @@
 - MTG (``abdo-eldesokey/mtg-dataset``): ``image_{1,2}_original``, ``image_{1,2}_inpainted``,
   ``image_{1,2}_object_mask``, ``image_{1,2}_part_mask``; the oracle ``1 - |part|/|object|`` is
   computed from the masks.
-- FPR CSV folders (``train_data.csv``, ``gallery_data.csv``, optional ``generated_data.csv``;
-  columns name, species, file_path, ref_path [, mask_path] [, method]).
-- DreamBench++ in a simple documented layout, see :func:`load_dreambenchpp`.
+- FPR CSV folders, copied in by :func:`materialise_released` (read with
+  :func:`nearid_lib.data.benchmarks.load_fpr`; DreamBench++ is read in place by
+  :func:`nearid_lib.data.benchmarks.load_dreambenchpp`).
 
 Every loader takes local data (a ``datasets.Dataset``/``DatasetDict`` object, a folder written by
 ``save_to_disk``, or a CSV folder). Only :func:`load_released_from_hub` downloads (paper profile;
@@ -22,19 +22,23 @@ from __future__ import annotations
 import io
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import pandas as pd
 from PIL import Image, UnidentifiedImageError
 
 from ..io_utils import atomic_write, write_csv, write_json
+from ..paths import data_dir
+from .benchmarks import load_fpr
 from .schema import SCHEMA_VERSION, DataError, read_rgb
 
-__all__ = ["materialise_released", "load_released_from_hub", "load_fpr", "load_dreambenchpp",
-           "DreamBenchPP", "pil_from_value", "IMG_SPELLINGS", "MASK_SPELLINGS", "NIMG_SPELLINGS"]
+if TYPE_CHECKING:
+    from ..config import Profile
+
+__all__ = ["materialise_released", "load_released_from_hub",
+           "pil_from_value", "IMG_SPELLINGS", "MASK_SPELLINGS", "NIMG_SPELLINGS"]
 
 IMG_SPELLINGS = ("img{k}", "images{k}", "image{k}")
 MASK_SPELLINGS = ("mask{k}", "masks{k}")
@@ -161,87 +165,22 @@ def _first_col(cols, names):
 
 def _materialise_nearid(root: Path, positives: Any, distractors: Mapping[str, Any],
                         pos_name: str) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, pd.DataFrame]]:
+    """Write every split of the positives and their row-aligned distractor datasets as PNGs; the
+    identities, positives and per-source distractor tables of the NearID schema."""
     splits = _open_dataset(positives, pos_name)
     dsplits = {s: _open_dataset(d, s) for s, d in distractors.items()}
     id_rows, pos_rows = [], []
     dist_rows: dict[str, list] = {s: [] for s in distractors}
     for si, (split_key, ds) in enumerate(splits):
-        cols = list(ds.column_names)
-        icol = [_pick(cols, IMG_SPELLINGS, k, pos_name, f"image {k}", required=k <= 2) for k in (1, 2, 3)]
-        mcol = [_pick(cols, MASK_SPELLINGS, k, pos_name, f"mask {k}", required=icol[k - 1] is not None)
-                for k in (1, 2, 3)]
-        id_col = _first_col(cols, ("id", "identity", "uid", "objaverse_id"))
-        split_col = _first_col(cols, ("split",))
-        cls_col = _first_col(cols, ("class_name", "category", "class"))
-        desc_col = _first_col(cols, ("description", "caption", "prompt", "text"))
-        n = len(ds)
-        dsets = {}
-        for s, lst in dsplits.items():
-            if len(lst) != len(splits):
-                raise DataError(f"dataset {s}: has {len(lst)} split(s) but {pos_name} has {len(splits)}")
-            dkey, d = lst[si]
-            if dkey != split_key:
-                raise DataError(f"dataset {s}: split {dkey!r} where {pos_name} has {split_key!r}")
-            if len(d) != n:
-                raise DataError(f"dataset {s}" + (f" split {split_key}" if split_key else "") +
-                                f": {len(d)} rows but {pos_name} has {n}; distractor tables must be "
-                                f"row-aligned with the positives (row {min(len(d), n)} is unmatched)")
-            dcols = list(d.column_names)
-            dsets[s] = (d, [_pick(dcols, NIMG_SPELLINGS, k, s, f"distractor image {k}",
-                                  required=icol[k - 1] is not None) for k in (1, 2, 3)],
-                        _first_col(dcols, ("id", "identity", "uid", "objaverse_id")))
-        for i in range(n):
-            row = ds[i]
-            split = (row[split_col] if split_col else split_key) or "train"
-            split = _SPLIT_NAMES.get(str(split), str(split))
-            rid = str(row[id_col]) if id_col else f"{split}_{i:06d}"
-            where = lambda f: f"dataset {pos_name}, row {i}, field {f!r}"  # noqa: E731
-            prow = {"id": rid, "split": split}
-            n_views = 0
-            sizes = {}
-            for k in (1, 2, 3):
-                prow[f"img{k}"] = prow[f"mask{k}"] = ""
-                c = icol[k - 1]
-                im = pil_from_value(row[c], where(c)) if c else None
-                if im is None:
-                    if k <= 2:
-                        raise DataError(f"{where(c or f'img{k}')}: identity {rid!r} has fewer than "
-                                        f"two views (NearID needs >= 2 positives)")
-                    continue
-                im = _to_rgb(im, where(c))
-                mv = pil_from_value(row[mcol[k - 1]], where(mcol[k - 1]))
-                if mv is None:
-                    raise DataError(f"{where(mcol[k - 1])}: missing mask for view {k}")
-                m = _to_mask(mv, where(mcol[k - 1]), im.size)
-                prow[f"img{k}"] = _save(root, f"pos/{rid}_{k}.png", im)
-                prow[f"mask{k}"] = _save_mask(root, f"mask/{rid}_{k}.png", m)
-                sizes[k] = im.size
-                n_views += 1
+        pc = _PositiveColumns(list(ds.column_names), pos_name)
+        dsets = {s: _aligned_split(s, lst, si, split_key, len(ds), len(splits), pos_name, pc)
+                 for s, lst in dsplits.items()}
+        for i in range(len(ds)):
+            ident, prow, sizes = _positive_row(root, ds[i], i, split_key, pc, pos_name)
+            id_rows.append(ident)
             pos_rows.append(prow)
-            id_rows.append({"id": rid, "split": split,
-                            "class_name": str(row[cls_col]) if cls_col else "",
-                            "description": str(row[desc_col]) if desc_col else "",
-                            "n_views": n_views})
             for s, (d, dc, did_col) in dsets.items():
-                drow = d[i]
-                dwhere = lambda f: f"dataset {s}, row {i}, field {f!r}"  # noqa: E731
-                if did_col and id_col and str(drow[did_col]) != rid:
-                    raise DataError(f"{dwhere(did_col)}: id {drow[did_col]!r} but {pos_name} row {i} "
-                                    f"is {rid!r} (tables are not row-aligned)")
-                out = {"id": rid, "split": split}
-                for k in (1, 2, 3):
-                    out[f"nimg{k}"] = ""
-                    if k not in sizes:
-                        continue
-                    im = pil_from_value(drow[dc[k - 1]], dwhere(dc[k - 1]))
-                    if im is None:
-                        raise DataError(f"{dwhere(dc[k - 1])}: view {k} exists but has no distractor")
-                    im = _to_rgb(im, dwhere(dc[k - 1]))
-                    if im.size != sizes[k]:
-                        # Generators at other resolutions: Lanczos to the positive's size.
-                        im = im.resize(sizes[k], Image.LANCZOS)
-                    out[f"nimg{k}"] = _save(root, f"dist/{s}/{rid}_{k}.png", im)
-                dist_rows[s].append(out)
+                dist_rows[s].append(_distractor_row(root, s, d[i], i, prow, sizes, dc, did_col, pc, pos_name))
     dup = pd.Series([r["id"] for r in pos_rows]).duplicated()
     if dup.any():
         i = int(np.flatnonzero(dup.to_numpy())[0])
@@ -249,6 +188,92 @@ def _materialise_nearid(root: Path, positives: Any, distractors: Mapping[str, An
     return (pd.DataFrame(id_rows), pd.DataFrame(pos_rows),
             {s: pd.DataFrame(r, columns=["id", "split", "nimg1", "nimg2", "nimg3"])
              for s, r in dist_rows.items()})
+
+
+class _PositiveColumns:
+    """Which column of a released positives dataset holds each field (accepted spellings)."""
+
+    def __init__(self, cols: list[str], pos_name: str):
+        self.img = [_pick(cols, IMG_SPELLINGS, k, pos_name, f"image {k}", required=k <= 2) for k in (1, 2, 3)]
+        self.mask = [_pick(cols, MASK_SPELLINGS, k, pos_name, f"mask {k}", required=self.img[k - 1] is not None)
+                     for k in (1, 2, 3)]
+        self.id = _first_col(cols, ("id", "identity", "uid", "objaverse_id"))
+        self.split = _first_col(cols, ("split",))
+        self.cls = _first_col(cols, ("class_name", "category", "class"))
+        self.desc = _first_col(cols, ("description", "caption", "prompt", "text"))
+
+
+def _aligned_split(s: str, lst: list, si: int, split_key, n: int, n_splits: int, pos_name: str,
+                   pc: _PositiveColumns) -> tuple[Any, list, str | None]:
+    """Split ``si`` of distractor dataset ``s``, checked to be row-aligned with the positives:
+    ``(dataset, distractor image column per view, id column)``."""
+    if len(lst) != n_splits:
+        raise DataError(f"dataset {s}: has {len(lst)} split(s) but {pos_name} has {n_splits}")
+    dkey, d = lst[si]
+    if dkey != split_key:
+        raise DataError(f"dataset {s}: split {dkey!r} where {pos_name} has {split_key!r}")
+    if len(d) != n:
+        raise DataError(f"dataset {s}" + (f" split {split_key}" if split_key else "") +
+                        f": {len(d)} rows but {pos_name} has {n}; distractor tables must be "
+                        f"row-aligned with the positives (row {min(len(d), n)} is unmatched)")
+    dcols = list(d.column_names)
+    return (d, [_pick(dcols, NIMG_SPELLINGS, k, s, f"distractor image {k}", required=pc.img[k - 1] is not None)
+                for k in (1, 2, 3)],
+            _first_col(dcols, ("id", "identity", "uid", "objaverse_id")))
+
+
+def _positive_row(root: Path, row: Mapping, i: int, split_key, pc: _PositiveColumns, pos_name: str):
+    """Write the views and masks of one identity: ``(identities row, positives row, view sizes)``."""
+    split = (row[pc.split] if pc.split else split_key) or "train"
+    split = _SPLIT_NAMES.get(str(split), str(split))
+    rid = str(row[pc.id]) if pc.id else f"{split}_{i:06d}"
+    where = lambda f: f"dataset {pos_name}, row {i}, field {f!r}"  # noqa: E731
+    prow = {"id": rid, "split": split}
+    sizes = {}
+    for k in (1, 2, 3):
+        prow[f"img{k}"] = prow[f"mask{k}"] = ""
+        c = pc.img[k - 1]
+        im = pil_from_value(row[c], where(c)) if c else None
+        if im is None:
+            if k <= 2:
+                raise DataError(f"{where(c or f'img{k}')}: identity {rid!r} has fewer than "
+                                f"two views (NearID needs >= 2 positives)")
+            continue
+        im = _to_rgb(im, where(c))
+        mv = pil_from_value(row[pc.mask[k - 1]], where(pc.mask[k - 1]))
+        if mv is None:
+            raise DataError(f"{where(pc.mask[k - 1])}: missing mask for view {k}")
+        m = _to_mask(mv, where(pc.mask[k - 1]), im.size)
+        prow[f"img{k}"] = _save(root, f"pos/{rid}_{k}.png", im)
+        prow[f"mask{k}"] = _save_mask(root, f"mask/{rid}_{k}.png", m)
+        sizes[k] = im.size
+    ident = {"id": rid, "split": split, "class_name": str(row[pc.cls]) if pc.cls else "",
+             "description": str(row[pc.desc]) if pc.desc else "", "n_views": len(sizes)}
+    return ident, prow, sizes
+
+
+def _distractor_row(root: Path, s: str, drow: Mapping, i: int, prow: dict, sizes: dict, dc: list,
+                    did_col: str | None, pc: _PositiveColumns, pos_name: str) -> dict:
+    """Write the distractors of source ``s`` for one identity (resized to its views): its row."""
+    rid = prow["id"]
+    dwhere = lambda f: f"dataset {s}, row {i}, field {f!r}"  # noqa: E731
+    if did_col and pc.id and str(drow[did_col]) != rid:
+        raise DataError(f"{dwhere(did_col)}: id {drow[did_col]!r} but {pos_name} row {i} "
+                        f"is {rid!r} (tables are not row-aligned)")
+    out = {"id": rid, "split": prow["split"]}
+    for k in (1, 2, 3):
+        out[f"nimg{k}"] = ""
+        if k not in sizes:
+            continue
+        im = pil_from_value(drow[dc[k - 1]], dwhere(dc[k - 1]))
+        if im is None:
+            raise DataError(f"{dwhere(dc[k - 1])}: view {k} exists but has no distractor")
+        im = _to_rgb(im, dwhere(dc[k - 1]))
+        if im.size != sizes[k]:
+            # Generators at other resolutions: Lanczos to the positive's size.
+            im = im.resize(sizes[k], Image.LANCZOS)
+        out[f"nimg{k}"] = _save(root, f"dist/{s}/{rid}_{k}.png", im)
+    return out
 
 
 def _materialise_mtg(root: Path, mtg: Any, name: str = "mtg") -> pd.DataFrame:
@@ -349,12 +374,10 @@ def materialise_released(out_root: str | os.PathLike, positives: Any = None,
     return root
 
 
-def load_released_from_hub(cfg, out_root: str | os.PathLike | None = None) -> Path:
+def load_released_from_hub(cfg: Profile, out_root: str | os.PathLike | None = None) -> Path:
     """Paper profile: download ``cfg.world.nearid_repo`` + one distractor dataset per source +
     MTG from the Hugging Face hub and materialise them (needs network; not used in tests)."""
     import datasets
-
-    from ..paths import data_dir
 
     out_root = Path(out_root) if out_root is not None else data_dir(cfg.name) / "nearid"
     repo = cfg.world.nearid_repo
@@ -363,119 +386,6 @@ def load_released_from_hub(cfg, out_root: str | os.PathLike | None = None) -> Pa
     mtg = datasets.load_dataset(cfg.world.mtg_repo)
     return materialise_released(out_root, pos, dists, mtg, train_sources=list(cfg.world.nearid_sources),
                                 positives_name=repo, profile=cfg.name, seed=cfg.seed)
-
-
-# --------------------------------------------------------------------------- FPR, DreamBench++
-_FPR_COLS = ["name", "species", "file_path", "ref_path"]
-
-
-def load_fpr(folder: str | os.PathLike, check_files: bool = True) -> dict[str, pd.DataFrame]:
-    """Read an FPR CSV folder -> {"train", "gallery"[, "generated"]} with absolute paths.
-
-    Relative paths are resolved against ``folder``; ``generated_data.csv`` must have a
-    ``method`` column; gallery images must not also be references."""
-    folder = Path(folder)
-    out = {}
-    for key in ("train", "gallery", "generated"):
-        p = folder / f"{key}_data.csv"
-        if not p.exists():
-            if key == "generated":
-                continue
-            raise DataError(f"dataset FPR {p.name}: file missing in {folder}")
-        df = pd.read_csv(p, dtype=str, keep_default_na=False)
-        need = _FPR_COLS + (["method"] if key == "generated" else [])
-        missing = [c for c in need if c not in df.columns]
-        if missing:
-            raise DataError(f"dataset FPR {p.name}: missing column(s) {missing}; has {list(df.columns)}")
-        for c in ("file_path", "ref_path", "mask_path"):
-            if c not in df.columns:
-                continue
-            vals = []
-            for i, v in enumerate(df[c]):
-                if not v:
-                    if c == "file_path":
-                        raise DataError(f"dataset FPR {p.name}, row {i}, field {c!r}: empty path")
-                    vals.append("")
-                    continue
-                q = Path(v) if Path(v).is_absolute() else folder / v
-                if check_files and not q.exists():
-                    raise DataError(f"dataset FPR {p.name}, row {i}, field {c!r}: file {q} not found")
-                vals.append(str(q))
-            df[c] = vals
-        out[key] = df
-    both = set(out["train"].file_path) & set(out["gallery"].file_path)
-    if both:
-        raise DataError(f"dataset FPR gallery_data.csv, field 'file_path': {len(both)} image(s) are "
-                        f"also references, e.g. {sorted(both)[0]}")
-    return out
-
-
-@dataclass
-class DreamBenchPP:
-    """DreamBench++ subjects (reference images + captions) and long-format rating tables."""
-
-    subjects: pd.DataFrame      # subject, image (abs path), caption, category
-    ratings: pd.DataFrame       # method, rater (gpt|human), subject, image (abs path), score
-
-
-def load_dreambenchpp(root: str | os.PathLike, check_files: bool = True) -> DreamBenchPP:
-    """Read DreamBench++ from a simple local layout::
-
-        root/captions.csv                     subject, image, caption[, category]
-        root/ratings/<method>_<rater>.csv      subject, image, score   (rater: gpt | human)
-
-    ``image`` paths are relative to ``root`` (reference images in ``captions.csv``, the method's
-    generated images in the rating files). Scores must be numbers."""
-    root = Path(root)
-    cap = root / "captions.csv"
-    if not cap.exists():
-        raise DataError(f"dataset DreamBench++ captions.csv: file missing in {root}")
-    subj = pd.read_csv(cap, dtype=str, keep_default_na=False)
-    for c in ("subject", "image", "caption"):
-        if c not in subj.columns:
-            raise DataError(f"dataset DreamBench++ captions.csv: missing column {c!r}")
-    if "category" not in subj.columns:
-        subj["category"] = ""
-
-    def _abs(df, name):
-        vals = []
-        for i, v in enumerate(df["image"]):
-            q = root / v
-            if check_files and not q.exists():
-                raise DataError(f"dataset DreamBench++ {name}, row {i}, field 'image': {q} not found")
-            vals.append(str(q))
-        df["image"] = vals
-
-    _abs(subj, "captions.csv")
-    frames = []
-    rdir = root / "ratings"
-    for p in sorted(rdir.glob("*.csv")) if rdir.exists() else []:
-        method, _, rater = p.stem.rpartition("_")
-        if rater not in ("gpt", "human") or not method:
-            raise DataError(f"dataset DreamBench++ ratings/{p.name}: name must be "
-                            f"<method>_gpt.csv or <method>_human.csv")
-        df = pd.read_csv(p, dtype=str, keep_default_na=False)
-        for c in ("subject", "image", "score"):
-            if c not in df.columns:
-                raise DataError(f"dataset DreamBench++ ratings/{p.name}: missing column {c!r}")
-        for i, v in enumerate(df["score"]):
-            try:
-                float(v)
-            except ValueError:
-                raise DataError(f"dataset DreamBench++ ratings/{p.name}, row {i}, field 'score': "
-                                f"{v!r} is not a number") from None
-        unknown = set(df.subject) - set(subj.subject)
-        if unknown:
-            raise DataError(f"dataset DreamBench++ ratings/{p.name}, field 'subject': unknown "
-                            f"subject(s) {sorted(unknown)[:3]}")
-        _abs(df, f"ratings/{p.name}")
-        df["score"] = df["score"].astype(float)
-        df.insert(0, "rater", rater)
-        df.insert(0, "method", method)
-        frames.append(df[["method", "rater", "subject", "image", "score"]])
-    ratings = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-        columns=["method", "rater", "subject", "image", "score"])
-    return DreamBenchPP(subjects=subj, ratings=ratings)
 
 
 def copy_tree(src: str | os.PathLike, dst: str | os.PathLike) -> None:  # pragma: no cover

@@ -28,7 +28,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -226,6 +226,23 @@ def load_nearid(root: str | os.PathLike, check_images: bool | int = False,
     if not root.exists():
         raise DataError(f"dataset root {root} does not exist (build it with "
                         f"nearid_lib.data.build_world or a released loader)")
+    manifest = _read_manifest(root, require_complete)
+    ids = _read_identities(root)
+    pos = _read_positives(root, ids)
+    sources, train_sources, source_splits = _read_sources(root)
+    dists = {s: _read_distractors(root, s, pos, source_splits[s]) for s in sources}
+    mtg, grids = _read_mtg(root), _read_grids(root)
+    fpr_train, fpr_gallery = _read_fpr(root)
+    data = NearIDData(root=root, manifest=manifest, identities=ids, positives=pos,
+                      distractors=dists, sources=sources, train_sources=train_sources, mtg=mtg,
+                      grids=grids, fpr_train=fpr_train, fpr_gallery=fpr_gallery,
+                      source_splits=source_splits)
+    if check_images:
+        validate_images(data, limit=None if check_images is True else int(check_images))
+    return data
+
+
+def _read_manifest(root: Path, require_complete: bool) -> dict:
     manifest: dict = {}
     mpath = root / "manifest.json"
     if mpath.exists():
@@ -239,10 +256,18 @@ def load_nearid(root: str | os.PathLike, check_images: bool | int = False,
     if manifest and manifest.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
         raise DataError(f"{_where('manifest.json', None, 'schema_version')}: "
                         f"{manifest.get('schema_version')} != {SCHEMA_VERSION}")
+    return manifest
 
+
+def _read_identities(root: Path) -> pd.DataFrame:
     ids = _read_csv(root, "identities.csv", COLUMNS["identities.csv"])
     _check_split(ids, "identities.csv")
-    ids = _as_numeric(ids, ["n_views"], "identities.csv", int)
+    return _as_numeric(ids, ["n_views"], "identities.csv", int)
+
+
+def _read_positives(root: Path, ids: pd.DataFrame) -> pd.DataFrame:
+    """positives.csv: the identities' ids in their order, unique, at least two views per identity,
+    an image and its mask together."""
     pos = _read_csv(root, "positives.csv", COLUMNS["positives.csv"])
     _check_split(pos, "positives.csv")
     if list(pos["id"]) != list(ids["id"]):
@@ -260,7 +285,12 @@ def load_nearid(root: str | os.PathLike, check_images: bool | int = False,
             if bool(r[f"img{k}"]) != bool(r[f"mask{k}"]):
                 raise DataError(f"{_where('positives.csv', i, f'mask{k}')}: identity {r['id']!r}:"
                                 f" img{k} and mask{k} must both be present or both empty")
+    return pos
 
+
+def _read_sources(root: Path) -> tuple[list[str], list[str], dict[str, list[str]]]:
+    """Source names, training sources, and the splits each source covers (``source_splits``;
+    absent: every split - a source never used in training may exist only where it is scored)."""
     spath = root / "sources.json"
     if not spath.exists():
         raise DataError(f"{_where('sources.json')}: file missing under {root}")
@@ -270,47 +300,66 @@ def load_nearid(root: str | os.PathLike, check_images: bool | int = False,
     if set(train_sources) - set(sources):
         raise DataError(f"{_where('sources.json', None, 'train_sources')}: "
                         f"{sorted(set(train_sources) - set(sources))} not in sources")
-    source_splits = {s: list(v) for s, v in (sj.get("source_splits") or {}).items()}
-    bad = sorted(set(source_splits) - set(sources))
+    given = {s: list(v) for s, v in (sj.get("source_splits") or {}).items()}
+    bad = sorted(set(given) - set(sources))
     if bad:
         raise DataError(f"{_where('sources.json', None, 'source_splits')}: {bad} not in sources")
-    dists = {}
-    for s in sources:
-        rel = f"distractors/{s}.csv"
-        d = _read_csv(root, rel, COLUMNS["distractor"])
-        if len(d) != len(pos):
-            raise DataError(f"{_where(rel)}: {len(d)} rows but positives.csv has {len(pos)}; "
-                            f"distractor tables must be row-aligned with the positives"
-                            + (f" (first differing row {_first_diff(d, pos)})" if len(d) else ""))
-        ne = d["id"].to_numpy() != pos["id"].to_numpy()
-        if ne.any():
-            i = int(np.flatnonzero(ne)[0])
-            raise DataError(f"{_where(rel, i, 'id')}: {d['id'].iloc[i]!r} but positives.csv row {i} "
-                            f"is {pos['id'].iloc[i]!r} (tables are not row-aligned)")
-        for k in (1, 2, 3):
-            covered = pos["split"].isin(source_splits.get(s, sorted(_SPLITS))).to_numpy()
-            miss = covered & (pos[f"img{k}"] != "").to_numpy() & (d[f"nimg{k}"] == "").to_numpy()
-            if miss.any():
-                i = int(np.flatnonzero(miss)[0])
-                raise DataError(f"{_where(rel, i, f'nimg{k}')}: view {k} of {pos['id'].iloc[i]!r} "
-                                f"exists but has no distractor")
-        dists[s] = d
+    for s, v in given.items():
+        if set(v) - _SPLITS:
+            raise DataError(f"{_where('sources.json', None, 'source_splits')}: {s}: unknown split(s) "
+                            f"{sorted(set(v) - _SPLITS)}; valid: {sorted(_SPLITS)}")
+    return sources, train_sources, {s: given.get(s, sorted(_SPLITS)) for s in sources}
 
-    def _opt(rel, cols, numeric=()):
-        if not (root / rel).exists():
-            return None
-        df = _read_csv(root, rel, cols)
-        if "split" in df.columns:
-            _check_split(df, rel)
-        return _as_numeric(df, list(numeric), rel)
 
-    mtg = _opt("mtg.csv", COLUMNS["mtg.csv"], ("oracle_1", "oracle_2"))
-    grids = _opt("grids.csv", COLUMNS["grids.csv"], ("identity_change", "factor_change"))
+def _read_distractors(root: Path, source: str, pos: pd.DataFrame, splits: Sequence[str]) -> pd.DataFrame:
+    """``distractors/<source>.csv``, row-aligned with the positives, a distractor for every view
+    of the identities in ``splits`` (empty cells elsewhere)."""
+    rel = f"distractors/{source}.csv"
+    d = _read_csv(root, rel, COLUMNS["distractor"])
+    if len(d) != len(pos):
+        raise DataError(f"{_where(rel)}: {len(d)} rows but positives.csv has {len(pos)}; "
+                        f"distractor tables must be row-aligned with the positives"
+                        + (f" (first differing row {_first_diff(d, pos)})" if len(d) else ""))
+    ne = d["id"].to_numpy() != pos["id"].to_numpy()
+    if ne.any():
+        i = int(np.flatnonzero(ne)[0])
+        raise DataError(f"{_where(rel, i, 'id')}: {d['id'].iloc[i]!r} but positives.csv row {i} "
+                        f"is {pos['id'].iloc[i]!r} (tables are not row-aligned)")
+    for k in (1, 2, 3):
+        covered = pos["split"].isin(list(splits)).to_numpy()
+        miss = covered & (pos[f"img{k}"] != "").to_numpy() & (d[f"nimg{k}"] == "").to_numpy()
+        if miss.any():
+            i = int(np.flatnonzero(miss)[0])
+            raise DataError(f"{_where(rel, i, f'nimg{k}')}: view {k} of {pos['id'].iloc[i]!r} "
+                            f"exists but has no distractor")
+    return d
+
+
+def _read_optional(root: Path, rel: str, cols: list[str], numeric=()) -> pd.DataFrame | None:
+    if not (root / rel).exists():
+        return None
+    df = _read_csv(root, rel, cols)
+    if "split" in df.columns:
+        _check_split(df, rel)
+    return _as_numeric(df, list(numeric), rel)
+
+
+def _read_mtg(root: Path) -> pd.DataFrame | None:
+    return _read_optional(root, "mtg.csv", COLUMNS["mtg.csv"], ("oracle_1", "oracle_2"))
+
+
+def _read_grids(root: Path) -> pd.DataFrame | None:
+    grids = _read_optional(root, "grids.csv", COLUMNS["grids.csv"], ("identity_change", "factor_change"))
     if grids is not None:
         grids = _as_numeric(grids, ["identity_level", "factor_level"], "grids.csv", int)
-    # mask_path is optional for released FPR galleries (empty = no mask available).
-    fpr_train = _opt("fpr/train_data.csv", COLUMNS["fpr"][:4])
-    fpr_gallery = _opt("fpr/gallery_data.csv", COLUMNS["fpr"][:4])
+    return grids
+
+
+def _read_fpr(root: Path) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
+    """The FPR reference and gallery tables (disjoint); ``mask_path`` is optional for released
+    galleries (empty = no mask available)."""
+    fpr_train = _read_optional(root, "fpr/train_data.csv", COLUMNS["fpr"][:4])
+    fpr_gallery = _read_optional(root, "fpr/gallery_data.csv", COLUMNS["fpr"][:4])
     for df in (fpr_train, fpr_gallery):
         if df is not None and "mask_path" not in df.columns:
             df["mask_path"] = ""
@@ -319,14 +368,7 @@ def load_nearid(root: str | os.PathLike, check_images: bool | int = False,
         if both:
             raise DataError(f"{_where('fpr/gallery_data.csv', None, 'file_path')}: "
                             f"{len(both)} image(s) also in train_data.csv, e.g. {sorted(both)[0]}")
-
-    data = NearIDData(root=root, manifest=manifest, identities=ids, positives=pos,
-                      distractors=dists, sources=sources, train_sources=train_sources, mtg=mtg,
-                      grids=grids, fpr_train=fpr_train, fpr_gallery=fpr_gallery,
-                      source_splits={s: source_splits.get(s, sorted(_SPLITS)) for s in sources})
-    if check_images:
-        validate_images(data, limit=None if check_images is True else int(check_images))
-    return data
+    return fpr_train, fpr_gallery
 
 
 def _first_diff(d: pd.DataFrame, pos: pd.DataFrame) -> int:

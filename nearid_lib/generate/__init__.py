@@ -2,11 +2,14 @@
 
 - :mod:`.base`: ``FillBackend.fill(image, mask, prompt, seed, **settings)``, ``get_backend(name)``
 - :mod:`.diffusers_backends`: SDXL / FLUX Fill / FLUX Canny / Qwen-Image ControlNet / PowerPaint
-  (plug-in) / Qwen-Image-Edit / FLUX identity edits, and the tiny offline SD pipeline (tests)
-- :mod:`.procedural`: the NearID-mini world's procedural backend (data helper)
+  (plug-in) / Qwen-Image-Edit / FLUX identity edits; :mod:`.specs`: their settings and the NearID
+  source names; :mod:`.tiny_sd`: the tiny offline SD inpainting pipeline (tests, throughput)
+- :mod:`.procedural`: the NearID-mini world's procedural backend and how a world source is
+  regenerated through the runner (``world_request_fn``, ``ResampledBackend``)
 - :mod:`.prompts`: near-identity and edit prompts
 - :mod:`.quality`: unchanged / drift filters
-- :mod:`.runner`: ``generate_source`` (sharded, resumable) and ``merge_source`` (NearID schema)
+- :mod:`.runner`: ``generate_source`` (sharded, resumable; the CLI); :mod:`.items`: the items of a
+  dataset, their seeds, shards and manifests; :mod:`.merge`: ``merge_source`` (NearID schema)
 """
 from __future__ import annotations
 
@@ -16,13 +19,13 @@ from .base import (FillBackend, FillInputError, FillRequest, available_backends,
                    register_backend, validate_fill_inputs)
 
 _LAZY = {
-    "generate_source": ".runner", "merge_source": ".runner", "items_from_dataset": ".runner",
-    "GenItem": ".runner", "item_seed": ".runner", "shard_items": ".runner",
-    "register_source": ".runner",
+    "generate_source": ".runner", "merge_source": ".merge", "items_from_dataset": ".items",
+    "GenItem": ".items", "item_seed": ".items", "shard_items": ".items",
+    "register_source": ".merge",
     "QualityFilter": ".quality", "rejection_report": ".quality",
     "near_identity_prompt": ".prompts", "identity_edit_prompt": ".prompts",
     "context_edit_prompt": ".prompts",
-    "NEARID_SOURCES": ".diffusers_backends", "build_tiny_sd_inpaint_pipeline": ".diffusers_backends",
+    "NEARID_SOURCES": ".specs", "build_tiny_sd_inpaint_pipeline": ".tiny_sd",
     "DiffusersFillBackend": ".diffusers_backends",
 }
 

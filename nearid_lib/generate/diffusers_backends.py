@@ -3,7 +3,8 @@
 Every backend here wraps a *real* diffusers pipeline. In the ``paper`` profile it is loaded with
 ``from_pretrained`` from the hub id in ``GenerateConfig.hub_ids`` (lazily, on the first fill);
 anywhere else a ready pipeline object can be injected with ``pipe=...`` - that is how the tests
-run the real diffusers code path on tiny random-weight pipelines offline (:func:`build_tiny_sd_inpaint_pipeline`).
+run the real diffusers code path on tiny random-weight pipelines offline
+(:func:`~nearid_lib.generate.tiny_sd.build_tiny_sd_inpaint_pipeline`).
 
 Registered names and their defaults (NearID Appendix B.1, ID-Sim Appendix A.2 / F.1):
 
@@ -22,7 +23,8 @@ Resolution: ``resolution="native"`` (default) or an int (512). The input is Lanc
 the working resolution (the mask with nearest-neighbour, so it stays binary), the pipeline runs
 there, and its output is Lanczos-resampled back to the input's size, so a distractor always has
 the size of the view it replaces. The NearID source names (``SDXL``, ``SDXL_1024``, ...) map to
-(backend, resolution) in :data:`NEARID_SOURCES`.
+(backend, resolution) in :data:`~nearid_lib.generate.specs.NEARID_SOURCES`; every backend's pipeline
+class, defaults and call shape are in :mod:`nearid_lib.generate.specs`.
 
 Determinism: each request gets its own CPU ``torch.Generator`` seeded with the per-item seed, also
 inside a batch (diffusers draws each sample's noise from its own generator), so an item's output
@@ -30,61 +32,22 @@ does not depend on which other items share its batch or on the order of work.
 """
 from __future__ import annotations
 
-import gzip
-import math
-import os
-from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any, Callable
 
 import numpy as np
+import torch
 from PIL import Image
 
 from ..seeding import make_rng
 from .base import FillBackend, FillRequest, register_backend, validate_fill_inputs
+from .specs import DEFAULT_HUB_IDS, QWEN_LIGHTNING_SCHEDULER, SPECS, SPECS_POWERPAINT, BackendSpec
+from .tiny_sd import build_tiny_sd_inpaint_pipeline
 
-__all__ = [
-    "DiffusersFillBackend", "BackendSpec", "SPECS", "NEARID_SOURCES", "source_backend",
-    "canny_edges", "partial_mask", "torch_dtype", "build_tiny_sd_inpaint_pipeline",
-    "clip_tokenizer_offline", "PowerPaintBackend", "DEFAULT_HUB_IDS", "SDXL_NEGATIVE_PROMPT",
-]
-
-SDXL_NEGATIVE_PROMPT = (
-    "text, watermark, logo, signature, caption, letters, low resolution, lowres, blurry, jpeg "
-    "artifacts, pixelated, low quality, worst quality, deformed, distorted, cropped, duplicate")
-
-# Hub ids are defaults only; GenerateConfig.hub_ids overrides them (paper profile).
-DEFAULT_HUB_IDS: dict[str, str] = {
-    "sdxl": "diffusers/stable-diffusion-xl-1.0-inpainting-0.1",
-    "flux_fill": "black-forest-labs/FLUX.1-Fill-dev",
-    "flux_canny": "black-forest-labs/FLUX.1-Canny-dev",
-    "qwen_controlnet": "Qwen/Qwen-Image",
-    "qwen_controlnet.controlnet": "InstantX/Qwen-Image-ControlNet-Inpainting",
-    "qwen_controlnet.lora": "lightx2v/Qwen-Image-Lightning",
-    "qwen_controlnet.lora_weight": "Qwen-Image-Lightning-8steps-V1.1.safetensors",
-    "qwen_edit": "Qwen/Qwen-Image-Edit",
-    "qwen_edit.lora": "lightx2v/Qwen-Image-Lightning",
-    "qwen_edit.lora_weight": "Qwen-Image-Edit-Lightning-8steps-V1.0.safetensors",
-    "flux_fill_identity": "black-forest-labs/FLUX.1-Fill-dev",
-    "powerpaint": "JunhaoZhuang/PowerPaint-v2-1",
-    "powerpaint.base": "SG161222/Realistic_Vision_V6.0_B1_noVAE",
-}
-
-# Lightning LoRA scheduler: the distilled 8-step trajectory needs this flow-match configuration
-# (exponential time shift, shift log 3) instead of Qwen-Image's default one.
-QWEN_LIGHTNING_SCHEDULER = {
-    "base_image_seq_len": 256, "base_shift": math.log(3), "invert_sigmas": False,
-    "max_image_seq_len": 8192, "max_shift": math.log(3), "num_train_timesteps": 1000,
-    "shift": 1.0, "shift_terminal": None, "stochastic_sampling": False,
-    "time_shift_type": "exponential", "use_beta_sigmas": False, "use_dynamic_shifting": True,
-    "use_exponential_sigmas": False, "use_karras_sigmas": False,
-}
+__all__ = ["DiffusersFillBackend", "PowerPaintBackend", "canny_edges", "partial_mask", "torch_dtype"]
 
 
 def torch_dtype(mixed_precision: str):
     """``"no"|"fp16"|"bf16"`` (accelerate's names) -> torch dtype."""
-    import torch
-
     table = {"no": torch.float32, "fp32": torch.float32, "fp16": torch.float16,
              "bf16": torch.bfloat16}
     if mixed_precision not in table:
@@ -92,7 +55,6 @@ def torch_dtype(mixed_precision: str):
     return table[mixed_precision]
 
 
-# --------------------------------------------------------------------------- image helpers
 def canny_edges(image: Image.Image, low: float = 50.0, high: float = 200.0,
                 sigma: float = 1.0) -> Image.Image:
     """Canny edge map as an RGB image (white edges on black), the control image of FLUX.1-Canny.
@@ -157,150 +119,6 @@ def _composite(original: Image.Image, generated: Image.Image, mask: Image.Image)
     return Image.composite(generated, original, mask.point(lambda v: 255 if v >= 128 else 0))
 
 
-# --------------------------------------------------------------------------- tiny pipeline
-def _bytes_to_unicode() -> list[str]:
-    # GPT-2/CLIP byte-level BPE alphabet: printable bytes map to themselves, the rest shift up.
-    bs = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-          + list(range(ord("®"), ord("ÿ") + 1)))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return [chr(c) for c in cs]
-
-
-@lru_cache(maxsize=1)
-def _clip_vocab() -> tuple[dict[str, int], list[tuple[str, str]]]:
-    import open_clip
-
-    path = os.path.join(os.path.dirname(open_clip.__file__), "bpe_simple_vocab_16e6.txt.gz")
-    lines = gzip.open(path).read().decode("utf-8").split("\n")
-    # Same cut as CLIP's tokenizer: 49152 - 256 - 2 merges, vocab 49408 with the two specials.
-    merges = [tuple(m.split()) for m in lines[1:49152 - 256 - 2 + 1]]
-    alphabet = _bytes_to_unicode()
-    tokens = alphabet + [a + "</w>" for a in alphabet] + ["".join(m) for m in merges]
-    tokens += ["<|startoftext|>", "<|endoftext|>"]
-    return {t: i for i, t in enumerate(tokens)}, merges
-
-
-def clip_tokenizer_offline(model_max_length: int = 77):
-    """A real ``transformers.CLIPTokenizer`` built offline from open_clip's bundled BPE vocabulary
-    (same ids as OpenAI CLIP's tokenizer, 49408 tokens)."""
-    from transformers import CLIPTokenizer
-
-    vocab, merges = _clip_vocab()
-    return CLIPTokenizer(vocab=dict(vocab), merges=list(merges), model_max_length=model_max_length)
-
-
-def build_tiny_sd_inpaint_pipeline(seed: int = 0):
-    """A real ``StableDiffusionInpaintPipeline`` with tiny random weights (64 px, latent 8x8).
-
-    Every component is the production class (UNet2DConditionModel with the 9-channel inpainting
-    input, AutoencoderKL with the SD downsampling factor 8, CLIPTextModel, CLIPTokenizer, DDIM);
-    only the widths are tiny, so the full diffusers inpainting code path runs offline in ~50 ms."""
-    import torch
-    from diffusers import (AutoencoderKL, DDIMScheduler, StableDiffusionInpaintPipeline,
-                           UNet2DConditionModel)
-    from transformers import CLIPTextConfig, CLIPTextModel
-
-    g = torch.random.fork_rng()
-    with g:
-        torch.manual_seed(seed)
-        unet = UNet2DConditionModel(
-            block_out_channels=(32, 64), layers_per_block=1, sample_size=8, in_channels=9,
-            out_channels=4, down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
-            up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"), cross_attention_dim=32,
-            norm_num_groups=8, attention_head_dim=4)
-        vae = AutoencoderKL(
-            block_out_channels=(8, 16, 16, 16), in_channels=3, out_channels=3,
-            down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
-            latent_channels=4, norm_num_groups=8, sample_size=64, layers_per_block=1)
-        text_encoder = CLIPTextModel(CLIPTextConfig(
-            hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
-            vocab_size=49408, max_position_embeddings=77, projection_dim=32,
-            bos_token_id=49406, eos_token_id=49407, pad_token_id=49407))
-    scheduler = DDIMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
-                              clip_sample=False, set_alpha_to_one=False, steps_offset=1)
-    pipe = StableDiffusionInpaintPipeline(
-        vae=vae, text_encoder=text_encoder, tokenizer=clip_tokenizer_offline(), unet=unet,
-        scheduler=scheduler, safety_checker=None, feature_extractor=None,
-        requires_safety_checker=False)
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
-
-
-# --------------------------------------------------------------------------- specs
-@dataclass(frozen=True)
-class BackendSpec:
-    """What a diffusers backend needs: its pipeline class, sizes, defaults and call shape."""
-
-    name: str
-    pipeline_cls: str                      # diffusers class name
-    native_resolution: int
-    defaults: dict[str, Any]
-    multiple: int = 16                     # working sizes are multiples of this
-    batchable: bool = True
-    call_style: str = "inpaint"            # inpaint | flux_fill | flux_control | qwen_cn | qwen_edit
-    paper: str = ""                        # where the settings come from
-
-
-SPECS: dict[str, BackendSpec] = {
-    "sdxl": BackendSpec(
-        "sdxl", "StableDiffusionXLInpaintPipeline", 1024,
-        dict(num_inference_steps=30, guidance_scale=8.0, strength=0.99,
-             negative_prompt=SDXL_NEGATIVE_PROMPT),
-        multiple=8, call_style="inpaint", paper="NearID App. B.1"),
-    "flux_fill": BackendSpec(
-        "flux_fill", "FluxFillPipeline", 1024,
-        dict(num_inference_steps=50, guidance_scale=30.0, max_sequence_length=512),
-        call_style="flux_fill", paper="NearID App. B.1"),
-    "flux_canny": BackendSpec(
-        "flux_canny", "FluxControlInpaintPipeline", 1024,
-        dict(num_inference_steps=28, guidance_scale=7.0, strength=0.99, canny_low=50.0,
-             canny_high=200.0, canny_sigma=1.0, max_sequence_length=512),
-        call_style="flux_control", paper="NearID App. B.1"),
-    "qwen_controlnet": BackendSpec(
-        "qwen_controlnet", "QwenImageControlNetInpaintPipeline", 1328,
-        dict(num_inference_steps=8, true_cfg_scale=1.0, controlnet_conditioning_scale=1.0,
-             negative_prompt=" "),
-        call_style="qwen_cn", paper="NearID App. B.1 (Lightning-8steps-V1.1)"),
-    "qwen_edit": BackendSpec(
-        "qwen_edit", "QwenImageEditPipeline", 1024,
-        dict(num_inference_steps=8, true_cfg_scale=1.0, negative_prompt=" ",
-             whiten_masked=True),
-        call_style="qwen_edit", batchable=False, paper="ID-Sim App. A.2.1 / F.1"),
-    "flux_fill_identity": BackendSpec(
-        "flux_fill_identity", "FluxFillPipeline", 720,
-        dict(num_inference_steps=50, guidance_scale=2.5, strength_range=(0.5, 0.8),
-             partial_frac=(0.4, 0.6), max_sequence_length=512),
-        multiple=16, call_style="flux_fill", paper="ID-Sim App. A.2.2"),
-    "tiny_sd": BackendSpec(
-        "tiny_sd", "StableDiffusionInpaintPipeline", 64,
-        dict(num_inference_steps=4, guidance_scale=7.5, strength=0.99,
-             negative_prompt="text, watermark, low resolution"),
-        multiple=8, call_style="inpaint", paper="tests / throughput only"),
-}
-
-# NearID released source name -> (backend, working resolution)
-NEARID_SOURCES: dict[str, tuple[str, int | str]] = {
-    "SDXL": ("sdxl", 512), "SDXL_1024": ("sdxl", "native"),
-    "Flux": ("flux_fill", 512), "Flux_1024": ("flux_fill", "native"),
-    "FluxC": ("flux_canny", 512), "FluxC_1024": ("flux_canny", "native"),
-    "Qwen": ("qwen_controlnet", 512), "Qwen_1328": ("qwen_controlnet", "native"),
-    "PowerPaint": ("powerpaint", 512),
-}
-
-
-def source_backend(source: str) -> tuple[str, int | str]:
-    """(backend name, resolution) of a NearID source name; raises naming the valid ones."""
-    if source not in NEARID_SOURCES:
-        raise KeyError(f"unknown NearID source {source!r}; valid: {', '.join(NEARID_SOURCES)}")
-    return NEARID_SOURCES[source]
-
-
 # --------------------------------------------------------------------------- backend
 class DiffusersFillBackend(FillBackend):
     """A diffusers pipeline behind :class:`FillBackend`.
@@ -348,8 +166,6 @@ class DiffusersFillBackend(FillBackend):
         return self._pipe
 
     def _resolve_device(self) -> str:
-        import torch
-
         if self.device == "auto":
             return "cuda" if torch.cuda.is_available() else "cpu"
         return self.device
@@ -440,8 +256,6 @@ class DiffusersFillBackend(FillBackend):
                     extra=extra, orig_size=image.size, orig_image=image, orig_mask=orig_mask)
 
     def _run(self, items: list[dict[str, Any]]) -> list[Image.Image]:
-        import torch
-
         style = self.spec.call_style
         w, h = items[0]["wh"]
         call = dict(items[0]["call"])
@@ -503,8 +317,6 @@ class PowerPaintBackend(DiffusersFillBackend):
             "or pipeline_factory=...; see nearid_lib.generate.diffusers_backends.PowerPaintBackend.")
 
     def _run(self, items: list[dict[str, Any]]) -> list[Image.Image]:
-        import torch
-
         w, h = items[0]["wh"]
         call = dict(items[0]["call"])
         neg = call.pop("negative_prompt")
@@ -515,15 +327,6 @@ class PowerPaintBackend(DiffusersFillBackend):
                   mask=[it["mask"] for it in items], height=h, width=w, generator=gens, **call)
         with torch.inference_mode():
             return list(self.pipe(**kw).images)
-
-
-SPECS_POWERPAINT = BackendSpec(
-    "powerpaint", "StableDiffusionPowerPaintBrushNetPipeline", 512,
-    dict(num_inference_steps=45, guidance_scale=7.5, brushnet_conditioning_scale=1.0,
-         negative_prompt="worst quality, low quality, text, watermark, lowres",
-         task_prompt="P_obj"),
-    multiple=8, call_style="powerpaint", paper="NearID App. B.1")
-SPECS["powerpaint"] = SPECS_POWERPAINT
 
 
 def _factory(spec_name: str):

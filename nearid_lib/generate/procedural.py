@@ -14,19 +14,32 @@ Compositing: ``settings["instance"]`` is a rendered object layer (dict with ``pr
 float arrays, see :func:`nearid_lib.data.world.render_object`) or an RGBA PIL image of the same
 size; it is clipped to the mask, so pixels outside the mask are returned unchanged (exact
 matched context). Without an instance the backend only removes the object.
+
+Regenerating a world source through the runner: :func:`world_request_fn` draws every item's
+instance and seed exactly as the world builder does, :class:`ResampledBackend` runs a backend at a
+higher resolution (the ``_hr`` sources).
 """
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PIL import Image
 from scipy import ndimage
 
+from ..data import world as W
+from ..data.build import distractor_instance, parse_source, positive_view
+from ..seeding import make_rng
 from .base import FillBackend, register_backend, validate_fill_inputs
+from .items import GenItem, item_seed
 
-__all__ = ["ProceduralFill", "remove_object"]
+if TYPE_CHECKING:
+    from ..config import Profile
+
+__all__ = ["ProceduralFill", "remove_object", "ResampledBackend", "world_request_fn"]
 
 
 def _smooth_fill(img: np.ndarray, mask: np.ndarray, blur: float):
@@ -102,3 +115,51 @@ class ProceduralFill(FillBackend):
         out8 = np.clip(np.rint(out * 255.0), 0, 255).astype(np.uint8)
         out8[~m] = np.asarray(image)[~m]                 # outside the mask: bit-identical
         return Image.fromarray(out8, "RGB")
+
+
+# --------------------------------------------------------------------------- world sources
+class ResampledBackend(FillBackend):
+    """Run ``inner`` at ``resolution`` px (input Lanczos-upsampled, mask nearest) and Lanczos the
+    output back to the input size - how a generator working at a higher resolution than the
+    dataset (the ``*_1024`` / ``*_hr`` sources) produces same-size distractors."""
+
+    def __init__(self, inner: FillBackend, resolution: int):
+        self.inner = inner
+        self.resolution = int(resolution)
+        self.name = inner.name
+
+    def fill(self, image, mask, prompt, seed, **settings):
+        image, mask = validate_fill_inputs(image, mask, where=settings.get("where", ""))
+        wh = (self.resolution, round(self.resolution * image.height / image.width))
+        big = self.inner.fill(image.resize(wh, Image.LANCZOS), mask.resize(wh, Image.NEAREST),
+                              prompt, seed, **settings)
+        return big.resize(image.size, Image.LANCZOS)
+
+
+def world_request_fn(cfg: Profile, root: str | Path, source: str):
+    """Per-item requests of the procedural NearID-mini world for ``source``: the rendered
+    near-identity instance and the fill seed, drawn exactly as ``nearid_lib.data.build`` draws
+    them (``make_rng(seed, "perturb"|"view"|"fill", ...)``), so regenerating a source through
+    :func:`generate_source` reproduces the world's distractors. Returns ``(request_fn,
+    resolution)``; wrap the backend in :class:`ResampledBackend` when resolution differs from
+    the image size ("_hr" sources)."""
+    fam, hr = parse_source(source)
+    size = int(cfg.world.source_resolutions[-1] if hr else cfg.world.image_size)
+    params = {}
+    for line in (Path(root) / "identity_params.jsonl").read_text().splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            params[rec["id"]] = rec["params"]
+    seed = cfg.seed
+
+    def request(it: GenItem, attempt: int) -> tuple[int, dict]:
+        if it.id not in params:
+            raise KeyError(f"item {it.item_id!r}: no parameters in identity_params.jsonl")
+        view = positive_view(cfg, it.id, it.k)  # the builder's own view derivation
+        _, layer = distractor_instance(cfg, params[it.id], source, it.id, it.k, view)
+        fseed = int(make_rng(seed, "fill", source, it.id, it.k).integers(2**31))
+        if attempt:
+            fseed = item_seed(it.item_id, fseed, attempt)
+        return fseed, {"instance": layer}
+
+    return request, size

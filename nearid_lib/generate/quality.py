@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 import numpy as np
+import pandas as pd
 from PIL import Image
 
 __all__ = ["QualityFilter", "QualityResult", "masked_diffs", "rejection_report"]
@@ -81,8 +82,6 @@ class QualityFilter:
 def rejection_report(records: Iterable[dict], source: str, backend: str, profile: str = ""):
     """Counts per (source, backend) from manifest records: n_items, n_ok, n_rejected and one
     column per reason, plus the mean in-mask diff / drift of accepted items."""
-    import pandas as pd
-
     recs = list(records)
     status = [r.get("status") for r in recs]
     ok = [r for r in recs if r.get("status") == "ok" and "in_mask_diff" in r]  # scored ones

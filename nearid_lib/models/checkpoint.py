@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 
 from ..io_utils import atomic_write, write_json
 from .map_head import MAPHead
@@ -39,8 +41,6 @@ _REQUIRED = ("probe", "attention.in_proj_weight", "attention.in_proj_bias", "att
 
 
 def _save_safetensors(tensors: Mapping[str, torch.Tensor], path: Path, metadata: dict | None = None) -> None:
-    from safetensors.torch import save_file
-
     clean = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
     atomic_write(path, lambda p: save_file(clean, str(p), metadata=metadata or {"format": "pt"}))
 
@@ -68,8 +68,6 @@ def save_head(head: MAPHead, directory: str | os.PathLike, backbone: Mapping[str
 
 def load_head(directory: str | os.PathLike, device: str | torch.device = "cpu") -> tuple[MAPHead, dict]:
     """``(head, meta)`` from a directory written by :func:`save_head` (meta = the JSON config)."""
-    from safetensors.torch import load_file
-
     d = Path(directory)
     cfg_path, w_path = d / HEAD_CONFIG, d / HEAD_FILE
     for p in (cfg_path, w_path):
@@ -103,8 +101,6 @@ def export_release_head(head: MAPHead, path: str | os.PathLike, prefix: str = RE
 
 
 def _read_release(src) -> tuple[dict[str, torch.Tensor], dict[str, str], Path | None]:
-    from safetensors import safe_open
-
     if isinstance(src, Mapping):
         return dict(src), {}, None
     p = Path(src)
@@ -170,8 +166,6 @@ def load_release_tower(src: str | os.PathLike, model: torch.nn.Module,
 
     The released tower is the frozen SigLIP2 backbone, so this only matters for checking a
     download and for tiny test towers; a head-only file leaves ``model`` untouched."""
-    from safetensors import safe_open
-
     p = Path(src)
     files = sorted(p.glob("*.safetensors")) if p.is_dir() else [p]
     want = model.state_dict()

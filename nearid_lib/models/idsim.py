@@ -33,15 +33,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator
 
 import torch
-import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
 from torch import nn
 
+from ..io_utils import atomic_write, write_json
 from .backbones import Encoder, EncoderOutput, TimmEfficientNetEncoder
 from .registry import load_encoder, register_encoder, resolve_name
 
@@ -224,10 +224,6 @@ def build_idsim(spec: IDSimSpec | None = None, device: str | torch.device = "cpu
 
 
 def _save_safetensors(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str]) -> None:
-    from safetensors.torch import save_file
-
-    from ..io_utils import atomic_write
-
     tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
     atomic_write(path, lambda p: save_file(tensors, str(p), metadata=metadata))
 
@@ -235,8 +231,6 @@ def _save_safetensors(tensors: dict[str, torch.Tensor], path: Path, metadata: di
 def save_idsim(model: IDSimModel, directory: str | os.PathLike, extra: dict[str, Any] | None = None) -> Path:
     """Write ``idsim.safetensors`` (LoRA + heads; + backbone for tiny random-init backbones) and
     ``idsim.json`` (spec + ``extra``, e.g. training metadata) into ``directory``."""
-    from ..io_utils import write_json
-
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     sd = model.state_dict()
@@ -260,12 +254,10 @@ def load_idsim(directory: str | os.PathLike, device: str | torch.device = "cpu")
 
     Raises FileNotFoundError naming the missing file, or ValueError naming tensors that are
     missing from / unexpected in the checkpoint."""
-    from safetensors.torch import load_file
-
     d = Path(directory)
     for f in (WEIGHTS_FILE, CONFIG_FILE):
         if not (d / f).exists():
-            raise FileNotFoundError(f"idsim checkpoint {d}: {f} missing (train it with notebook 11)")
+            raise FileNotFoundError(f"idsim checkpoint {d}: {f} missing (train it with notebook 09)")
     meta = json.loads((d / CONFIG_FILE).read_text())
     spec = IDSimSpec(**meta["spec"])
     model = build_idsim(spec, device=device)
@@ -294,4 +286,4 @@ def _idsim_builder(name, hub_id, tiny=False, checkpoint=None, **kw):
 
 
 register_encoder("idsim", _idsim_builder, None,
-                 doc="ID-Sim: frozen backbone + LoRA + CLS/patch heads (import nearid_lib.models.idsim)")
+                 doc="ID-Sim: frozen backbone + LoRA + CLS/patch heads")

@@ -20,10 +20,11 @@ repo id such as ``Aleksandar/nearid-siglip2``), ``backbone`` (name) and ``head``
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -32,8 +33,11 @@ from .backbones import CLIPEncoder, DinoEncoder, Encoder, EncoderOutput, Preproc
 from .checkpoint import is_head_checkpoint, load_head, load_release_head, load_release_tower
 from .map_head import MAPHead
 
-__all__ = ["load_backbone", "load_encoder", "register_encoder", "list_encoders", "resolve_name", "NearIDEncoder",
-           "RELEASE_REPO"]
+if TYPE_CHECKING:
+    from ..config import BackboneConfig, Profile
+
+__all__ = ["load_backbone", "load_encoder", "register_encoder", "list_encoders", "resolve_name", "resolve_device",
+           "StackedEncoder", "NearIDEncoder", "RELEASE_REPO"]
 
 RELEASE_REPO = "Aleksandar/nearid-siglip2"
 
@@ -86,14 +90,39 @@ def load_encoder(name: str, tiny: bool = False, device: str | torch.device = "cp
     return model, model.preprocess
 
 
-def load_backbone(cfg: Any, device: str | torch.device = "cpu", **kw: Any) -> tuple[Encoder, Preprocess]:
-    """``load_encoder`` from a profile's ``BackboneConfig`` (name, tiny, image_size, dtype), or a
-    whole :class:`~nearid_lib.config.Profile`."""
-    cfg = getattr(cfg, "backbone", cfg)
-    kw.setdefault("image_size", cfg.image_size)
-    if cfg.dtype and cfg.dtype != "float32":
-        kw.setdefault("dtype", cfg.dtype)
-    return load_encoder(cfg.name, tiny=cfg.tiny, device=device, **kw)
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """A profile's ``device`` setting as a torch device: ``"auto"`` (or None) picks CUDA when it is
+    available, ``"cuda"`` falls back to the CPU without a GPU, anything else is taken as given."""
+    if device is None or str(device) in ("auto", "cuda"):
+        return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    return torch.device(device)
+
+
+def _resizable(name: str) -> bool:
+    """Encoders that run at any input size (CNNs); ViTs run at their native size only."""
+    return resolve_name(name).startswith("efficientnet")
+
+
+def load_backbone(cfg: Profile | BackboneConfig, device: str | torch.device | None = None, *,
+                  name: str | None = None, **kw: Any) -> tuple[Encoder, Preprocess]:
+    """The frozen backbone of a profile: ``load_encoder(cfg.backbone.name)`` with the profile's tiny
+    flag, image size and dtype (``cfg.backbone.dtype``), on ``device`` (default: the profile's
+    ``device``, ``"auto"`` = CUDA when available). ``cfg`` is a whole
+    :class:`~nearid_lib.config.Profile` or its ``BackboneConfig``.
+
+    ``name`` loads another registered encoder the way this profile loads encoders (its tiny flag;
+    its image size only where the encoder runs at any size, i.e. CNNs): the frozen encoders that
+    NearID-bench scores beside the head. Extra keyword arguments go to :func:`load_encoder`."""
+    bc = getattr(cfg, "backbone", cfg)
+    if device is None:
+        device = resolve_device(getattr(cfg, "device", "cpu"))
+    own = name is None or resolve_name(name) == resolve_name(bc.name)
+    name = bc.name if name is None else name
+    if own or _resizable(name):
+        kw.setdefault("image_size", bc.image_size)
+    if own and bc.dtype and bc.dtype != "float32":
+        kw.setdefault("dtype", bc.dtype)
+    return load_encoder(name, tiny=bc.tiny, device=device, **kw)
 
 
 # ----------------------------------------------------------------------------- builders
@@ -136,7 +165,17 @@ register_encoder("dinov3-vitl16", _dino(3), "facebook/dinov3-vitl16-pretrain-lvd
 
 
 # ----------------------------------------------------------------------------- NearID = backbone + head
-class NearIDEncoder(Encoder):
+class StackedEncoder(Encoder):
+    """A backbone followed by a module over its outputs (the NearID head, a feature classifier): it
+    preprocesses like the backbone and its weights are the backbone's plus ``source``."""
+
+    def __init__(self, name: str, backbone: Encoder, frozen: bool, source: str):
+        super().__init__(name, backbone.preprocess, tiny=backbone.tiny, frozen=frozen,
+                         weights=f"{backbone.weights}+{source}")
+        self.backbone = backbone
+
+
+class NearIDEncoder(StackedEncoder):
     """A frozen backbone followed by a (trainable) :class:`MAPHead` over its patch tokens.
 
     ``pooled`` is the head's output; ``tokens`` are the backbone's. :meth:`pool` runs the head on
@@ -146,9 +185,8 @@ class NearIDEncoder(Encoder):
         if backbone.token_dim != head.dim:
             raise ValueError(f"nearid: head width {head.dim} does not match backbone "
                              f"{backbone.name!r} token width {backbone.token_dim}")
-        super().__init__(name, backbone.preprocess, tiny=backbone.tiny, frozen=False,
-                         weights=f"{backbone.weights}+{source}")
-        self.backbone, self.head = backbone, head
+        super().__init__(name, backbone, frozen=False, source=source)
+        self.head = head
         self.to(device=backbone.device)
         self.head.to(device=backbone.device)
         self._finish()
@@ -202,8 +240,6 @@ def _nearid(name, hub_id, tiny=False, checkpoint=None, backbone=None, head=None,
             cfg_file = Path(ckpt) / "config.json" if Path(ckpt).is_dir() else Path(ckpt).parent / "config.json"
             if tiny and cfg_file.exists():
                 # a tiny tower saved in the release layout: rebuild exactly its shape
-                import json
-
                 cfg = json.loads(cfg_file.read_text())
                 kw.setdefault("config", {k: v for k, v in cfg.get("vision_config", cfg).items()
                                          if not k.startswith("_") and k not in ("model_type", "transformers_version")})

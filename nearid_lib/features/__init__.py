@@ -1,0 +1,32 @@
+"""Feature cache for frozen backbones: encode every image once, train and evaluate heads over it.
+
+A cache is a folder under ``cache_dir(profile) / "features"`` named
+``<backbone>-<variant>-<hash>``, where the hash covers the backbone's identity and preprocessing
+(:meth:`Encoder.cache_key`: name, weights, image size, resize, normalisation), the variant
+(``"full"`` image, or ``"fg"``: background blacked out with the object mask), the storage dtype, and
+the list of (image, mask) paths plus a fingerprint of the dataset (its ``manifest.json``, else the
+files' sizes and mtimes). Anything that would change the features gives a new folder::
+
+    meta.json      written last: key, N, n_tokens, token_dim, embed_dim, dtype, variant, ...
+    index.csv      relpath, mask, row
+    tokens.npy     float16 [N, n_tokens, token_dim]   (np.load(mmap_mode="r"): no RAM cost)
+    pooled.npy     float16 [N, embed_dim]             (the backbone's own pooled output)
+
+Builds run in chunks into ``<name>.partial/`` with a chunk manifest (``chunks.jsonl``): a killed
+build resumes where it stopped, and the folder is renamed into place only when complete, so a
+half-built cache is never read.
+
+Augmentations that cannot be cached (random crops, colour jitter of the pixels) use
+:class:`OnTheFlyFeatures`, which has the same ``features(relpaths)`` call but runs the backbone.
+
+Modules: :mod:`.variants` (image variants and loaders), :mod:`.cache` (:class:`TokenCache`),
+:mod:`.on_the_fly` (:class:`OnTheFlyFeatures`); every name is re-exported here.
+"""
+from __future__ import annotations
+
+from .cache import TokenCache, cache_name
+from .on_the_fly import OnTheFlyFeatures
+from .variants import VARIANTS, apply_variant, default_loaders, register_variant
+
+__all__ = ["TokenCache", "OnTheFlyFeatures", "VARIANTS", "register_variant", "apply_variant",
+           "default_loaders", "cache_name"]

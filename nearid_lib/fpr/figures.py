@@ -1,0 +1,99 @@
+"""Figures of the FPR notebook (FPR Figures 3, 4, 5, 7), matplotlib only; every function returns the
+figure (the notebook shows it and saves it with ``Run.figure``)."""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from PIL import Image
+
+__all__ = ["plot_main", "plot_gallery_ablation", "plot_background", "plot_retrieval_lists"]
+
+
+def plot_main(main: pd.DataFrame, profile: str):
+    """Fig. 3: pairwise similarity (top) and gallery mAP (bottom) per method, one column per encoder."""
+    encs = list(dict.fromkeys(main.encoder))
+    fig, axes = plt.subplots(2, len(encs), figsize=(4.2 * len(encs), 6), squeeze=False)
+    for j, enc in enumerate(encs):
+        d = main[main.encoder == enc]
+        for i, (col, lab) in enumerate((("sim", "pairwise similarity"), ("map", "gallery mAP"))):
+            ax = axes[i, j]
+            ax.bar(range(len(d)), d[col], color=plt.cm.viridis(np.linspace(0.1, 0.9, len(d))))
+            ax.set_xticks(range(len(d)), [f"{m}\n(t={t:g})" for m, t in zip(d.method, d.drift)],
+                          rotation=45, ha="right", fontsize=7)
+            ax.set_ylim(0, 1.02)
+            ax.set_title(f"{enc}: {lab}", fontsize=9)
+    fig.suptitle(f"FPR main comparison (profile {profile}); t = true identity drift", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_gallery_ablation(abl: pd.DataFrame, profile: str):
+    """Fig. 5: mAP and similarity vs images per subject (left) and subjects (right)."""
+    kinds = [k for k in ("images_per_subject", "subjects") if k in set(abl.ablation)]
+    fig, axes = plt.subplots(1, len(kinds), figsize=(5 * len(kinds), 3.6), squeeze=False)
+    for j, kind in enumerate(kinds):
+        ax = axes[0, j]
+        d = abl[abl.ablation == kind]
+        for (enc, q), g in d.groupby(["encoder", "queries"], sort=False):
+            g = g.sort_values("value")
+            ls = "-" if q == "oracle" else "--"
+            ax.plot(g.value, g["map"], ls, marker="o", label=f"{enc} {q} mAP")
+            ax.plot(g.value, g.sim, ls, marker="x", alpha=0.5, label=f"{enc} {q} Sim")
+        ax.set_xlabel(kind.replace("_", " "))
+        ax.set_ylim(0, 1.02)
+        ax.legend(fontsize=6)
+    fig.suptitle(f"Gallery ablation (profile {profile})", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_background(bg: pd.DataFrame, profile: str):
+    """Fig. 7: oracle sim and mAP with backgrounds kept vs removed."""
+    encs = list(dict.fromkeys(bg.encoder))
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3.2))
+    w = 0.38
+    for i, col in enumerate(("sim", "map")):
+        ax = axes[i]
+        for k, b in enumerate(("kept", "removed")):
+            v = [float(bg[(bg.encoder == e) & (bg.background == b)][col].mean()) for e in encs]
+            ax.bar(np.arange(len(encs)) + (k - 0.5) * w, v, w, label=f"background {b}")
+        ax.set_xticks(range(len(encs)), encs, fontsize=8)
+        ax.set_ylim(0, 1.02)
+        ax.set_title(f"oracle {col}", fontsize=9)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"Background removal (profile {profile})", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_retrieval_lists(cases: list[dict], profile: str):
+    """Fig. 4: per case (dict with ``reference``, ``generated``, ``title``, ``ranked`` = a
+    :func:`top_k_lists` frame and ``name``), the reference, the generated query and its top-k
+    gallery list (green frame = right identity)."""
+    k = max(len(c["ranked"]) for c in cases)
+    fig, axes = plt.subplots(len(cases), k + 2, figsize=(1.6 * (k + 2), 1.9 * len(cases)), squeeze=False)
+    for i, c in enumerate(cases):
+        ims = [(c["reference"], "reference", None), (c["generated"], "query", None)]
+        ims += [(r.file_path, f"#{r.rank} {r.cosine:.2f}", r.name == c["name"]) for r in c["ranked"].itertuples()]
+        for j, ax in enumerate(axes[i]):
+            ax.axis("off")
+            if j >= len(ims):
+                continue
+            p, t, ok = ims[j]
+            with Image.open(p) as im:
+                ax.imshow(im.convert("RGB"))
+            ax.set_title(t, fontsize=7)
+            if ok is not None:
+                for s in ax.spines.values():
+                    s.set_visible(True)
+                    s.set_color("green" if ok else "red")
+                    s.set_linewidth(3)
+                ax.axis("on")
+                ax.set_xticks([])
+                ax.set_yticks([])
+        axes[i, 0].text(-0.1, 0.5, c["title"], transform=axes[i, 0].transAxes, ha="right", va="center",
+                        fontsize=7)
+    fig.suptitle(f"Retrieval lists (profile {profile}); green = same identity", fontsize=9)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,144 @@
+"""What a generation run works on and what it has done: the items of a dataset (one view of one
+identity, ``item_id = "<id>/<k>"``), their per-item seeds and shards, and the per-rank manifests of
+finished items under ``distractors/<source>.work/`` (see :mod:`nearid_lib.generate.runner`)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import pandas as pd
+from PIL import Image
+
+from ..seeding import derive_seed
+from .base import FillInputError, validate_fill_inputs
+from .prompts import near_identity_prompt
+
+__all__ = ["VIEWS", "GenItem", "items_from_dataset", "item_seed", "shard_items", "work_dir",
+           "load_manifest_records", "append_record", "load_inputs", "safe_name"]
+
+
+VIEWS = (1, 2, 3)
+
+
+
+@dataclass(frozen=True)
+class GenItem:
+    """One view to repaint: its positive image/mask (paths relative to the root) and prompt."""
+
+    item_id: str    # "<id>/<k>"
+    id: str
+    split: str
+    k: int
+    image: str
+    mask: str
+    prompt: str
+
+
+def safe_name(s: str) -> str:
+    """``s`` with every character outside ``[A-Za-z0-9_.-]`` replaced (file names)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", s)
+
+
+def _nonempty(v: Any) -> bool:
+    return isinstance(v, str) and v.strip() != ""
+
+
+def items_from_dataset(root: str | Path, seed: int = 0,
+                       prompt_fn: Callable[[str, str, str, int], str] | None = None) -> list[GenItem]:
+    """Every (identity, view) of ``positives.csv`` with a non-empty ``img_k``, in positives order.
+
+    ``prompt_fn(class_name, description, identity_id, seed)`` defaults to
+    :func:`near_identity_prompt` (one same-class, different-instance prompt per identity)."""
+    root = Path(root)
+    pos = pd.read_csv(root / "positives.csv", dtype=str, keep_default_na=False)
+    ids = pd.read_csv(root / "identities.csv", dtype=str, keep_default_na=False)
+    for col in ("id", "split", *(f"img{k}" for k in VIEWS), *(f"mask{k}" for k in VIEWS)):
+        if col not in pos.columns:
+            raise KeyError(f"{root / 'positives.csv'}: missing column {col!r}")
+    meta = ids.set_index("id")
+    prompt_fn = prompt_fn or (lambda c, d, i, s: near_identity_prompt(c, d, item_id=i, seed=s))
+    items = []
+    for row_no, row in enumerate(pos.itertuples(index=False), start=2):  # +header, 1-based
+        rid = row.id
+        if rid not in meta.index:
+            raise KeyError(f"{root / 'positives.csv'} row {row_no}: id {rid!r} not in identities.csv")
+        m = meta.loc[rid]
+        prompt = prompt_fn(m.get("class_name", ""), m.get("description", ""), rid, seed)
+        for k in VIEWS:
+            img, msk = getattr(row, f"img{k}"), getattr(row, f"mask{k}")
+            if not _nonempty(img):
+                continue
+            if not _nonempty(msk):
+                raise FillInputError(f"{root / 'positives.csv'} row {row_no} (id {rid!r}): field "
+                                     f"'mask{k}' is empty but 'img{k}' is {img!r}")
+            items.append(GenItem(f"{rid}/{k}", rid, row.split, k, img, msk, prompt))
+    return items
+
+
+def item_seed(item_id: str, seed: int, attempt: int = 0) -> int:
+    """The per-item seed (attempt 0) or the seed of retry ``attempt`` - order-independent."""
+    if attempt == 0:
+        return derive_seed(item_id, base=seed)
+    return derive_seed(item_id, "retry", attempt, base=seed)
+
+
+def shard_items(items: Sequence[GenItem], rank: int, world_size: int) -> list[GenItem]:
+    """Rank ``rank``'s share: every ``world_size``-th item of the id-sorted list (balanced, and
+    independent of the order the items were listed in)."""
+    if not (0 <= rank < world_size):
+        raise ValueError(f"shard rank {rank} not in [0, {world_size})")
+    ordered = sorted(items, key=lambda it: it.item_id)
+    return ordered[rank::world_size]
+
+
+def work_dir(out_root: str | Path, source_name: str) -> Path:
+    """``distractors/<source>.work``: the manifests and the quality report of a source."""
+    return Path(out_root) / "distractors" / f"{source_name}.work"
+
+
+def load_manifest_records(out_root: str | Path, source_name: str) -> list[tuple[str, dict]]:
+    """All (manifest file name, record) of every rank; torn last lines are skipped."""
+    out = []
+    for f in sorted(work_dir(out_root, source_name).glob("manifest_rank*.jsonl")):
+        for line in f.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by a kill; that item is simply redone
+            out.append((f.name, rec))
+    return out
+
+
+def append_record(path: Path, rec: dict) -> None:
+    """Append one record to a manifest (fsynced: a finished item survives a kill)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fh.write(json.dumps(rec, sort_keys=True) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def load_inputs(root: Path, it: GenItem) -> tuple[Image.Image, Image.Image]:
+    """The validated (image, mask) of an item; a bad one raises naming the item and dataset column."""
+    where = f"item {it.item_id!r}"
+    try:
+        image = Image.open(root / it.image)
+        image.load()
+    except (OSError, FileNotFoundError) as e:
+        raise FillInputError(f"{where}: field 'img{it.k}' ({it.image}) cannot be read: {e}") from e
+    try:
+        mask = Image.open(root / it.mask)
+        mask.load()
+    except (OSError, FileNotFoundError) as e:
+        raise FillInputError(f"{where}: field 'mask{it.k}' ({it.mask}) cannot be read: {e}") from e
+    try:
+        return validate_fill_inputs(image, mask, where=f"{where} ({it.image}, {it.mask})")
+    except FillInputError as e:
+        # name the dataset column, not just the interface argument
+        msg = str(e).replace("field 'image'", f"field 'img{it.k}'").replace(
+            "field 'mask'", f"field 'mask{it.k}'")
+        raise FillInputError(msg) from None

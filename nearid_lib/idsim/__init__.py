@@ -1,0 +1,13 @@
+"""ID-Sim: an identity metric (frozen backbone + LoRA + CLS/patch heads, CLS InfoNCE + Sinkhorn
+patch InfoNCE), its benchmarks and the selective-sensitivity regression (ID-Sim Figure 6).
+
+- :mod:`.losses`: the ID-Sim losses
+- :mod:`.sampling`: App. A.1 balanced instance sampling, context edits and augmentations
+- :mod:`.triplets`: hard-negative mining and the S1 / S2a / S2b training triplets
+- :mod:`.prefix`: the cache of frozen prefix features
+- :mod:`.train`: ``train_idsim``
+- :mod:`.bench`: the mini benchmarks of every benchmark kind of ID-Sim Figure 25
+- :mod:`.sensitivity`: selective sensitivity with bootstrap confidence intervals (Figure 6)
+
+The model itself (LoRA, heads, checkpoints) is :mod:`nearid_lib.models.idsim`.
+"""

@@ -1,0 +1,344 @@
+"""ID-Sim benchmarks (paper 001, Sec. 4.2, App. D/E.2) and their mini-world analogues.
+
+Every benchmark kind of ID-Sim Figure 25 is built from the NearID-schema world (test split only):
+
+=====================  ===========================================  =============================
+paper (metric_id)      mini analogue                                metric
+=====================  ===========================================  =============================
+PODS (pods_ap,         instance retrieval on the FPR galleries:     mAP (metrics.retrieval_map),
+pods_auc, pods_ndcg)   references query the gallery (``fpr/``)      ROC-AUC over all pairs, nDCG
+PetFace (petface_ap,   verification pairs from test identities:     AP, ROC-AUC
+petface_auc)           (view1, view2) same; (view1, near-ID
+                       distractor of view2), (view1, other identity
+                       of the same class) different
+CUTE (cute_easy_acc,   triplets (view1, view2, neg): easy = a       triplet accuracy
+cute_hard_acc)         different-class identity; hard = the near-ID
+                       distractor inpainted into the positive's
+                       scene (CUTE hard: pos and neg share a scene,
+                       the anchor is elsewhere)
+Subjects2k             edit-grid pairs (anchor, grid image) with    AP at c > 0.8, ROC-AUC
+(subjects2k_ap, _auc)  continuous label c = 1 - identity_change
+DreamBench++           the same pairs, graded rating                Spearman, Kendall tau-b
+(dreambench_*)         1 - identity_change
+DeepFashion2,          no mini analogue (no rows)
+AerialCattle
+=====================  ===========================================  =============================
+
+Released-benchmark loaders (:func:`load_pairs_csv`, :func:`load_triplets_csv`,
+:func:`load_retrieval_csv`, :func:`load_ratings_csv`) read *our* documented CSV layouts, one per
+benchmark kind (paths relative to the CSV's folder); converting a released dataset (PetFace pairs,
+CUTE triplets, PODS query/gallery splits, Subjects2k votes, DreamBench++ ratings) into them is a
+few lines of pandas and is done by the paper-profile data code:
+
+* pairs:     ``img1, img2, label`` (0/1) or ``img1, img2, c`` (continuous vote share, Subjects2k)
+* triplets:  ``anchor, positive, negative`` (+ optional ``mode`` easy|hard)
+* retrieval: ``path, label, role`` (role = query | gallery)
+* ratings:   ``reference, image, rating``
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from .. import metrics as M
+from ..models import resolve_name
+from ..seeding import make_rng
+from .sampling import load_key
+
+if TYPE_CHECKING:
+    from ..config import Profile
+    from ..data import NearIDData
+
+__all__ = ["BENCH_INFO", "encoder_labels", "mini_benchmark_sets", "bench_keys", "evaluate_sets", "embed_encoders",
+           "load_pairs_csv", "load_triplets_csv", "load_retrieval_csv", "load_ratings_csv",
+           "benchmark_table", "BenchmarkError"]
+
+
+class BenchmarkError(ValueError):
+    """Bad benchmark file: the message names the file, row and field."""
+
+
+# metric_id -> (paper benchmark, paper metric, mini analogue)
+BENCH_INFO = {
+    "pods_ap": ("PODS", "AP", "FPR-gallery instance retrieval (mAP)"),
+    "pods_auc": ("PODS", "AUC", "FPR-gallery query-gallery pairs (ROC-AUC)"),
+    "pods_ndcg": ("PODS", "nDCG", "FPR-gallery retrieval (nDCG, binary relevance)"),
+    "petface_ap": ("PetFace", "AP", "test-identity verification pairs incl. near-ID distractors (AP)"),
+    "petface_auc": ("PetFace", "AUC", "test-identity verification pairs incl. near-ID distractors (ROC-AUC)"),
+    "cute_easy_acc": ("CUTE", "Easy Acc", "triplets, different-class negative"),
+    "cute_hard_acc": ("CUTE", "Hard Acc", "triplets, near-ID distractor in the positive's scene"),
+    "subjects2k_ap": ("Subjects2k", "AP", "edit-grid pairs, c = 1 - identity_change > 0.8 (AP)"),
+    "subjects2k_auc": ("Subjects2k", "AUC", "edit-grid pairs, c = 1 - identity_change > 0.8 (ROC-AUC)"),
+    "dreambench_spearman": ("DreamBench++", "Spearman", "edit-grid pairs, rating 1 - identity_change"),
+    "dreambench_kendall": ("DreamBench++", "Kendall", "edit-grid pairs, rating 1 - identity_change"),
+}
+
+
+def encoder_labels(cfg: Profile) -> dict[str, tuple[str, str]]:
+    """encoder -> (paper model key, ours_label) for the side-by-side tables: our frozen backbone
+    stands in for ID-Sim's frozen DINOv3 row; the NearID head has no ID-Sim counterpart."""
+    bb = cfg.idsim.backbone
+    pooled = "GAP" if resolve_name(bb) == "efficientnet-lite0" else "CLS"
+    tiny = " tiny random-init" if cfg.idsim.tiny else ""
+    return {"frozen": ("DINOv3", f"{bb}{tiny} {pooled} (frozen)"),
+            "idsim": ("ID-Sim", f"ID-Sim ({bb}{tiny} + LoRA r{cfg.idsim.lora_rank}, {cfg.name})"),
+            "nearid": ("NearID head", f"NearID MAP head on {cfg.backbone.name} ({cfg.name})")}
+
+
+# ----------------------------------------------------------------------------- mini sets
+def mini_benchmark_sets(data: NearIDData, split: str = "test", seed: int = 0,
+                        sources: Sequence[str] | None = None) -> dict[str, pd.DataFrame]:
+    """The mini benchmark definitions (image keys = dataset-relative paths):
+
+    ``retrieval`` (path, label, role), ``pairs`` (img1, img2, label), ``triplets`` (anchor,
+    positive, negative, mode), ``graded`` (img1=grid anchor, img2, c, rating, grid). Sets whose
+    source table is missing are empty. Distractor ``sources`` default to all of the dataset's."""
+    rng = make_rng(seed, "idsim-bench", split)
+    out: dict[str, pd.DataFrame] = {}
+    if data.fpr_train is not None and data.fpr_gallery is not None:
+        q = pd.DataFrame({"path": data.fpr_train.file_path, "label": data.fpr_train.name, "role": "query"})
+        g = pd.DataFrame({"path": data.fpr_gallery.file_path, "label": data.fpr_gallery.name,
+                          "role": "gallery"})
+        out["retrieval"] = pd.concat([q, g], ignore_index=True)
+    else:
+        out["retrieval"] = pd.DataFrame(columns=["path", "label", "role"])
+    srcs = list(sources or data.sources)
+    cls = dict(zip(data.identities.id, data.identities.class_name))
+    pos = data.positives[data.positives.split == split]
+    pairs, trips = [], []
+    ids = pos.id.tolist()
+    for i, r in pos.iterrows():
+        others_same = [j for j in ids if j != r.id and cls[j] == cls[r.id]]
+        others_diff = [j for j in ids if cls[j] != cls[r.id]]
+        src = srcs[int(rng.integers(len(srcs)))] if srcs else None
+        dist2 = data.distractors[src].at[i, "nimg2"] if src else None
+        pairs.append({"img1": r.img1, "img2": r.img2, "label": 1, "kind": "same"})
+        if dist2:
+            pairs.append({"img1": r.img1, "img2": dist2, "label": 0, "kind": f"distractor:{src}"})
+        if others_same:
+            o = others_same[int(rng.integers(len(others_same)))]
+            pairs.append({"img1": r.img1, "img2": pos.loc[pos.id == o, "img2"].iloc[0], "label": 0,
+                          "kind": "same_class"})
+        if others_diff:
+            o = others_diff[int(rng.integers(len(others_diff)))]
+            trips.append({"anchor": r.img1, "positive": r.img2,
+                          "negative": pos.loc[pos.id == o, "img2"].iloc[0], "mode": "easy"})
+        if dist2:
+            trips.append({"anchor": r.img1, "positive": r.img2, "negative": dist2, "mode": "hard"})
+    out["pairs"] = pd.DataFrame(pairs, columns=["img1", "img2", "label", "kind"])
+    out["triplets"] = pd.DataFrame(trips, columns=["anchor", "positive", "negative", "mode"])
+    gr = []
+    if data.grids is not None and len(data.grids):
+        gdf = data.grids
+        for (aid, grid), g in gdf.groupby(["anchor_id", "grid"], sort=True):
+            a = g[(g.identity_level == 0) & (g.factor_level == 0)]
+            if a.empty:
+                raise BenchmarkError(f"grids.csv: anchor {aid!r} grid {grid!r} has no (0, 0) image")
+            apath = a.path.iloc[0]
+            for _, r in g.iterrows():
+                if r.path == apath:
+                    continue
+                c = 1.0 - float(r.identity_change)
+                gr.append({"img1": apath, "img2": r.path, "c": c, "rating": c, "grid": grid,
+                           "anchor_id": aid})
+    out["graded"] = pd.DataFrame(gr, columns=["img1", "img2", "c", "rating", "grid", "anchor_id"])
+    return out
+
+
+def bench_keys(sets: Mapping[str, pd.DataFrame]) -> list[str]:
+    """Every image key the benchmark sets use (ordered, unique)."""
+    cols = {"retrieval": ["path"], "pairs": ["img1", "img2"], "triplets": ["anchor", "positive", "negative"],
+            "graded": ["img1", "img2"]}
+    keys: list[str] = []
+    for name, df in sets.items():
+        for c in cols.get(name, []):
+            if c in df.columns:
+                keys.extend(df[c].tolist())
+    return list(dict.fromkeys(keys))
+
+
+def _sim(emb: Mapping[str, np.ndarray], a: Sequence[str], b: Sequence[str]) -> np.ndarray:
+    A = np.stack([emb[k] for k in a]).astype(np.float64)
+    B = np.stack([emb[k] for k in b]).astype(np.float64)
+    A /= np.linalg.norm(A, axis=1, keepdims=True)
+    B /= np.linalg.norm(B, axis=1, keepdims=True)
+    return (A * B).sum(axis=1)
+
+
+def evaluate_sets(sets: Mapping[str, pd.DataFrame], emb: Mapping[str, np.ndarray]) -> dict[str, float]:
+    """All metrics of :data:`BENCH_INFO` that the given sets support, for one encoder's
+    embeddings ``emb`` (key -> vector; cosine similarity)."""
+    res: dict[str, float] = {}
+    r = sets.get("retrieval")
+    if r is not None and len(r):
+        q, g = r[r.role == "query"], r[r.role == "gallery"]
+        Q = np.stack([emb[k] for k in q.path])
+        G = np.stack([emb[k] for k in g.path])
+        res["pods_ap"] = M.retrieval_map(Q, q.label.to_numpy(), G, g.label.to_numpy())
+        S = M.cosine_similarity_matrix(Q, G)                                   # [Q, G]
+        rel = (q.label.to_numpy()[:, None] == g.label.to_numpy()[None, :]).astype(float)
+        res["pods_auc"] = M.verification_auc(S.ravel(), rel.ravel())
+        res["pods_ndcg"] = M.ndcg(rel, S)
+    p = sets.get("pairs")
+    if p is not None and len(p) and p.label.nunique() == 2:
+        s = _sim(emb, p.img1, p.img2)
+        res["petface_ap"] = M.verification_ap(s, p.label.to_numpy())
+        res["petface_auc"] = M.verification_auc(s, p.label.to_numpy())
+    t = sets.get("triplets")
+    if t is not None and len(t):
+        for mode in ("easy", "hard"):
+            tm = t[t["mode"] == mode] if "mode" in t.columns else (t if mode == "hard" else t.iloc[:0])
+            if len(tm):
+                res[f"cute_{mode}_acc"] = M.triplet_accuracy(_sim(emb, tm.anchor, tm.positive),
+                                                              _sim(emb, tm.anchor, tm.negative))
+    gr = sets.get("graded")
+    if gr is not None and len(gr):
+        s = _sim(emb, gr.img1, gr.img2)
+        c = gr.c.to_numpy(dtype=float) if "c" in gr.columns else np.zeros(0)
+        y = (c > 0.8).astype(int)
+        if len(c) and 0 < y.sum() < len(y):
+            res["subjects2k_ap"] = M.subjects2k_ap(s, c)
+            res["subjects2k_auc"] = M.verification_auc(s, y)
+        rc = M.rank_correlations(s, gr.rating.to_numpy(dtype=float))
+        res["dreambench_spearman"], res["dreambench_kendall"] = rc["spearman"], rc["kendall"]
+    return res
+
+
+def benchmark_table(results: Mapping[str, Mapping[str, float]], labels: Mapping[str, tuple[str, str]],
+                    profile: str) -> pd.DataFrame:
+    """Long table beside ``paper_values/idsim_fig25_full_results`` (keys model, metric_id).
+
+    ``results``: encoder -> {metric_id: value}; ``labels``: encoder -> (paper model key,
+    ours_label), e.g. ``{"frozen": ("DINOv3", "EfficientNet-Lite0 GAP (frozen)")}``."""
+    rows = []
+    for enc, res in results.items():
+        model, ours_label = labels[enc]
+        for mid, v in res.items():
+            bench, metric, mini = BENCH_INFO[mid]
+            rows.append({"model": model, "metric_id": mid, "benchmark": bench, "metric": metric,
+                         "value": float(v), "ours_label": ours_label, "mini_benchmark": mini,
+                         "profile": profile})
+    return pd.DataFrame(rows)
+
+
+# ----------------------------------------------------------------------------- embeddings
+@torch.no_grad()
+def embed_encoders(model, store, keys: Sequence[str], nearid=None, batch_size: int = 64
+                   ) -> dict[str, dict[str, np.ndarray]]:
+    """Embeddings of ``keys`` for the frozen backbone, ID-Sim and (optionally) the NearID head,
+    sharing one pass of the frozen prefix (``store``: a :class:`~nearid_lib.idsim.prefix.PrefixStore` of ``model``):
+
+    * ``"frozen"``: the backbone's global embedding with the LoRA adapters disabled (for
+      EfficientNet-Lite0 the frozen GAP baseline, identical to ``load_encoder(...).embed``);
+    * ``"idsim"``: ID-Sim's projected CLS;
+    * ``"nearid"``: ``nearid.pool(frozen tokens)`` when a :class:`NearIDEncoder` over the same
+      backbone is given (its cache key must match, else ValueError).
+
+    Returns {encoder: {key: L2-normalised float32 vector}}."""
+    # Sharing the prefix needs the *same* frozen weights: a tiny random-init backbone has the same
+    # cache key as any other tiny one but different weights, so the head then embeds on its own.
+    shared = (nearid is not None and nearid.cache_key() == model.backbone.cache_key()
+              and not model.backbone.tiny)
+    separate = None
+    if nearid is not None and not shared:
+        imgs = [load_key(store.data, k, store.seed) for k in keys]
+        separate = nearid.embed(imgs, batch_size=batch_size).numpy()
+        nearid = None
+    model.eval()
+    store.ensure(keys, [0])
+    out: dict[str, list[torch.Tensor]] = {"frozen": [], "idsim": []}
+    if nearid is not None:
+        out["nearid"] = []
+    for i in range(0, len(keys), batch_size):
+        f = store.get(keys[i:i + batch_size])
+        with model.adapters_disabled():
+            cls, tok = model.raw_from_prefix(f)
+        out["frozen"].append(F.normalize(cls.float(), dim=-1))
+        if nearid is not None:
+            out["nearid"].append(F.normalize(nearid.pool(tok).float(), dim=-1))
+        out["idsim"].append(F.normalize(model.from_prefix(f).pooled.float(), dim=-1))
+    res = {name: dict(zip(keys, torch.cat(v).cpu().numpy())) for name, v in out.items()}
+    if separate is not None:
+        res["nearid"] = dict(zip(keys, separate))
+    return res
+
+
+# ----------------------------------------------------------------------------- released layouts
+def _read(path: str | Path, required: Sequence[str]) -> pd.DataFrame:
+    path = Path(path)
+    if not path.exists():
+        raise BenchmarkError(f"{path}: file not found")
+    df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    miss = [c for c in required if c not in df.columns]
+    if miss:
+        raise BenchmarkError(f"{path}: missing column(s) {miss}; have {list(df.columns)}")
+    for c in required:
+        empty = np.flatnonzero(df[c].to_numpy() == "")
+        if len(empty):
+            raise BenchmarkError(f"{path}: row {int(empty[0])} field {c!r} is empty")
+    return df
+
+
+def _num(df: pd.DataFrame, col: str, path, lo=None, hi=None, allowed=None) -> pd.DataFrame:
+    v = pd.to_numeric(df[col], errors="coerce")
+    bad = v.isna() | ((v < lo) if lo is not None else False) | ((v > hi) if hi is not None else False)
+    if allowed is not None:
+        bad |= ~v.isin(allowed)
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise BenchmarkError(f"{path}: row {i} field {col!r}: invalid value {df[col].iloc[i]!r}")
+    df = df.copy()
+    df[col] = v
+    return df
+
+
+def load_pairs_csv(path: str | Path) -> pd.DataFrame:
+    """Verification pairs: ``img1, img2`` and ``label`` (0/1) or ``c`` (vote share in [0, 1])."""
+    df = _read(path, ["img1", "img2"])
+    if "label" in df.columns:
+        df = _num(df, "label", path, allowed=[0, 1])
+    elif "c" in df.columns:
+        df = _num(df, "c", path, 0.0, 1.0)
+        df["label"] = (df["c"] > 0.8).astype(int)
+    else:
+        raise BenchmarkError(f"{path}: needs a 'label' (0/1) or 'c' (continuous) column")
+    return df
+
+
+def load_triplets_csv(path: str | Path) -> pd.DataFrame:
+    """CUTE-style triplets: ``anchor, positive, negative`` (+ ``mode`` easy|hard, default hard)."""
+    df = _read(path, ["anchor", "positive", "negative"])
+    if "mode" not in df.columns:
+        df["mode"] = "hard"
+    bad = ~df["mode"].isin(["easy", "hard"])
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise BenchmarkError(f"{path}: row {i} field 'mode': {df['mode'].iloc[i]!r} not easy|hard")
+    return df
+
+
+def load_retrieval_csv(path: str | Path) -> pd.DataFrame:
+    """Retrieval split: ``path, label, role`` (query|gallery); every query label must occur in the
+    gallery."""
+    df = _read(path, ["path", "label", "role"])
+    bad = ~df["role"].isin(["query", "gallery"])
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise BenchmarkError(f"{path}: row {i} field 'role': {df['role'].iloc[i]!r} not query|gallery")
+    gl = set(df.loc[df.role == "gallery", "label"])
+    for i, r in df[df.role == "query"].iterrows():
+        if r.label not in gl:
+            raise BenchmarkError(f"{path}: row {i} field 'label': query label {r.label!r} has no gallery image")
+    return df
+
+
+def load_ratings_csv(path: str | Path) -> pd.DataFrame:
+    """Graded ratings (DreamBench++): ``reference, image, rating`` -> columns img1, img2, rating."""
+    df = _read(path, ["reference", "image", "rating"])
+    df = _num(df, "rating", path)
+    return df.rename(columns={"reference": "img1", "image": "img2"})

@@ -1,0 +1,128 @@
+"""The inputs of ID-Sim training (ID-Sim App. A.1, A.2.1, C.4): balanced instance sampling over
+source datasets (the mini world's classes), identity-preserving context edits (the mini analogue of
+S2a's Qwen-Image-Edit background/lighting edits: object pixels kept, background redrawn, lighting
+changed) and the App. C.4 augmentations, each with an explicit seed.
+
+A triplet refers to an image by a *key*: a dataset-relative path, or ``"ctx:<relpath>"`` for the
+context edit of that image (:func:`load_key`)."""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Mapping
+
+import numpy as np
+import pandas as pd
+from PIL import Image, ImageEnhance, ImageFilter
+
+from ..data.backgrounds import render_background, sample_background_spec
+from ..data.curation import balanced_allocation
+from ..seeding import derive_seed, make_rng
+
+if TYPE_CHECKING:
+    from ..data import NearIDData
+
+__all__ = ["CTX", "balanced_quotas", "balanced_instances", "context_edit", "augment", "load_key"]
+
+CTX = "ctx:"      # key prefix of a context edit of the image that follows
+
+
+
+def balanced_quotas(counts: Mapping[str, int], total: int) -> dict[str, int]:
+    """Per-dataset instance quotas of ID-Sim App. A.1 steps 1-3 (equal shares; datasets smaller
+    than their share give everything and leave; the rest is re-divided until spent; integer
+    remainders one each in name order). Delegates to the data package's
+    :func:`nearid_lib.data.curation.balanced_allocation` (one implementation in the project).
+
+    Returns {dataset: quota} with quota <= counts[dataset] and sum = min(total, sum(counts))."""
+    if total < 0:
+        raise ValueError(f"balanced_quotas: total must be >= 0, got {total}")
+    bad = {k: v for k, v in counts.items() if int(v) < 0}
+    if bad:
+        raise ValueError(f"balanced_quotas: negative instance counts {bad}")
+    return {str(k): int(v) for k, v in balanced_allocation(dict(counts), int(total)).items()}
+
+
+def balanced_instances(instances: pd.DataFrame, total: int, rng: np.random.Generator,
+                       group_col: str = "class_name", id_col: str = "id") -> pd.DataFrame:
+    """Sample ``total`` unique instances with :func:`balanced_quotas` over ``group_col`` (the
+    paper's source datasets; the mini world's classes). Rows keep their original order."""
+    for c in (group_col, id_col):
+        if c not in instances.columns:
+            raise ValueError(f"balanced_instances: column {c!r} missing; have {list(instances.columns)}")
+    counts = instances.groupby(group_col)[id_col].nunique().to_dict()
+    quotas = balanced_quotas(counts, total)
+    keep = []
+    for g, q in sorted(quotas.items()):
+        ids = sorted(instances.loc[instances[group_col] == g, id_col].unique())
+        keep.extend(np.asarray(ids)[rng.permutation(len(ids))[:q]].tolist())
+    keep = set(keep)
+    return instances[instances[id_col].isin(keep)].copy()
+
+
+def context_edit(image: Image.Image, mask: np.ndarray, seed: int) -> Image.Image:
+    """Identity-preserving context edit (mini analogue of ID-Sim S2a): the object's pixels are
+    kept, the background is replaced by a freshly drawn (train-pool) world background, and a global
+    lighting change (gain, colour temperature, contrast) is applied to the whole scene."""
+    rng = make_rng(seed, "context_edit")
+    arr = np.asarray(image.convert("RGB"), dtype=np.float32) / 255.0          # [H, W, 3]
+    H, W = arr.shape[:2]
+    m = np.asarray(mask, dtype=bool)
+    if m.shape != (H, W):
+        raise ValueError(f"context_edit: mask {m.shape} does not match image {(H, W)}")
+    bg = render_background(sample_background_spec(rng, held_out=False), H)[:H, :W]
+    out = np.where(m[..., None], arr, bg)
+    gain = rng.uniform(0.75, 1.2)
+    temp = rng.uniform(-0.12, 0.12)                                              # warm (+) / cool (-)
+    contrast = rng.uniform(0.8, 1.15)
+    out = (out - 0.5) * contrast + 0.5
+    out = out * gain * np.array([1 + temp, 1.0, 1 - temp], dtype=np.float32)
+    return Image.fromarray((np.clip(out, 0, 1) * 255).round().astype(np.uint8))
+
+
+def augment(image: Image.Image, seed: int) -> Image.Image:
+    """ID-Sim App. C.4 augmentations with an explicit seed: random resized crop (scale 0.9-1.0,
+    aspect 1:1, bicubic, back to the input size); colour jitter (brightness 0.2, contrast 0.2,
+    saturation 0.08) with p=0.8; Gaussian blur (sigma 0.05-0.6) with p=0.5."""
+    rng = make_rng(seed, "augment")
+    img = image.convert("RGB")
+    W, H = img.size
+    s = math.sqrt(rng.uniform(0.9, 1.0))
+    cw, ch = max(1, round(W * s)), max(1, round(H * s))
+    x0, y0 = int(rng.integers(0, W - cw + 1)), int(rng.integers(0, H - ch + 1))
+    img = img.crop((x0, y0, x0 + cw, y0 + ch)).resize((W, H), Image.BICUBIC)
+    if rng.random() < 0.8:
+        for enh, amt in ((ImageEnhance.Brightness, 0.2), (ImageEnhance.Contrast, 0.2),
+                         (ImageEnhance.Color, 0.08)):
+            img = enh(img).enhance(float(rng.uniform(1 - amt, 1 + amt)))
+    if rng.random() < 0.5:
+        img = img.filter(ImageFilter.GaussianBlur(radius=float(rng.uniform(0.05, 0.6))))
+    return img
+
+
+def _mask_of(data: NearIDData, key: str) -> str | None:
+    """Mask path of a world image (positives views; distractors share their view's mask)."""
+    table = getattr(data, "_idsim_masks", None)
+    if table is None:
+        table = {}
+        for _, r in data.positives.iterrows():
+            for k in (1, 2, 3):
+                if r[f"img{k}"]:
+                    table[r[f"img{k}"]] = r[f"mask{k}"]
+        if data.mtg is not None:
+            for _, r in data.mtg.iterrows():
+                for k in (1, 2):
+                    table[r[f"image_{k}_original"]] = r[f"image_{k}_object_mask"]
+        data._idsim_masks = table
+    return table.get(key)
+
+
+def load_key(data: NearIDData, key: str, seed: int = 0) -> Image.Image:
+    """PIL image for a triplet key: a relative path of the dataset, or ``"ctx:<relpath>"`` (its
+    context edit, deterministic in ``seed`` and the path)."""
+    if key.startswith(CTX):
+        rel = key[len(CTX):]
+        mrel = _mask_of(data, rel)
+        if mrel is None:
+            raise ValueError(f"load_key: no mask known for {rel!r} (context edits need the object mask)")
+        return context_edit(data.image(rel), data.mask(mrel), derive_seed("ctx", rel, base=seed))
+    return data.image(key)

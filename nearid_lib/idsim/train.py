@@ -1,0 +1,158 @@
+"""ID-Sim training (paper 001, Sec. 3.2-3.3, App. A and C) on a NearID-schema dataset.
+
+Loss: CLS InfoNCE (anchor, its positive, one hard negative + the batch's other positives and hard
+negatives) + lambda * the same InfoNCE with similarity = -Sinkhorn distance between L2-normalised
+projected patch-token sets (:func:`nearid_lib.idsim.losses.idsim_loss`). AdamW (lr 3e-4, wd 0),
+micro-batch 8, gradient accumulation 4, ``cfg.idsim.epochs`` epochs capped by ``cfg.idsim.max_steps``
+(optimizer steps), bf16 autocast on CUDA.
+
+Training triplets, mixed 1:1:1 from real instance pairs (S1), identity-preserving context edits
+(S2a) and identity-altering edits as hard negatives (S2b): :mod:`nearid_lib.idsim.triplets`, over
+instances drawn with the balanced sampling of App. A.1 (:mod:`nearid_lib.idsim.sampling`; the mini
+world's "datasets" are its object classes).
+
+Cached mode (CNN backbones, see :mod:`nearid_lib.models.idsim`): the frozen prefix features of
+every image are computed once (:class:`~nearid_lib.idsim.prefix.PrefixStore`). Augmentations
+(App. C.4: random resized crop scale 0.9-1 aspect 1 bicubic; colour jitter 0.2/0.2/0.08 p=0.8;
+Gaussian blur 7x7 sigma 0.05-0.6 p=0.5, :func:`~nearid_lib.idsim.sampling.augment`) are applied to
+the pixels *before* caching: each image is cached as its clean version plus ``cfg.idsim.aug_variants`` augmented draws, and every use of an image picks one
+of them at random. The paper's "mild generative noise on anchor/positive when the negative is an
+edit" has no analogue here (procedural fills leave no generator artefacts) and is not applied.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import pandas as pd
+import torch
+
+from ..models.idsim import IDSimSpec, build_idsim
+from ..seeding import derive_seed, make_rng
+from .losses import idsim_loss
+from .prefix import PrefixStore, frozen_embeddings
+from .sampling import balanced_instances
+from .triplets import build_triplets
+
+if TYPE_CHECKING:
+    from ..config import Profile
+    from ..data import NearIDData
+
+__all__ = ["idsim_spec", "train_step_batch", "train_idsim"]
+
+
+def idsim_spec(cfg: Profile) -> IDSimSpec:
+    """The :class:`~nearid_lib.models.idsim.IDSimSpec` of a profile's ``idsim`` section."""
+    c = cfg.idsim
+    return IDSimSpec(backbone=c.backbone, tiny=bool(c.tiny), image_size=c.image_size,
+                     lora_rank=c.lora_rank, lora_alpha=c.lora_alpha, lora_dropout=c.lora_dropout,
+                     head_hidden=c.head_hidden, head_out=c.head_out, adapt_stages=c.adapt_stages)
+
+
+def train_step_batch(model, feats: torch.Tensor, B: int, cfg: Profile) -> tuple[torch.Tensor, dict]:
+    """Loss of one micro-batch: ``feats`` [3B, ...] = anchors, positives, negatives (prefix
+    features). Returns (loss, parts)."""
+    c = cfg.idsim
+    use_bf16 = c.mixed_precision == "bf16" and feats.is_cuda
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_bf16):
+        out = model.from_prefix(feats)
+    cls, tok = out.pooled.float(), out.tokens.float()
+    return idsim_loss(cls[:B], cls[B:2 * B], cls[2 * B:], tok[:B], tok[B:2 * B], tok[2 * B:],
+                      lam=c.lam, temperature=c.temperature, blur=c.sinkhorn_blur)
+
+
+
+def _cache_triplets(cfg: Profile, data: NearIDData, model, store_path, log) -> tuple:
+    """Balanced instances, their triplets (hard negatives mined in the frozen space) and the prefix
+    features of every image they use: ``(instances, triplets, store, seconds)``."""
+    c, seed = cfg.idsim, int(cfg.seed)
+    t0 = time.time()
+    ids = data.identities[data.identities.split == "train"]
+    inst = balanced_instances(ids, c.n_instances, make_rng(seed, "idsim-balance"))
+    store = PrefixStore(model, data, n_variants=c.aug_variants if c.augment else 0, seed=seed,
+                        batch_size=c.cache_batch_size, path=store_path)
+
+    def embed(keys):
+        store.ensure(keys, [0])
+        return frozen_embeddings(model, store, keys)
+
+    trip = build_triplets(data, inst, c.n_triplets, make_rng(seed, "idsim-triplets"), embed,
+                          mix=c.mix)
+    all_keys = list(dict.fromkeys(trip[["anchor", "positive", "negative"]].to_numpy().ravel().tolist()))
+    store.ensure(all_keys, progress=log)
+    store.save()
+    t_cache = time.time() - t0
+    log(f"idsim: {len(inst)} instances, {len(trip)} triplets, {len(all_keys)} images "
+        f"x {store.V + 1} variants cached in {t_cache:.1f}s ({store.n_computed} computed)")
+    return inst, trip, store, t_cache
+
+
+def _total_steps(cfg: Profile, n_triplets: int) -> tuple[int, int]:
+    """``(optimiser steps, micro-batches per epoch)``: epochs of full micro-batches over gradient
+    accumulation, capped by ``idsim.max_steps``."""
+    c = cfg.idsim
+    B, accum = int(c.batch_size), max(1, int(c.grad_accum))
+    n_micro_epoch = n_triplets // B
+    if n_micro_epoch == 0:
+        raise ValueError(f"train_idsim: {n_triplets} triplets < batch size {B}")
+    total_steps = (n_micro_epoch * int(c.epochs)) // accum
+    if c.max_steps is not None:
+        total_steps = min(total_steps, int(c.max_steps))
+    return total_steps, n_micro_epoch
+
+
+def _optimise(cfg: Profile, model, trip: pd.DataFrame, store: PrefixStore, log) -> list[dict]:
+    """AdamW over the LoRA adapters and heads: micro-batches of ``idsim.batch_size`` triplets in a
+    seeded order (``make_rng(seed, "idsim-train")``), each image in a random cached variant, one
+    optimiser step every ``idsim.grad_accum`` micro-batches. Returns one history row per step."""
+    c = cfg.idsim
+    opt = torch.optim.AdamW(model.trainable_parameters(), lr=c.lr, weight_decay=c.weight_decay)
+    B, accum = int(c.batch_size), max(1, int(c.grad_accum))
+    total_steps, n_micro_epoch = _total_steps(cfg, len(trip))
+    rng = make_rng(int(cfg.seed), "idsim-train")
+    hist, step, micro = [], 0, 0
+    model.train()
+    t1 = time.time()
+    opt.zero_grad(set_to_none=True)
+    while step < total_steps:
+        order = rng.permutation(len(trip))
+        for j in range(n_micro_epoch):
+            rows = trip.iloc[order[j * B:(j + 1) * B]]
+            keys = rows["anchor"].tolist() + rows["positive"].tolist() + rows["negative"].tolist()
+            var = rng.integers(0, store.V + 1, size=len(keys)).tolist()
+            feats = store.get(keys, var).to(model.device)          # [3B, C, h, w]
+            loss, parts = train_step_batch(model, feats, B, cfg)
+            (loss / accum).backward()
+            micro += 1
+            if micro % accum:
+                continue
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            step += 1
+            hist.append({"step": step, "loss": float(loss.detach()), "cls": float(parts["cls"]),
+                         "patch": float(parts["patch"]), "seconds": time.time() - t1})
+            if step % max(1, total_steps // 10) == 0 or step == total_steps:
+                log(f"idsim step {step}/{total_steps} loss {hist[-1]['loss']:.3f} "
+                    f"(cls {hist[-1]['cls']:.3f}, patch {hist[-1]['patch']:.3f})")
+            if step >= total_steps:
+                break
+    model.eval()
+    return hist
+
+
+def train_idsim(cfg: Profile, data: NearIDData, model=None, store_path: str | Path | None = None,
+                log: Callable[[str], None] = print, device: str = "cpu") -> dict[str, Any]:
+    """Train ID-Sim on the train split of ``data`` with profile ``cfg``.
+
+    Returns dict: ``model``, ``history`` (DataFrame: step, loss, cls, patch, seconds),
+    ``triplets`` (DataFrame), ``instances`` (DataFrame), ``store`` (PrefixStore),
+    ``timings`` (seconds of caching / training), ``n_steps``."""
+    torch.manual_seed(derive_seed("idsim-init", base=int(cfg.seed)))
+    model = model or build_idsim(idsim_spec(cfg), device=device)
+    inst, trip, store, t_cache = _cache_triplets(cfg, data, model, store_path, log)
+    t1 = time.time()
+    hist = _optimise(cfg, model, trip, store, log)
+    return {"model": model, "history": pd.DataFrame(hist), "triplets": trip, "instances": inst,
+            "store": store, "timings": {"cache_s": t_cache, "train_s": time.time() - t1},
+            "n_steps": hist[-1]["step"] if hist else 0}

@@ -1,0 +1,130 @@
+"""The specialised encoders of Finer-Personalization Rank, registered with the one encoder registry.
+
+- ``bioclip2``: BioCLIP 2 through open_clip, hub id ``hf-hub:imageomics/bioclip-2`` (CUB). The
+  loading path only; weights are never downloaded in ``smoke``/``mini``.
+- ``miewid``: MiewID (``conservationxlabs/miewid-msv3``) through transformers ``AutoModel`` with
+  ``trust_remote_code=True`` -- remote code runs only when the caller opts in
+  (``allow_remote_code=True``, i.e. ``RetrievalConfig.allow_remote_code``); otherwise a clear error.
+- ``classifier``: the pooled features of a fine-grained classifier (the paper's SP-Cars is an
+  EfficientNetV2 trained on all of Stanford Cars): a frozen backbone followed by a
+  :class:`~nearid_lib.models.classifier.FeatureClassifier`, embedding with its penultimate features
+  (the hidden layer; for a linear classifier the backbone feature itself, i.e. a baseline).
+
+They are registered when :mod:`nearid_lib.models` is imported, so ``load_encoder("bioclip2")``
+resolves in a fresh process; their heavy dependencies (open_clip, transformers) are imported only
+when one is built.
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+from .backbones import CLIP_MEAN, CLIP_STD, IMAGENET_MEAN, IMAGENET_STD, Encoder, EncoderOutput, Preprocess
+from .classifier import FeatureClassifier
+from .registry import StackedEncoder, load_encoder, register_encoder
+
+__all__ = ["OpenClipEncoder", "RemoteCodeEncoder", "ClassifierEncoder", "RemoteCodeError",
+           "MIEWID_HUB_ID", "BIOCLIP2_HUB_ID"]
+
+MIEWID_HUB_ID = "conservationxlabs/miewid-msv3"
+BIOCLIP2_HUB_ID = "hf-hub:imageomics/bioclip-2"
+
+# Random-init tiny ViT of open_clip's own class (offline), for tests only.
+_TINY_OPEN_CLIP = {"embed_dim": 16, "vision_cfg": {"image_size": 32, "layers": 2, "width": 32,
+                                                   "patch_size": 8, "head_width": 16},
+                   "text_cfg": {"context_length": 8, "vocab_size": 64, "width": 32, "heads": 2,
+                                "layers": 1}}
+
+
+class RemoteCodeError(PermissionError):
+    """An encoder needs ``trust_remote_code`` and the caller did not opt in."""
+
+
+class OpenClipEncoder(Encoder):
+    """open_clip image tower (BioCLIP 2); pooled = the image embedding, no tokens."""
+
+    def __init__(self, name, hub_id, tiny=False, frozen=True, weights=None, **kw):
+        import open_clip
+
+        if tiny:
+            model = open_clip.CLIP(**copy.deepcopy(_TINY_OPEN_CLIP))
+            size = 32
+        else:
+            model, _, _ = open_clip.create_model_and_transforms(weights or hub_id)
+            size = model.visual.image_size
+            size = size[0] if isinstance(size, (tuple, list)) else int(size)
+        super().__init__(name, Preprocess(size, CLIP_MEAN, CLIP_STD, "shorter_crop", 1.0, "bicubic"),
+                         tiny=tiny, frozen=frozen, weights="random" if tiny else (weights or hub_id))
+        self.visual = model.visual
+        self._finish()
+
+    def _forward(self, pixel_values):
+        return EncoderOutput(None, self.visual(pixel_values))
+
+
+class RemoteCodeEncoder(Encoder):
+    """transformers ``AutoModel`` with remote code (MiewID): pooled = the model's output."""
+
+    def __init__(self, name, hub_id, tiny=False, frozen=True, weights=None,
+                 allow_remote_code=False, image_size=440, **kw):
+        if not allow_remote_code:
+            raise RemoteCodeError(
+                f"encoder {name!r} ({weights or hub_id}) runs code from the Hugging Face hub "
+                f"(trust_remote_code=True). Opt in explicitly: load_encoder({name!r}, "
+                f"allow_remote_code=True) or RetrievalConfig.allow_remote_code=True.")
+        from transformers import AutoModel
+
+        model = AutoModel.from_pretrained(weights or hub_id, trust_remote_code=True)
+        super().__init__(name, Preprocess(image_size, IMAGENET_MEAN, IMAGENET_STD, "squash", 1.0, "bilinear"),
+                         tiny=False, frozen=frozen, weights=weights or hub_id)
+        self.model = model
+        self._finish()
+
+    def _forward(self, pixel_values):
+        out = self.model(pixel_values)
+        pooled = out if isinstance(out, torch.Tensor) else getattr(out, "pooler_output", out[0])
+        return EncoderOutput(None, pooled)
+
+
+class ClassifierEncoder(StackedEncoder):
+    """A frozen backbone + a trained feature classifier; pooled = the classifier's penultimate
+    features."""
+
+    def __init__(self, name, backbone: Encoder, classifier: nn.Module, source: str = "trained"):
+        if classifier.in_dim != backbone.embed_dim:
+            raise ValueError(f"classifier encoder: classifier takes {classifier.in_dim}-d features, "
+                             f"backbone {backbone.name!r} gives {backbone.embed_dim}-d")
+        super().__init__(name, backbone, frozen=True, source=source)
+        self.classifier = classifier
+        self._finish()
+
+    def _forward(self, pixel_values):
+        out = self.backbone(pixel_values)
+        return EncoderOutput(out.tokens, self.classifier.features(out.pooled.float()))
+
+    def cache_key(self) -> str:
+        return f"{self.name}|{self.backbone.cache_key()}"
+
+
+def _classifier(name, hub_id, tiny=False, checkpoint=None, backbone="efficientnet-lite0",
+                classifier=None, **kw):
+    """Registry builder: ``classifier=`` (a trained :class:`FeatureClassifier`) or ``checkpoint=``
+    (a file saved with :meth:`FeatureClassifier.save`, which also names its backbone)."""
+    if classifier is None:
+        if checkpoint is None:
+            raise ValueError("classifier encoder: pass classifier= (from train_feature_classifier) "
+                             "or checkpoint= (a file saved with FeatureClassifier.save)")
+        classifier, meta = FeatureClassifier.load(checkpoint)
+        backbone = meta.get("backbone", backbone)
+    bb, _ = load_encoder(backbone, tiny=tiny, **kw)
+    return ClassifierEncoder(name, bb, classifier, source=f"clf:{classifier.fingerprint()[:10]}")
+
+
+register_encoder("bioclip2", OpenClipEncoder, BIOCLIP2_HUB_ID, aliases=("bioclip-2", "bioclip"),
+                 doc="BioCLIP 2 (open_clip), the paper's CUB specialist")
+register_encoder("miewid", RemoteCodeEncoder, MIEWID_HUB_ID, aliases=("miewid-msv3",),
+                 doc="MiewID (remote code, opt-in), the paper's Re-ID specialist")
+register_encoder("classifier", _classifier, None, aliases=("sp-cars",),
+                 doc="frozen backbone + trained feature classifier (SP-Cars substitute)")

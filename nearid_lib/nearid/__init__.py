@@ -1,0 +1,18 @@
+"""NearID (Cvejic et al.): matched-context near-identity distractors, a MAP head trained on a frozen
+backbone with the two-tier NearID loss, and the NearID-bench protocol (SSR/PA, MTG, DreamBench++).
+
+Modules, in the order a run uses them:
+
+- :mod:`.losses` (+ :mod:`.loss_terms`, :mod:`.loss_variants`): the NearID loss and every Table 3/4 variant
+- :mod:`.distributed`: the global pool G across ranks
+- :mod:`.rows`: training rows of an epoch; :mod:`.train_inputs`: augmentation and the features a step reads
+- :mod:`.train`: ``train_head`` (and ``python -m nearid_lib.nearid.train``); :mod:`.checkpoints`: resume state
+- :mod:`.sweep`: ``train_and_score`` for the ablation notebooks (Tables 3, 6, 8, 9, 10)
+- :mod:`.embedder`: embeddings of dataset images over cached backbone tokens
+- :mod:`.evaluate`: SSR/PA per source, MTG, the source groups (Table 1's pool), one row per split, and
+  the evaluation of one bench encoder over every benchmark
+- :mod:`.scorers`: the bench encoders (embedding or pair scorers) of a profile; :mod:`.pairs`: the
+  pairs each protocol scores; :mod:`.dbpp`: DreamBench++ metric-to-human (or the procedural stand-in)
+- :mod:`.tables`: Tables 1, 2, 5, 7 and Figure 4 numbers; :mod:`.claims`: the claims of notebook 04
+- :mod:`.judge` (+ :mod:`.judge_answers`): the VLM judge (Qwen3-VL) as a pair scorer
+"""

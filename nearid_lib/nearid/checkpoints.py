@@ -1,0 +1,80 @@
+"""Resumable training state of the NearID head: ``resume/step_XXXXXXX/`` folders (head, AdamW state
+and torch RNG in safetensors; step, scheduler and param groups in ``state.json``), written to a
+temporary folder and renamed, so a kill never leaves a torn one; and :func:`config_key`, the hash
+that tells whether a saved state (or a finished run of :mod:`nearid_lib.nearid.sweep`) belongs to a
+configuration."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from ..config import profile_to_dict
+
+if TYPE_CHECKING:
+    from ..config import Profile
+
+__all__ = ["save_train_state", "latest_state", "load_train_state", "config_key"]
+
+
+def save_train_state(directory: Path, step: int, head, opt, sched, extra: dict | None = None) -> Path:
+    """Atomically write ``directory/step_XXXXXXX`` (head, AdamW state, RNG: safetensors; rest JSON)."""
+    directory = Path(directory)
+    final = directory / f"step_{step:07d}"
+    tmp = directory / f".step_{step:07d}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    save_file({k: v.detach().contiguous().cpu() for k, v in head.state_dict().items()}, str(tmp / "head.safetensors"))
+    osd = opt.state_dict()
+    tensors = {"rng.torch": torch.get_rng_state()}
+    for pid, st in osd["state"].items():
+        for k, v in st.items():
+            tensors[f"opt.{pid}.{k}"] = (v if torch.is_tensor(v) else torch.tensor(v)).detach().contiguous().cpu()
+    save_file(tensors, str(tmp / "optim.safetensors"))
+    state = {"step": step, "param_groups": osd["param_groups"], "scheduler": sched.state_dict(),
+             **(extra or {})}
+    (tmp / "state.json").write_text(json.dumps(state, default=str))
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    for old in directory.glob("step_*"):        # keep only the newest
+        if old != final:
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def latest_state(directory: Path) -> Path | None:
+    """The newest complete ``step_*`` folder under ``directory`` (None if there is none)."""
+    d = Path(directory)
+    cands = sorted(p for p in d.glob("step_*") if (p / "state.json").exists()) if d.exists() else []
+    return cands[-1] if cands else None
+
+
+def load_train_state(path: Path, head, opt, sched) -> dict:
+    """Restore head, optimiser, scheduler and torch RNG from :func:`save_train_state`; returns state.json."""
+    path = Path(path)
+    head.load_state_dict(load_file(str(path / "head.safetensors")))
+    state = json.loads((path / "state.json").read_text())
+    tens = load_file(str(path / "optim.safetensors"))
+    per: dict[int, dict[str, Any]] = {}
+    for k, v in tens.items():
+        if k.startswith("opt."):
+            _, pid, name = k.split(".", 2)
+            per.setdefault(int(pid), {})[name] = v
+    opt.load_state_dict({"state": per, "param_groups": state["param_groups"]})
+    sched.load_state_dict(state["scheduler"])
+    torch.set_rng_state(tens["rng.torch"])
+    return state
+
+
+def config_key(cfg: Profile) -> str:
+    """A short hash of everything in ``cfg`` that changes a trained head (train, head, backbone, seed)."""
+    d = profile_to_dict(cfg)
+    part = {k: d[k] for k in ("name", "seed", "train", "head", "backbone", "world")}
+    part["train"] = {k: v for k, v in part["train"].items() if k not in ("checkpoint_every", "eval_every")}
+    return hashlib.sha1(json.dumps(part, sort_keys=True).encode()).hexdigest()[:12]

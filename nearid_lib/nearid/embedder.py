@@ -1,0 +1,235 @@
+"""Embeddings of dataset images from cached frozen-backbone features (NearID training and evaluation).
+
+Images are grouped (``"positives@<split>"``, ``"dist:<source>@<split>"``, ``"mtg@<split>"``) and
+every group gets its own :class:`~nearid_lib.features.TokenCache` per variant. Training and
+evaluation therefore share the same caches, and a notebook that only needs the test split of one
+source only builds the groups it touches. ``variant="fg"`` blacks the background out with the
+object mask (a distractor uses the mask of the view it was inpainted into; an MTG image uses its
+object mask)::
+
+    enc, _ = load_encoder("efficientnet-lite0")                 # frozen backbone
+    emb = Embedder(enc, data, profile="mini")                   # frozen pooled output (the GAP baseline)
+    emb = Embedder(enc, data, head=my_map_head, profile="mini") # backbone tokens -> trained head
+    emb = Embedder(load_encoder("nearid", checkpoint=ckpt)[0], data, profile="mini")  # same, from a ckpt
+    e = emb.embed(relpaths, variant="full")                     # [n, E], L2-normalised
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..features import TokenCache, apply_variant
+
+if TYPE_CHECKING:
+    from ..data import NearIDData
+
+__all__ = ["Embedder", "image_groups", "group_items", "VIEWS", "SPLITS"]
+
+VIEWS = (1, 2, 3)
+
+SPLITS = ("train", "val", "test")
+
+
+def image_groups(data: NearIDData, splits: Sequence[str] = SPLITS, sources: Sequence[str] | None = None,
+                 mtg: bool = True) -> list[str]:
+    """Image groups ``<kind>@<split>``: kind = ``positives``, ``dist:<source>`` (default: every
+    source), ``mtg`` (if present). One cache per group and variant, so training only encodes the
+    train split of the training sources, and evaluation only val/test."""
+    kinds = ["positives"] + [f"dist:{s}" for s in (data.sources if sources is None else sources)]
+    if mtg and data.mtg is not None and len(data.mtg):
+        kinds.append("mtg")
+    return [f"{k}@{sp}" for k in kinds for sp in splits]
+
+
+def group_items(data: NearIDData, group: str) -> tuple[list[str], list[str]]:
+    """``(relpaths, masks)`` of every image in ``group`` = ``<kind>@<split>`` (table order, no empties).
+
+    Distractor ``nimg_k`` uses ``mask_k`` (it is inpainted into that view's background and mask);
+    MTG originals and their part edits use the image's object mask."""
+    group, _, split = group.partition("@")
+    if split not in SPLITS:
+        raise KeyError(f"image group {group!r}: split {split!r} must be one of {SPLITS} (name kind@split)")
+    sel = (data.positives["split"] == split).to_numpy()
+    pos = data.positives[sel]
+    rels: list[str] = []
+    masks: list[str] = []
+    if group == "positives":
+        for k in VIEWS:
+            ok = pos[f"img{k}"] != ""
+            rels += pos.loc[ok, f"img{k}"].tolist()
+            masks += pos.loc[ok, f"mask{k}"].tolist()
+    elif group.startswith("dist:"):
+        src = group[5:]
+        if src not in data.distractors:
+            raise KeyError(f"unknown distractor source {src!r}; valid: {', '.join(data.distractors)}")
+        d = data.distractors[src][sel]
+        for k in VIEWS:
+            ok = (d[f"nimg{k}"] != "").to_numpy()
+            rels += d.loc[ok, f"nimg{k}"].tolist()
+            masks += pos.loc[ok, f"mask{k}"].tolist()
+    elif group == "mtg":
+        if data.mtg is None:
+            raise KeyError("dataset has no mtg.csv")
+        m = data.mtg[data.mtg["split"] == split]
+        for j in (1, 2):
+            for kind in ("original", "inpainted"):
+                rels += m[f"image_{j}_{kind}"].tolist()
+                masks += m[f"image_{j}_object_mask"].tolist()
+    else:
+        raise KeyError(f"unknown image group {group!r}; valid: positives, dist:<source>, mtg")
+    return rels, masks
+
+
+class Embedder:
+    """L2-normalised embeddings of dataset images, from cached frozen-backbone features.
+
+    Args:
+        encoder: from :func:`nearid_lib.models.load_encoder`. A ``NearIDEncoder`` (backbone + head)
+            pools its backbone's cached tokens with its head; a plain backbone gives its own pooled
+            output (frozen baseline: EfficientNet GAP, SigLIP's MAP head, CLIP/DINO CLS), unless
+            ``head`` is given.
+        data: the :class:`~nearid_lib.data.NearIDData` whose images are embedded.
+        head: optional :class:`~nearid_lib.models.MAPHead` applied to the backbone's tokens.
+        profile: selects the default cache folder (``cache_dir(profile) / "features"``).
+        use_cache: False runs the backbone on the images at every call (slow; for checks).
+        store_tokens: keep the tokens in the cache (default: when the backbone has tokens; the
+            cache key includes it, so keep it the same everywhere to share caches).
+        cache_root: explicit cache folder (tests).
+    """
+
+    def __init__(self, encoder, data: NearIDData, head=None, profile: str | None = None, use_cache: bool = True,
+                 store_tokens: bool | None = None, batch_size: int = 64, cache_root=None,
+                 progress: bool = True, head_batch: int = 512):
+        self.encoder = encoder
+        self.backbone = getattr(encoder, "backbone", encoder)
+        if head is None and hasattr(encoder, "head") and hasattr(encoder, "backbone"):
+            head = encoder.head
+        self.head = head
+        self.data, self.profile, self.use_cache = data, profile, use_cache
+        self.batch_size, self.cache_root, self.progress, self.head_batch = batch_size, cache_root, progress, head_batch
+        has_tokens = int(getattr(self.backbone, "n_tokens", 0) or 0) > 0
+        self.store_tokens = has_tokens if store_tokens is None else bool(store_tokens)
+        if head is not None and not self.store_tokens:
+            raise ValueError("a head needs the backbone's tokens: store_tokens must be True")
+        self._caches: dict[tuple[str, str], Any] = {}      # (variant, group) -> TokenCache
+        self._index: dict[str, dict[str, tuple[str, int]]] = {}   # variant -> relpath -> (group, row)
+        self._owner: dict[str, tuple[str, str]] | None = None     # relpath -> (group, mask)
+
+    # -- caches
+    def _owners(self) -> dict[str, tuple[str, str]]:
+        if self._owner is None:
+            own: dict[str, tuple[str, str]] = {}
+            for g in image_groups(self.data):
+                for r, m in zip(*group_items(self.data, g)):
+                    own.setdefault(r, (g, m))
+            self._owner = own
+        return self._owner
+
+    def cache(self, group: str, variant: str = "full"):
+        """The :class:`TokenCache` of one image group and variant (built on first use)."""
+        key = (variant, group)
+        if key not in self._caches:
+            rels, masks = group_items(self.data, group)
+            c = TokenCache.build_or_load(self.backbone, rels, masks=masks, variant=variant, data=self.data,
+                                         profile=self.profile, cache_root=self.cache_root,
+                                         batch_size=self.batch_size, store_tokens=self.store_tokens,
+                                         progress=self.progress)
+            self._caches[key] = c
+            idx = self._index.setdefault(variant, {})
+            for r, row in c.index.items():
+                idx.setdefault(r, (group, row))
+        return self._caches[key]
+
+    def build(self, groups: Iterable[str] | None = None, variants: Sequence[str] = ("full",)) -> None:
+        """Build (or load) the caches of ``groups`` (default: all) for each variant."""
+        for v in variants:
+            for g in (image_groups(self.data) if groups is None else groups):
+                self.cache(g, v)
+
+    def _locate(self, relpaths: Sequence[str], variant: str) -> list[tuple[str, int]]:
+        idx = self._index.setdefault(variant, {})
+        out = []
+        for r in relpaths:
+            if r not in idx:
+                own = self._owners().get(r)
+                if own is None:
+                    raise KeyError(f"{r!r} is not an image of the dataset at {self.data.root}")
+                self.cache(own[0], variant)
+            out.append(idx[r])
+        return out
+
+    # -- features
+    def tokens(self, relpaths: Sequence[str], variant: str = "full") -> torch.Tensor:
+        """Backbone tokens [n, N, D] (float32) of ``relpaths`` (from the caches)."""
+        return self._gather(relpaths, variant, "tokens")
+
+    def pooled(self, relpaths: Sequence[str], variant: str = "full") -> torch.Tensor:
+        """The backbone's own pooled outputs [n, E] (not normalised)."""
+        return self._gather(relpaths, variant, "pooled")
+
+    def _gather(self, relpaths, variant, what):
+        loc = self._locate(relpaths, variant)
+        groups = sorted({g for g, _ in loc})
+        out = None
+        for g in groups:
+            sel = [i for i, (gg, _) in enumerate(loc) if gg == g]
+            rows = np.asarray([loc[i][1] for i in sel], dtype=np.int64)
+            c = self._caches[(variant, g)]
+            t = c.tokens(rows) if what == "tokens" else c.pooled(rows)
+            if out is None:
+                out = torch.empty((len(relpaths),) + tuple(t.shape[1:]), dtype=t.dtype)
+            out[torch.as_tensor(sel)] = t
+        if out is None:
+            dim = (self.backbone.n_tokens, self.backbone.token_dim) if what == "tokens" else (self.backbone.embed_dim,)
+            out = torch.zeros((0,) + dim)
+        return out
+
+    @torch.no_grad()
+    def embed(self, relpaths: Sequence[str], variant: str = "full") -> torch.Tensor:
+        """L2-normalised embeddings [n, E] (float32, CPU) of dataset images."""
+        relpaths = list(relpaths)
+        if not self.use_cache:
+            return self._embed_uncached(relpaths, variant)
+        if self.head is None:
+            return F.normalize(self.pooled(relpaths, variant).float(), dim=-1)
+        was = self.head.training
+        self.head.eval()
+        p = next(self.head.parameters())
+        outs = []
+        try:
+            for i in range(0, len(relpaths), self.head_batch):
+                tok = self.tokens(relpaths[i:i + self.head_batch], variant)
+                outs.append(self.head(tok.to(device=p.device, dtype=p.dtype)).float().cpu())
+        finally:
+            self.head.train(was)
+        if not outs:
+            return torch.zeros(0, self.head.out_dim)
+        return F.normalize(torch.cat(outs), dim=-1)
+
+    def _embed_uncached(self, relpaths: list[str], variant: str) -> torch.Tensor:
+        own = self._owners()
+        outs = []
+        for i in range(0, len(relpaths), self.batch_size):
+            imgs = []
+            for r in relpaths[i:i + self.batch_size]:
+                m = own.get(r, (None, ""))[1]
+                mk = self.data.mask(m) if (variant != "full" and m) else None
+                imgs.append(apply_variant(self.data.image(r), mk, variant))
+            pix = self.backbone.preprocess.batch(imgs)
+            with torch.no_grad():
+                out = self.backbone(pix)
+                if self.head is None:
+                    e = out.pooled
+                else:
+                    was = self.head.training
+                    self.head.eval()
+                    p = next(self.head.parameters())
+                    e = self.head(out.tokens.to(device=p.device, dtype=p.dtype))
+                    self.head.train(was)
+            outs.append(e.float().cpu())
+        if not outs:
+            return torch.zeros(0, self.backbone.embed_dim if self.head is None else self.head.out_dim)
+        return F.normalize(torch.cat(outs), dim=-1)

@@ -1,0 +1,258 @@
+"""The bench encoders of NearID-bench: every encoder is scored through the same three calls, whether it
+embeds images (frozen backbones, the NearID head: :class:`EmbeddingBenchEncoder`, over an
+:class:`~nearid_lib.nearid.embedder.Embedder` and its feature caches) or judges pairs (the VLM judge:
+:class:`PairBenchEncoder`, which scores exactly the pairs the protocol needs and reports coverage)::
+
+    benc.nearid(data, split, variant) -> evaluate.nearid_bench-style dict (per_source, pooled, table)
+    benc.mtg(data, split, variant)    -> (metrics.mtg_metrics dict or None, per-pair scores dict)
+    benc.pair_scores(pairs, variant)  -> [M] similarities (NaN = not scored)
+
+:func:`load_bench_encoders` builds the encoders of a profile (``cfg.eval.encoders`` and the judge).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from ..features import TokenCache, apply_variant
+from ..models import load_backbone, load_encoder, resolve_name
+from ..paths import checkpoint_dir
+from .embedder import Embedder
+from .evaluate import embed_split, nearid_bench
+from .judge import VLMJudge
+from .pairs import mtg_from_scores, mtg_pairs, nearid_from_pair_scores, nearid_pairs
+
+if TYPE_CHECKING:
+    from ..config import Profile
+    from ..data import NearIDData
+
+__all__ = ["CosinePairScorer", "PairBenchEncoder", "EmbeddingBenchEncoder", "load_bench_encoders"]
+
+
+class CosinePairScorer:
+    """Pair scores as cosine similarities of precomputed embeddings (``lookup[relpath] -> [E]``);
+    the pair-based path of an embedding encoder, e.g. to check it against the embedding path."""
+
+    def __init__(self, lookup: Mapping[str, np.ndarray], name: str = "cosine"):
+        self.lookup, self.name = lookup, name
+
+    def score_pairs(self, images_a: Sequence[str], images_b: Sequence[str]):
+        a = np.stack([np.asarray(self.lookup[x], float) for x in images_a]) if images_a else np.zeros((0, 1))
+        b = np.stack([np.asarray(self.lookup[x], float) for x in images_b]) if images_b else np.zeros((0, 1))
+        a = a / np.linalg.norm(a, axis=1, keepdims=True)
+        b = b / np.linalg.norm(b, axis=1, keepdims=True)
+        return (a * b).sum(1)
+
+
+class PairBenchEncoder:
+    """A bench encoder that scores image pairs directly (the VLM judge).
+
+    ``scorer.score_pairs(images_a, images_b)`` returns a :class:`~nearid_lib.nearid.judge.JudgeScores` or a
+    plain array; with ``load_images=True`` it receives PIL images (after the full/FG variant), else
+    the relpaths. Judge answers with no score are NaN, their trials are dropped, and ``coverage``
+    keeps, per (benchmark, variant), how many pairs were scored."""
+
+    kind = "pairs"
+
+    def __init__(self, scorer, name: str = "vlm", label: str | None = None, load_images: bool = True,
+                 max_ids: int | None = None):
+        self.scorer, self.name, self.label = scorer, name, label or getattr(scorer, "name", name)
+        self.load_images, self.max_ids = load_images, max_ids
+        self.coverage: dict[str, dict] = {}
+        self._memo: dict[tuple, float] = {}
+
+    def _prep(self, data: NearIDData, rel, mask, variant):
+        if not self.load_images:
+            return rel
+        mk = data.mask(mask) if variant != "full" else None
+        return apply_variant(data.image(rel), mk, variant)
+
+    def pair_scores(self, data: NearIDData, pairs: Sequence[tuple], variant: str = "full", tag: str = "pairs") -> np.ndarray:
+        """Scores of (img_a, mask_a, img_b, mask_b) pairs; repeated pairs are scored once."""
+        todo = [p for p in dict.fromkeys((p[0], p[1], p[2], p[3], variant) for p in pairs) if p not in self._memo]
+        if todo:
+            a = [self._prep(data, p[0], p[1], variant) for p in todo]
+            b = [self._prep(data, p[2], p[3], variant) for p in todo]
+            res = self.scorer.score_pairs(a, b)
+            sc = np.asarray(getattr(res, "scores", res), dtype=np.float64)
+            for p, s in zip(todo, sc):
+                self._memo[p] = float(s)
+            cov = self.coverage.setdefault(f"{tag}:{variant}", {"n": 0, "n_covered": 0, "status": {}})
+            cov["n"] += len(todo)
+            cov["n_covered"] += int(np.isfinite(sc).sum())
+            for st in getattr(res, "status", []):
+                cov["status"][st] = cov["status"].get(st, 0) + 1
+        return np.array([self._memo[(p[0], p[1], p[2], p[3], variant)] for p in pairs], dtype=np.float64)
+
+    def nearid(self, data: NearIDData, split: str = "test", variant: str = "full", sources: Sequence[str] | None = None):
+        srcs = list(data.sources if sources is None else sources)
+        pr = nearid_pairs(data, split, srcs, self.max_ids)
+        pos_s = self.pair_scores(data, [p[3:] for p in pr["pos"]], variant, "nearid")
+        dist_s = {s: self.pair_scores(data, [p[2:] for p in pr["dist"][s]], variant, "nearid") for s in srcs}
+        return nearid_from_pair_scores(len(pr["ids"]), pr["pos"], pos_s, pr["dist"], dist_s, data.train_sources)
+
+    def mtg(self, data: NearIDData, split: str = "test", variant: str = "full"):
+        m, sets = mtg_pairs(data, split, self.max_ids)
+        return mtg_from_scores(m, {k: self.pair_scores(data, v, variant, "mtg") for k, v in sets.items()})
+
+    def grid_scores(self, data: NearIDData, gp: pd.DataFrame, variant: str = "full") -> np.ndarray:
+        out = np.full(len(gp), np.nan)
+        keep = np.ones(len(gp), bool)
+        if self.max_ids is not None and len(gp):
+            # the cost cap applies here too: only the first max_ids anchors are judged
+            keep = gp["anchor_id"].isin(list(dict.fromkeys(gp["anchor_id"]))[:self.max_ids]).to_numpy()
+        sub = gp[keep]
+        out[keep] = self.pair_scores(data, list(zip(sub["ref"], sub["ref_mask"], sub["img"], sub["mask"])),
+                                     variant, "dbpp")
+        return out
+
+    def coverage_summary(self) -> dict[str, float]:
+        """``coverage_<benchmark>_<variant>`` = scored / judged pairs, plus overall ``coverage``."""
+        out = {f"coverage_{k.replace(':', '_')}": v["n_covered"] / v["n"] if v["n"] else float("nan")
+               for k, v in self.coverage.items()}
+        n = sum(v["n"] for v in self.coverage.values())
+        out["coverage"] = sum(v["n_covered"] for v in self.coverage.values()) / n if n else float("nan")
+        out["n_judged"] = n
+        return out
+
+
+class EmbeddingBenchEncoder:
+    """A bench encoder over :class:`~nearid_lib.nearid.embedder.Embedder` (cached backbone tokens; the
+    frozen pooled output, or a MAP head over the tokens)."""
+
+    kind = "embedding"
+
+    def __init__(self, embedder, name: str, label: str | None = None):
+        self.embedder, self.name, self.label = embedder, name, label or name
+        self.coverage: dict[str, dict] = {}
+        self._grid: dict[str, dict[str, np.ndarray]] = {}
+
+    def nearid(self, data: NearIDData, split: str = "test", variant: str = "full", sources: Sequence[str] | None = None):
+        se = embed_split(self.embedder, data, split, variant, sources, with_mtg=False)
+        return nearid_bench(se, data.train_sources)
+
+    def mtg(self, data: NearIDData, split: str = "test", variant: str = "full"):
+        m, sets = mtg_pairs(data, split)
+        if not len(m):
+            return None, {}
+        return mtg_from_scores(m, {k: self.pair_scores(data, v, variant) for k, v in sets.items()})
+
+    def embed(self, data: NearIDData, rels: Sequence[str], masks: Sequence[str], variant: str = "full") -> np.ndarray:
+        """L2-normalised embeddings [n, E]; dataset images through the Embedder's caches, anything
+        else (grid images) through one extra cache over exactly those images."""
+        owners = self.embedder._owners()
+        known = [r in owners for r in rels]
+        out = None
+        if any(known):
+            idx = [i for i, k in enumerate(known) if k]
+            e = self.embedder.embed([rels[i] for i in idx], variant).numpy()
+            out = np.full((len(rels), e.shape[1]), np.nan)
+            out[idx] = e
+        rest = [i for i, k in enumerate(known) if not k]
+        if rest:
+            e = self._extra_embed([rels[i] for i in rest], [masks[i] for i in rest], variant)
+            if out is None:
+                out = np.full((len(rels), e.shape[1]), np.nan)
+            out[rest] = e
+        return out if out is not None else np.zeros((0, 1))
+
+    def _extra_embed(self, rels, masks, variant):
+        key = variant
+        memo = self._grid.setdefault(key, {})
+        todo = [i for i, r in enumerate(rels) if r not in memo]
+        if todo:
+            uniq = list(dict.fromkeys(rels[i] for i in todo))
+            mk = {rels[i]: masks[i] for i in todo}
+            emb = self.embedder
+            c = TokenCache.build_or_load(emb.backbone, uniq, masks=[mk[u] for u in uniq], variant=variant,
+                                         data=emb.data, profile=emb.profile, cache_root=emb.cache_root,
+                                         batch_size=emb.batch_size, store_tokens=emb.store_tokens,
+                                         progress=False)
+            with torch.no_grad():
+                if emb.head is None:
+                    e = F.normalize(c.pooled_for(uniq).float(), dim=-1)
+                else:
+                    was = emb.head.training
+                    emb.head.eval()
+                    p = next(emb.head.parameters())
+                    parts = []
+                    for i in range(0, len(uniq), 256):
+                        t = c.tokens_for(uniq[i:i + 256]).to(device=p.device, dtype=p.dtype)
+                        parts.append(emb.head(t).float().cpu())
+                    emb.head.train(was)
+                    e = F.normalize(torch.cat(parts), dim=-1)
+            for u, v in zip(uniq, e.numpy()):
+                memo[u] = v
+        return np.stack([memo[r] for r in rels])
+
+    def pair_scores(self, data: NearIDData, pairs: Sequence[tuple], variant: str = "full", tag: str = "pairs") -> np.ndarray:
+        if not pairs:
+            return np.zeros(0)
+        a = self.embed(data, [p[0] for p in pairs], [p[1] for p in pairs], variant)
+        b = self.embed(data, [p[2] for p in pairs], [p[3] for p in pairs], variant)
+        return (a * b).sum(1)
+
+    def grid_scores(self, data: NearIDData, gp: pd.DataFrame, variant: str = "full") -> np.ndarray:
+        return self.pair_scores(data, list(zip(gp["ref"], gp["ref_mask"], gp["img"], gp["mask"])), variant)
+
+    def coverage_summary(self) -> dict[str, float]:
+        return {}
+
+
+# --------------------------------------------------------------------------- encoders of a profile
+def _frozen_label(name: str, tiny: bool) -> str:
+    base = {"efficientnet-lite0": "EfficientNet-Lite0 GAP (frozen)"}.get(name, f"{name} (frozen)")
+    return ("tiny random-init " + base) if tiny else base
+
+
+def load_bench_encoders(cfg: Profile, data: NearIDData, checkpoint=None, judge=None) -> list:
+    """The bench encoders of ``cfg.eval.encoders`` (+ the VLM judge of ``cfg.eval.vlm_judge``).
+
+    ``nearid`` loads the trained head from ``checkpoint`` (default ``checkpoint_dir(profile) /
+    "nearid"``); a frozen encoder with the same backbone as the head reuses the head's backbone, so
+    both read the same feature caches. ``judge`` overrides the judge object (tests)."""
+    out = []
+    nearid_enc = None
+    if "nearid" in cfg.eval.encoders:
+        ckpt = checkpoint or (checkpoint_dir(cfg.name) / "nearid")
+        if not ckpt or not Path(ckpt).exists():
+            raise FileNotFoundError(f"NearID checkpoint {ckpt} not found: run notebook 03 (profile "
+                                    f"{cfg.name!r}) first")
+        nearid_enc, _ = load_encoder("nearid", checkpoint=str(ckpt))
+        nearid_enc.eval()
+    for name in cfg.eval.encoders:
+        if name == "nearid":
+            bb = nearid_enc.backbone
+            label = (f"NearID MAP head (loss {cfg.train.loss}) on frozen "
+                     f"{'tiny random-init ' if bb.tiny else ''}{bb.name} tokens")
+            out.append(EmbeddingBenchEncoder(Embedder(nearid_enc, data, profile=cfg.name, progress=False),
+                                             "nearid", label))
+            continue
+        canon = resolve_name(name)
+        shared = nearid_enc is not None and resolve_name(nearid_enc.backbone.name) == canon
+        if shared:
+            enc = nearid_enc.backbone          # same backbone object -> same caches
+        else:
+            enc, _ = load_backbone(cfg, name=canon)
+        # the head's backbone keeps its tokens (one cache serves both rows); other frozen encoders
+        # only need their pooled output (CLIP-L tokens of the paper test set would be ~8 GB)
+        emb = Embedder(enc, data, profile=cfg.name, progress=False, store_tokens=None if shared else False)
+        out.append(EmbeddingBenchEncoder(emb, canon, _frozen_label(canon, getattr(enc, "tiny", False))))
+    if judge is not None or cfg.eval.vlm_judge:
+        if judge is None:
+            if cfg.eval.vlm_judge == "tiny":
+                judge = VLMJudge.tiny(max_new_tokens=cfg.eval.vlm_max_new_tokens, batch_size=cfg.eval.vlm_batch_size)
+            else:
+                judge = VLMJudge.from_pretrained(cfg.eval.vlm_judge, device="cuda" if torch.cuda.is_available() else "cpu",
+                                                 max_new_tokens=cfg.eval.vlm_max_new_tokens,
+                                                 batch_size=cfg.eval.vlm_batch_size)
+        label = f"VLM judge {judge.name} (score/10)"
+        if cfg.eval.vlm_max_ids:
+            label += f", first {cfg.eval.vlm_max_ids} ids/pairs only"
+        out.append(PairBenchEncoder(judge, "vlm", label, max_ids=cfg.eval.vlm_max_ids))
+    return out

@@ -1,0 +1,212 @@
+"""NearID-bench tables: Table 1 (main), Table 5 (per source), Table 7 (full vs FG-only), Table 2 and
+Figure 4 (DreamBench++ metric-to-human, or the clearly labelled procedural-oracle stand-in), built
+from the :class:`~nearid_lib.nearid.evaluate.EncoderResult` of every bench encoder.
+
+The CSVs notebook 04 writes carry the key columns and values of ``paper_values/`` (``row`` /
+``method`` / ``source``) and an ``ours_label`` column saying what our row really is (e.g. the mini
+frozen baseline is EfficientNet-Lite0 GAP in the "SigLIP2" row). NearID SSR/PA of Tables 1 and 7 pool
+the main sources (:func:`~nearid_lib.nearid.evaluate.main_sources`), the same rule as
+:func:`~nearid_lib.nearid.evaluate.summary_row`.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .. import metrics
+from ..models import resolve_name
+from .dbpp import PROCEDURAL_NOTE
+from .evaluate import EncoderResult, main_sources
+
+__all__ = ["PAPER_KEYS", "paper_keys", "source_key", "table1", "table5", "table7", "table2_dbpp",
+           "fig4_dbpp_category"]
+
+# canonical encoder -> (Table 1 row, Table 5 method, Table 7 method, Table 2 column prefix)
+PAPER_KEYS: dict[str, tuple[str, str, str, str | None]] = {
+    "siglip2-so400m-patch14-384": ("SigLIP2", "SigLIP2", "SigLIP2-SO400M", "siglip2"),
+    "efficientnet-lite0": ("SigLIP2", "SigLIP2", "SigLIP2-SO400M", "siglip2"),   # frozen-backbone stand-in
+    "clip-vit-l14": ("CLIP", "CLIP", "CLIP ViT-L/14", "clip"),
+    "clip-vit-b32": ("CLIP ViT-B/32", "CLIP ViT-B/32", "CLIP ViT-B/32", None),
+    "dinov2-large": ("DINOv2", "DINOv2", "DINOv2 ViT-L/14", "dino"),
+    "dinov2-base": ("DINOv2 ViT-B/14", "DINOv2 ViT-B/14", "DINOv2 ViT-B/14", None),
+    "nearid": ("NearID (Ours)", "NearID (Ours)", "NearID (Ours)", "nearid"),
+    "vlm": ("Qwen3VL30B", "Qwen3-VL", "Qwen3-VL 30B", None),
+}
+
+
+# Released NearID source folder -> printed Table 5 source label
+_PAPER_SOURCES = {
+    "Flux": "FLUX.1-Fill 512", "Flux_1024": "FLUX.1-Fill 1024", "FluxC": "FLUX.1-Canny 512",
+    "FluxC_1024": "FLUX.1-Canny 1024", "PowerPaint": "PowerPaint 512", "Qwen": "Qwen-Image 512",
+    "Qwen_1328": "Qwen-Image 1328", "SDXL": "SDXL-Inpaint 512", "SDXL_1024": "SDXL-Inpaint 1024",
+}
+
+_GROUP_KEYS = {"training": "Avg. (training, 4)", "unseen_fill": "Avg. (unseen fill, 3)",
+               "unseen_canny": "Avg. (unseen canny, 2)", "main": "Avg. (all 7, main)", "all": "Avg. (all 9)"}
+
+
+def paper_keys(name: str) -> tuple[str, str, str, str | None]:
+    """Paper key values of an encoder (canonical or alias name; a VLM judge is ``"vlm"``); unknown
+    encoders get their own name (ours-only rows)."""
+    try:
+        name = resolve_name(name)
+    except Exception:  # noqa: BLE001 - unknown names simply get their own keys
+        pass
+    return PAPER_KEYS.get(name, (name, name, name, None))
+
+
+def source_key(source: str) -> str:
+    """Table 5 ``source`` key: the printed label for released sources, our own name otherwise."""
+    return _PAPER_SOURCES.get(source, source)
+
+
+def _pct(x) -> float:
+    return 100.0 * float(x) if x is not None and np.isfinite(x) else float("nan")
+
+
+def _pool(nb: dict, members: Sequence[str]) -> dict:
+    return metrics.pool_sources(nb["per_source"], [m for m in members if m in nb["per_source"]])
+
+
+def table1(results: Sequence[EncoderResult], groups: Mapping[str, Sequence[str]], profile: str,
+           variant: str = "full") -> pd.DataFrame:
+    """NearID Table 1: ``row`` (paper key), ``ours_label``, ``nearid_ssr``/``nearid_pa`` (%, pooled
+    over the ``main`` group), ``mtg_mo``, ``mtg_mopair``, ``mtg_ssr``/``mtg_pa`` (%), ``dbpp_mh``
+    (human ratings only) or ``dbpp_mh_procedural`` (the labelled stand-in), support and coverage."""
+    rows = []
+    main = main_sources(groups)
+    for r in results:
+        nb = r.nearid[variant]
+        p = _pool(nb, main)
+        mt = r.mtg.get(variant) or {}
+        row = {"row": paper_keys(r.name)[0], "ours_label": r.label, "profile": profile,
+               "nearid_ssr": _pct(p["ssr"]), "nearid_pa": _pct(p["pa"]),
+               "mtg_mo": mt.get("m_o", np.nan), "mtg_mopair": mt.get("m_opair", np.nan),
+               "mtg_ssr": _pct(mt.get("ssr", np.nan)), "mtg_pa": _pct(mt.get("pa", np.nan)),
+               "dbpp_mh": np.nan, "dbpp_mh_procedural": np.nan, "dbpp_note": "",
+               "n_identities": p["n_identities"] // max(1, p["n_sources"]), "n_trials": p["n_trials"],
+               "n_mtg_pairs": mt.get("n_pairs", 0), "sources_pooled": ";".join(s for s in main)}
+        if r.dbpp is not None:
+            if r.dbpp.get("kind") == "human":
+                row["dbpp_mh"] = r.dbpp["m_h"]
+                row["dbpp_note"] = "DreamBench++ human ratings"
+            else:
+                row["dbpp_mh_procedural"] = r.dbpp["m_h"]
+                row["dbpp_note"] = PROCEDURAL_NOTE
+        else:
+            row["dbpp_note"] = "no DreamBench++ ratings in this profile"
+        row.update(r.coverage)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def table5(results: Sequence[EncoderResult], groups: Mapping[str, Sequence[str]], profile: str,
+           variant: str = "full") -> pd.DataFrame:
+    """NearID Table 5 (long format): one row per (source, method) plus the group-average rows
+    (keys as printed, e.g. "Avg. (training, 4)"; ``source_label`` lists what our group pools)."""
+    train = set(groups.get("training", []))
+    canny = set(groups.get("unseen_canny", []))
+    rows = []
+    for r in results:
+        nb = r.nearid[variant]
+        method = paper_keys(r.name)[1]
+        for s, v in nb["per_source"].items():
+            grp = "training" if s in train else ("unseen_canny" if s in canny else "unseen_fill")
+            rows.append({"source": source_key(s), "method": method, "ours_label": r.label, "profile": profile,
+                         "source_label": s, "group": grp, "training_source": s in train,
+                         "n": v["n_identities"], "ssr": _pct(v["ssr"]), "pa": _pct(v["pa"]),
+                         "n_trials": v["n_trials"]})
+        for g, members in groups.items():
+            p = _pool(nb, members)
+            rows.append({"source": _GROUP_KEYS[g], "method": method, "ours_label": r.label, "profile": profile,
+                         "source_label": f"avg of {len(members)}: " + ", ".join(members),
+                         "group": f"avg_{g}" if g != "main" else "avg_all7_main", "training_source": np.nan,
+                         "n": p["n_identities"], "ssr": _pct(p["ssr"]), "pa": _pct(p["pa"]),
+                         "n_trials": p["n_trials"]})
+    return pd.DataFrame(rows)
+
+
+def table7(results: Sequence[EncoderResult], groups: Mapping[str, Sequence[str]], profile: str) -> pd.DataFrame:
+    """NearID Table 7: full image vs foreground only (background blacked out by the mask):
+    ``full_ssr``, ``full_pa``, ``full_mo``, ``fg_*``, ``delta_ssr`` (points), ``delta_mo``."""
+    main = main_sources(groups)
+    rows = []
+    for r in results:
+        if "fg" not in r.nearid:
+            continue
+        row = {"method": paper_keys(r.name)[2], "ours_label": r.label, "profile": profile}
+        for v in ("full", "fg"):
+            p = _pool(r.nearid[v], main)
+            mt = r.mtg.get(v) or {}
+            row[f"{v}_ssr"], row[f"{v}_pa"] = _pct(p["ssr"]), _pct(p["pa"])
+            row[f"{v}_mo"] = mt.get("m_o", np.nan)
+        row["delta_ssr"] = row["fg_ssr"] - row["full_ssr"]
+        row["delta_mo"] = row["fg_mo"] - row["full_mo"]
+        for k in ("coverage_nearid_full", "coverage_nearid_fg"):
+            if k in r.coverage:
+                row[k] = r.coverage[k]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _rated_row(key: str, value: str, kind: str | None, profile: str) -> dict:
+    """The first columns of a DreamBench++ row: its key (marked "[procedural]" for the stand-in),
+    the profile and what the ratings are."""
+    human = kind == "human"
+    return {key: value if human else f"[procedural] {value}", "profile": profile,
+            "rating": "human" if human else PROCEDURAL_NOTE}
+
+
+def table2_dbpp(results: Sequence[EncoderResult], profile: str) -> pd.DataFrame:
+    """NearID Table 2: per method, ``<metric>_h`` = Pearson r of each encoder with the ratings, and
+    the Fisher-z row. Procedural stand-in rows say so in ``rating`` and their methods are ours."""
+    cols: dict[str, pd.DataFrame] = {}
+    kind = None
+    for r in results:
+        if r.dbpp is None:
+            continue
+        kind = r.dbpp.get("kind", kind)
+        pref = paper_keys(r.name)[3] or r.name.replace("-", "_")
+        cols[pref] = r.dbpp["per_method"].set_index("method")
+    if not cols:
+        return pd.DataFrame()
+    methods = list(dict.fromkeys(m for df in cols.values() for m in df.index))
+    rows = []
+    for m in methods:
+        row = _rated_row("method", m, kind, profile)
+        for pref, df in cols.items():
+            row[f"{pref}_h"] = float(df.at[m, "r"]) if m in df.index else np.nan
+            row[f"n_{pref}"] = int(df.at[m, "n"]) if m in df.index else 0
+        rows.append(row)
+    agg = {"method": "Fisher-z (r̄)" if kind == "human" else "[procedural] Fisher-z (r̄)", "profile": profile,
+           "rating": rows[0]["rating"]}
+    for r in results:
+        if r.dbpp is not None:
+            pref = paper_keys(r.name)[3] or r.name.replace("-", "_")
+            agg[f"{pref}_h"], agg[f"{pref}_h_std"] = r.dbpp["m_h"], r.dbpp["m_h_sem"]
+    rows.append(agg)
+    return pd.DataFrame(rows)
+
+
+def fig4_dbpp_category(results: Sequence[EncoderResult], profile: str, ours: str = "nearid",
+                       frozen: str | None = None) -> pd.DataFrame:
+    """Figure 4 numbers: per category, each encoder's M-H and ``delta_mh_nearid_minus_siglip2``
+    (the head minus the frozen backbone row)."""
+    per = {r.name: r.dbpp["per_category"].set_index("category")["r"] for r in results
+           if r.dbpp is not None and "per_category" in r.dbpp}
+    if not per:
+        return pd.DataFrame()
+    frozen = frozen or next((n for n in per if paper_keys(n)[0] == "SigLIP2"), None)
+    kind = next(r.dbpp.get("kind") for r in results if r.dbpp is not None)
+    cats = list(dict.fromkeys(c for s in per.values() for c in s.index))
+    rows = []
+    for c in cats:
+        row = _rated_row("category", c, kind, profile)
+        for n, s in per.items():
+            row[f"mh_{n}"] = float(s.get(c, np.nan))
+        if ours in per and frozen in per:
+            row["delta_mh_nearid_minus_siglip2"] = float(per[ours].get(c, np.nan)) - float(per[frozen].get(c, np.nan))
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -1,0 +1,126 @@
+"""One setup call for every notebook, and the writers that stamp what produced an output.
+
+::
+
+    run = start_run(PROFILE, SEED, "04_eval_nearid_bench")   # the first code after the parameters
+    cfg = run.cfg                                            # get_profile(PROFILE, seed=SEED)
+    run.write_table(df, "04_table1_main")                    # figures/tables/04_table1_main.csv
+    run.figure(fig, "08_fig5_kernel_pca")                    # figures/08_fig5_kernel_pca.png, returns fig
+
+:func:`start_run` resolves the profile with the notebook's seed, seeds python / numpy / torch
+(:func:`~nearid_lib.seeding.seed_everything`), sets torch's CPU threads from the environment
+(:func:`thread_count`: ``NEARID_THREADS``, else ``OMP_NUM_THREADS``, else every core this process may
+use), creates the notebook's results folder and writes its ``run.json``
+(:func:`~nearid_lib.runmeta.write_run_metadata`).
+
+Provenance convention: a table is written clean (only the columns its builder made) with a JSON
+sidecar ``<name>.meta.json`` beside it holding ``notebook``, ``profile``, ``seed``, ``commit``,
+``dirty`` and ``date``; the report reads the profile from there.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+import torch
+
+from .config import Profile, get_profile
+from .io_utils import read_table_meta, table_meta_path, write_csv, write_json
+from .paths import figures_dir, results_dir
+from .plots import save
+from .runmeta import write_run_metadata
+from .seeding import seed_everything
+
+__all__ = ["Run", "start_run", "thread_count", "set_torch_threads", "read_table_meta"]
+
+THREAD_VARS = ("NEARID_THREADS", "OMP_NUM_THREADS")
+
+
+def thread_count(env: Mapping[str, str] | None = None) -> int:
+    """CPU threads for torch: ``NEARID_THREADS``, else ``OMP_NUM_THREADS``, else every core this
+    process may run on. A value that is not a positive whole number raises naming the variable."""
+    env = os.environ if env is None else env
+    for var in THREAD_VARS:
+        value = str(env.get(var, "")).strip()
+        if value:
+            if not value.isdigit() or int(value) < 1:
+                raise ValueError(f"{var}={value!r}: expected a positive whole number of threads")
+            return int(value)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
+
+
+def set_torch_threads(n: int | None = None) -> int:
+    """``torch.set_num_threads`` to ``n`` (default :func:`thread_count`); returns the count."""
+    n = thread_count() if n is None else int(n)
+    torch.set_num_threads(n)
+    return n
+
+
+@dataclass
+class Run:
+    """One notebook run: its resolved profile, seed, folders and the metadata written for it."""
+
+    cfg: Profile
+    notebook: str
+    seed: int
+    params: dict[str, Any]
+    threads: int
+    results: Path
+    figures: Path
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def profile(self) -> str:
+        return self.cfg.name
+
+    @property
+    def tables(self) -> Path:
+        return self.figures / "tables"
+
+    def provenance(self) -> dict[str, Any]:
+        """What the sidecar of every table of this run says."""
+        git = self.meta.get("git", {})
+        return {"notebook": self.notebook, "profile": self.profile, "seed": self.seed,
+                "commit": git.get("sha"), "dirty": git.get("dirty"),
+                "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+
+    def write_table(self, df: pd.DataFrame, name: str) -> Path:
+        """Write ``df`` to ``<figures>/tables/<name>.csv`` (atomically) and its provenance sidecar
+        ``<name>.meta.json``; returns the CSV's path."""
+        path = write_csv(df, self.tables / f"{name}.csv")
+        write_json({"table": path.name, **self.provenance()}, table_meta_path(path))
+        return path
+
+    def write_claims(self, rows: Sequence[dict], name: str) -> Path:
+        """The notebook's claims (rows of :func:`nearid_lib.claims.claim`) as ``tables/claims_<name>.csv``."""
+        return self.write_table(pd.DataFrame(list(rows)), f"claims_{name}")
+
+    def figure(self, fig, name: str, dpi: int = 120):
+        """Save ``fig`` as ``<figures>/<name>.png`` (atomically) and return it, so that a notebook cell
+        ending with this call also shows the figure inline."""
+        return save(fig, self.figures / f"{name}.png", dpi=dpi)
+
+
+def start_run(profile: str, seed: int, notebook: str, *, overrides: Mapping[str, Any] | None = None,
+              **params: Any) -> Run:
+    """Set a notebook up: ``cfg = get_profile(profile, seed=seed, **overrides)``, seed everything,
+    torch threads from the environment, the results folder and its ``run.json`` (``params``: the
+    notebook's other parameters, recorded there). Returns the :class:`Run`."""
+    cfg = get_profile(profile, overrides, seed=seed)
+    seed_everything(seed)
+    threads = set_torch_threads()
+    recorded = {"PROFILE": profile, "SEED": seed, **params}
+    if overrides:
+        recorded["overrides"] = dict(overrides)
+    out = results_dir(profile, notebook)
+    meta = json.loads(write_run_metadata(out, recorded, cfg).read_text())
+    return Run(cfg=cfg, notebook=notebook, seed=int(seed), params=recorded, threads=threads, results=out,
+               figures=figures_dir(profile), meta=meta)

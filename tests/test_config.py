@@ -1,0 +1,72 @@
+"""Typed profiles: building, serialising, loud unknown keys, typed overrides (code, environment)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nearid_lib import config as C
+
+
+@pytest.mark.parametrize("name", ["smoke", "mini", "paper"])
+def test_profiles_build_and_serialise(name):
+    prof = C.get_profile(name)
+    assert prof.name == name
+    d = prof.to_dict()
+    assert json.loads(json.dumps(d))["name"] == name
+    assert set(d) >= {"world", "backbone", "head", "train", "eval", "generate", "retrieval", "idsim"}
+
+
+def test_unknown_profile_names_valid_ones():
+    with pytest.raises(C.ConfigError) as e:
+        C.get_profile("medium")
+    assert "smoke" in str(e.value) and "mini" in str(e.value) and "paper" in str(e.value)
+
+
+def test_unknown_key_names_valid_fields():
+    with pytest.raises(C.ConfigError) as e:
+        C.get_profile("mini", **{"train.learning_rate": 1.0})
+    msg = str(e.value)
+    assert "learning_rate" in msg and "lr" in msg and "weight_decay" in msg
+    with pytest.raises(C.ConfigError) as e:
+        C.get_profile("mini", **{"nosection.x": 1})
+    assert "world" in str(e.value)
+    with pytest.raises(C.ConfigError):
+        C.get_profile("mini", **{"train": 3})  # a section, not a value
+
+
+def test_overrides_are_typed_from_strings():
+    prof = C.get_profile("mini", overrides={"train.lr": "0.5", "train.epochs": "3",
+                                            "train.augment": "false",
+                                            "eval.encoders": "a,b"})
+    assert prof.train.lr == 0.5 and isinstance(prof.train.lr, float)
+    assert prof.train.epochs == 3 and prof.train.augment is False
+    assert prof.eval.encoders == ("a", "b")
+    # the base profile is untouched (frozen dataclasses, fresh per call)
+    assert C.get_profile("mini").train.augment is True
+    with pytest.raises(C.ConfigError):
+        C.get_profile("mini", **{"train.augment": "maybe"})
+
+
+def test_profiles_differ_in_size_not_shape():
+    s, m, p = (C.get_profile(n) for n in ("smoke", "mini", "paper"))
+    assert s.world.n_train_ids < m.world.n_train_ids
+    assert s.backbone.tiny and not m.backbone.tiny and not p.backbone.tiny
+    assert p.world.source == "released" and m.world.source == "procedural"
+    assert p.backbone.name.startswith("siglip2")
+
+
+def test_env_overrides_apply_typed_and_loud(monkeypatch):
+    monkeypatch.setenv("NEARID_SET", "world.source=released; train.max_steps=7\n train.augment=false")
+    prof = C.get_profile("smoke")
+    assert prof.world.source == "released" and prof.train.max_steps == 7 and prof.train.augment is False
+    # explicit overrides win over the environment
+    assert C.get_profile("smoke", **{"train.max_steps": 2}).train.max_steps == 2
+    monkeypatch.setenv("NEARID_SET", "train.max_steps=none")
+    assert C.get_profile("smoke").train.max_steps is None
+    monkeypatch.setenv("NEARID_SET", "train.nope=1")
+    with pytest.raises(C.ConfigError, match="nope"):
+        C.get_profile("smoke")
+    monkeypatch.setenv("NEARID_SET", "world.source")
+    with pytest.raises(C.ConfigError, match="key=value"):
+        C.get_profile("smoke")

@@ -1,0 +1,57 @@
+"""FPR encoders: the embedding cache, MiewID's remote-code opt-in, the feature classifier encoder."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from nearid_lib.fpr import EmbeddingCache, RemoteCodeError, embed_images, get_encoder
+
+from _fpr_cases import _fixture
+
+
+def test_embedding_cache_hit_and_miss(tmp_path):
+    root = _fixture(tmp_path)
+    model, _ = get_encoder("efficientnet-lite0", tiny=True)
+    cache = EmbeddingCache(tmp_path / "c")
+    paths = [str(p) for p in sorted((root / "gallery").glob("*.png"))]
+    a = embed_images(model, paths, cache)
+    assert (cache.hits, cache.misses) == (0, 1)
+    b = embed_images(model, paths, cache)
+    assert (cache.hits, cache.misses) == (1, 1) and np.array_equal(a, b)
+    embed_images(model, paths[:-1], cache)                      # other image list -> miss
+    assert cache.misses == 2
+    Image.new("RGB", (32, 32), (1, 2, 3)).save(paths[0])        # same names, new bytes -> miss
+    embed_images(model, paths, cache)
+    assert cache.misses == 3
+    assert np.allclose(np.linalg.norm(a, axis=1), 1, atol=1e-5)
+
+
+def test_miewid_requires_explicit_opt_in():
+    with pytest.raises(RemoteCodeError, match="allow_remote_code=True"):
+        get_encoder("miewid")
+
+
+def test_feature_classifier_encoder_and_bioclip_tiny(tmp_path):
+    """The SP-Cars substitute: a classifier trained on frozen features separates its classes, and
+    its encoder embeds with the hidden layer; BioCLIP 2's open_clip path builds (tiny, offline)."""
+    from PIL import Image as _I
+
+    from nearid_lib.fpr import train_feature_classifier
+    from nearid_lib.fpr.encoders import FeatureClassifier
+
+    rng = np.random.default_rng(0)
+    centres = rng.normal(0, 1, (3, 1280))       # efficientnet-lite0's pooled width
+    x = np.concatenate([rng.normal(c, 0.3, (20, 1280)) for c in centres])
+    y = ["a"] * 20 + ["b"] * 20 + ["c"] * 20
+    clf, acc = train_feature_classifier(x, y, hidden=16, epochs=60, lr=1e-2)
+    assert acc > 0.9
+    clf.save(tmp_path / "clf", backbone="efficientnet-lite0")
+    clf2, meta = FeatureClassifier.load(tmp_path / "clf.safetensors")
+    assert meta["classes"] == ["a", "b", "c"]
+    model, _ = get_encoder("classifier", tiny=True, checkpoint=str(tmp_path / "clf.safetensors"))
+    ims = [_I.new("RGB", (32, 32), (i * 60, 10, 10)) for i in range(3)]
+    e = model.embed(ims)
+    assert e.shape == (3, 16)
+    bio, _ = get_encoder("bioclip2", tiny=True)
+    assert bio.embed(ims).shape[0] == 3

@@ -1,0 +1,58 @@
+"""FPR experiments, ablations and claims: the paper profile's data path on a released-layout
+fixture, and the paired agreement difference that claim 3 needs."""
+from __future__ import annotations
+
+from nearid_lib.fpr import EmbeddingCache
+
+from _fpr_cases import _fixture
+
+
+def test_paper_profile_path_on_released_layout_fixture(tmp_path):
+    """The paper profile reads <root>/<gallery>/{train,gallery,generated}_data.csv (no masks, no
+    true drift) and runs the same experiment functions as the FPR notebook."""
+    from nearid_lib import get_profile
+    from nearid_lib.fpr import experiments as X
+    from nearid_lib.fpr.ablations import background_ablation
+    from nearid_lib.fpr.claims import retrieval_claims
+
+    _fixture(tmp_path / "reid_zebra")
+    cfg = get_profile("paper", **{"retrieval.encoders": ("efficientnet-lite0",), "backbone.tiny": True})
+    split, gen, ds = X.prepare_data(cfg, root=tmp_path)
+    assert ds == "FPR-released" and set(gen.dataset) == {"reid_zebra"}
+    assert all(n.startswith("reid_zebra/") for n in split.gallery.name)
+    specs = X.encoder_specs(cfg)
+    models = X.load_encoders(specs)
+    cache = EmbeddingCache(tmp_path / "cache")
+    main, pq, _ = X.main_comparison(models, gen, split.gallery, cfg, cache, ds)
+    assert set(main.method) == {"m1", "m2"} and main["map"].between(0, 1).all()
+    bg = background_ablation(models, split.train, split.gallery, cfg, cache, ds)
+    assert set(bg.background) == {"kept"}
+    claims = retrieval_claims(main, X.per_identity_agreement(pq), bg, specs, "paper")
+    assert len(claims) == 1 and claims[0]["holds"] is False and "no true drift" in claims[0]["detail"]
+
+
+def test_paired_agreement_difference_needs_a_real_margin():
+    import numpy as np
+    import pandas as pd
+
+    from nearid_lib.fpr.experiments import paired_agreement_difference
+
+    names = [f"id{i}" for i in range(24)]
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0.5, 1.0, 24)
+
+    def table(delta):
+        return pd.DataFrame([{"encoder": "spec", "names": names, "rhos": list(base + delta)},
+                             {"encoder": "gen", "names": names, "rhos": list(base)}])
+
+    # a clear, consistent improvement: interval above 0, mean exactly the mean difference
+    up = paired_agreement_difference(table(0.1 + rng.normal(0, 0.02, 24)), "spec", "gen")
+    assert up["low"] > 0 and up["n"] == 24 and abs(up["mean"] - 0.1) < 0.02
+    # a tie-level difference (noise around 0): the interval straddles 0, so the claim cannot hold
+    tie = paired_agreement_difference(table(rng.normal(0, 0.05, 24)), "spec", "gen")
+    assert tie["low"] < 0 < tie["high"]
+    # pairing is by identity name, not by position
+    shuffled = table(0.1)
+    shuffled.at[0, "names"] = names[::-1]
+    shuffled.at[0, "rhos"] = list((base + 0.1)[::-1])
+    assert abs(paired_agreement_difference(shuffled, "spec", "gen")["mean"] - 0.1) < 1e-12

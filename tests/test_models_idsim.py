@@ -1,0 +1,100 @@
+"""The ID-Sim model: LoRA on ViTs and the CNN, frozen equivalence of untrained adapters, training a
+few steps, checkpoints."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nearid_lib.idsim.losses import idsim_loss
+from nearid_lib.models.idsim import build_idsim, load_idsim, save_idsim
+
+
+VIT = dict(backbone="dinov2-base", tiny=True, head_hidden=16, head_out=8)
+
+
+@pytest.fixture(scope="module")
+def vit():
+    torch.manual_seed(0)
+    return build_idsim(**VIT)
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    torch.manual_seed(0)
+    return build_idsim(backbone="efficientnet-lite0", tiny=True, head_hidden=16, head_out=8, adapt_stages=1)
+
+
+def _lora_names(model):
+    return [n for n, _ in model.named_parameters() if "lora_" in n]
+
+
+@pytest.mark.parametrize("which", ["vit", "cnn"])
+def test_lora_attached_and_only_lora_and_heads_train(which, request):
+    model = request.getfixturevalue(which)
+    names = _lora_names(model)
+    assert names, "peft attached no LoRA weights"
+    train = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert train == set(names) | {n for n, _ in model.named_parameters() if n.startswith(("cls_head.", "patch_head."))}
+    # rank 16 everywhere
+    A = [p for n, p in model.named_parameters() if "lora_A" in n]
+    assert all(p.shape[0] == 16 for p in A)
+    if which == "vit":
+        targets = {n.split(".lora_")[0].rsplit(".", 1)[-1] for n in names}
+        assert {"q_proj", "k_proj", "v_proj", "o_proj", "fc1", "fc2"} <= targets
+    else:   # only the 1x1 convs of the last stage + conv_head
+        assert all(("blocks.6." in n and ("conv_pw." in n or "conv_pwl." in n)) or "conv_head" in n for n in names)
+
+
+@pytest.mark.parametrize("which", ["vit", "cnn"])
+def test_untrained_adapters_equal_frozen_backbone(which, request):
+    model = request.getfixturevalue(which)
+    x = torch.randn(2, 3, model.image_size, model.image_size)
+    with torch.no_grad():
+        cls, tok = model.raw_from_prefix(model.prefix(x))
+        ref = model.backbone(x)
+    torch.testing.assert_close(cls, ref.pooled)
+    torch.testing.assert_close(tok, ref.tokens)
+
+
+def test_few_steps_reduce_loss_on_fixed_batch():
+    torch.manual_seed(1)
+    model = build_idsim(**VIT)
+    model.train()
+    x = torch.randn(12, 3, model.image_size, model.image_size)
+    feats = model.prefix(x)
+    opt = torch.optim.AdamW(model.trainable_parameters(), lr=3e-3, weight_decay=0.0)
+    lora_before = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_B" in n}
+    losses = []
+    for _ in range(12):
+        out = model.from_prefix(feats)
+        c, t = out.pooled, out.tokens
+        loss, _ = idsim_loss(c[:4], c[4:8], c[8:], t[:4], t[4:8], t[8:])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0] - 0.1, losses
+    moved = [n for n, p in model.named_parameters() if "lora_B" in n and not torch.equal(p, lora_before[n])]
+    assert moved, "LoRA B matrices did not receive gradient updates"
+    assert all(not p.requires_grad for n, p in model.backbone.named_parameters() if "lora_" not in n)
+
+
+@pytest.mark.parametrize("which", ["vit", "cnn"])
+def test_checkpoint_round_trip(which, request, tmp_path):
+    model = request.getfixturevalue(which)
+    with torch.no_grad():   # make LoRA non-trivial so the round trip is meaningful
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.05)
+    model.eval()
+    save_idsim(model, tmp_path, extra={"note": "t"})
+    loaded, meta = load_idsim(tmp_path)
+    assert meta["note"] == "t" and meta["spec"]["tiny"] is True
+    x = torch.randn(2, 3, model.image_size, model.image_size)
+    with torch.no_grad():
+        a, b = model(x), loaded(x)
+    torch.testing.assert_close(a.pooled, b.pooled)
+    torch.testing.assert_close(a.tokens, b.tokens)
+    (tmp_path / "idsim.json").unlink()
+    with pytest.raises(FileNotFoundError, match="idsim.json"):
+        load_idsim(tmp_path)

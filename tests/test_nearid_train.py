@@ -1,0 +1,167 @@
+"""Training loop: exact resumption, loss decreases, MTG rows only reach L_rank, cached == uncached."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from nearid_lib.config import get_profile
+from nearid_lib.data import build_world, load_nearid
+from nearid_lib.models import load_encoder
+from nearid_lib.nearid import losses
+from nearid_lib.nearid.rows import epoch_rows, steps_per_epoch
+from nearid_lib.nearid.train import train_head
+from nearid_lib.nearid.train_inputs import TrainFeatures
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """The smoke world, built into a temporary folder (a few seconds), plus a private cache folder."""
+    cfg = get_profile("smoke")
+    tmp = tmp_path_factory.mktemp("world")
+    root = build_world(cfg, root=tmp / "nearid", progress=False)
+    return cfg, load_nearid(root), tmp / "cache"
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    torch.manual_seed(0)        # the tiny backbone is random-init: fix it
+    return load_encoder("efficientnet-lite0", tiny=True)[0]
+
+
+def _cfg(**kw):
+    base = {"train.max_steps": 4, "train.checkpoint_every": 2, "head.token_dropout": 0.1,
+            "train.token_crop": 0.5}
+    base.update(kw)
+    return get_profile("smoke", overrides=base)
+
+
+def test_resume_is_exact(world, encoder, tmp_path):
+    _, data, cache = world
+    cfg = _cfg()
+    straight = train_head(cfg, data, encoder, out_dir=tmp_path / "a", progress=False, cache_root=cache,
+                          eval_split=None)
+    part = train_head(cfg, data, encoder, out_dir=tmp_path / "b", progress=False, cache_root=cache,
+                      eval_split=None, stop_after=2)
+    assert part.steps == 2 and not (tmp_path / "b" / "head.safetensors").exists()   # "killed"
+    resumed = train_head(cfg, data, encoder, out_dir=tmp_path / "b", progress=False, cache_root=cache,
+                         eval_split=None)
+    assert resumed.resumed_from == 2 and resumed.steps == 4
+    sa, sb = straight.head.state_dict(), resumed.head.state_dict()
+    assert sa.keys() == sb.keys()
+    for k in sa:
+        assert torch.equal(sa[k], sb[k]), k
+    assert [h["loss"] for h in straight.history] == [h["loss"] for h in resumed.history]
+    # and training did change the weights (the comparison above is not vacuous)
+    fresh = train_head(_cfg(**{"train.max_steps": 1}), data, encoder, progress=False, cache_root=cache,
+                       eval_split=None)
+    assert not torch.equal(fresh.head.state_dict()["probe"], sa["probe"])
+
+
+def test_loss_decreases(world, encoder):
+    _, data, cache = world
+    # the whole train split in one batch and no random masking: the objective is the same every step
+    cfg = _cfg(**{"train.max_steps": 20, "train.lr": 3e-4, "train.warmup_steps": 4, "train.batch_size": 12,
+                  "head.token_dropout": 0.0, "train.token_crop": 0.0, "train.use_mtg": False,
+                  "train.mask_p_anchor": 0.0, "train.mask_p_positive": 0.0, "train.mask_p_distractor": 0.0})
+    res = train_head(cfg, data, encoder, progress=False, cache_root=cache, eval_split=None)
+    loss = [h["loss"] for h in res.history]
+    assert np.mean(loss[-4:]) < 0.7 * np.mean(loss[:4]), str([round(x, 2) for x in loss])
+
+
+def test_epoch_rows_deterministic_and_mtg_rank_only(world):
+    cfg, data, _ = world
+    r0, r0b, r1 = epoch_rows(data, cfg, 0), epoch_rows(data, cfg, 0), epoch_rows(data, cfg, 1)
+    assert list(r0.anchor) == list(r0b.anchor) and list(r0.anchor) != list(r1.anchor)
+    n_mtg = int((data.mtg.split == "train").sum()) * cfg.train.mtg_repeat
+    n_ids = int((data.positives.split == "train").sum())
+    assert len(r0) == n_ids + n_mtg and int(r0.rank_only.sum()) == n_mtg
+    # NearID rows: distractors are the anchor view's distractors of the training sources
+    for i in np.flatnonzero(~r0.rank_only)[:5]:
+        a = r0.anchor[i]
+        j = int(np.flatnonzero(data.positives[["img1", "img2", "img3"]].to_numpy() == a)[0] // 3)
+        k = [c for c in (1, 2, 3) if data.positives.iloc[j][f"img{c}"] == a][0]
+        want = [data.distractors[s].iloc[j][f"nimg{k}"] for s in data.train_sources]
+        assert list(r0.distractors[i][:len(want)]) == want
+        assert a not in set(r0.positives[i])
+    # MTG rows: one positive (the other background); distractors = own part edit, then the
+    # positive's part edit (a second oracle-scored slot), each with its oracle from mtg.csv
+    K = r0.distractors.shape[1]
+    mtg = data.mtg.set_index("image_1_original")
+    for i in np.flatnonzero(r0.rank_only)[:5]:
+        assert "original" in r0.anchor[i] and "original" in r0.positives[i][0]
+        assert r0.distractors[i][0] == r0.anchor[i].replace("original", "inpainted")
+        assert np.isfinite(r0.oracle[i][0])
+        if K >= 2:
+            assert r0.distractors[i][1] == r0.positives[i][0].replace("original", "inpainted")
+            assert np.isfinite(r0.oracle[i][1]) and (r0.distractors[i][2:] == "").all()
+            # the oracles are the two edited images' own scores
+            a1 = r0.anchor[i] if r0.anchor[i] in mtg.index else r0.positives[i][0]
+            row = mtg.loc[a1]
+            own = 1 if r0.anchor[i] == a1 else 2
+            assert r0.oracle[i][0] == pytest.approx(float(row[f"oracle_{own}"]))
+            assert r0.oracle[i][1] == pytest.approx(float(row[f"oracle_{3 - own}"]))
+    assert steps_per_epoch(len(r0), 8) == len(r0) // 8
+
+
+def test_mtg_rows_reach_only_l_rank(world):
+    """By construction: with alpha = 0 (L_disc only) the MTG anchors get exactly zero gradient; with
+    alpha > 0 they get a gradient, through L_rank."""
+    cfg, data, _ = world
+    rows = epoch_rows(data, cfg, 0).take(np.arange(16))
+    ro = torch.from_numpy(rows.rank_only)
+    assert ro.any() and (~ro).any()
+    g = torch.Generator().manual_seed(0)
+    B, P, K, D = len(rows), rows.positives.shape[1], rows.distractors.shape[1], 8
+    pm, dm = torch.from_numpy(rows.positives != ""), torch.from_numpy(rows.distractors != "")
+    grads = {}
+    for alpha in (0.0, 0.5):
+        a = torch.nn.functional.normalize(torch.randn(B, D, generator=g), dim=-1).requires_grad_(True)
+        p = torch.nn.functional.normalize(torch.randn(B, P, D, generator=g), dim=-1)
+        d = torch.nn.functional.normalize(torch.randn(B, K, D, generator=g), dim=-1)
+        loss, parts = losses.compute_loss("nearid", a, p, d, pm, dm, cfg, rank_only=ro,
+                                          dist_oracle=torch.from_numpy(rows.oracle).float(), alpha=alpha)
+        loss.backward()
+        grads[alpha] = a.grad
+    assert torch.all(grads[0.0][ro] == 0)
+    assert torch.any(grads[0.0][~ro] != 0)
+    assert torch.all(grads[0.5][ro].abs().sum(-1) > 0)
+
+
+def test_cached_and_uncached_tokens_agree(world, encoder):
+    _, data, cache = world
+    cfg = _cfg(**{"train.augment": False})
+    cached = TrainFeatures(encoder, data, cfg, "smoke", cache_root=cache, progress=False)
+    live = TrainFeatures(encoder, data, get_profile("smoke", overrides={"train.use_cache": False,
+                                                                    "train.augment": False}),
+                     "smoke", cache_root=cache, progress=False)
+    rows = epoch_rows(data, cfg, 0).take(np.arange(6))
+    rels, masks = list(rows.anchor), list(rows.anchor_mask)
+    fg = np.array([True, False] * 3)
+    rng = np.random.default_rng(0)
+    a, b = cached.tokens(rels, masks, fg, rng), live.tokens(rels, masks, fg, rng)
+    scale = b.abs().max()
+    assert torch.allclose(a, b, atol=2e-3 * float(scale), rtol=1e-2)
+    assert not torch.allclose(a[0], a[1])       # fg and full differ, and so do images
+
+
+def test_oracle_ranking_has_pairs_on_mtg_rows(world):
+    """The oracle-ranking variants must differ from their bases on real training rows: MTG rows carry
+    two oracle-scored distractors, so RankNet has pairs (with one per row the term would vanish)."""
+    cfg, data, _ = world
+    rows = epoch_rows(data, cfg, 0)
+    ro = np.flatnonzero(rows.rank_only)
+    assert (np.isfinite(rows.oracle[ro]).sum(1) >= 2).all()
+    sel = rows.take(np.concatenate([ro[:4], np.flatnonzero(~rows.rank_only)[:4]]))
+    g = torch.Generator().manual_seed(1)
+    B, P, K, D = len(sel), sel.positives.shape[1], sel.distractors.shape[1], 8
+    a = torch.nn.functional.normalize(torch.randn(B, D, generator=g), dim=-1)
+    p = torch.nn.functional.normalize(torch.randn(B, P, D, generator=g), dim=-1)
+    d = torch.nn.functional.normalize(torch.randn(B, K, D, generator=g), dim=-1)
+    kw = dict(rank_only=torch.from_numpy(sel.rank_only), dist_oracle=torch.from_numpy(sel.oracle).float())
+    pm, dm = torch.from_numpy(sel.positives != ""), torch.from_numpy(sel.distractors != "")
+    base, _ = losses.compute_loss("infonce", a, p, d, pm, dm, cfg, **kw)
+    orac, _ = losses.compute_loss("infonce_oracle", a, p, d, pm, dm, cfg, **kw)
+    assert not torch.isclose(base, orac)

@@ -1,0 +1,71 @@
+"""One notebook setup (``start_run``): seeded profile, threads from the environment, run metadata, and
+the table / figure writers that stamp provenance in a sidecar."""
+from __future__ import annotations
+
+import json
+import os
+
+import matplotlib
+import pandas as pd
+import pytest
+import torch
+
+from nearid_lib import run as R
+from nearid_lib.report import render_report
+
+
+def test_thread_count_reads_the_environment():
+    cores = len(os.sched_getaffinity(0))
+    assert R.thread_count({}) == cores
+    assert R.thread_count({"OMP_NUM_THREADS": "3"}) == 3
+    assert R.thread_count({"NEARID_THREADS": "1", "OMP_NUM_THREADS": "3"}) == 1
+    with pytest.raises(ValueError, match="NEARID_THREADS"):
+        R.thread_count({"NEARID_THREADS": "many"})
+
+
+def test_start_run_sets_everything_up(monkeypatch, tmp_path):
+    monkeypatch.setenv("NEARID_OUT", str(tmp_path / "out"))
+    monkeypatch.setenv("NEARID_FIGURES", str(tmp_path / "figs"))
+    monkeypatch.setenv("NEARID_THREADS", "1")
+    before = torch.get_num_threads()
+    try:
+        run = R.start_run("smoke", 3, "04_x", overrides={"eval.vlm_judge": None}, N_SHOW=2)
+        assert torch.get_num_threads() == 1 and run.threads == 1
+        assert run.cfg.name == "smoke" and run.cfg.seed == 3 and run.cfg.eval.vlm_judge is None
+        a = torch.rand(2)
+        R.start_run("smoke", 3, "04_x")
+        assert torch.equal(a, torch.rand(2))                  # seeded the same way twice
+        meta = json.loads((tmp_path / "out" / "smoke" / "results" / "04_x" / "run.json").read_text())
+        assert meta["params"]["SEED"] == 3 and meta["profile"]["seed"] == 3
+        assert run.meta["params"]["N_SHOW"] == 2 and run.meta["params"]["overrides"] == {"eval.vlm_judge": None}
+    finally:
+        torch.set_num_threads(before)
+
+    path = run.write_table(pd.DataFrame({"row": ["x"], "v": [1.5]}), "04_table")
+    assert path == tmp_path / "figs" / "tables" / "04_table.csv"
+    assert list(pd.read_csv(path).columns) == ["row", "v"]           # the table stays clean
+    side = R.read_table_meta(path)
+    assert side["profile"] == "smoke" and side["seed"] == 3 and side["notebook"] == "04_x"
+    assert {"commit", "dirty", "date"} <= set(side)
+    run.write_claims([{"claim": "c", "paper": "1", "ours": "2", "holds": True, "detail": "", "profile": "smoke"}],
+                     "04_x")
+    assert (tmp_path / "figs" / "tables" / "claims_04_x.meta.json").exists()
+    # the report reads the profile of a table from its sidecar
+    text = render_report(tmp_path / "figs", specs=[])
+    assert "| c |" in text
+
+
+def test_figure_is_saved_and_returned(tmp_path, monkeypatch):
+    matplotlib.use("agg")
+    import matplotlib.pyplot as plt
+
+    monkeypatch.setenv("NEARID_OUT", str(tmp_path / "out"))
+    monkeypatch.setenv("NEARID_FIGURES", str(tmp_path / "figs"))
+    monkeypatch.setenv("NEARID_THREADS", str(torch.get_num_threads()))
+    run = R.start_run("smoke", 0, "08_x")
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    assert run.figure(fig, "08_line") is fig
+    png = tmp_path / "figs" / "08_line.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not plt.fignum_exists(fig.number)                        # closed: shown once, inline
