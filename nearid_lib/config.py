@@ -93,6 +93,9 @@ class BackboneConfig:
     tiny: bool = False                  # random-init tiny config of the same class (smoke/tests)
     dtype: str = "float32"              # "float32" | "float16" | "bfloat16"
     batch_size: int = 64
+    # Where the head's tokens come from: None = the backbone's last hidden state / feature map;
+    # "blocks.N" = an intermediate stage of a CNN (mini: EfficientNet-Lite0's stride-16 stage).
+    token_layer: str | None = None
 
 
 @dataclass(frozen=True)
@@ -315,6 +318,7 @@ def _smoke() -> Profile:
 def _mini() -> Profile:
     return Profile(
         name="mini",
+        backbone=BackboneConfig(token_layer="blocks.4"),
         head=HeadConfig(num_heads=8, mlp_ratio=2.0, token_dropout=0.2),
         # tuned on the val split only; ablation heads (05/06/07) share one shorter step budget
         train=TrainConfig(lr=1e-3, weight_decay=5e-2, warmup_steps=20, batch_size=64, epochs=12,

@@ -166,3 +166,49 @@ def test_load_backbone_honours_dtype_and_device():
     assert other.tiny and other.dtype == torch.bfloat16 and other.image_size == 64
     clip, _ = load_backbone(cfg, name="clip-vit-b32")
     assert clip.tiny and clip.dtype == torch.float32
+
+
+def test_token_tap_stride16_tokens_and_same_pooled_output():
+    """``token_layer="blocks.4"``: the head reads the stride-16 stage (14 x 14 x 112 at 224 px)
+    while ``pooled`` stays the GAP of the last map, identical to the untapped encoder's."""
+    import torch
+
+    from nearid_lib.models import load_encoder
+
+    full, _ = load_encoder("efficientnet-lite0")
+    tap, _ = load_encoder("efficientnet-lite0", token_layer="blocks.4")
+    assert (full.n_tokens, full.token_dim) == (49, 1280)
+    assert (tap.n_tokens, tap.token_dim) == (196, 112)
+    x = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        a, b = full(x), tap(x)
+    torch.testing.assert_close(a.pooled, b.pooled)
+    torch.testing.assert_close(b.pooled, a.tokens.mean(dim=1), rtol=1e-4, atol=1e-5)
+    assert full.cache_key() != tap.cache_key()
+    with pytest.raises(ValueError, match="blocks.N"):
+        load_encoder("efficientnet-lite0", tiny=True, token_layer="head")
+
+
+@pytest.mark.parametrize("name,size,grid,dim", [("efficientnet-lite1", 240, 15, 112),
+                                                ("efficientnet-lite2", 260, 17, 120)])
+def test_lite1_lite2_from_their_wheels(name, size, grid, dim):
+    from nearid_lib.models import load_encoder
+
+    enc, pre = load_encoder(name, token_layer="blocks.4")
+    assert enc.image_size == size and pre.image_size == size
+    assert (enc.n_tokens, enc.token_dim, enc.embed_dim) == (grid * grid, dim, 1280)
+    assert enc.weights.endswith(".pth")
+
+
+def test_tiny_models_are_identical_across_loads():
+    import torch
+
+    from nearid_lib.models import load_encoder
+
+    torch.manual_seed(123)
+    a, _ = load_encoder("efficientnet-lite0", tiny=True)
+    torch.manual_seed(456)
+    b, _ = load_encoder("efficientnet-lite0", tiny=True)
+    for (ka, va), (kb, vb) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert torch.equal(va, vb), ka
+    assert a.cache_key() == b.cache_key()

