@@ -71,15 +71,17 @@ def test_loss_decreases(world, encoder):
     assert np.mean(loss[-4:]) < 0.7 * np.mean(loss[:4]), str([round(x, 2) for x in loss])
 
 
-def test_epoch_rows_deterministic_and_mtg_rank_only(world):
+def test_epoch_rows_deterministic_and_mtg_rows_are_ordinary(world):
     cfg, data, _ = world
     r0, r0b, r1 = epoch_rows(data, cfg, 0), epoch_rows(data, cfg, 0), epoch_rows(data, cfg, 1)
     assert list(r0.anchor) == list(r0b.anchor) and list(r0.anchor) != list(r1.anchor)
     n_mtg = int((data.mtg.split == "train").sum()) * cfg.train.mtg_repeat
     n_ids = int((data.positives.split == "train").sum())
-    assert len(r0) == n_ids + n_mtg and int(r0.rank_only.sum()) == n_mtg
+    is_mtg = np.array([a.startswith("mtg/") for a in r0.anchor])
+    assert len(r0) == n_ids + n_mtg and int(is_mtg.sum()) == n_mtg
+    assert not r0.rank_only.any()          # MTG rows enter L_disc and L_rank like NearID rows
     # NearID rows: distractors are the anchor view's distractors of the training sources
-    for i in np.flatnonzero(~r0.rank_only)[:5]:
+    for i in np.flatnonzero(~is_mtg)[:5]:
         a = r0.anchor[i]
         j = int(np.flatnonzero(data.positives[["img1", "img2", "img3"]].to_numpy() == a)[0] // 3)
         k = [c for c in (1, 2, 3) if data.positives.iloc[j][f"img{c}"] == a][0]
@@ -90,7 +92,7 @@ def test_epoch_rows_deterministic_and_mtg_rank_only(world):
     # positive's part edit (a second oracle-scored slot), each with its oracle from mtg.csv
     K = r0.distractors.shape[1]
     mtg = data.mtg.set_index("image_1_original")
-    for i in np.flatnonzero(r0.rank_only)[:5]:
+    for i in np.flatnonzero(is_mtg)[:5]:
         assert "original" in r0.anchor[i] and "original" in r0.positives[i][0]
         assert r0.distractors[i][0] == r0.anchor[i].replace("original", "inpainted")
         assert np.isfinite(r0.oracle[i][0])
@@ -106,28 +108,39 @@ def test_epoch_rows_deterministic_and_mtg_rank_only(world):
     assert steps_per_epoch(len(r0), 8) == len(r0) // 8
 
 
-def test_mtg_rows_reach_only_l_rank(world):
-    """By construction: with alpha = 0 (L_disc only) the MTG anchors get exactly zero gradient; with
-    alpha > 0 they get a gradient, through L_rank."""
+def test_loss_pushes_the_part_edit_away_from_the_anchor(world):
+    """Issue: MTG rows go through the full loss. In the failure mode the loss must fix (the part
+    edit closer to the anchor than the anchor's other view, batch negatives far away), the gradient
+    of L_NearID (alpha 0.5, and L_disc alone at alpha 0) with respect to the part-edit embedding
+    of every MTG row points towards the anchor, so a descent step lowers cos(anchor, part edit).
+    Under the old rank-only protocol the L_disc-only gradient was exactly zero."""
     cfg, data, _ = world
-    rows = epoch_rows(data, cfg, 0).take(np.arange(16))
-    ro = torch.from_numpy(rows.rank_only)
-    assert ro.any() and (~ro).any()
+    rows = epoch_rows(data, cfg, 0)
+    rows = rows.take(np.arange(min(24, len(rows))))
+    is_mtg = torch.tensor([a.startswith("mtg/") for a in rows.anchor])
+    assert is_mtg.any() and (~is_mtg).any()
     g = torch.Generator().manual_seed(0)
-    B, P, K, D = len(rows), rows.positives.shape[1], rows.distractors.shape[1], 8
+    B, P, K, D = len(rows), rows.positives.shape[1], rows.distractors.shape[1], 64
     pm, dm = torch.from_numpy(rows.positives != ""), torch.from_numpy(rows.distractors != "")
-    grads = {}
     for alpha in (0.0, 0.5):
-        a = torch.nn.functional.normalize(torch.randn(B, D, generator=g), dim=-1).requires_grad_(True)
-        p = torch.nn.functional.normalize(torch.randn(B, P, D, generator=g), dim=-1)
-        d = torch.nn.functional.normalize(torch.randn(B, K, D, generator=g), dim=-1)
-        loss, parts = losses.compute_loss("nearid", a, p, d, pm, dm, cfg, rank_only=ro,
-                                          dist_oracle=torch.from_numpy(rows.oracle).float(), alpha=alpha)
+        a = torch.nn.functional.normalize(torch.randn(B, D, generator=g), dim=-1)
+        p = torch.nn.functional.normalize(a[:, None] + 1.0 * torch.randn(B, P, D, generator=g) / D ** 0.5, dim=-1)
+        d = torch.nn.functional.normalize(a[:, None] + 0.3 * torch.randn(B, K, D, generator=g) / D ** 0.5, dim=-1)
+        d.requires_grad_(True)
+        loss, _ = losses.compute_loss("nearid", a, p, d, pm, dm, cfg, rank_only=torch.from_numpy(rows.rank_only),
+                                      alpha=alpha)
         loss.backward()
-        grads[alpha] = a.grad
-    assert torch.all(grads[0.0][ro] == 0)
-    assert torch.any(grads[0.0][~ro] != 0)
-    assert torch.all(grads[0.5][ro].abs().sum(-1) > 0)
+        edit = d.grad[is_mtg, 0]                                   # the anchor's own part edit
+        assert torch.all((edit * a[is_mtg]).sum(-1) > 0), alpha    # -grad points away from the anchor
+        stepped = torch.nn.functional.normalize(d.detach() - 0.5 * d.grad, dim=-1)
+        before = (d.detach()[is_mtg, 0] * a[is_mtg]).sum(-1)
+        after = (stepped[is_mtg, 0] * a[is_mtg]).sum(-1)
+        assert torch.all(after < before), alpha
+        if alpha == 0.0:     # the old protocol (MTG rows rank-only) gave these rows no L_disc at all
+            d_old = d.detach().clone().requires_grad_(True)
+            loss_old, _ = losses.compute_loss("nearid", a, p, d_old, pm, dm, cfg, rank_only=is_mtg, alpha=0.0)
+            loss_old.backward()
+            assert torch.all(d_old.grad[is_mtg] == 0)
 
 
 def test_cached_and_uncached_tokens_agree(world, encoder):

@@ -172,16 +172,16 @@ class Embedder:
 
     def _gather(self, relpaths, variant, what):
         loc = self._locate(relpaths, variant)
-        groups = sorted({g for g, _ in loc})
+        names = np.array([g for g, _ in loc], dtype=object)
+        rows = np.fromiter((r for _, r in loc), dtype=np.int64, count=len(loc))
         out = None
-        for g in groups:
-            sel = [i for i, (gg, _) in enumerate(loc) if gg == g]
-            rows = np.asarray([loc[i][1] for i in sel], dtype=np.int64)
+        for g in sorted(set(names)):
+            sel = np.flatnonzero(names == g)
             c = self._caches[(variant, g)]
-            t = c.tokens(rows) if what == "tokens" else c.pooled(rows)
+            t = c.tokens(rows[sel]) if what == "tokens" else c.pooled(rows[sel])
             if out is None:
                 out = torch.empty((len(relpaths),) + tuple(t.shape[1:]), dtype=t.dtype)
-            out[torch.as_tensor(sel)] = t
+            out[torch.from_numpy(sel)] = t
         if out is None:
             dim = (self.backbone.n_tokens, self.backbone.token_dim) if what == "tokens" else (self.backbone.embed_dim,)
             out = torch.zeros((0,) + dim)

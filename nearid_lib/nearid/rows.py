@@ -2,11 +2,19 @@
 
 One training row = one anchor image a, its positives (the identity's other views, up to 2 slots) and
 its distractors (one slot per training source: the distractor inpainted into the *anchor's* view, so
-it shares the anchor's background). MTG part-edit pairs are interleaved as extra rows (anchor
-image_1_original or image_2_original, positive = the other original, distractors = the anchor's own
-part edit and, given a second slot, the positive's part edit, each with its oracle), repeated
-``train.mtg_repeat`` times per epoch and flagged ``rank_only``: the loss forms only ranking terms for
-them (:mod:`nearid_lib.nearid.losses`: "rank_only rows").
+it shares the anchor's background). MTG part-edit pairs are interleaved as extra rows, repeated
+``train.mtg_repeat`` times per epoch (paper Sec. 4.1: 4x): anchor = image_1_original (image_2 on
+every other repeat), positive = the other original, distractors = the anchor's own part edit (same
+background: a part-level near-identity distractor) and, given a second slot, the positive's part
+edit, each with its oracle 1 - |part| / |object|.
+
+MTG rows are ordinary rows: they enter L_disc and L_rank like NearID rows. The paper's "L_rank
+without explicit regression targets" means no oracle-score *targets*, not "no L_disc": Table 6's
+MTG-only row (58.3% NearID SSR, 49.0% MTG SSR) could not be trained without L_disc, and the authors'
+MTG rows are ordinary rows (anchor, positive, two part edits). The oracles ride along for the
+oracle-ranking ablations only (RankNet on oracle-ordered distractor pairs, Table 3), which is why
+both part edits fill a row when there are two slots. ``rank_only`` stays available in the loss for
+rows that should form ranking terms only; no row of the NearID protocol uses it.
 
 The rows of epoch e and their order come from ``make_rng(seed, ..., e)``: deterministic, so a resumed
 run sees exactly the rows it would have seen.
@@ -64,33 +72,35 @@ def _nearid_rows(data: NearIDData, sources: list[str], K: int, epoch: int, split
     """One row per identity of ``split``: a random anchor view (``make_rng(seed, "anchor-view", epoch)``),
     the other views as positives, the anchor view's distractor of every training source."""
     sel = (data.positives["split"] == split).to_numpy()
-    pos = data.positives[sel]
-    dists = {s: data.distractors[s][sel] for s in sources}
+    views_cols = [f"img{k}" for k in (1, 2, 3)]
+    img = data.positives.loc[sel, views_cols].to_numpy(dtype=object)                    # [n, 3]
+    msk = data.positives.loc[sel, [f"mask{k}" for k in (1, 2, 3)]].to_numpy(dtype=object)
+    dst = np.stack([data.distractors[s].loc[sel, [f"nimg{k}" for k in (1, 2, 3)]].to_numpy(dtype=object)
+                    for s in sources], axis=1) if sources else np.zeros((len(img), 0, 3), object)  # [n, S, 3]
     rng = make_rng(seed, "anchor-view", epoch)
     rows = []
-    for j in range(len(pos)):
-        r = pos.iloc[j]
-        views = [k for k in (1, 2, 3) if r[f"img{k}"]]
+    for j in range(len(img)):           # numpy rows: a pandas .iloc per row costs ~seconds per epoch
+        views = [v for v in range(3) if img[j, v]]
         k = views[int(rng.integers(len(views)))]
         others = [v for v in views if v != k]
-        p = [r[f"img{v}"] for v in others] + [""] * (P_SLOTS - len(others))
-        pm = [r[f"mask{v}"] for v in others] + [""] * (P_SLOTS - len(others))
-        d = [dists[s].iloc[j][f"nimg{k}"] for s in sources] + [""] * (K - len(sources))
-        dm = [r[f"mask{k}"] if x else "" for x in d]
-        rows.append((r[f"img{k}"], r[f"mask{k}"], p, pm, d, dm, [np.nan] * K, False))
+        p = [img[j, v] for v in others] + [""] * (P_SLOTS - len(others))
+        pm = [msk[j, v] for v in others] + [""] * (P_SLOTS - len(others))
+        d = list(dst[j, :, k]) + [""] * (K - len(sources))
+        dm = [msk[j, k] if x else "" for x in d]
+        rows.append((img[j, k], msk[j, k], p, pm, d, dm, [np.nan] * K, False))
     return rows
 
 
 def _mtg_rows(data: NearIDData, K: int, repeat: int, split: str) -> list[tuple]:
-    """The MTG pairs of ``split`` as rank-only rows, ``repeat`` times (the anchor alternates)."""
+    """The MTG pairs of ``split`` as ordinary rows, ``repeat`` times (the anchor alternates)."""
     P = P_SLOTS
     m = data.mtg[data.mtg["split"] == split]
+    recs = m.to_dict("records")
     rows = []
     for rep in range(int(repeat)):
-        # alternate which image is the anchor: both backgrounds get ranking terms
+        # alternate which image is the anchor: both backgrounds serve as matched context
         a, b = (1, 2) if rep % 2 == 0 else (2, 1)
-        for j in range(len(m)):
-            r = m.iloc[j]
+        for r in recs:
             # Distractors: the anchor's own part edit and, where there is a second slot, the
             # positive's part edit, each with its oracle (1 - |part|/|object|). Two oracle-scored
             # distractors per row are what gives the oracle-ranking variants (RankNet on
@@ -102,7 +112,7 @@ def _mtg_rows(data: NearIDData, K: int, repeat: int, split: str) -> list[tuple]:
                          [r[f"image_{e}_inpainted"] for e in edits] + [""] * (K - len(edits)),
                          [r[f"image_{e}_object_mask"] for e in edits] + [""] * (K - len(edits)),
                          [float(r[f"oracle_{e}"]) for e in edits] + [np.nan] * (K - len(edits)),
-                         True))
+                         False))
     return rows
 
 
