@@ -118,9 +118,11 @@ class TrainConfig:
     beta: float = 0.1                   # cohesion weight; used only by loss="nearid_cohesion" (paper R9)
     temperature: float = 0.07
     disc_average: str = "per_index"    # "per_index" (paper Eqs. 1-2) | "flat" mean over valid terms
-    rank_margin: float = 1.0            # logit units: oracle RankNet and Circle hinge rank margins
-    circle_gamma: float = 256.0         # Circle loss scale (Sun et al. 2020 defaults)
-    circle_m: float = 0.25              # Circle loss relaxation margin
+    # Constants the paper leaves open take the authors' released values (cosine units; Table 4's
+    # logit-unit margins are these divided by the temperature): see nearid.losses.compute_loss.
+    oracle_margin: float = 0.05         # oracle RankNet margin
+    circle_gamma: float = 64.0          # Circle loss scale
+    circle_m: float = 0.25              # Circle relaxation margin, also its hinge rank margin
     siglip_scale: float | None = None   # SigLIP logit scale t (None: 1/temperature)
     siglip_bias: float = -10.0          # SigLIP logit bias b (SigLIP init)
     siglip_learnable: bool = False      # learn log t and b (losses.make_loss_parameters)

@@ -20,7 +20,7 @@ from nearid_lib.nearid.losses import LOSSES, compute_loss
 
 WORLD = 2
 B_LOCAL, P, K, D = 3, 3, 2, 5
-HP = dict(alpha=0.7, beta=0.2, temperature=0.2, circle_gamma=32.0, rank_margin=0.5)
+HP = dict(alpha=0.7, beta=0.2, temperature=0.2, circle_gamma=32.0, oracle_margin=0.1)
 
 
 def _global_batch():

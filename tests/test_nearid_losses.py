@@ -112,6 +112,8 @@ def ref_loss(name, a, g, r, pm, dm, ro, oracle, hp, ops):
                 den = den + sum(ops.exp(lg(a[i], r[i][k])) for k in range(K) if dm[i][k])
             a2g = -ops.log(ops.exp(lg(a[i], g[i][fi])) / den)
             den2 = sum(ops.exp(lg(g[i][fi], a[j])) for j in range(B))
+            if "rneg" in name:     # the distractors join the g->a softmax too (authors' convention)
+                den2 = den2 + sum(ops.exp(lg(g[i][fi], r[i][k])) for k in range(K) if dm[i][k])
             g2a = -ops.log(ops.exp(lg(g[i][fi], a[i])) / den2)
             vals.append(0.5 * (a2g + g2a))
         disc = _mean(vals)
@@ -123,27 +125,25 @@ def ref_loss(name, a, g, r, pm, dm, ro, oracle, hp, ops):
                     for k2 in range(K):
                         if (dm[i][k] and dm[i][k2] and math.isfinite(oracle[i][k])
                                 and math.isfinite(oracle[i][k2]) and oracle[i][k] > oracle[i][k2]):
-                            x = lg(a[i], r[i][k]) - lg(a[i], r[i][k2]) - hp["rank_margin"]
+                            x = lg(a[i], r[i][k]) - lg(a[i], r[i][k2]) - hp["oracle_margin"] / tau
                             pairs.append(-ops.log(1 / (1 + ops.exp(-x))))
             rank = _mean(pairs)
     elif name == "siglip":
         t = 1 / tau if hp["siglip_scale"] is None else hp["siglip_scale"]
         b = hp["siglip_bias"]
-        vals = []
+        pair_terms, hard_terms = [], []       # averaged over pairs, not summed per anchor
         for i in range(B):
             if ro[i] or first(i) is None:
                 continue
-            s = 0
             for j in range(B):
                 for q in range(P):
                     if pm[j][q]:
                         z = t * _dot(a[i], g[j][q]) + b
-                        s = s + (ops.log1p(ops.exp(-z)) if j == i else ops.log1p(ops.exp(z)))
+                        pair_terms.append(ops.log1p(ops.exp(-z)) if j == i else ops.log1p(ops.exp(z)))
             for k in range(K):
                 if dm[i][k]:
-                    s = s + ops.log1p(ops.exp(t * _dot(a[i], r[i][k]) + b))
-            vals.append(s)
-        disc, rank = _mean(vals), rank_softplus()
+                    hard_terms.append(ops.log1p(ops.exp(t * _dot(a[i], r[i][k]) + b)))
+        disc, rank = _mean(pair_terms) + _mean(hard_terms), rank_softplus()
     elif name == "circle":
         gam, m = hp["circle_gamma"], hp["circle_m"]
         vals = []
@@ -166,7 +166,7 @@ def ref_loss(name, a, g, r, pm, dm, ro, oracle, hp, ops):
                 continue
             for k in range(K):
                 if dm[i][k]:
-                    terms[(i, k)] = _relu(max(neg) - lg(a[i], r[i][k]) + hp["rank_margin"])
+                    terms[(i, k)] = _relu(max(neg) - lg(a[i], r[i][k]) + hp["circle_m"] / tau)
         rank = _average(terms, hp["average"])
     else:
         raise KeyError(name)
@@ -216,7 +216,7 @@ def impl(name, batch, hp):
 
 HP_VARIANTS = [
     dict(alpha=0.5, beta=0.1, temperature=0.07, average="per_index"),
-    dict(alpha=1.3, beta=0.3, temperature=0.5, average="flat", rank_margin=0.7, circle_gamma=32.0,
+    dict(alpha=1.3, beta=0.3, temperature=0.5, average="flat", oracle_margin=0.35, circle_gamma=32.0,
          circle_m=0.4, siglip_scale=3.0, siglip_bias=-1.5),
 ]
 
@@ -395,7 +395,7 @@ def test_hand_computed_oracle_ranknet():
     g = torch.tensor([[[1.0, 0.0]]], dtype=DT)
     r = torch.tensor([[[0.8, 0.6], [0.0, 1.0]]], dtype=DT)
     _, parts = compute_loss("infonce_oracle", a, g, r, cfg=None, dist_oracle=torch.tensor([[0.9, 0.2]]),
-                            temperature=1.0, rank_margin=0.5)
+                            temperature=1.0, oracle_margin=0.5)
     assert parts["rank"].item() == pytest.approx(math.log(1 + math.exp(-(0.8 - 0.0 - 0.5))), rel=1e-12)
 
 
@@ -427,9 +427,9 @@ def test_rank_only_rows_only_rank():
 
 
 def test_config_and_registry():
-    cfg = get_profile("smoke", **{"train.alpha": 0.25, "train.rank_margin": 0.3})
+    cfg = get_profile("smoke", **{"train.alpha": 0.25, "train.oracle_margin": 0.3})
     hp = loss_hparams(cfg)
-    assert hp["alpha"] == 0.25 and hp["rank_margin"] == 0.3 and hp["temperature"] == cfg.train.temperature
+    assert hp["alpha"] == 0.25 and hp["oracle_margin"] == 0.3 and hp["temperature"] == cfg.train.temperature
     assert set(cfg.eval.ablation_losses) <= set(LOSSES)
     assert TrainConfig().loss in LOSSES
     a, g, r, *_ = make_batch(0)

@@ -178,3 +178,21 @@ def test_oracle_ranking_has_pairs_on_mtg_rows(world):
     base, _ = losses.compute_loss("infonce", a, p, d, pm, dm, cfg, **kw)
     orac, _ = losses.compute_loss("infonce_oracle", a, p, d, pm, dm, cfg, **kw)
     assert not torch.isclose(base, orac)
+
+
+def test_random_positive_first_draws_among_valid_views(world):
+    from nearid_lib.nearid.rows import random_positive_first
+
+    cfg, data, _ = world
+    rows = epoch_rows(data, cfg, 0)
+    firsts = {}
+    for seed in range(30):
+        r = random_positive_first(rows, np.random.default_rng(seed))
+        assert (r.positives[:, 0] != "").all() or (rows.positives[:, 0] == "").any()
+        for i in range(len(rows)):           # same set of views, the chosen one first
+            assert sorted(r.positives[i]) == sorted(rows.positives[i])
+            k = list(rows.positives[i]).index(r.positives[i][0])
+            assert r.pos_masks[i][0] == rows.pos_masks[i][k]
+            firsts.setdefault(i, set()).add(r.positives[i][0])
+    two = [i for i in range(len(rows)) if (rows.positives[i] != "").sum() == 2]
+    assert two and all(len(firsts[i]) == 2 for i in two)   # both views get drawn

@@ -14,7 +14,10 @@ __all__ = ["cohesion_loss"]
 
 
 def _rank_hinge_max(L: _Logits, pool: Pool, average: str, margin: float) -> Tensor:
-    """Circle's rank term (Table 4): [max_{B_neg(i)} l(a_i,g) - l(a_i,r_ik) + m]_+ per valid (i,k)."""
+    """Circle's rank term, as Table 4 writes it: (1/K) sum_k [max_{B_neg(i)} l(a_i,g) - l(a_i,r_ik) + m]_+
+    per valid (i,k), ``margin`` m in logit units. The max follows the paper (the authors' code averages
+    the hinge over batch negatives instead; where the two differ the paper is the specification); m is
+    their cosine margin 0.25 divided by the temperature (the paper gives no value)."""
     mx, has = _masked_max(L.lg, _bneg(L))
     terms = F.relu(mx.unsqueeze(1) - L.lr + margin)
     tmask = L.dist_mask & has.unsqueeze(1)
@@ -24,7 +27,8 @@ def _rank_hinge_max(L: _Logits, pool: Pool, average: str, margin: float) -> Tens
 def _rank_oracle(L: _Logits, pool: Pool, dist_oracle: Tensor | None, margin: float) -> Tensor:
     """RankNet on oracle-ordered distractor pairs: -log sigma(l_rk - l_rk' - m) for every pair of valid
     distractors of the same anchor with oracle_k > oracle_k' (higher oracle = less edited = should be more
-    similar). NaN oracle = no oracle for that slot; ties form no pair. Flat mean over all pairs (global)."""
+    similar). NaN oracle = no oracle for that slot; ties form no pair. Flat mean over all pairs (global),
+    as in the authors' code; m in logit units (their cosine margin 0.05 / temperature, compute_loss)."""
     B, K = L.lr.shape
     if dist_oracle is None:
         return L.lr.sum() * 0.0
@@ -50,8 +54,11 @@ def _infonce_sym(anchor: Tensor, positives: Tensor, pos_mask: Tensor, L: _Logits
                  temperature: float, use_distractors: bool) -> Tensor:
     """Symmetric single-positive InfoNCE over the global batch (Table 4 row 1, + R neg when asked).
 
-    Row i pairs anchor a_i with its first valid positive g1_i. a->g: softmax over {g1_j : valid rows j of
-    the global batch} (+ a_i's valid distractors for R neg); g->a: softmax of g1_i over all global anchors.
+    Row i pairs anchor a_i with its first valid positive g1_i (training puts a view drawn at random among
+    the valid ones in that slot, the authors' convention for "1-pos"). a->g: softmax over {g1_j : valid
+    rows j of the global batch}; g->a: softmax of g1_i over all global anchors. For R neg, a_i's valid
+    distractors join the denominators of *both* directions (a_i vs r_ik and g1_i vs r_ik), as in the
+    authors' code (Table 4 only says "appended as extra negatives in softmax over G").
     Loss = (mean_i a->g + mean_i g->a) / 2 over rows with a valid positive that are not rank_only."""
     B = anchor.shape[0]
     if pool.anchors is None:
@@ -68,7 +75,12 @@ def _infonce_sym(anchor: Tensor, positives: Tensor, pos_mask: Tensor, L: _Logits
         m_ag = torch.cat([m_ag, L.dist_mask], dim=1)
     lse_ag, _ = _masked_lse(l_ag, m_ag)
     l_ga = g1 @ A.T / temperature                                                 # [B,M]
-    lse_ga = torch.logsumexp(l_ga, dim=1)
+    if use_distractors:
+        l_gr = torch.einsum("bd,bkd->bk", g1, L.r) / temperature                  # [B,K] g1_i vs r_ik
+        lse_ga, _ = _masked_lse(torch.cat([l_ga, l_gr], dim=1),
+                                torch.cat([torch.ones_like(l_ga, dtype=torch.bool), L.dist_mask], dim=1))
+    else:
+        lse_ga = torch.logsumexp(l_ga, dim=1)
     # positive logit a_i.g1_i is the same number in both directions
     terms = 0.5 * ((lse_ag - pos_ag) + (lse_ga - pos_ag))
     tmask = v1 & ~L.rank_only
@@ -78,19 +90,23 @@ def _infonce_sym(anchor: Tensor, positives: Tensor, pos_mask: Tensor, L: _Logits
 def _siglip_disc(L: _Logits, pool: Pool, temperature: float, scale: Tensor | float | None,
                  bias: Tensor | float) -> Tensor:
     """Pairwise sigmoid BCE over G (label 1 for the anchor's own positives, 0 otherwise) plus BCE(., 0) for
-    the anchor's own distractors; logits z = t*cos + b. Per anchor: sum over its valid pairs; then the mean
-    over rows with a valid positive that are not rank_only (SigLIP's 1/|B| sum_i sum_j)."""
+    the anchor's own distractors; logits z = t*cos + b. Each part is *averaged* over its valid pairs
+    (anchors = rows with a valid positive that are not rank_only): mean over (anchor, pool member) pairs
+    + mean over (anchor, distractor) pairs, the authors' convention. A sum per anchor (SigLIP's
+    1/|B| sum_i sum_j) would scale the term with the pool size, so alpha would weigh a different
+    objective at every batch size."""
     t = 1.0 / temperature if scale is None else scale
     cos_g = L.lg * temperature
     cos_r = L.lr * temperature
     z_g = t * cos_g + bias
     z_r = t * cos_r + bias
     sign = torch.where(L.own, torch.ones_like(z_g), -torch.ones_like(z_g))
-    zero = torch.zeros((), dtype=z_g.dtype, device=z_g.device)
-    per_row = (torch.where(L.g_valid, F.softplus(-sign * z_g), zero).sum(1)
-               + torch.where(L.dist_mask, F.softplus(z_r), zero).sum(1))          # [B]
-    tmask = L.pos_mask.any(1) & ~L.rank_only
-    return _weighted_sum(per_row, _row_weights(tmask, pool).to(per_row.dtype), tmask)
+    rows = (L.pos_mask.any(1) & ~L.rank_only).unsqueeze(1)
+    pm, dm = L.g_valid & rows, L.dist_mask & rows
+    bce_g = F.softplus(-sign * z_g)                                               # [B, M*P]
+    bce_r = F.softplus(z_r)                                                       # [B, K]
+    return (_weighted_sum(bce_g, _row_weights(pm.reshape(-1), pool).reshape(pm.shape).to(bce_g.dtype), pm)
+            + _weighted_sum(bce_r, _row_weights(dm.reshape(-1), pool).reshape(dm.shape).to(bce_r.dtype), dm))
 
 
 def _circle_disc(L: _Logits, pool: Pool, temperature: float, gamma: float, m: float) -> Tensor:

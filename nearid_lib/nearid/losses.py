@@ -87,7 +87,7 @@ LOSS_INFO: dict[str, tuple[str, str]] = {
 LOSSES = tuple(LOSS_INFO)
 
 _DEFAULTS: dict[str, Any] = {
-    "alpha": 0.5, "beta": 0.1, "temperature": 0.07, "rank_margin": 1.0, "circle_gamma": 256.0,
+    "alpha": 0.5, "beta": 0.1, "temperature": 0.07, "oracle_margin": 0.05, "circle_gamma": 64.0,
     "circle_m": 0.25, "siglip_scale": None, "siglip_bias": -10.0, "average": "per_index",
 }
 
@@ -136,12 +136,19 @@ def compute_loss(name: str, anchor: Tensor, positives: Tensor, distractors: Tens
     """Any training objective of NearID Tables 3/4 by name (see ``LOSSES``); returns (loss, parts).
 
     ``cfg``: TrainConfig / Profile / mapping / None, with keyword ``overrides`` (alpha, beta, temperature,
-    rank_margin, circle_gamma, circle_m, siglip_scale, siglip_bias, average). Every variant is
+    oracle_margin, circle_gamma, circle_m, siglip_scale, siglip_bias, average). Every variant is
     L = L_disc + alpha * L_rank (+ beta * L_coh for nearid_cohesion); parts = {"disc", "rank", ("coh")}.
     ``dist_oracle`` [B,K] float: per-distractor oracle score (MTG: 1 - |part|/|object| of the edit; higher =
     closer to the anchor identity; NaN = unknown), used only by the *_oracle variants. ``rank_only`` [B]:
-    rows that form ranking terms only (MTG). ``pool``: the gathered global pool (multi-GPU).
-    Margins (``rank_margin``) are in logit units, as written in Table 4."""
+    rows that form ranking terms only (no row of the NearID protocol uses it). ``pool``: the gathered
+    global pool (multi-GPU).
+
+    Where the paper's Table 4 fixes the form but not a constant or an averaging, the authors' released
+    code decides (each documented at its term in :mod:`~nearid_lib.nearid.loss_variants`): margins
+    are given in cosine units and enter Table 4's logit formulas divided by the temperature
+    (``oracle_margin`` 0.05, Circle's ``circle_m`` 0.25); Circle's scale is gamma = 64; SigLIP's BCE
+    is averaged, not summed, over pairs; InfoNCE's single positive is a random valid view (the
+    training loop puts it in the first slot) and +R neg appends the distractors in both directions."""
     if name not in LOSS_INFO:
         raise KeyError(f"unknown loss {name!r}; valid: {', '.join(LOSSES)}")
     hp = loss_hparams(cfg, **overrides)
@@ -153,7 +160,8 @@ def compute_loss(name: str, anchor: Tensor, positives: Tensor, distractors: Tens
     parts: dict[str, Tensor] = {}
     if name in ("infonce", "infonce_rneg", "infonce_oracle", "infonce_rneg_oracle"):
         disc = _infonce_sym(anchor, positives, pm, L, P, tau, use_distractors="rneg" in name)
-        rank = _rank_oracle(L, P, dist_oracle, float(hp["rank_margin"])) if "oracle" in name else zero
+        rank = (_rank_oracle(L, P, dist_oracle, float(hp["oracle_margin"]) / tau) if "oracle" in name
+                else zero)
     elif name == "siglip":
         scale, bias = hp["siglip_scale"], hp["siglip_bias"]
         if params is not None and "siglip_log_scale" in params:
@@ -163,7 +171,7 @@ def compute_loss(name: str, anchor: Tensor, positives: Tensor, distractors: Tens
         rank = _rank_softplus(L, P, avg)
     elif name == "circle":
         disc = _circle_disc(L, P, tau, float(hp["circle_gamma"]), float(hp["circle_m"]))
-        rank = _rank_hinge_max(L, P, avg, float(hp["rank_margin"]))
+        rank = _rank_hinge_max(L, P, avg, float(hp["circle_m"]) / tau)
     else:  # nearid, nearid_cohesion
         disc = _disc_nearid(L, P, avg)
         rank = _rank_softplus(L, P, avg)

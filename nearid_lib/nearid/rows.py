@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from ..config import Profile
     from ..data import NearIDData
 
-__all__ = ["TrainRows", "train_sources", "epoch_rows", "steps_per_epoch", "train_groups"]
+__all__ = ["TrainRows", "train_sources", "epoch_rows", "steps_per_epoch", "train_groups",
+           "random_positive_first"]
 
 P_SLOTS = 2     # positive slots per row: the anchor's other views (a NearID identity has 2-3 views)
 
@@ -147,3 +148,18 @@ def steps_per_epoch(n_rows: int, batch_size: int) -> int:
 def train_groups(data: NearIDData, cfg: Profile) -> list[str]:
     """The image groups (:func:`~nearid_lib.nearid.embedder.image_groups`) training reads."""
     return image_groups(data, ("train",), train_sources(data, cfg), mtg=cfg.train.use_mtg)
+
+
+def random_positive_first(batch: TrainRows, rng: np.random.Generator) -> TrainRows:
+    """A copy of ``batch`` with, in every row, one valid positive drawn at random moved to slot 0:
+    single-positive objectives (InfoNCE "1-pos", Table 3) use the first valid slot, and drawing it at
+    random among the anchor's other views is the authors' convention (a fixed first slot would pair an
+    anchor with the same view at every epoch)."""
+    pos, pmk = batch.positives.copy(), batch.pos_masks.copy()
+    for i in range(len(batch)):
+        valid = np.flatnonzero(pos[i] != "")
+        if len(valid) > 1:
+            j = int(valid[int(rng.integers(len(valid)))])
+            pos[i, [0, j]], pmk[i, [0, j]] = pos[i, [j, 0]], pmk[i, [j, 0]]
+    return TrainRows(batch.anchor, batch.anchor_mask, pos, pmk, batch.distractors, batch.dist_masks,
+                     batch.oracle, batch.rank_only)

@@ -51,7 +51,7 @@ from .checkpoints import config_key, latest_state, load_train_state, save_train_
 from .embedder import Embedder
 from .evaluate import evaluate_split
 from .losses import compute_loss, make_loss_parameters
-from .rows import TrainRows, epoch_rows, steps_per_epoch
+from .rows import TrainRows, epoch_rows, random_positive_first, steps_per_epoch
 from .train_inputs import TrainFeatures, crop_masks
 
 if TYPE_CHECKING:
@@ -227,6 +227,8 @@ def _train_step(s: _Setup, rows: TrainRows, b: int, step: int) -> tuple[torch.Te
     lo = b * s.B + s.rank * (s.B // s.world)
     batch = rows.take(np.arange(lo, lo + s.B // s.world))
     rng = make_rng(cfg.seed, "step", step, s.rank)
+    if cfg.train.loss.startswith("infonce"):
+        batch = random_positive_first(batch, rng)
     gen = torch_generator(cfg.seed, "dropout", step, s.rank)
     if dev.type != "cpu":
         gen = None
