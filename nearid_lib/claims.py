@@ -332,6 +332,10 @@ def evaluate_claim(spec: ClaimSpec, evidence: Mapping[str, Evidence], rng: np.ra
         est, dist = points[qs[0]], reps[0]
     else:
         est, dist = points[qs[0]] - points[qs[1]], reps[0] - reps[1]
+    if not np.isfinite(est):
+        return {**row, "ours": ", ".join(f"{q} = {fmt(points[q])}" for q in qs), "verdict": "not testable",
+                "detail": "the statistic is undefined on this profile's evidence (e.g. a correlation "
+                          "over fewer than 3 pairs)"}
     low, high = (float(v) for v in np.nanpercentile(dist, [lo_q, hi_q]))
     seeds = [evidence[q].seeds for q in qs]
     spreads = [np.nanstd(evidence[q].per_seed(), ddof=1) if len(s) > 1 else float("nan")

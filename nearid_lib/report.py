@@ -101,6 +101,11 @@ def side_by_side(paper: pd.DataFrame, ours: pd.DataFrame | None, key_columns: It
         # EfficientNet-Lite0 beside the paper's frozen SigLIP2); it is shown, never joined on.
         label = ["ours_label"] if "ours_label" in ours.columns else []
         o = ours[keys + label + [m for m in metrics if m in ours.columns]].copy()
+        for m in metrics:   # trained rows: the mean over seeds +- their spread (``<metric>_sd``)
+            if m in o.columns and f"{m}_sd" in ours.columns:
+                sd = ours[f"{m}_sd"]
+                o[m] = [(f"{_fmt(v)} ± {_fmt(e)}" if pd.notna(e) and pd.notna(v) else v)
+                        for v, e in zip(o[m], sd)]
         o = o.rename(columns={m: f"{m} (ours)" for m in metrics})
         for k in keys:  # join on strings: CSV readers may type the same key differently
             p[k] = p[k].astype(str)
@@ -172,11 +177,26 @@ def render_report(figures: Path, specs: list[TableSpec] | None = None, title: st
     claims = sorted((figures / "tables").glob("claims_*.csv"))
     if claims:
         out += ["## Claims checked", "",
-                "A claim *holds* when its computed numbers meet the stated criterion; claims that do not "
-                "hold are reported as such.", ""]
+                "Each claim is declared once with a criterion fixed before any result "
+                "(`nearid_lib/*/claims.py`) and judged on a 95% percentile bootstrap interval over test "
+                "units (identities, MTG pairs, anchors; paired when both sides are scored on the same "
+                "units), with every training-dependent quantity averaged over the training seeds (their "
+                "spread is shown). Verdicts: **holds** (the interval lies on the claim's side), **does not "
+                "hold** (it lies on the other side), **inconclusive** (it straddles the criterion), **not "
+                "testable** (a declared precondition fails in this profile, e.g. both sides far from the "
+                "paper's regime, or there is no evidence).", ""]
         frame = pd.concat([pd.read_csv(c).assign(source=f"tables/{c.name}") for c in claims],
                           ignore_index=True)
-        cols = [c for c in ("claim", "paper", "ours", "holds", "detail", "profile", "source") if c in frame]
+        if "verdict" not in frame and "holds" in frame:
+            frame["verdict"] = frame["holds"].map({True: "holds", False: "does not hold"})
+        elif "holds" in frame:
+            legacy = frame["verdict"].isna() & frame["holds"].notna()
+            frame.loc[legacy, "verdict"] = frame.loc[legacy, "holds"].map({True: "holds", False: "does not hold"})
+        counts = frame["verdict"].value_counts()
+        out += ["Summary: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in
+                                        ("holds", "does not hold", "inconclusive", "not testable")) + ".", ""]
+        cols = [c for c in ("claim", "paper", "ours", "verdict", "criterion", "detail", "profile", "source")
+                if c in frame]
         out += [render_markdown_table(frame[cols]), ""]
 
     with_ours = [s for s in specs if s.ours]
