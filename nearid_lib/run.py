@@ -92,16 +92,19 @@ class Run:
                 "commit": git.get("sha"), "dirty": git.get("dirty"),
                 "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
 
-    def write_table(self, df: pd.DataFrame, name: str) -> Path:
+    def write_table(self, df: pd.DataFrame, name: str, **extra: Any) -> Path:
         """Write ``df`` to ``<figures>/tables/<name>.csv`` (atomically) and its provenance sidecar
-        ``<name>.meta.json``; returns the CSV's path."""
+        ``<name>.meta.json`` (plus ``extra``, e.g. the training ``seeds`` behind its rows); returns
+        the CSV's path."""
         path = write_csv(df, self.tables / f"{name}.csv")
-        write_json({"table": path.name, **self.provenance()}, table_meta_path(path))
+        write_json({"table": path.name, **self.provenance(), **extra}, table_meta_path(path))
         return path
 
-    def write_claims(self, rows: Sequence[dict], name: str) -> Path:
-        """The notebook's claims (rows of :func:`nearid_lib.claims.claim`) as ``tables/claims_<name>.csv``."""
-        return self.write_table(pd.DataFrame(list(rows)), f"claims_{name}")
+    def write_claims(self, rows: Sequence[dict] | pd.DataFrame, name: str, **extra: Any) -> Path:
+        """The notebook's claims (:func:`nearid_lib.claims.evaluate_claims` or rows of
+        :func:`nearid_lib.claims.claim`) as ``tables/claims_<name>.csv``."""
+        df = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
+        return self.write_table(df, f"claims_{name}", **extra)
 
     def figure(self, fig, name: str, dpi: int = 120):
         """Save ``fig`` as ``<figures>/<name>.png`` (atomically) and return it, so that a notebook cell

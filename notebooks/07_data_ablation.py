@@ -12,8 +12,8 @@
 
 # %% [markdown]
 # # 07 - Training data ablation (NearID Table 6)
-# L_NearID with NearID + MTG (default), NearID only, MTG only, and one NearID source only (no MTG).
-# Same step budget (`train.ablation_steps`) for every head; test split over all sources.
+# L_NearID with NearID + MTG (the main head), NearID only, MTG only (MTG upsampled 8x, as in the paper)
+# and one NearID source only (no MTG). Same recipe and seeds for every head; test split; mean over seeds.
 
 # %% tags=["parameters"]
 PROFILE = "mini"
@@ -22,55 +22,48 @@ SEED = 0
 # %%
 import pandas as pd
 
-from nearid_lib.claims import claim
-from nearid_lib.config import get_profile
+from nearid_lib.claims import evaluate_claims
+from nearid_lib.data import load_profile_data
+from nearid_lib.models import load_backbone
+from nearid_lib.nearid.ablations import data_rows
+from nearid_lib.nearid.claims import CLAIMS_BY_NOTEBOOK, NEARID_CLAIMS
 from nearid_lib.nearid.embedder import Embedder
 from nearid_lib.nearid.evaluate import evaluate_split
-from nearid_lib.nearid.sweep import ablation_inputs, train_and_score
+from nearid_lib.nearid.sweep import run_rows, seeds_of
 from nearid_lib.report import paper_values_dir
 from nearid_lib.run import start_run
+from nearid_lib.seeding import make_rng
 
 run = start_run(PROFILE, SEED, "07_data_ablation")
 cfg = run.cfg
-data, backbone, steps = ablation_inputs(cfg)       # steps: the same budget for every head
+data = load_profile_data(cfg, build=False)
+backbone = load_backbone(cfg)[0]
+seeds = seeds_of(cfg)
+variants = data_rows(cfg, data)
+
+# %%
+sweep = run_rows(cfg, data, backbone, [v[0] for v in variants], seeds)
+
+# %%
+frozen = {"row_id": "frozen", "ours_label": f"{backbone.name} pooled (frozen)", "nearid_src": None,
+          "mtg_used": None, "n_seeds": 1,
+          **evaluate_split(Embedder(backbone, data, profile=PROFILE, store_tokens=True), data, "test")}
+t6 = sweep.summary().assign(nearid_src=[v[2] for v in variants], mtg_used=[v[3] for v in variants])
+t6 = pd.concat([pd.DataFrame([frozen]), t6], ignore_index=True)
 paper6 = pd.read_csv(paper_values_dir() / "nearid_table6_data_ablation.csv")
-one = data.train_sources[0]
-variants = [
-    ("nearid_full", "NearID + MTG", {}, len(data.train_sources), True),
-    ("nearid_only", "NearID only", {"train.use_mtg": False}, len(data.train_sources), False),
-    ("mtg_only", "MTG only", {"train.use_nearid": False}, 0, True),
-    ("nearid1_only", f"NearID source '{one}' only", {"train.use_mtg": False, "train.sources": (one,)}, 1, False),
-]
+t6 = t6.merge(paper6[["row", "row_id", "role"]], on="row_id", how="left")
+metric_cols = ["nearid_ssr", "nearid_pa", "mtg_mo", "mtg_mopair", "mtg_ssr", "mtg_pa"]
+sd = [c for c in t6.columns if c.endswith("_sd") and c[:-3] in metric_cols]
+t6 = t6[["row", "row_id", "ours_label", "nearid_src", "mtg_used"] + metric_cols + sd
+        + ["train_ssr", "unseen_ssr", "unseen_pa", "n_seeds"]]
+run.write_table(t6, "07_table6_data_ablation", seeds=seeds)
+t6[["row", "nearid_ssr", "nearid_ssr_sd", "mtg_mo", "mtg_ssr", "mtg_ssr_sd"]].round(3)
+
+# %% [markdown]
+# ## Claims (training data), with 95% intervals
 
 # %%
-frozen = evaluate_split(Embedder(backbone, data, profile=PROFILE, store_tokens=True), data, "test")
-rows = [{"row_id": "frozen", "ours_label": f"{backbone.name} GAP (frozen)", "nearid_src": None, "mtg_used": None,
-         **frozen}]
-for rid, label, over, n_src, mtg in variants:
-    c = get_profile(PROFILE, seed=SEED, **{"train.loss": "nearid", "train.max_steps": steps, **over})
-    r = train_and_score(c, data, backbone, splits=("test",), label=rid, progress=True)
-    rows.append({"row_id": rid, "ours_label": f"{label} ({steps} steps)", "nearid_src": n_src, "mtg_used": mtg,
-                 **r["test"]})
-    print(f"{rid:14s} SSR {r['test']['nearid_ssr']:6.1f} unseen {r['test']['unseen_ssr']:6.1f} "
-          f"M-O {r['test']['mtg_mo']:.3f} MTG SSR {r['test']['mtg_ssr']:.1f}")
-t6 = pd.DataFrame(rows).merge(paper6[["row", "row_id", "role"]], on="row_id", how="left")
-t6 = t6[["row", "row_id", "ours_label", "nearid_src", "mtg_used", "nearid_ssr", "nearid_pa", "mtg_mo", "mtg_mopair",
-         "mtg_ssr", "mtg_pa", "train_ssr", "unseen_ssr", "unseen_pa"]]
-run.write_table(t6, "07_table6_data_ablation")
-t6.round(3)
-
-# %%
-by = t6.set_index("row_id")
-claims = [
-    claim("MTG only discriminates NearID distractors far worse than NearID data", "58.3 vs 99.2 SSR",
-          f"{by.loc['mtg_only', 'nearid_ssr']:.1f} vs {by.loc['nearid_full', 'nearid_ssr']:.1f}",
-          bool(by.loc["mtg_only", "nearid_ssr"] < by.loc["nearid_full", "nearid_ssr"]), "test split", PROFILE),
-    claim("One NearID source generalises worse than all training sources", "86.9 vs 98.4 SSR (no MTG)",
-          f"{by.loc['nearid1_only', 'nearid_ssr']:.1f} vs {by.loc['nearid_only', 'nearid_ssr']:.1f}",
-          bool(by.loc["nearid1_only", "nearid_ssr"] < by.loc["nearid_only", "nearid_ssr"]), "test split", PROFILE),
-    claim("Adding MTG improves part-level MTG SSR over NearID only", "35 vs 4",
-          f"{by.loc['nearid_full', 'mtg_ssr']:.1f} vs {by.loc['nearid_only', 'mtg_ssr']:.1f}",
-          bool(by.loc["nearid_full", "mtg_ssr"] > by.loc["nearid_only", "mtg_ssr"]), "test MTG pairs", PROFILE),
-]
-run.write_claims(claims, "07_data_ablation")
-pd.DataFrame(claims)
+claims = evaluate_claims(NEARID_CLAIMS, sweep.evidence(), make_rng(SEED, "claims", "07"), profile=PROFILE,
+                         keys=CLAIMS_BY_NOTEBOOK["07_data_ablation"])
+run.write_claims(claims, "07_data_ablation", seeds=seeds)
+claims[["claim", "paper", "ours", "verdict"]]

@@ -125,6 +125,8 @@ def dataset_stats(data: NearIDData, n_diff_rows: int = 50) -> pd.DataFrame:
             ys, xs = np.nonzero(m)
             ext.append(max(ys.max() - ys.min(), xs.max() - xs.min()) + 1)   # bbox long side, px
             for s in data.sources:
+                if not data.distractors[s].nimg1[i]:      # a source absent from this split
+                    continue
                 q = np.asarray(data.image(data.distractors[s].nimg1[i]), np.float32) / 255
                 d = np.abs(p - q).mean(-1)
                 d_in[s].append(d[m].mean())
@@ -132,6 +134,7 @@ def dataset_stats(data: NearIDData, n_diff_rows: int = 50) -> pd.DataFrame:
         rows.append(("object", "mask_fraction_mean", split, float(np.mean(fg))))
         rows.append(("object", "bbox_long_side_px_mean", split, float(np.mean(ext))))
         for s in data.sources:
-            rows.append(("distractor_diff_in_mask", s, split, float(np.mean(d_in[s]))))
-            rows.append(("distractor_diff_outside_mask", s, split, float(np.mean(d_out[s]))))
+            if d_in[s]:
+                rows.append(("distractor_diff_in_mask", s, split, float(np.mean(d_in[s]))))
+                rows.append(("distractor_diff_outside_mask", s, split, float(np.mean(d_out[s]))))
     return pd.DataFrame(rows, columns=["section", "name", "split", "value"])

@@ -136,8 +136,11 @@ class Encoder(nn.Module):
 
     def spec(self) -> dict[str, Any]:
         """What rebuilds this encoder with ``load_encoder`` (store it beside a trained head)."""
-        return {"name": self.name, "tiny": bool(self.tiny), "image_size": int(self.image_size),
+        spec = {"name": self.name, "tiny": bool(self.tiny), "image_size": int(self.image_size),
                 "weights": self.weights}
+        if getattr(self, "token_layer", None):
+            spec["token_layer"] = self.token_layer
+        return spec
 
     def train(self, mode: bool = True):
         # a frozen backbone stays in eval mode: BatchNorm statistics / dropout must never change

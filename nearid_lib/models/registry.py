@@ -265,6 +265,8 @@ def _nearid(name, hub_id, tiny=False, checkpoint=None, backbone=None, head=None,
     bb_kw = dict(kw)
     if meta_backbone.get("image_size"):
         bb_kw.setdefault("image_size", meta_backbone["image_size"])
+    if meta_backbone.get("token_layer"):
+        bb_kw.setdefault("token_layer", meta_backbone["token_layer"])
     bb, _ = load_encoder(bb_name, tiny=bb_tiny, **bb_kw)
     if release_path is not None and isinstance(bb, SiglipEncoder):
         # the release stores the (frozen) tower too: use it when it is complete

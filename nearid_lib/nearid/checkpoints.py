@@ -16,11 +16,13 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..config import profile_to_dict
+from ..runmeta import code_fingerprint
 
 if TYPE_CHECKING:
     from ..config import Profile
+    from ..data import NearIDData
 
-__all__ = ["save_train_state", "latest_state", "load_train_state", "config_key"]
+__all__ = ["save_train_state", "latest_state", "load_train_state", "config_key", "data_fingerprint", "run_key"]
 
 
 def save_train_state(directory: Path, step: int, head, opt, sched, extra: dict | None = None) -> Path:
@@ -78,3 +80,36 @@ def config_key(cfg: Profile) -> str:
     part = {k: d[k] for k in ("name", "seed", "train", "head", "backbone", "world")}
     part["train"] = {k: v for k, v in part["train"].items() if k not in ("checkpoint_every", "eval_every")}
     return hashlib.sha1(json.dumps(part, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def data_fingerprint(data: NearIDData) -> str:
+    """The dataset a head is trained and scored on: its manifest (which names profile, seed, counts
+    and, for a built world, the world fingerprint), else the table files' sizes and mtimes."""
+    root = Path(data.root)
+    h = hashlib.sha1()
+    man = root / "manifest.json"
+    if man.exists():
+        h.update(man.read_bytes())
+    else:
+        for rel in sorted(p.relative_to(root).as_posix() for p in root.rglob("*.csv")):
+            st = (root / rel).stat()
+            h.update(f"{rel}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:12]
+
+
+# The library code a trained-and-scored run depends on (its data, backbone tokens, head, losses,
+# batches, training loop and scoring); tables, claims, reports and the other papers' packages
+# are not in it, so editing them reuses finished runs.
+TRAINING_CODE = ("config.py", "seeding.py", "data", "features", "metrics", "models",
+                 *(f"nearid/{m}.py" for m in ("checkpoints", "embedder", "evaluate", "loss_terms",
+                                              "loss_variants", "losses", "pairs", "rows", "scorers",
+                                              "sweep", "train", "train_inputs")))
+
+
+def run_key(cfg: Profile, data: NearIDData) -> str:
+    """What a reused training result (a resumed head, a finished sweep run) is keyed by: the
+    configuration (:func:`config_key`), the data (:func:`data_fingerprint`) and the library code
+    that trains and scores it (:data:`TRAINING_CODE`, :func:`~nearid_lib.runmeta.code_fingerprint`), so that a code change
+    never serves a stale result."""
+    part = f"{config_key(cfg)}|{data_fingerprint(data)}|{code_fingerprint(*TRAINING_CODE)}"
+    return hashlib.sha1(part.encode()).hexdigest()[:12]

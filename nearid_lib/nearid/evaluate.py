@@ -31,6 +31,7 @@ import pandas as pd
 import torch
 
 from .. import metrics
+from ..claims import Evidence
 from .dbpp import dbpp_standin
 from .embedder import VIEWS, Embedder, group_items, image_groups
 
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["SplitEmbeddings", "embed_split", "nearid_bench", "mtg_bench", "evaluate_split", "summary_row",
            "pool_per_source", "STRUCTURE_FAMILIES", "source_family", "is_structure_conditioned",
            "source_groups", "main_sources", "EncoderResult", "evaluate_encoder", "backbone_throughput",
-           "n_bench_images"]
+           "n_bench_images", "units_from_bench", "unit_outcomes", "encoder_evidence", "mtg_units", "nearid_evidence", "EVIDENCE_GROUPS"]
 
 
 # --------------------------------------------------------------------------- split embeddings
@@ -226,6 +227,86 @@ def evaluate_split(embedder: Embedder, data: NearIDData, split: str = "test", va
     return summary_row(nearid_bench(se, data.train_sources), mtg_bench(se))
 
 
+# --------------------------------------------------------------------------- per-unit outcomes (claims)
+def units_from_bench(nb: dict[str, Any], ids: Sequence[str]) -> pd.DataFrame:
+    """Per (identity, source) NearID-bench outcomes from a :func:`nearid_bench` result computed with
+    ``per_identity=True`` over identities ``ids`` (the split's row order): ``unit`` (identity id),
+    ``source``, ``wins``, ``trials``, ``success`` (identities without a trial of a source are left out).
+    These are the rows claims bootstrap over identities (:mod:`nearid_lib.claims`): pooled SSR / PA
+    of a set of sources are exactly the statistics ``ssr`` / ``pa`` of its rows."""
+    frames = []
+    for s, r in nb["per_source"].items():
+        if "trials" not in r:
+            raise ValueError("units_from_bench: compute nearid_bench(..., per_identity=True)")
+        keep = np.asarray(r["trials"]) > 0
+        frames.append(pd.DataFrame({"unit": np.asarray(ids, dtype=object)[keep], "source": s,
+                                    "wins": np.asarray(r["wins"])[keep], "trials": np.asarray(r["trials"])[keep],
+                                    "success": np.asarray(r["success"])[keep]}))
+    cols = ["unit", "source", "wins", "trials", "success"]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
+
+
+def unit_outcomes(se: SplitEmbeddings, sources: Sequence[str] | None = None) -> pd.DataFrame:
+    """:func:`units_from_bench` of a split's embeddings."""
+    return units_from_bench(nearid_bench(se, sources=sources, per_identity=True), se.ids)
+
+
+def mtg_units(se: SplitEmbeddings) -> pd.DataFrame | None:
+    """Per MTG pair: the five similarities, the two oracles and the pair's SSR trial outcome (the
+    inputs of :func:`mtg_bench`, one row per pair), None without MTG pairs."""
+    if se.mtg is None:
+        return None
+    m = se.mtg
+
+    def s(a, b):
+        return (m[a] * m[b]).sum(-1).numpy().astype(np.float64)
+
+    t = pd.DataFrame({"unit": m["pair_id"], "s_1_1p": s("e1", "e1p"), "s_2_2p": s("e2", "e2p"),
+                      "s_1_2p": s("e1", "e2p"), "s_2_1p": s("e2", "e1p"), "s_1_2": s("e1", "e2"),
+                      "oracle_1": m["oracle_1"], "oracle_2": m["oracle_2"]})
+    r = metrics.mtg_ssr_pa(t.s_1_2, t.s_1_1p, t.s_2_2p, per_identity=True)
+    return t.assign(wins=r["wins"], trials=r["trials"], success=r["success"])
+
+
+def encoder_evidence(prefix: str, embedder: Embedder, data: NearIDData, split: str = "test",
+                     variants: Sequence[str] = ("full",)) -> dict[str, Evidence]:
+    """:func:`nearid_evidence` of one (frozen or trained) encoder scored on ``split``."""
+    units, mtg = {}, None
+    for v in variants:
+        se = embed_split(embedder, data, split, v)
+        units[v] = unit_outcomes(se)
+        if v == "full":
+            mtg = mtg_units(se)
+    return nearid_evidence(prefix, units, mtg, data.sources, data.train_sources)
+
+
+# Evidence groups of NearID-bench (claims name them ``<model>.<variant>.<group>.<stat>``):
+# source_groups' names, with "training" shortened to "train" and "unseen_canny" to "structure".
+EVIDENCE_GROUPS = {"main": "main", "train": "training", "unseen_fill": "unseen_fill",
+                   "structure": "unseen_canny", "all": "all"}
+
+
+def nearid_evidence(prefix: str, units: Mapping[str, pd.DataFrame], mtg: pd.DataFrame | None,
+                    sources: Sequence[str], train_sources: Sequence[str]) -> dict[str, Evidence]:
+    """Claims evidence of one model from its per-unit outcomes: ``units`` maps a variant ("full",
+    "fg") to :func:`unit_outcomes` tables (optionally with a ``seed`` column: several training
+    seeds), ``mtg`` a :func:`mtg_units` table of the full images. Keys: ``<prefix>.<variant>.<group>
+    .ssr|pa`` for the groups of :data:`EVIDENCE_GROUPS` that exist, and ``<prefix>.mtg.ssr|pa|mo|mopair``."""
+    groups = source_groups(sources, train_sources)
+    out: dict[str, Evidence] = {}
+    for variant, t in units.items():
+        for name, g in EVIDENCE_GROUPS.items():
+            members = groups.get(g, main_sources(groups) if g == "main" else None)
+            sub = t[t["source"].isin(members)] if members else t.iloc[:0]
+            if len(sub):
+                for stat in ("ssr", "pa"):
+                    out[f"{prefix}.{variant}.{name}.{stat}"] = Evidence(stat, sub, f"{prefix} {variant} {name}")
+    if mtg is not None and len(mtg):
+        for stat, key in (("ssr", "ssr"), ("pa", "pa"), ("mtg_mo", "mo"), ("mtg_mopair", "mopair")):
+            out[f"{prefix}.mtg.{key}"] = Evidence(stat, mtg, f"{prefix} MTG")
+    return out
+
+
 # --------------------------------------------------------------------------- one encoder, every benchmark
 @dataclass
 class EncoderResult:
@@ -240,6 +321,22 @@ class EncoderResult:
     dbpp_scores: np.ndarray | None = None
     coverage: dict[str, float] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    seed: int | None = None         # training seed of a trained head (None: a frozen encoder)
+
+    def evidence(self, prefix: str, data: NearIDData, split: str = "test") -> dict[str, Evidence]:
+        """Claims evidence (:func:`nearid_evidence`) of this encoder's per-identity and per-pair
+        outcomes, tagged with its seed."""
+        ids = data.positives.loc[data.positives["split"] == split, "id"].tolist()
+        tag = {} if self.seed is None else {"seed": self.seed}
+        units = {v: units_from_bench(nb, ids).assign(**tag) for v, nb in self.nearid.items()}
+        sc = self.mtg_scores.get("full") or {}
+        mtg = None
+        if sc:
+            m = data.mtg[data.mtg["split"] == split]
+            mtg = pd.DataFrame({"unit": m["pair_id"].tolist()[:len(sc["s_1_2"])], **sc})
+            r = metrics.mtg_ssr_pa(mtg.s_1_2, mtg.s_1_1p, mtg.s_2_2p, per_identity=True)
+            mtg = mtg.assign(wins=r["wins"], trials=r["trials"], success=r["success"], **tag)
+        return nearid_evidence(prefix, units, mtg, data.sources, data.train_sources)
 
 
 def evaluate_encoder(benc, data: NearIDData, split: str = "test", variants: Sequence[str] = ("full", "fg"),
@@ -248,7 +345,7 @@ def evaluate_encoder(benc, data: NearIDData, split: str = "test", variants: Sequ
                      ) -> EncoderResult:
     """NearID SSR/PA per source and MTG for each variant, plus DB++ (``dbpp(benc)`` for real
     ratings, else the procedural stand-in on ``grid``); timings in ``seconds``."""
-    res = EncoderResult(name=benc.name, label=benc.label)
+    res = EncoderResult(name=benc.name, label=benc.label, seed=getattr(benc, "seed", None))
     for v in variants:
         t0 = clock()
         res.nearid[v] = benc.nearid(data, split, v, sources)

@@ -57,7 +57,7 @@ def nearid_from_pair_scores(n_ids: int, pos_pairs, pos_scores, dist_pairs: Mappi
         ds = np.full((n_ids, 3), np.nan)
         for (n, i, *_), s in zip(pairs, dist_scores[src]):
             ds[n, i] = s
-        per[src] = metrics.ssr_pa(ps, ds)
+        per[src] = metrics.ssr_pa(ps, ds, per_identity=True)
     return pool_per_source(per, train_sources)
 
 

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from ..features import TokenCache, apply_variant
-from ..models import load_backbone, load_encoder, resolve_name
+from ..models import NearIDEncoder, load_backbone, load_encoder, resolve_name
 from ..paths import checkpoint_dir
 from .embedder import Embedder
 from .evaluate import embed_split, nearid_bench
@@ -134,7 +134,7 @@ class EmbeddingBenchEncoder:
 
     def nearid(self, data: NearIDData, split: str = "test", variant: str = "full", sources: Sequence[str] | None = None):
         se = embed_split(self.embedder, data, split, variant, sources, with_mtg=False)
-        return nearid_bench(se, data.train_sources)
+        return nearid_bench(se, data.train_sources, per_identity=True)
 
     def mtg(self, data: NearIDData, split: str = "test", variant: str = "full"):
         m, sets = mtg_pairs(data, split)
@@ -210,28 +210,38 @@ def _frozen_label(name: str, tiny: bool) -> str:
     return ("tiny random-init " + base) if tiny else base
 
 
-def load_bench_encoders(cfg: Profile, data: NearIDData, checkpoint=None, judge=None) -> list:
+def load_bench_encoders(cfg: Profile, data: NearIDData, checkpoint=None, judge=None,
+                        checkpoints: Sequence[tuple[int, str | Path]] | None = None) -> list:
     """The bench encoders of ``cfg.eval.encoders`` (+ the VLM judge of ``cfg.eval.vlm_judge``).
 
-    ``nearid`` loads the trained head from ``checkpoint`` (default ``checkpoint_dir(profile) /
-    "nearid"``); a frozen encoder with the same backbone as the head reuses the head's backbone, so
-    both read the same feature caches. ``judge`` overrides the judge object (tests)."""
+    ``nearid`` loads the trained head of every ``(seed, folder)`` in ``checkpoints`` (one bench
+    encoder per seed, ``.seed`` set; default: the single ``checkpoint``, else ``checkpoint_dir(profile)
+    / "nearid"``); the heads share one backbone object, and a frozen encoder with the same backbone
+    reuses it too, so all read the same feature caches. ``judge`` overrides the judge object (tests)."""
     out = []
-    nearid_enc = None
+    heads = []
     if "nearid" in cfg.eval.encoders:
-        ckpt = checkpoint or (checkpoint_dir(cfg.name) / "nearid")
-        if not ckpt or not Path(ckpt).exists():
-            raise FileNotFoundError(f"NearID checkpoint {ckpt} not found: run notebook 03 (profile "
-                                    f"{cfg.name!r}) first")
-        nearid_enc, _ = load_encoder("nearid", checkpoint=str(ckpt))
-        nearid_enc.eval()
+        ckpts = list(checkpoints) if checkpoints else [(cfg.seed, checkpoint or (checkpoint_dir(cfg.name) / "nearid"))]
+        for seed, ckpt in ckpts:
+            if not ckpt or not Path(ckpt).exists():
+                raise FileNotFoundError(f"NearID checkpoint {ckpt} not found: run notebook 03_train_nearid "
+                                        f"(profile {cfg.name!r}) first")
+            enc, _ = load_encoder("nearid", checkpoint=str(ckpt))
+            if heads:                            # one backbone object (and cache index) for all seeds
+                enc = NearIDEncoder(heads[0][1].backbone, enc.head)
+            enc.eval()
+            heads.append((seed, enc))
+    nearid_enc = heads[0][1] if heads else None
     for name in cfg.eval.encoders:
         if name == "nearid":
             bb = nearid_enc.backbone
             label = (f"NearID MAP head (loss {cfg.train.loss}) on frozen "
-                     f"{'tiny random-init ' if bb.tiny else ''}{bb.name} tokens")
-            out.append(EmbeddingBenchEncoder(Embedder(nearid_enc, data, profile=cfg.name, progress=False),
-                                             "nearid", label))
+                     f"{'tiny random-init ' if bb.tiny else ''}{bb.name} tokens"
+                     + (f" ({getattr(bb, 'token_layer', None)})" if getattr(bb, "token_layer", None) else ""))
+            for seed, enc in heads:
+                benc = EmbeddingBenchEncoder(Embedder(enc, data, profile=cfg.name, progress=False), "nearid", label)
+                benc.seed = seed
+                out.append(benc)
             continue
         canon = resolve_name(name)
         shared = nearid_enc is not None and resolve_name(nearid_enc.backbone.name) == canon

@@ -1,70 +1,181 @@
-"""Ablation sweeps of the NearID head (notebooks 05-07: Tables 3, 6, 8, 9, 10): train a head per
-configuration with the same step budget and score it, reusing any configuration already trained."""
+"""Train-and-score runs of the NearID head, over seeds and over the rows of the ablation tables.
+
+Every row of NearID Tables 1, 3, 6, 8, 9 and 10 is one *configuration* trained with the main recipe
+(same steps, schedule, data and seeds; only the row's overrides differ, :mod:`.ablations`) and scored
+on the test split. A run lives in ``<run_root>/<run_key>/`` where :func:`~.checkpoints.run_key`
+hashes the configuration (seed included), the dataset and the library code, so an identical run is
+never trained twice (Table 1's NearID row, Table 3's L_NearID row and Table 8's alpha = 0.5 row are
+the same runs) and a code or data change never serves a stale one. A run folder holds the head and
+its resumable training state (:func:`~.train.train_head`), the per-identity and per-MTG-pair outcomes
+(``units_<split>_<variant>.csv``, ``mtg_<split>.csv``: the evidence of :mod:`nearid_lib.claims`),
+``history.json`` and, written last, ``scores.json``.
+
+A table row reports the mean over seeds of each metric, with ``<metric>_sd`` (the spread over
+seeds) beside it; claims bootstrap the per-unit outcomes of all seeds (:func:`Sweep.evidence`).
+"""
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
+import pandas as pd
 
-from ..data import load_profile_data
-from ..io_utils import write_json
-from ..models import load_backbone, save_head
+from ..claims import Evidence
+from ..io_utils import write_csv, write_json
+from ..models import load_backbone
 from ..paths import out_dir
-from .checkpoints import config_key
+from .checkpoints import run_key
 from .embedder import Embedder
-from .evaluate import evaluate_split
+from .evaluate import embed_split, mtg_bench, mtg_units, nearid_bench, nearid_evidence, summary_row, units_from_bench
 from .train import train_head
 
 if TYPE_CHECKING:
     from ..config import Profile
     from ..data import NearIDData
-    from ..models import Encoder
 
-__all__ = ["ablation_steps", "ablation_inputs", "train_and_score"]
+__all__ = ["RowSpec", "RunResult", "Sweep", "seeds_of", "train_and_score", "run_rows", "METRICS"]
 
-
-def ablation_steps(cfg: Profile) -> int | None:
-    """The step budget every head of an ablation gets: ``train.ablation_steps``, else ``train.max_steps``."""
-    return cfg.train.ablation_steps or cfg.train.max_steps
+METRICS = ("nearid_ssr", "nearid_pa", "mtg_mo", "mtg_mopair", "mtg_ssr", "mtg_pa", "train_ssr", "train_pa",
+           "unseen_ssr", "unseen_pa")
 
 
-def ablation_inputs(cfg: Profile) -> tuple[NearIDData, Encoder, int | None]:
-    """What every ablation notebook (05-07) starts from: the profile's dataset (the world built or
-    resumed first), its frozen backbone and :func:`ablation_steps`."""
-    data = load_profile_data(cfg)
-    return data, load_backbone(cfg)[0], ablation_steps(cfg)
+@dataclass(frozen=True)
+class RowSpec:
+    """One configuration of a table: ``key`` names its evidence (``<key>.<variant>.<group>.<stat>``),
+    ``aliases`` are further names of the same run (e.g. Table 9's beta = 0 is Table 8's alpha = 1)."""
+    key: str
+    label: str
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    aliases: tuple[str, ...] = ()
+    paper_id: str = ""          # the row's key in the paper's table (paper_values row_id), if any
 
 
-def train_and_score(cfg: Profile, data: NearIDData, encoder=None, splits: Sequence[str] = ("val", "test"),
-                    run_root: str | os.PathLike | None = None, reuse: bool = True, progress: bool = False,
-                    cache_root=None, label: str = "") -> dict:
-    """Train a head with ``cfg`` and score it on ``splits`` (``evaluate.summary_row`` per split).
+@dataclass
+class RunResult:
+    """One trained and scored head (one configuration, one seed)."""
+    key: str
+    seed: int
+    label: str
+    directory: Path
+    seconds: float
+    steps: int
+    final_loss: float
+    reused: bool
+    scores: dict[str, dict]                     # "<split>" / "<split>_fg" -> summary_row
+    units: dict[str, pd.DataFrame]              # variant -> unit_outcomes of the test split
+    mtg: pd.DataFrame | None
 
-    Results (scores.json + the head) go to ``run_root/<config_key(cfg)>/``; with ``reuse`` an identical
-    configuration is not trained twice (notebooks 05/06/07 share e.g. the default L_NearID run).
-    Returns ``{"key", "label", "seconds", "steps", "final_loss", "<split>": summary_row}``."""
-    key = config_key(cfg)
-    root = Path(run_root) if run_root is not None else out_dir(cfg.name) / "head_runs"
-    d = root / key
+    @property
+    def checkpoint(self) -> Path:
+        return self.directory
+
+
+def seeds_of(cfg: Profile) -> list[int]:
+    """The training seeds of a profile's tables: ``eval.n_seeds`` consecutive seeds from ``cfg.seed``."""
+    return [int(cfg.seed) + i for i in range(max(1, int(cfg.eval.n_seeds)))]
+
+
+def _load(d: Path, key: str, seed: int, label: str) -> RunResult:
+    s = json.loads((d / "scores.json").read_text())
+    units = {v: pd.read_csv(d / f"units_{s['split']}_{v}.csv", keep_default_na=False,
+                            dtype={"unit": str, "source": str}) for v in s["variants"]}
+    mp = d / f"mtg_{s['split']}.csv"
+    mtg = pd.read_csv(mp, dtype={"unit": str}) if mp.exists() else None
+    return RunResult(key, seed, label or s.get("label", ""), d, s["seconds"], s["steps"], s["final_loss"], True,
+                     s["scores"], units, mtg)
+
+
+def train_and_score(cfg: Profile, data: NearIDData, encoder=None, label: str = "", split: str = "test",
+                    variants: Sequence[str] = ("full", "fg"), run_root: str | os.PathLike | None = None,
+                    reuse: bool = True, progress: bool = False, cache_root=None) -> RunResult:
+    """Train a head with ``cfg`` (resumable: a killed run continues) and score it on ``split`` for
+    each variant; an identical finished run (:func:`~.checkpoints.run_key`) is loaded instead."""
+    key = run_key(cfg, data)
+    d = Path(run_root) if run_root is not None else out_dir(cfg.name) / "head_runs"
+    d = d / key
     if reuse and (d / "scores.json").exists():
-        got = json.loads((d / "scores.json").read_text())
-        if all(s in got for s in splits):
-            got["label"] = label or got.get("label", "")
-            got["reused"] = True
-            return got
+        return _load(d, key, cfg.seed, label)
     encoder = encoder if encoder is not None else load_backbone(cfg)[0]
-    res = train_head(cfg, data, encoder, out_dir=None, progress=progress, eval_split=None, cache_root=cache_root)
+    res = train_head(cfg, data, encoder, out_dir=d, resume=reuse, progress=progress, eval_split=None,
+                     cache_root=cache_root)
     backbone = getattr(encoder, "backbone", encoder)
     emb = Embedder(backbone, data, head=res.head, profile=cfg.name, cache_root=cache_root, progress=progress,
                    batch_size=cfg.backbone.batch_size, store_tokens=True)
-    out = {"key": key, "label": label, "seconds": res.seconds, "steps": res.steps,
-           "final_loss": float(np.mean([h["loss"] for h in res.history[-10:]])), "reused": False}
-    for s in splits:
-        out[s] = evaluate_split(emb, data, s)
-    save_head(res.head, d, backbone={"name": backbone.name, "tiny": bool(backbone.tiny),
-                                     "image_size": int(backbone.image_size)}, label=label)
-    write_json(out, d / "scores.json")
-    return out
+    scores, units, mtg = {}, {}, None
+    for v in variants:
+        se = embed_split(emb, data, split, v)
+        nb = nearid_bench(se, data.train_sources, per_identity=True)
+        mt = mtg_bench(se)
+        scores[split if v == "full" else f"{split}_{v}"] = summary_row(nb, mt)
+        units[v] = units_from_bench(nb, se.ids)
+        write_csv(units[v], d / f"units_{split}_{v}.csv")
+        if v == "full" and se.mtg is not None:
+            mtg = mtg_units(se)
+            write_csv(mtg, d / f"mtg_{split}.csv")
+    final_loss = float(np.mean([h["loss"] for h in res.history[-10:]])) if res.history else float("nan")
+    write_json({"key": key, "label": label, "seed": cfg.seed, "seconds": res.seconds, "steps": res.steps,
+                "final_loss": final_loss, "split": split, "variants": list(variants), "scores": scores}, d / "scores.json")
+    return RunResult(key, cfg.seed, label, d, res.seconds, res.steps, final_loss, False, scores, units, mtg)
+
+
+@dataclass
+class Sweep:
+    """The runs of several rows over seeds: ``runs[row key]`` = one :class:`RunResult` per seed."""
+    rows: list[RowSpec]
+    runs: dict[str, list[RunResult]]
+    sources: list[str]
+    train_sources: list[str]
+
+    def summary(self, split: str = "test") -> pd.DataFrame:
+        """One line per row: the mean over seeds of every metric, ``<metric>_sd``, ``n_seeds``,
+        ``seconds`` (training time summed over seeds, reused runs included at their recorded cost)."""
+        out = []
+        for r in self.rows:
+            runs = self.runs[r.key]
+            per = pd.DataFrame([run.scores[split] for run in runs])
+            line = {"key": r.key, "row_id": r.paper_id, "ours_label": r.label, "n_seeds": len(runs),
+                    "seconds": float(sum(run.seconds for run in runs)),
+                    "steps": int(runs[0].steps), "reused": all(run.reused for run in runs)}
+            for m in [c for c in per.columns if pd.api.types.is_numeric_dtype(per[c])]:
+                line[m] = float(per[m].mean())
+                if m in METRICS:
+                    line[f"{m}_sd"] = float(per[m].std(ddof=1)) if len(per) > 1 else float("nan")
+            out.append(line)
+        return pd.DataFrame(out)
+
+    def evidence(self) -> dict[str, Evidence]:
+        """Claims evidence of every row (and alias), all seeds pooled with a ``seed`` column."""
+        ev: dict[str, Evidence] = {}
+        for r in self.rows:
+            runs = self.runs[r.key]
+            units = {v: pd.concat([run.units[v].assign(seed=run.seed) for run in runs], ignore_index=True)
+                     for v in runs[0].units}
+            mtg = (pd.concat([run.mtg.assign(seed=run.seed) for run in runs], ignore_index=True)
+                   if runs[0].mtg is not None else None)
+            for name in (r.key, *r.aliases):
+                ev.update(nearid_evidence(name, units, mtg, self.sources, self.train_sources))
+        return ev
+
+
+def run_rows(cfg: Profile, data: NearIDData, encoder, rows: Sequence[RowSpec], seeds: Sequence[int] | None = None,
+             progress: bool = True, **kw: Any) -> Sweep:
+    """Train and score every row for every seed (``seeds``: default :func:`seeds_of`), reusing
+    finished runs; prints one line per run."""
+    from ..config import with_overrides
+
+    runs: dict[str, list[RunResult]] = {}
+    for r in rows:
+        runs[r.key] = []
+        for seed in (seeds_of(cfg) if seeds is None else seeds):
+            c = replace(with_overrides(cfg, r.overrides), seed=int(seed))
+            res = train_and_score(c, data, encoder, label=r.label, progress=progress, **kw)
+            runs[r.key].append(res)
+            sc = res.scores["test"]
+            print(f"{r.key:24s} seed {seed}  SSR {sc['nearid_ssr']:5.1f}  PA {sc['nearid_pa']:5.1f}  "
+                  f"M-O {sc['mtg_mo']:+.3f}  MTG SSR {sc['mtg_ssr']:5.1f}  "
+                  f"({res.seconds:.0f}s{', reused' if res.reused else ''})")
+    return Sweep(list(rows), runs, list(data.sources), list(data.train_sources))

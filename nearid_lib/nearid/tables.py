@@ -21,7 +21,7 @@ from .dbpp import PROCEDURAL_NOTE
 from .evaluate import EncoderResult, main_sources
 
 __all__ = ["PAPER_KEYS", "paper_keys", "source_key", "table1", "table5", "table7", "table2_dbpp",
-           "fig4_dbpp_category"]
+           "fig4_dbpp_category", "per_seed", "seed_mean", "table7_sweep_row"]
 
 # canonical encoder -> (Table 1 row, Table 5 method, Table 7 method, Table 2 column prefix)
 PAPER_KEYS: dict[str, tuple[str, str, str, str | None]] = {
@@ -81,7 +81,7 @@ def table1(results: Sequence[EncoderResult], groups: Mapping[str, Sequence[str]]
         nb = r.nearid[variant]
         p = _pool(nb, main)
         mt = r.mtg.get(variant) or {}
-        row = {"row": paper_keys(r.name)[0], "ours_label": r.label, "profile": profile,
+        row = {"row": paper_keys(r.name)[0], "ours_label": r.label, "profile": profile, "seed": r.seed,
                "nearid_ssr": _pct(p["ssr"]), "nearid_pa": _pct(p["pa"]),
                "mtg_mo": mt.get("m_o", np.nan), "mtg_mopair": mt.get("m_opair", np.nan),
                "mtg_ssr": _pct(mt.get("ssr", np.nan)), "mtg_pa": _pct(mt.get("pa", np.nan)),
@@ -115,12 +115,14 @@ def table5(results: Sequence[EncoderResult], groups: Mapping[str, Sequence[str]]
         for s, v in nb["per_source"].items():
             grp = "training" if s in train else ("unseen_canny" if s in canny else "unseen_fill")
             rows.append({"source": source_key(s), "method": method, "ours_label": r.label, "profile": profile,
+                         "seed": r.seed,
                          "source_label": s, "group": grp, "training_source": s in train,
                          "n": v["n_identities"], "ssr": _pct(v["ssr"]), "pa": _pct(v["pa"]),
                          "n_trials": v["n_trials"]})
         for g, members in groups.items():
             p = _pool(nb, members)
             rows.append({"source": _GROUP_KEYS[g], "method": method, "ours_label": r.label, "profile": profile,
+                         "seed": r.seed,
                          "source_label": f"avg of {len(members)}: " + ", ".join(members),
                          "group": f"avg_{g}" if g != "main" else "avg_all7_main", "training_source": np.nan,
                          "n": p["n_identities"], "ssr": _pct(p["ssr"]), "pa": _pct(p["pa"]),
@@ -136,7 +138,7 @@ def table7(results: Sequence[EncoderResult], groups: Mapping[str, Sequence[str]]
     for r in results:
         if "fg" not in r.nearid:
             continue
-        row = {"method": paper_keys(r.name)[2], "ours_label": r.label, "profile": profile}
+        row = {"method": paper_keys(r.name)[2], "ours_label": r.label, "profile": profile, "seed": r.seed}
         for v in ("full", "fg"):
             p = _pool(r.nearid[v], main)
             mt = r.mtg.get(v) or {}
@@ -210,3 +212,56 @@ def fig4_dbpp_category(results: Sequence[EncoderResult], profile: str, ours: str
             row["delta_mh_nearid_minus_siglip2"] = float(per[ours].get(c, np.nan)) - float(per[frozen].get(c, np.nan))
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------- seeds
+def per_seed(results: Sequence[EncoderResult]) -> list[tuple[int | None, list[EncoderResult]]]:
+    """Split results into one list per training seed: the frozen encoders (``seed`` None) with the
+    trained heads of that seed, so that any table builder above can run per seed
+    (``[(seed, results), ...]``; one ``(None, results)`` when nothing was trained)."""
+    seeds = sorted({r.seed for r in results if r.seed is not None})
+    if not seeds:
+        return [(None, list(results))]
+    return [(s, [r for r in results if r.seed in (None, s)]) for s in seeds]
+
+
+def seed_mean(tables: Sequence[pd.DataFrame], keys: Sequence[str]) -> pd.DataFrame:
+    """Average per-seed copies of a table (one per entry of :func:`per_seed`). Rows of trained heads
+    (a non-null ``seed`` column, set by the builders above) get the mean over seeds of every numeric
+    column, ``<column>_sd`` (spread over seeds; not for counts ``n_*``) and ``n_seeds``; rows of frozen encoders, identical
+    in every copy, keep their values with ``n_seeds`` 1."""
+    frames = [t for t in tables if len(t)]
+    if not frames:
+        return pd.DataFrame()
+    df = pd.concat(frames, ignore_index=True)
+    if "seed" not in df:
+        df["seed"] = np.nan
+    num = [c for c in df.columns if c not in (*keys, "seed") and pd.api.types.is_numeric_dtype(df[c])]
+    out = []
+    for _, g in df.groupby(list(keys), sort=False, dropna=False):
+        trained = bool(g["seed"].notna().any())
+        g = g.drop_duplicates(subset=["seed"]) if trained else g.iloc[:1]
+        row = g.iloc[0].drop(labels=["seed"]).to_dict()
+        for c in num:
+            row[c] = float(g[c].mean())
+            if trained and not c.startswith("n_"):      # counts (n_identities, ...) need no spread
+                row[f"{c}_sd"] = float(g[c].std(ddof=1)) if len(g) > 1 else float("nan")
+        row["n_seeds"] = len(g) if trained else 1
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def table7_sweep_row(sweep, key: str, method: str) -> pd.DataFrame:
+    """A Table 7 row (full vs FG-only test SSR/PA/M-O, mean and spread over seeds) of a sweep row
+    (:class:`~nearid_lib.nearid.sweep.Sweep`), e.g. the head trained on foreground-only images."""
+    runs = sweep.runs[key]
+    label = next(r.label for r in sweep.rows if r.key == key)
+    row: dict = {"method": method, "ours_label": label, "n_seeds": len(runs)}
+    for v, split in (("full", "test"), ("fg", "test_fg")):
+        per = pd.DataFrame([r.scores[split] for r in runs])
+        for m, col in (("nearid_ssr", "ssr"), ("nearid_pa", "pa"), ("mtg_mo", "mo")):
+            row[f"{v}_{col}"] = float(per[m].mean())
+            row[f"{v}_{col}_sd"] = float(per[m].std(ddof=1)) if len(per) > 1 else float("nan")
+    row["delta_ssr"] = row["fg_ssr"] - row["full_ssr"]
+    row["delta_mo"] = row["fg_mo"] - row["full_mo"]
+    return pd.DataFrame([row])

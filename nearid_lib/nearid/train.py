@@ -47,7 +47,7 @@ from ..paths import checkpoint_dir
 from ..run import set_torch_threads
 from ..seeding import make_rng, torch_generator
 from . import distributed
-from .checkpoints import config_key, latest_state, load_train_state, save_train_state
+from .checkpoints import latest_state, load_train_state, run_key, save_train_state
 from .embedder import Embedder
 from .evaluate import evaluate_split
 from .losses import compute_loss, make_loss_parameters
@@ -130,6 +130,7 @@ class _Setup:
     loss_params: torch.nn.ParameterDict
     opt: torch.optim.Optimizer
     sched: Any
+    key: str = ""
     raw_head: Any = None
     amp: Any = None
 
@@ -165,7 +166,8 @@ def _setup(cfg: Profile, data: NearIDData, encoder, cache_root, progress: bool) 
     opt = torch.optim.AdamW(list(head.parameters()) + list(loss_params.parameters()), lr=tc.lr,
                             weight_decay=tc.weight_decay)
     sched = make_scheduler(opt, int(tc.warmup_steps), total)
-    return _Setup(cfg, backbone, feats, dev, accel, world, rank, rows0, B, spe, total, head, loss_params, opt, sched)
+    return _Setup(cfg, backbone, feats, dev, accel, world, rank, rows0, B, spe, total, head, loss_params, opt, sched,
+                  key=run_key(cfg, data))
 
 
 def _resume(s: _Setup, ckpt: Path | None, resume: bool) -> tuple[int, list[dict], list[dict]]:
@@ -173,7 +175,7 @@ def _resume(s: _Setup, ckpt: Path | None, resume: bool) -> tuple[int, list[dict]
     ``ckpt/resume``; a state of another configuration is deleted (runs are never mixed)."""
     if ckpt is None or not resume or (st := latest_state(ckpt / "resume")) is None:
         return 0, [], []
-    if json.loads((st / "state.json").read_text()).get("config_key") != config_key(s.cfg):
+    if json.loads((st / "state.json").read_text()).get("config_key") != s.key:
         shutil.rmtree(ckpt / "resume", ignore_errors=True)
         return 0, [], []
     state = load_train_state(st, s.head, s.opt, s.sched)
@@ -267,7 +269,7 @@ def _progress_bar(s: _Setup, start: int, progress: bool):
 
 def _save_final(s: _Setup, ckpt: Path, step: int, history: list[dict], evals: list[dict]) -> None:
     bb = s.backbone
-    save_head(s.raw_head, ckpt, backbone={"name": bb.name, "tiny": bool(bb.tiny), "image_size": int(bb.image_size)},
+    save_head(s.raw_head, ckpt, backbone=bb.spec(),
               config=profile_to_dict(s.cfg), step=step, final_eval=evals[-1] if evals else None)
     write_json({"history": history, "evals": evals}, ckpt / "history.json")
     write_json(profile_to_dict(s.cfg), ckpt / "config.json")
@@ -316,7 +318,7 @@ def train_head(cfg: Profile, data: NearIDData, encoder=None, out_dir: str | os.P
             evals.append(_validate(s, data, eval_split, step, cache_root))
         if ckpt is not None and s.rank == 0 and (step % max(1, tc.checkpoint_every) == 0 or step == stop_after):
             save_train_state(ckpt / "resume", step, s.raw_head, s.opt, s.sched,
-                             {"history": history, "evals": evals, "config_key": config_key(cfg)})
+                             {"history": history, "evals": evals, "config_key": s.key})
         if stop_after is not None and step >= stop_after:
             break
     if bar is not None:

@@ -1,0 +1,80 @@
+"""Reused runs are keyed by configuration, data and the training code (never a stale result),
+and a sweep trains every row at every seed with the row's overrides on top of the recipe."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from nearid_lib.config import get_profile, with_overrides
+from nearid_lib.data import build_world, load_nearid
+from nearid_lib.models import load_encoder
+from nearid_lib.nearid import checkpoints as ck
+from nearid_lib.nearid import sweep as sw
+from nearid_lib.nearid.ablations import alpha_rows, main_row
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    cfg = get_profile("smoke", overrides={"train.max_steps": 2, "train.checkpoint_every": 1})
+    tmp = tmp_path_factory.mktemp("sweep")
+    root = build_world(cfg, root=tmp / "nearid", progress=False)
+    torch.manual_seed(0)
+    return cfg, load_nearid(root), tmp
+
+
+def test_run_key_follows_config_data_and_code(world, monkeypatch, tmp_path):
+    cfg, data, _ = world
+    k = ck.run_key(cfg, data)
+    assert ck.run_key(cfg, data) == k
+    assert ck.run_key(with_overrides(cfg, {"train.alpha": 0.25}), data) != k        # config
+    monkeypatch.setattr(ck, "code_fingerprint", lambda *parts: "edited")             # training code
+    assert ck.run_key(cfg, data) != k
+    monkeypatch.undo()
+    copy = tmp_path / "copy"                                                         # data
+    copy.mkdir()
+    man = json.loads((data.root / "manifest.json").read_text())
+    man["edited"] = True
+    (copy / "manifest.json").write_text(json.dumps(man))
+    assert ck.run_key(cfg, type("D", (), {"root": copy})()) != k
+
+
+def test_training_code_names_real_modules():
+    from nearid_lib.runmeta import code_fingerprint
+    assert code_fingerprint(*ck.TRAINING_CODE)      # raises on a name that is not a module
+
+
+def test_finished_run_is_reused_only_under_its_key(world, monkeypatch):
+    cfg, data, tmp = world
+    enc = load_encoder("efficientnet-lite0", tiny=True)[0]
+    kw = dict(run_root=tmp / "runs", cache_root=tmp / "cache", variants=("full",))
+    first = sw.train_and_score(cfg, data, enc, **kw)
+    again = sw.train_and_score(cfg, data, enc, **kw)
+    assert not first.reused and again.reused
+    assert json.dumps(again.scores, sort_keys=True) == json.dumps(first.scores, sort_keys=True)   # NaN-safe
+    monkeypatch.setattr(ck, "code_fingerprint", lambda *parts: "edited")
+    monkeypatch.setattr(sw, "run_key", ck.run_key)
+    edited = sw.train_and_score(cfg, data, enc, **kw)
+    assert not edited.reused and edited.key != first.key
+
+
+def test_run_rows_applies_overrides_on_the_recipe_and_every_seed(world, monkeypatch):
+    cfg, data, tmp = world
+    cfg = with_overrides(cfg, {"train.lr": 7e-4})          # a caller's recipe change must survive
+    seen = []
+
+    def fake(c, data, encoder, label="", progress=False, **kw):
+        seen.append((c.seed, c.train.alpha, c.train.lr))
+        sc = {"nearid_ssr": 0.0, "nearid_pa": 0.0, "mtg_mo": 0.0, "mtg_ssr": 0.0}
+        return sw.RunResult(f"k{len(seen)}", c.seed, label, tmp, 1.0, 2, 0.0, False, {"test": sc}, {}, None)
+
+    monkeypatch.setattr(sw, "train_and_score", fake)
+    rows = [main_row(cfg), *[r for r in alpha_rows(cfg) if r.key != "nearid"][:1]]
+    res = sw.run_rows(cfg, data, None, rows, seeds=[3, 4], progress=False)
+    assert [s for s, _, _ in seen] == [3, 4, 3, 4]
+    assert all(lr == 7e-4 for _, _, lr in seen)
+    assert {a for _, a, _ in seen[2:]} == {float(cfg.eval.alphas[0])}
+    assert res.summary()["n_seeds"].tolist() == [2, 2]
