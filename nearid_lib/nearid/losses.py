@@ -43,6 +43,7 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
+from .loss_inputs import check_loss_inputs
 from .loss_terms import Pool, _disc_nearid, _local_pool, _logits, _masks, _rank_softplus, _resolve_pool
 from .loss_variants import _circle_disc, _infonce_sym, _rank_hinge_max, _rank_oracle, _siglip_disc, cohesion_loss
 
@@ -131,7 +132,7 @@ def make_loss_parameters(name: str, cfg: Any = None) -> torch.nn.ParameterDict:
 def compute_loss(name: str, anchor: Tensor, positives: Tensor, distractors: Tensor,
                  pos_mask: Tensor | None = None, dist_mask: Tensor | None = None, cfg: Any = None, *,
                  dist_oracle: Tensor | None = None, rank_only: Tensor | None = None, pool: Pool | None = None,
-                 params: Mapping[str, Tensor] | None = None, **overrides: Any
+                 params: Mapping[str, Tensor] | None = None, normalize: bool = False, **overrides: Any
                  ) -> tuple[Tensor, dict[str, Tensor]]:
     """Any training objective of NearID Tables 3/4 by name (see ``LOSSES``); returns (loss, parts).
 
@@ -141,7 +142,11 @@ def compute_loss(name: str, anchor: Tensor, positives: Tensor, distractors: Tens
     ``dist_oracle`` [B,K] float: per-distractor oracle score (MTG: 1 - |part|/|object| of the edit; higher =
     closer to the anchor identity; NaN = unknown), used only by the *_oracle variants. ``rank_only`` [B]:
     rows that form ranking terms only (MTG). ``pool``: the gathered global pool (multi-GPU).
-    Margins (``rank_margin``) are in logit units, as written in Table 4."""
+    Margins (``rank_margin``) are in logit units, as written in Table 4.
+    Inputs are checked first (:func:`~nearid_lib.nearid.loss_inputs.check_loss_inputs`): one float
+    dtype, finite and unit-norm valid slots; ``normalize=True`` L2-normalises them instead."""
+    anchor, positives, distractors = check_loss_inputs(anchor, positives, distractors, pos_mask, dist_mask,
+                                                       normalize)
     if name not in LOSS_INFO:
         raise KeyError(f"unknown loss {name!r}; valid: {', '.join(LOSSES)}")
     hp = loss_hparams(cfg, **overrides)
