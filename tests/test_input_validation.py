@@ -109,3 +109,31 @@ def test_rank_generator_group_by_typo(tmp_path):
             "group_by='specie' is not a column of the generated table; use None (one gallery for all "
             "queries) or one of ['name', 'species']")):
         rank_generator(gen, gal, "efficientnet-lite0", tiny=True, group_by="specie", progress=False)
+
+
+def test_nearid_checkpoint_missing_says_which_notebook_or_command_makes_it(tmp_path):
+    from nearid_lib.models import load_encoder
+
+    ck = tmp_path / "build" / "mini" / "checkpoints" / "nearid"
+    with pytest.raises(FileNotFoundError, match=_exact(
+            f"nearid: no trained head at {str(ck)!r} (a fresh clone has none): train one with notebook "
+            f"03_train_nearid (`make build/mini/notebooks/03_train_nearid.ipynb`) or `nearid train --profile "
+            f"mini`, which write build/mini/checkpoints/nearid; or use tiny=True for a random-init head")):
+        load_encoder("nearid", checkpoint=str(ck))
+
+
+def test_nearid_hub_miss_says_what_to_do(monkeypatch):
+    import huggingface_hub
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    from nearid_lib.models import load_encoder
+
+    def offline(*args, **kw):
+        raise LocalEntryNotFoundError("outgoing traffic has been disabled")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
+    with pytest.raises(OSError, match="^" + re.escape(
+            "nearid: cannot load the head 'Aleksandar/nearid-siglip2' from the Hugging Face hub "
+            "(LocalEntryNotFoundError); run once with hub access (HF_HUB_OFFLINE unset) to fill the cache, "
+            "pass checkpoint=<local folder>, or train one with notebook 03_train_nearid")):
+        load_encoder("nearid")
