@@ -35,7 +35,7 @@ from typing import Any, Sequence
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-__all__ = ["ImageError", "load_image", "load_images", "load_mask", "to_rgb", "composite_on_black",
+__all__ = ["ImageError", "load_image", "load_images", "as_sequence", "load_mask", "to_rgb", "composite_on_black",
            "ImageSource"]
 
 ImageSource = Any   # str | os.PathLike | PIL.Image.Image | np.ndarray | torch.Tensor
@@ -174,19 +174,25 @@ def load_image(src: ImageSource, where: str = "") -> Image.Image:
                      f"PIL image, a numpy array or a torch tensor")
 
 
-def load_images(srcs: ImageSource | Sequence[ImageSource], where: str = "") -> list[Image.Image]:
-    """A list of 8-bit RGB PIL images from a list of image sources, one source (path or PIL
-    image), or one 4-D batch (``[N, H, W, C]`` array, ``[N, C, H, W]`` tensor). Errors name the item."""
+def as_sequence(srcs: ImageSource | Sequence[ImageSource]) -> Sequence[ImageSource]:
+    """A sliceable sequence of image sources, nothing decoded yet: one source (a path, a PIL image,
+    a 2-D/3-D array or tensor) becomes ``[source]``; a 4-D batch and a list stay as they are. Lets
+    a caller load a long list batch by batch (:func:`load_images` on each slice)."""
     if isinstance(srcs, (str, os.PathLike, Image.Image)):
-        return [load_image(srcs, where)]
+        return [srcs]
     if isinstance(srcs, np.ndarray) or _is_tensor(srcs):
-        if srcs.ndim == 4:
-            return [load_image(x, f"{where or 'batch'}[{i}]") for i, x in enumerate(srcs)]
-        return [load_image(srcs, where)]
+        return srcs if srcs.ndim == 4 else [srcs]
+    return srcs if isinstance(srcs, Sequence) else list(srcs)
+
+
+def load_images(srcs: ImageSource | Sequence[ImageSource], where: str = "", start: int = 0) -> list[Image.Image]:
+    """A list of 8-bit RGB PIL images from a list of image sources, one source (path or PIL
+    image), or one 4-D batch (``[N, H, W, C]`` array, ``[N, C, H, W]`` tensor). An error names the
+    file, or the item's index (counted from ``start``: the offset of a slice)."""
     out = []
-    for i, s in enumerate(srcs):
-        label = where or (str(s) if isinstance(s, (str, os.PathLike)) else "")
-        out.append(load_image(s, label if isinstance(s, (str, os.PathLike)) else f"{where or 'images'}[{i}]"))
+    for i, s in enumerate(as_sequence(srcs)):
+        path = isinstance(s, (str, os.PathLike))
+        out.append(load_image(s, where if path else f"{where or 'images'}[{start + i}]"))
     return out
 
 
