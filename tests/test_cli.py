@@ -103,3 +103,12 @@ def test_set_without_equals_is_a_usage_error(capsys):
         main(["report", "--set", "train.lr"])
     assert exc.value.code == 2
     assert "--set needs KEY=VALUE, got 'train.lr'" in capsys.readouterr().err
+
+
+def test_train_then_report_on_a_fresh_clone(fresh, capsys):
+    assert main(["train", "--profile", "smoke", "--stop-after", "1"]) == 0
+    ck = fresh / "build" / "smoke" / "checkpoints" / "nearid"
+    assert "trained 1 steps" in capsys.readouterr().out and any(ck.iterdir())
+    assert main(["report", "--profile", "smoke"]) == 0
+    text = (fresh / "figures" / "README.md").read_text()          # NEARID_FIGURES
+    assert text.startswith("# Reproduced results") and "Profile: **smoke**" in text
