@@ -2,6 +2,7 @@
 #   make reproduce               # PROFILE=mini (offline default): every notebook, figures/ and tables
 #   make reproduce PROFILE=paper # GPU nodes with the Hugging Face hub reachable
 #   make test                    # pytest + every notebook in PROFILE=smoke
+#   make lab                     # JupyterLab on the notebooks with the repository's kernel
 # Executed notebooks and logs: build/$(PROFILE)/notebooks/. Figures/tables: figures/ (smoke: build/smoke/figures).
 SHELL := /bin/bash
 PROFILE ?= mini
@@ -24,22 +25,31 @@ endif
 export PYTHONHASHSEED := 0
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: reproduce notebooks test pytest smoke install clean clean-build help
+.PHONY: reproduce notebooks test pytest smoke install lab clean clean-build help
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make reproduce [PROFILE=mini|paper]  - run every notebook (only stale ones rerun)"
 	@echo "make test                            - pytest + every notebook with PROFILE=smoke"
 	@echo "make install                         - create/refresh the virtual environment only"
+	@echo "make lab                             - JupyterLab on the notebooks (jupytext-paired, repo kernel)"
 	@echo "make $(NB_OUT)/NN_name.ipynb           - one notebook (and what it depends on)"
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/bootstrap.sh scripts/torchvision_cpu_fix.py
+$(STAMP): pyproject.toml scripts/bootstrap.sh scripts/torchvision_cpu_fix.py scripts/constraints.txt scripts/jupyterlab_overrides.json
 	PYTHON=$(PYTHON) bash scripts/bootstrap.sh $(VENV)
 	@touch $@
 
 reproduce: notebooks
+
+# JupyterLab with the repository's kernel ("Python 3 (nearid)", installed into the venv by the
+# bootstrap). A double click opens a percent source notebooks/NN_name.py as a notebook (the
+# bootstrap sets JupyterLab's default viewer for Python files to "Jupytext Notebook"); jupytext.toml
+# pairs it with build/lab/NN_name.ipynb, which keeps the session's outputs. LAB_ARGS: extra options,
+# e.g. LAB_ARGS="--no-browser --port 8899". The profile is the notebook's PROFILE parameter.
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" --LabApp.default_url=/lab/tree/notebooks $(LAB_ARGS)
 
 notebooks: $(EXECUTED)
 

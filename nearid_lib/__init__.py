@@ -11,6 +11,8 @@ One shared core and one package per paper:
 
 Public entry points:
 
+- ``score_encoder(encoder, profile=...)`` - your encoder on all three protocols, beside the baselines
+  and the papers, with a report card (``nearid_lib.score``)
 - ``get_profile(name)`` - typed profiles ``smoke`` / ``mini`` / ``paper`` (``nearid_lib.config``)
 - ``load_encoder(name)`` - ``model, preprocess`` for every backbone and head (``nearid_lib.models``)
 - ``nearid_loss`` and the ablation losses (``nearid_lib.nearid.losses``)
@@ -28,6 +30,8 @@ __version__ = "0.1.0"
 
 # Heavy submodules are imported lazily so `import nearid_lib` stays fast (no torch import).
 _LAZY = {
+    "score_encoder": ("nearid_lib.score", "score_encoder"),
+    "ScoreReport": ("nearid_lib.score", "ScoreReport"),
     "load_encoder": ("nearid_lib.models", "load_encoder"),
     "MAPHead": ("nearid_lib.models", "MAPHead"),
     "load_backbone": ("nearid_lib.models", "load_backbone"),

@@ -20,7 +20,8 @@ from PIL import Image
 from .io_utils import atomic_write
 
 __all__ = ["OKABE_ITO", "apply_style", "method_color", "savefig", "save", "kernel_pca_panels",
-           "attention_overlay_grid", "ecdf_plot", "score_grid", "radar_plot", "bar_compare"]
+           "attention_overlay_grid", "ecdf_plot", "score_grid", "radar_plot", "bar_compare",
+           "anchor_distributions"]
 
 # Okabe & Ito (2008): distinguishable under the common colour-vision deficiencies.
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
@@ -248,5 +249,30 @@ def bar_compare(df, x: str, y: str, hue: str, title: str = "", ylabel: str = "",
     ax.set_ylabel(ylabel or y)
     ax.set_title(title)
     ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def anchor_distributions(wide, factors: Sequence[str], labels: Mapping[str, str] | None = None, title: str = ""):
+    """Seaborn box + strip plot of per-anchor sensitivities (``wide``: one row per encoder and anchor,
+    one column per factor, as :func:`nearid_lib.idsim.sensitivity.per_anchor_sensitivity` returns):
+    the spread behind each bootstrap interval, one box per factor and encoder."""
+    import seaborn as sns
+
+    factors = [f for f in factors if f in wide.columns]
+    long = wide.melt(id_vars=["encoder", "anchor_id"], value_vars=factors, var_name="factor",
+                     value_name="sensitivity")
+    long["encoder"] = long.encoder.map(lambda e: (labels or {}).get(e, e))
+    encs = list(dict.fromkeys(long.encoder))
+    palette = {e: method_color(e) for e in encs}
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(factors) * max(1, len(encs)) * 0.5 + 2), 3.6))
+    sns.boxplot(data=long, x="factor", y="sensitivity", hue="encoder", hue_order=encs, palette=palette,
+                showfliers=False, ax=ax)
+    sns.stripplot(data=long, x="factor", y="sensitivity", hue="encoder", hue_order=encs, palette=palette,
+                  dodge=True, size=3, alpha=0.6, edgecolor="black", linewidth=0.3, legend=False, ax=ax)
+    ax.axhline(0, color="grey", lw=0.5)
+    ax.set_ylabel("sensitivity (-slope), per anchor")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     return fig

@@ -10,12 +10,14 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 PY="$VENV/bin/python"
-# torch first and alone, so that no other requirement can resolve to a CUDA build.
+# The exact CPU torch/torchvision pins live in scripts/constraints.txt (pyproject.toml has lower
+# bounds only); every pip call below gets them, so nothing can resolve to a CUDA build.
+CONSTRAINTS="$(dirname "$0")/constraints.txt"
 "$PY" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
-echo "[bootstrap] installing torch==2.13.0 torchvision==0.28.0"
-"$PY" -m pip install --quiet "torch==2.13.0" "torchvision==0.28.0"
+echo "[bootstrap] installing torch and torchvision pinned by $CONSTRAINTS"
+"$PY" -m pip install --quiet -c "$CONSTRAINTS" torch torchvision
 echo "[bootstrap] installing nearid_lib[paper,dev] (editable)"
-"$PY" -m pip install --quiet -e ".[paper,dev]"
+"$PY" -m pip install --quiet -c "$CONSTRAINTS" -e ".[paper,dev]"
 SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 # Test the plain import with any hook from an earlier run removed first: with the hook in place the
 # import always works, and a re-run (e.g. after pyproject.toml changed) would wrongly drop it.
@@ -29,4 +31,9 @@ else
   "$PY" -c "import torchvision, timm, open_clip; print('[bootstrap] torchvision', torchvision.__version__, 'imports with the fix')"
 fi
 "$PY" -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (nearid)" >/dev/null
+# JupyterLab (make lab): open the jupytext percent notebooks as notebooks on a double click. The
+# setting goes into this venv's JupyterLab (its app settings), never into the user's home.
+LAB_SETTINGS="$("$PY" -c 'import sys; print(sys.prefix)')/share/jupyter/lab/settings"
+mkdir -p "$LAB_SETTINGS"
+cp "$(dirname "$0")/jupyterlab_overrides.json" "$LAB_SETTINGS/overrides.json"
 echo "[bootstrap] done"

@@ -72,7 +72,7 @@ def test_mode_conversion_rule(tmp_path, mode):
         expect = np.stack([gray] * 3, -1)
     elif mode == "RGBA":
         im = Image.fromarray(np.dstack([rgb, np.full((8, 9), 7, np.uint8)]), "RGBA")
-        expect = rgb                                   # alpha dropped, not composited
+        expect = np.rint(rgb * (7 / 255)).astype(np.uint8)   # composited onto black (imageio rule)
     elif mode == "I;16":
         im = Image.fromarray(gray.astype(np.uint16) * 257)  # uint16 -> mode I;16
         expect = np.stack([gray] * 3, -1)              # scaled by 1/257

@@ -61,3 +61,16 @@ def test_all_figures_write_png(tmp_path):
     df = pd.DataFrame({"source": ["a", "a", "b", "b"], "method": ["frozen", "NearID"] * 2, "ssr": [10, 90, 20, 95]})
     fig = plots.bar_compare(df, "source", "ssr", "method", title="bars", ref=95)
     _png_ok(plots.savefig(fig, tmp_path / "sub" / "bars.png"))
+
+
+def test_anchor_distributions_one_box_per_factor_and_encoder(tmp_path):
+    rng = np.random.default_rng(0)
+    wide = pd.DataFrame([{"encoder": e, "anchor_id": f"a{i}", "identity": rng.normal(1), "background": rng.normal(),
+                          "viewpoint": rng.normal()} for e in ("mine", "clip") for i in range(6)])
+    fig = plots.anchor_distributions(wide, ["identity", "background", "lighting"], {"mine": "My encoder"})
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["identity", "background"]   # absent factor dropped
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["My encoder", "clip"]
+    assert len(ax.patches) + len(ax.lines) >= 4                     # 2 factors x 2 encoders boxes drawn
+    plots.save(fig, tmp_path / "anchors.png")
+    _png_ok(tmp_path / "anchors.png")

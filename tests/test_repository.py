@@ -22,7 +22,7 @@ def test_environment_yml_mirrors_pyproject():
         wanted |= set(map(_norm, extra))
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
-    have = {_norm(x) for x in pip if not x.startswith("-e")}
+    have = {_norm(x) for x in pip if not x.startswith("-")}      # pip options: -e ., -c constraints
     assert wanted - have == set(), f"missing from environment.yml: {sorted(wanted - have)}"
     assert have - wanted == set(), f"not in pyproject.toml: {sorted(have - wanted)}"
 

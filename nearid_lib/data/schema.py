@@ -15,11 +15,10 @@ with 255 = object)::
                                  identity_change, factor_change, path, mask
     fpr/train_data.csv, fpr/gallery_data.csv   name, species, file_path, ref_path, mask_path
 
-Image-mode rule (documented, applied by :func:`read_rgb`): grayscale (``L``/``LA``/``1``),
-palette (``P``), ``RGBA`` and ``CMYK`` images are converted to RGB (alpha is dropped, not
-composited); 16-bit and 32-bit integer images (``I;16*``/``I``) are scaled to 8 bit by their
-bit depth (``/257`` for 16 bit) and replicated to three channels; float images (``F``) are
-clipped to 0..1 when their maximum is <= 1, else to 0..255. Masks are read as "pixel >= 128".
+Image-mode rule: the library's one loader, :mod:`nearid_lib.imageio` (:func:`read_rgb` and
+:func:`read_mask` delegate to it): EXIF orientation applied, alpha composited onto black (as
+foreground-only evaluation does), 16-bit images scaled by their bit depth, other modes converted
+to RGB. Masks are read as "pixel >= 128".
 Every other problem raises :class:`DataError` naming the dataset, row and field.
 """
 from __future__ import annotations
@@ -32,7 +31,9 @@ from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
+
+from ..imageio import ImageError, load_image, load_mask
 
 __all__ = ["SCHEMA_VERSION", "DataError", "NearIDData", "load_nearid", "read_rgb", "read_mask",
            "validate_images", "COLUMNS", "is_complete"]
@@ -68,30 +69,11 @@ def _where(dataset: str, row: Any = None, field_: str | None = None) -> str:
 
 
 def read_rgb(path: str | os.PathLike, where: str = "") -> Image.Image:
-    """Open an image as 8-bit RGB following the module's documented mode rule."""
-    tag = f"{where}: " if where else ""
+    """Open an image as 8-bit RGB by the rule of :mod:`nearid_lib.imageio` (errors: DataError)."""
     try:
-        with Image.open(path) as im:
-            im.load()                                   # forces decoding: truncated files fail here
-            mode = im.mode
-            if mode == "RGB":
-                return im.copy()
-            if mode.startswith("I;16") or mode == "I" or mode == "F":
-                arr = np.asarray(im).astype(np.float64)
-                if mode.startswith("I;16"):
-                    arr = arr / 257.0
-                elif mode == "I":
-                    arr = arr / (257.0 if arr.max() > 255 and arr.max() <= 65535 else
-                                 (16843009.0 if arr.max() > 65535 else 1.0))
-                else:
-                    arr = arr * 255.0 if arr.max() <= 1.0 else arr
-                a8 = np.clip(np.rint(arr), 0, 255).astype(np.uint8)
-                return Image.fromarray(np.stack([a8] * 3, axis=-1), "RGB")
-            return im.convert("RGB")
-    except FileNotFoundError:
-        raise DataError(f"{tag}image file not found: {path}") from None
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
-        raise DataError(f"{tag}cannot decode image {path} (corrupt or truncated?): {e}") from None
+        return load_image(Path(path), where)
+    except ImageError as e:
+        raise DataError(str(e)) from None
 
 
 def read_mask(path: str | os.PathLike, where: str = "", size: tuple[int, int] | None = None,
@@ -100,20 +82,12 @@ def read_mask(path: str | os.PathLike, where: str = "", size: tuple[int, int] | 
     against the image's and that it selects at least one pixel."""
     tag = f"{where}: " if where else ""
     try:
-        with Image.open(path) as im:
-            im.load()
-            if im.mode.startswith("I;16") or im.mode == "I":
-                arr = np.asarray(im).astype(np.float64) / 257.0
-            else:
-                arr = np.asarray(im.convert("L"))
-            msize = im.size
-    except FileNotFoundError:
-        raise DataError(f"{tag}mask file not found: {path}") from None
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
-        raise DataError(f"{tag}cannot decode mask {path} (corrupt or truncated?): {e}") from None
+        m = load_mask(Path(path), where)
+    except ImageError as e:
+        raise DataError(str(e)) from None
+    msize = (m.shape[1], m.shape[0])
     if size is not None and tuple(size) != tuple(msize):
         raise DataError(f"{tag}mask size {msize} differs from its image size {tuple(size)} ({path})")
-    m = arr >= 128
     if not allow_empty and not m.any():
         raise DataError(f"{tag}mask is empty (no pixel >= 128): {path}")
     return m

@@ -9,6 +9,8 @@ from typing import Any, Callable
 import numpy as np
 from PIL import Image
 
+from ..imageio import load_image, load_mask
+
 __all__ = ["VARIANTS", "register_variant", "apply_variant", "default_loaders", "ImageLoader", "MaskLoader",
            "needs_mask", "check_variant"]
 
@@ -64,7 +66,7 @@ def apply_variant(image: Image.Image, mask: np.ndarray | None, variant: str) -> 
 
 def default_loaders(root: str | os.PathLike | None = None, data: Any = None) -> tuple[ImageLoader, MaskLoader]:
     """``(image_loader, mask_loader)``: a dataset object's ``.image`` / ``.mask`` (NearIDData) if
-    given, else PNG files under ``root`` (masks: mode L, > 127 = foreground)."""
+    given, else image files under ``root`` read by :mod:`nearid_lib.imageio` (masks: >= 128 = foreground)."""
     if data is not None:
         return data.image, data.mask
     if root is None:
@@ -75,14 +77,12 @@ def default_loaders(root: str | os.PathLike | None = None, data: Any = None) -> 
         p = root / rel
         if not p.exists():
             raise FileNotFoundError(f"image {rel!r} not found under {root}")
-        with Image.open(p) as im:
-            return im.convert("RGB")
+        return load_image(p)                  # the one loader: alpha onto black, 16 bit scaled, EXIF
 
     def mask(rel: str) -> np.ndarray:
         p = root / rel
         if not p.exists():
             raise FileNotFoundError(f"mask {rel!r} not found under {root}")
-        with Image.open(p) as im:
-            return np.asarray(im.convert("L")) > 127
+        return load_mask(p)
 
     return image, mask

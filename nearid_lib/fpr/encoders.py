@@ -24,6 +24,9 @@ import numpy as np
 import torch
 from PIL import Image
 
+from tqdm.auto import tqdm
+
+from ..imageio import load_image, load_mask
 from ..io_utils import atomic_write
 from ..models import load_encoder, resolve_name
 from ..models.classifier import FeatureClassifier
@@ -135,11 +138,12 @@ def remove_background(image, mask, fill: tuple[int, int, int] = BG_FILL):
 
 def embed_images(model, paths: Sequence[str | os.PathLike], cache: EmbeddingCache | None = None,
                  batch_size: int = 32, masks: Sequence[str] | None = None,
-                 background: str = "kept") -> np.ndarray:
+                 background: str = "kept", progress: bool = True) -> np.ndarray:
     """L2-normalised embeddings [N, E] (float32) of image files, through the cache.
 
     ``background="removed"`` composites each image on neutral grey with its mask (``masks``
-    required, one per path; an empty mask path is an error naming the image)."""
+    required, one per path; an empty mask path is an error naming the image). Images are read by
+    :mod:`nearid_lib.imageio`; ``progress`` shows a bar over the batches on a cache miss."""
     paths = [str(p) for p in paths]
     if background not in ("kept", "removed"):
         raise ValueError(f"embed_images: background must be 'kept' or 'removed', got {background!r}")
@@ -154,15 +158,14 @@ def embed_images(model, paths: Sequence[str | os.PathLike], cache: EmbeddingCach
 
     def compute():
         out = []
-        for i in range(0, len(paths), batch_size):
+        for i in tqdm(range(0, len(paths), batch_size), desc=f"embed ({getattr(model, 'name', 'encoder')})",
+                      unit="batch", disable=not progress):
             ims = []
             for j in range(i, min(i + batch_size, len(paths))):
-                with Image.open(paths[j]) as im:
-                    im = im.convert("RGB")
-                    if background == "removed":
-                        with Image.open(masks[j]) as mk:
-                            im = remove_background(im, mk.convert("L"))
-                    ims.append(im)
+                im = load_image(paths[j])          # the one loader (nearid_lib.imageio)
+                if background == "removed":
+                    im = remove_background(im, load_mask(masks[j]))
+                ims.append(im)
             out.append(model.embed(ims, batch_size=batch_size).numpy())
         return np.concatenate(out)
 

@@ -142,7 +142,7 @@ def rank_generator(generated, gallery, encoder: str | Any = "efficientnet-lite0"
                    references=None, method: str | None = None, group_by: str | None = "species",
                    sim_to: str = "ref_path", background: str = "kept", cache_dir=None,
                    batch_size: int = 32, tiny: bool = False, device: str = "cpu",
-                   encoder_kw: dict | None = None, with_auc: bool = True) -> RankResult:
+                   encoder_kw: dict | None = None, with_auc: bool = True, progress: bool = True) -> RankResult:
     """Score generated images against a gallery with the Finer-Personalization Rank protocol.
 
     Args:
@@ -159,6 +159,7 @@ def rank_generator(generated, gallery, encoder: str | Any = "efficientnet-lite0"
         sim_to: ``"ref_path"`` | ``"references"`` | ``"gallery"`` (see the module docstring).
         background: ``"kept"`` or ``"removed"`` (needs ``mask_path`` in both tables).
         cache_dir: where embeddings are cached (None: no cache).
+        progress: progress bars while images are embedded (:mod:`nearid_lib.imageio` reads them).
 
     Returns:
         :class:`RankResult` with ``summary`` (per method: ``map``, ``sim``, ``top1``, ``auc``,
@@ -175,6 +176,7 @@ def rank_generator(generated, gallery, encoder: str | Any = "efficientnet-lite0"
     if missing:
         raise FPRLayoutError(f"generated identities {missing[:8]} have no image in the gallery "
                              f"(mAP undefined for them)")
+    _check_group_by(group_by, gen, gal)
     if isinstance(encoder, str):
         model, _ = get_encoder(encoder, tiny=tiny, device=device, **(encoder_kw or {}))
         enc_name = encoder
@@ -186,7 +188,8 @@ def rank_generator(generated, gallery, encoder: str | Any = "efficientnet-lite0"
         masks = list(df.mask_path) if (background == "removed" and "mask_path" in df.columns) else None
         if background == "removed" and masks is None:
             raise FPRLayoutError(f"{df.attrs.get('source', 'table')}: background='removed' needs mask_path")
-        return embed_images(model, list(df.file_path), cache, batch_size, masks=masks, background=background)
+        return embed_images(model, list(df.file_path), cache, batch_size, masks=masks, background=background,
+                            progress=progress)
 
     g_emb, q_emb = emb(gal), emb(gen)
     qg = gen[group_by].to_numpy() if group_by else None
@@ -304,3 +307,14 @@ def clip_t(images: Sequence, prompts: Sequence[str], model_name: str = "openai/c
         t = torch.nn.functional.normalize(model.get_text_features(input_ids=inp["input_ids"],
                                                                   attention_mask=inp["attention_mask"]), dim=-1)
     return (i * t).sum(-1).numpy()
+
+
+def _check_group_by(group_by: str | None, gen: pd.DataFrame, gal: pd.DataFrame) -> None:
+    """``group_by`` must be None or a column of both the generated and the gallery tables."""
+    if group_by is None:
+        return
+    for label, df in (("generated", gen), ("gallery", gal)):
+        if group_by not in df.columns:
+            shared = [c for c in gal.columns if c in set(gen.columns) and c not in ("file_path", "ref_path")]
+            raise FPRLayoutError(f"group_by={group_by!r} is not a column of the {label} table; use None "
+                                 f"(one gallery for all queries) or one of {shared}")

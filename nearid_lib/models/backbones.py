@@ -28,6 +28,8 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
+from ..imageio import load_image, load_images
+
 __all__ = [
     "EncoderOutput", "Encoder", "Preprocess", "TimmEfficientNetEncoder", "SiglipEncoder",
     "CLIPEncoder", "DinoEncoder", "IMAGENET_MEAN", "IMAGENET_STD", "CLIP_MEAN", "CLIP_STD",
@@ -42,6 +44,15 @@ HALF = (0.5, 0.5, 0.5)
 
 _RESAMPLE = {"bicubic": Image.BICUBIC, "bilinear": Image.BILINEAR, "lanczos": Image.LANCZOS,
              "nearest": Image.NEAREST}
+
+
+def _batches(n: int, batch_size: int, progress: bool, desc: str):
+    """Batch start indices, with a tqdm bar when ``progress``."""
+    starts = range(0, n, batch_size)
+    if not progress:
+        return starts
+    from tqdm.auto import tqdm
+    return tqdm(starts, desc=desc, unit="batch")
 
 
 class EncoderOutput(NamedTuple):
@@ -79,8 +90,8 @@ class Preprocess:
         return f"{self.image_size}|{self.resize}|{self.crop_pct:.4f}|{self.resample}|m={mean}|s={std}"
 
     def resize_image(self, image: Image.Image) -> Image.Image:
-        """The geometric part only (RGB PIL in, RGB PIL ``image_size`` square out)."""
-        image = image.convert("RGB")
+        """The geometric part only (any :mod:`nearid_lib.imageio` source in, RGB PIL square out)."""
+        image = load_image(image)
         s = self.image_size
         if self.resize == "squash":
             return image.resize((s, s), _RESAMPLE[self.resample]) if image.size != (s, s) else image
@@ -152,7 +163,7 @@ class Encoder(nn.Module):
         from ..runmeta import code_fingerprint
 
         return (f"{self.name}|tiny={int(self.tiny)}|w={self.weights}|dtype={str(self.dtype).replace('torch.', '')}"
-                f"|{self.preprocess.key()}|code={code_fingerprint('models/backbones.py', 'features')}")
+                f"|{self.preprocess.key()}|code={code_fingerprint('models/backbones.py', 'features', 'imageio.py')}")
 
     @property
     def device(self) -> torch.device:
@@ -171,10 +182,11 @@ class Encoder(nn.Module):
         raise NotImplementedError
 
     @torch.no_grad()
-    def encode(self, images: Sequence[Image.Image], batch_size: int = 32) -> EncoderOutput:
-        """Tokens and pooled outputs for a list of PIL images (no grad, in batches, on CPU)."""
-        toks, pooled = [], []
-        for i in range(0, len(images), batch_size):
+    def encode(self, images: Sequence[Image.Image], batch_size: int = 32, progress: bool = False) -> EncoderOutput:
+        """Tokens and pooled outputs for images (paths, PIL, arrays, tensors: :mod:`nearid_lib.imageio`;
+        no grad, in batches, on CPU)."""
+        images, toks, pooled = load_images(images), [], []
+        for i in _batches(len(images), batch_size, progress, f"encode ({self.name})"):
             out = self(self.preprocess.batch(images[i:i + batch_size]))
             pooled.append(out.pooled.float().cpu())
             if out.tokens is not None:
@@ -182,12 +194,14 @@ class Encoder(nn.Module):
         return EncoderOutput(torch.cat(toks) if toks else None, torch.cat(pooled))
 
     @torch.no_grad()
-    def embed(self, images: Sequence[Image.Image], batch_size: int = 32) -> torch.Tensor:
-        """L2-normalised pooled embeddings [B, E] for a list of PIL images."""
+    def embed(self, images: Sequence[Image.Image], batch_size: int = 32, progress: bool = False) -> torch.Tensor:
+        """L2-normalised pooled embeddings [B, E] for images: paths, PIL images, numpy arrays or
+        tensors (one loader, :mod:`nearid_lib.imageio`: alpha onto black, 16 bit scaled, EXIF)."""
+        images = load_images(images)
         if len(images) == 0:
             return torch.zeros(0, self.embed_dim)
         out = []
-        for i in range(0, len(images), batch_size):
+        for i in _batches(len(images), batch_size, progress, f"embed ({self.name})"):
             out.append(self(self.preprocess.batch(images[i:i + batch_size])).pooled.float().cpu())
         return F.normalize(torch.cat(out), dim=-1)
 

@@ -227,6 +227,20 @@ def _looks_like_repo_id(s: str) -> bool:
     return s.count("/") == 1 and not os.path.exists(s) and not s.startswith((".", "/", "~"))
 
 
+def _missing_checkpoint(ckpt: str, err: Exception | None = None) -> str:
+    """What to do when a NearID head checkpoint is absent (a fresh clone) or the hub is unreachable."""
+    parts = Path(ckpt).parts
+    prof = parts[parts.index("checkpoints") - 1] if "checkpoints" in parts[1:] else "mini"
+    make = f"make build/{prof}/notebooks/03_train_nearid.ipynb"
+    fix = (f"train one with notebook 03_train_nearid (`{make}`) or `nearid train --profile {prof}`, "
+           f"which write build/{prof}/checkpoints/nearid; or use tiny=True for a random-init head")
+    if err is None:
+        return f"nearid: no trained head at {ckpt!r} (a fresh clone has none): {fix}"
+    return (f"nearid: cannot load the head {ckpt!r} from the Hugging Face hub ({type(err).__name__}); "
+            f"run once with hub access (HF_HUB_OFFLINE unset) to fill the cache, pass "
+            f"checkpoint=<local folder>, or {fix}")
+
+
 def _nearid(name, hub_id, tiny=False, checkpoint=None, backbone=None, head=None, num_heads=None,
             token_dropout=0.0, **kw):
     """Build order: an explicit ``head``; our head folder (its JSON names the backbone); a release
@@ -249,7 +263,12 @@ def _nearid(name, hub_id, tiny=False, checkpoint=None, backbone=None, head=None,
             if _looks_like_repo_id(ckpt):
                 from huggingface_hub import snapshot_download
 
-                ckpt = snapshot_download(ckpt, allow_patterns=["*.safetensors", "*.json"])
+                try:
+                    ckpt = snapshot_download(ckpt, allow_patterns=["*.safetensors", "*.json"])
+                except Exception as err:  # offline, unknown repo, no network: say what to do
+                    raise OSError(_missing_checkpoint(ckpt, err)) from err
+            elif not os.path.exists(ckpt):
+                raise FileNotFoundError(_missing_checkpoint(ckpt))
             head = load_release_head(ckpt, num_heads=num_heads)
             release_path = ckpt
             cfg_file = Path(ckpt) / "config.json" if Path(ckpt).is_dir() else Path(ckpt).parent / "config.json"

@@ -43,6 +43,7 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
+from .loss_inputs import check_loss_inputs
 from .loss_terms import Pool, _disc_nearid, _local_pool, _logits, _masks, _rank_softplus, _resolve_pool
 from .loss_variants import _circle_disc, _infonce_sym, _rank_hinge_max, _rank_oracle, _siglip_disc, cohesion_loss
 
@@ -131,7 +132,7 @@ def make_loss_parameters(name: str, cfg: Any = None) -> torch.nn.ParameterDict:
 def compute_loss(name: str, anchor: Tensor, positives: Tensor, distractors: Tensor,
                  pos_mask: Tensor | None = None, dist_mask: Tensor | None = None, cfg: Any = None, *,
                  dist_oracle: Tensor | None = None, rank_only: Tensor | None = None, pool: Pool | None = None,
-                 params: Mapping[str, Tensor] | None = None, **overrides: Any
+                 params: Mapping[str, Tensor] | None = None, normalize: bool = False, **overrides: Any
                  ) -> tuple[Tensor, dict[str, Tensor]]:
     """Any training objective of NearID Tables 3/4 by name (see ``LOSSES``); returns (loss, parts).
 
@@ -148,7 +149,11 @@ def compute_loss(name: str, anchor: Tensor, positives: Tensor, distractors: Tens
     are given in cosine units and enter Table 4's logit formulas divided by the temperature
     (``oracle_margin`` 0.05, Circle's ``circle_m`` 0.25); Circle's scale is gamma = 64; SigLIP's BCE
     is averaged, not summed, over pairs; InfoNCE's single positive is a random valid view (the
-    training loop puts it in the first slot) and +R neg appends the distractors in both directions."""
+    training loop puts it in the first slot) and +R neg appends the distractors in both directions.
+    Inputs are checked first (:func:`~nearid_lib.nearid.loss_inputs.check_loss_inputs`): one float
+    dtype, finite and unit-norm valid slots; ``normalize=True`` L2-normalises them instead."""
+    anchor, positives, distractors = check_loss_inputs(anchor, positives, distractors, pos_mask, dist_mask,
+                                                       normalize)
     if name not in LOSS_INFO:
         raise KeyError(f"unknown loss {name!r}; valid: {', '.join(LOSSES)}")
     hp = loss_hparams(cfg, **overrides)

@@ -1,0 +1,176 @@
+"""The ``nearid`` command (also ``python -m nearid_lib``): thin wrappers over the library.
+
+::
+
+    nearid score ENCODER [--profile mini] [--protocols nearid,idsim,fpr] [--name N] [--out DIR]
+    nearid rank GENERATED GALLERY [--encoder efficientnet-lite0] [--group-by species] [--out CSV]
+    nearid train [--profile mini] [--set train.lr=3e-4 ...]          # the NearID head (notebook 03)
+    nearid report [--profile mini]                                   # figures/README.md (notebook 99)
+
+``ENCODER`` is a registered name, a hub identifier (``timm:...``, ``open_clip:...``, ``org/repo``) or
+``module:function`` / ``file.py:function`` naming your callable ``list[PIL.Image] -> [N, D]``. Every
+command takes ``--profile`` and ``--set KEY=VALUE`` (dotted config overrides), sets torch's threads
+from the environment (``NEARID_THREADS``, ``OMP_NUM_THREADS``) and shows progress bars.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+__all__ = ["main", "build_parser"]
+
+_PROFILES = ("smoke", "mini", "paper")
+
+
+def _overrides(pairs: Sequence[str], parser: argparse.ArgumentParser) -> dict[str, str]:
+    out = {}
+    for kv in pairs:
+        key, sep, value = kv.partition("=")
+        if not sep or not key:
+            parser.error(f"--set needs KEY=VALUE, got {kv!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _common(p: argparse.ArgumentParser, profile_default: str = "mini") -> None:
+    p.add_argument("--profile", choices=_PROFILES, default=profile_default,
+                   help=f"smoke (seconds), mini (offline reproduction), paper (GPU + hub); default {profile_default}")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="dotted config override, e.g. train.lr=3e-4 (repeatable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    ap = argparse.ArgumentParser(prog="nearid", description="NearID / ID-Sim / FPR: score your encoder or "
+                                 "generator, train the NearID head, render the report.")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="{score,rank,train,report}")
+
+    s = sub.add_parser("score", help="score an encoder on NearID, ID-Sim and FPR beside the baselines and papers")
+    s.add_argument("encoder", help="registered name, timm:/open_clip:/org/repo identifier, or module:function")
+    s.add_argument("--protocols", default="nearid,idsim,fpr", help="comma-separated subset (default all)")
+    s.add_argument("--name", default=None, help="label of your row (default: the encoder)")
+    s.add_argument("--out", default=None, help="folder of the table and report card (default build/<profile>/score/<name>)")
+    s.add_argument("--batch-size", type=int, default=32)
+    s.add_argument("--no-baselines", action="store_true", help="score only ENCODER")
+    s.add_argument("--no-cache", action="store_true", help="do not cache a callable's embeddings")
+    s.add_argument("--checkpoint", default=None, help="checkpoint of a named encoder (nearid, idsim, classifier)")
+    s.add_argument("--seed", type=int, default=0)
+    _common(s)
+
+    r = sub.add_parser("rank", help="Finer-Personalization Rank of generated images against a gallery")
+    r.add_argument("generated", help="generated_data.csv or a folder of <identity>/<file> images")
+    r.add_argument("gallery", help="gallery_data.csv or the folder holding it (and train_data.csv)")
+    r.add_argument("--encoder", default="efficientnet-lite0", help="registered evaluation encoder")
+    r.add_argument("--references", default=None, help="train_data.csv (default: beside the gallery)")
+    r.add_argument("--method", default=None, help="score only this method's rows")
+    r.add_argument("--group-by", default="species", help="column each query's gallery is restricted to; 'none': all")
+    r.add_argument("--sim-to", default="ref_path", choices=("ref_path", "references", "gallery"))
+    r.add_argument("--background", default="kept", choices=("kept", "removed"))
+    r.add_argument("--checkpoint", default=None, help="checkpoint of the encoder (e.g. a NearID head folder)")
+    r.add_argument("--out", default=None, help="write the per-method summary here (CSV; per-query beside it)")
+    _common(r)
+
+    t = sub.add_parser("train", help="train the NearID head (what notebook 03_train_nearid does)")
+    t.add_argument("--data", default=None, help="dataset root (default data_dir(profile)/nearid)")
+    t.add_argument("--out", default=None, help="checkpoint folder (default checkpoint_dir(profile)/nearid)")
+    t.add_argument("--no-resume", action="store_true")
+    t.add_argument("--stop-after", type=int, default=None, help="stop after this many steps (resumable)")
+    _common(t)
+
+    p = sub.add_parser("report", help="render figures/README.md from the tables (what notebook 99_report does)")
+    _common(p)
+    return ap
+
+
+def _score(args, over) -> int:
+    from .score import score_encoder
+
+    kw = {"checkpoint": args.checkpoint} if args.checkpoint else None
+    rep = score_encoder(args.encoder, tuple(x.strip() for x in args.protocols.split(",") if x.strip()), args.profile,
+                        name=args.name, out_dir=args.out, baselines=not args.no_baselines, seed=args.seed,
+                        batch_size=args.batch_size, cache=not args.no_cache, overrides=over, encoder_kw=kw)
+    print(rep)
+    for n in rep.notes:
+        print("note:", n)
+    print(f"report card: {rep.files['card']}")
+    return 0
+
+
+def _rank(args, over) -> int:
+    import pandas as pd
+
+    from .config import get_profile
+    from .fpr import rank_generator
+
+    cfg = get_profile(args.profile, over)
+    kw = {"checkpoint": args.checkpoint} if args.checkpoint else {}
+    res = rank_generator(args.generated, args.gallery, args.encoder, references=args.references, method=args.method,
+                         group_by=None if args.group_by.lower() == "none" else args.group_by, sim_to=args.sim_to,
+                         background=args.background, tiny=cfg.backbone.tiny, encoder_kw=kw,
+                         batch_size=cfg.retrieval.batch_size)
+    with pd.option_context("display.width", 160, "display.max_columns", 20):
+        print(res.summary.to_string(index=False))
+    if args.out:
+        from .io_utils import write_csv
+
+        out = write_csv(res.summary, Path(args.out))
+        write_csv(res.per_query, out.with_name(out.stem + "_per_query.csv"))
+        print(f"wrote {out}")
+    return 0
+
+
+def _train(args, over) -> int:
+    from .config import get_profile
+    from .data import build_world
+    from .nearid.train import main as train_main
+
+    cfg = get_profile(args.profile, over)
+    if args.data is None and cfg.world.source == "procedural":
+        build_world(cfg, progress=True)        # a fresh clone: build the world first (reused when complete)
+
+    argv = ["--profile", args.profile, *sum((["--set", f"{k}={v}"] for k, v in over.items()), [])]
+    argv += (["--data", args.data] if args.data else []) + (["--out", args.out] if args.out else [])
+    argv += (["--no-resume"] if args.no_resume else []) + \
+        (["--stop-after", str(args.stop_after)] if args.stop_after is not None else [])
+    return train_main(argv)
+
+
+def _report(args, over) -> int:
+    from .config import get_profile
+    from .io_utils import atomic_write_text
+    from .paths import figures_dir
+    from .report import render_report
+
+    cfg = get_profile(args.profile, over)
+    figs = figures_dir(cfg.name)
+    text = render_report(figs, profile_note=f"Profile: **{cfg.name}** (backbone `{cfg.backbone.name}`, data "
+                                            f"`{cfg.world.source}`).")
+    print(f"wrote {atomic_write_text(figs / 'README.md', text)}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``nearid`` / ``python -m nearid_lib``; returns the exit status."""
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    over = _overrides(args.set, ap)
+    if args.profile != "paper":
+        # offline profiles: a missing model fails at once instead of retrying the hub (as make does)
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from .config import ConfigError
+    from .run import set_torch_threads
+
+    set_torch_threads()
+    try:
+        return {"score": _score, "rank": _rank, "train": _train, "report": _report}[args.command](args, over)
+    except (ConfigError, FileNotFoundError, ValueError, OSError, KeyError) as err:
+        print(f"nearid {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,299 @@
+"""Score your own encoder on all three papers' protocols with one call::
+
+    import nearid_lib
+    report = nearid_lib.score_encoder(my_embed_fn, profile="mini")   # list[PIL] -> array [N, D]
+    report.table                      # your row beside the frozen baselines, the NearID head, the papers
+    report.files["card"]              # a one-page Markdown report card with its figures
+
+``encoder`` is a registered name (``nearid_lib.models.list_encoders()``), a Hugging Face / open_clip /
+timm identifier (paper profile; :mod:`nearid_lib.user_encoders`) or any callable
+``list[PIL.Image] -> array [N, D]``. The profile's data is built once or reused (the procedural
+world of ``smoke``/``mini``, the released data of ``paper``), then every protocol runs:
+
+* ``"nearid"``: NearID SSR/PA per distractor source, pooled over the main sources (Table 1) and
+  foreground-only (Table 7), MTG M-O/M-Opair, the DB++ stand-in (:mod:`nearid_lib.nearid.evaluate`);
+* ``"idsim"``: identity / background / viewpoint / lighting sensitivity on the edit grids with
+  bootstrap 95% intervals over anchors (:mod:`nearid_lib.idsim.sensitivity`, ID-Sim Figure 6);
+* ``"fpr"``: Finer-Personalization Rank on the galleries: gallery mAP beside pairwise similarity
+  for the real references (FPR Table 1) and for simulated generators with known identity drift,
+  with each metric's agreement with the true drift (:mod:`nearid_lib.fpr`).
+
+Registered encoders go through the same feature caches as the notebooks (identical numbers). A
+callable is embedded image by image (batched, with a progress bar) and its embeddings are cached
+under ``cache_dir(profile)/"score"``, keyed by its behavioural fingerprint
+(:class:`~nearid_lib.user_encoders.UserEncoder`) and the dataset; ``cache=False`` turns that off.
+The report card (:mod:`nearid_lib.score_card`) lands in ``out_dir`` (default
+``build/<profile>/score/<encoder>``).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .config import get_profile
+from .data import NearIDData, build_world, load_nearid, nearid_root
+from .features.variants import apply_variant, needs_mask
+from .io_utils import atomic_write
+from .nearid.embedder import Embedder
+from .nearid.scorers import EmbeddingBenchEncoder
+from .paths import cache_dir, checkpoint_dir, out_dir as out_root
+from .user_encoders import UserEncoder, as_user_encoder
+
+__all__ = ["score_encoder", "ScoreReport", "Participant", "PROTOCOLS", "StoreEmbedder", "StoreBenchEncoder"]
+
+PROTOCOLS = ("nearid", "idsim", "fpr")
+
+
+# --------------------------------------------------------------------------- a callable over dataset images
+class StoreEmbedder(Embedder):
+    """An :class:`~nearid_lib.nearid.embedder.Embedder` whose embeddings come from a
+    :class:`UserEncoder` run on the images themselves (a callable has no tokens to cache): kept in
+    memory per variant and, with ``folder``, in one ``.npz`` per (encoder fingerprint, dataset, variant)."""
+
+    def __init__(self, encoder: UserEncoder, data: NearIDData, folder: Path | None = None,
+                 batch_size: int = 32, progress: bool = True):
+        super().__init__(encoder, data, use_cache=False, store_tokens=False, batch_size=batch_size,
+                         progress=progress)
+        self.folder, self._table = folder, {}
+        ident = json.dumps(data.manifest, sort_keys=True) + str(Path(data.root).resolve())
+        self._data_fp = hashlib.sha1(ident.encode()).hexdigest()[:16]
+
+    def _file(self, variant: str) -> Path | None:
+        if self.folder is None:
+            return None
+        key = hashlib.sha1(f"{self.encoder.fingerprint}|{self._data_fp}|{variant}".encode()).hexdigest()[:20]
+        return self.folder / f"{key}.npz"
+
+    def _memo(self, variant: str) -> dict[str, np.ndarray]:
+        if variant not in self._table:
+            f, tab = self._file(variant), {}
+            if f is not None and f.exists():
+                with np.load(f) as z:
+                    tab = dict(zip(z["keys"].tolist(), z["emb"]))
+            self._table[variant] = tab
+        return self._table[variant]
+
+    def ensure(self, rels: Sequence[str], masks: Sequence[str], variant: str = "full") -> None:
+        """Embed every image of ``rels`` (with its ``masks`` for a masked variant) not embedded yet."""
+        tab = self._memo(variant)
+        todo = [(r, m) for r, m in dict.fromkeys(zip(rels, masks)) if r not in tab]
+        if not todo:
+            return
+        from tqdm.auto import tqdm
+
+        bs = self.batch_size
+        for i in tqdm(range(0, len(todo), bs), desc=f"embed {self.encoder.name} [{variant}]", unit="batch",
+                      disable=not self.progress):
+            chunk = todo[i:i + bs]
+            ims = [apply_variant(self.data.image(r), self.data.mask(m) if needs_mask(variant) else None, variant)
+                   for r, m in chunk]
+            for (r, _), e in zip(chunk, self.encoder.embed(ims, batch_size=bs).numpy()):
+                tab[r] = e
+        f = self._file(variant)
+        if f is not None:
+            keys = np.array(list(tab), dtype=str)
+            emb = np.stack([tab[k] for k in keys]).astype(np.float32)
+            atomic_write(f, lambda p: np.savez(open(p, "wb"), keys=keys, emb=emb))
+
+    def lookup(self, rels: Sequence[str], variant: str = "full") -> np.ndarray:
+        """``[n, D]`` embeddings of already embedded images (L2-normalised)."""
+        tab = self._memo(variant)
+        return np.stack([tab[r] for r in rels]) if len(rels) else np.zeros((0, self.encoder.embed_dim), np.float32)
+
+    def embed(self, relpaths: Sequence[str], variant: str = "full") -> torch.Tensor:
+        own = self._owners()
+        missing = [r for r in relpaths if r not in own]
+        if missing:
+            raise KeyError(f"{missing[0]!r} is not an image of the dataset at {self.data.root}")
+        self.ensure(relpaths, [own[r][1] for r in relpaths], variant)
+        return torch.from_numpy(self.lookup(list(relpaths), variant).astype(np.float32))
+
+
+class StoreBenchEncoder(EmbeddingBenchEncoder):
+    """The NearID-bench encoder of a callable: every image (dataset or grid) through its StoreEmbedder."""
+
+    def embed(self, data: NearIDData, rels: Sequence[str], masks: Sequence[str], variant: str = "full") -> np.ndarray:
+        self.embedder.ensure(list(rels), list(masks), variant)
+        return self.embedder.lookup(list(rels), variant).astype(np.float64)
+
+
+# --------------------------------------------------------------------------- who is scored
+@dataclass
+class Participant:
+    """One row of the report: ``key`` (short id), ``label``, ``kind`` ("yours" | "frozen" | "nearid" |
+    "idsim"), its NearID bench encoder (``bench``) and the model FPR embeds with (``model``)."""
+
+    key: str
+    label: str
+    kind: str
+    bench: Any = None
+    model: Any = None
+
+    def grid_embed(self, data: NearIDData, rels: Sequence[str], masks: Sequence[str]) -> np.ndarray:
+        """L2-normalised embeddings of edit-grid images (full image) for the ID-Sim protocol."""
+        if self.bench is not None:
+            return np.asarray(self.bench.embed(data, list(rels), list(masks), "full"), dtype=np.float64)
+        return self.model.embed([data.path(r) for r in rels], progress=True).numpy().astype(np.float64)
+
+
+def _registered(name: str) -> str | None:
+    from .models import resolve_name
+
+    try:
+        return resolve_name(name)
+    except KeyError:
+        return None
+
+
+def _user(encoder, cfg, data, name, store_folder, batch_size, progress, device, encoder_kw) -> Participant:
+    """The user's participant: a registered name through the library's caches, anything else
+    through a :class:`StoreEmbedder`."""
+    canon = _registered(encoder) if isinstance(encoder, str) else None
+    if canon is not None:
+        from .models import load_backbone
+
+        model, _ = load_backbone(cfg, name=canon, **(encoder_kw or {}))
+        # pooled outputs only (a head needs tokens): the same cache key as the frozen baselines'
+        emb = Embedder(model, data, profile=cfg.name, progress=progress,
+                       store_tokens=None if canon == "nearid" else False)
+        label = name or canon
+        return Participant("yours", label, "yours", EmbeddingBenchEncoder(emb, canon, label), model)
+    ue = as_user_encoder(encoder, name=name, device=device, **(encoder_kw or {}))
+    emb = StoreEmbedder(ue, data, store_folder, batch_size, progress)
+    return Participant("yours", ue.name, "yours", StoreBenchEncoder(emb, ue.name, ue.name), ue)
+
+
+def _baselines(cfg, data, progress: bool, notes: list[str]) -> list[Participant]:
+    """The profile's frozen encoders, the NearID head (when trained) and ID-Sim (when trained)."""
+    from .models import load_encoder
+    from .nearid.scorers import load_bench_encoders
+
+    ck = checkpoint_dir(cfg.name)
+    names = [n for n in cfg.eval.encoders if n != "nearid" or (ck / "nearid").exists()]
+    if "nearid" in cfg.eval.encoders and "nearid" not in names:
+        notes.append(f"NearID head: not trained for profile {cfg.name!r} yet ({ck / 'nearid'} absent); train it "
+                     f"with notebook 03_train_nearid or `nearid train --profile {cfg.name}`")
+    sub = replace(cfg, eval=replace(cfg.eval, encoders=tuple(names), vlm_judge=None))
+    out = []
+    for b in load_bench_encoders(sub, data):
+        b.embedder.progress = progress
+        kind = "nearid" if b.name == "nearid" else "frozen"
+        out.append(Participant(b.name, b.label, kind, b, b.embedder.encoder))
+    if (ck / "idsim").exists():
+        out.append(Participant("idsim", f"ID-Sim ({cfg.idsim.backbone} + LoRA, {cfg.name})", "idsim",
+                               None, load_encoder("idsim", checkpoint=str(ck / "idsim"))[0]))
+    else:
+        notes.append(f"ID-Sim: not trained for profile {cfg.name!r} yet ({ck / 'idsim'} absent); notebook "
+                     f"09_train_idsim trains it")
+    return out
+
+
+# --------------------------------------------------------------------------- the report
+@dataclass
+class ScoreReport:
+    """What :func:`score_encoder` returns: ``table`` (one row per encoder and per paper row),
+    the per-protocol tables (``nearid``: per source, ``idsim``: bootstrap summary, ``fpr``: per
+    method), ``notes``, the files written (``files["card"]`` is the Markdown report card)."""
+
+    encoder: str
+    profile: str
+    table: pd.DataFrame
+    nearid: pd.DataFrame | None = None
+    idsim: pd.DataFrame | None = None
+    fpr: pd.DataFrame | None = None
+    notes: list[str] = field(default_factory=list)
+    files: dict[str, Path] = field(default_factory=dict)
+    data: NearIDData | None = field(default=None, repr=False)
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def row(self) -> dict[str, Any]:
+        """The scored encoder's row of ``table`` as a dict."""
+        return self.table[self.table.kind == "yours"].iloc[0].to_dict()
+
+    def _repr_markdown_(self) -> str:
+        from .score_card import summary_markdown
+
+        return summary_markdown(self)
+
+    def __repr__(self) -> str:
+        cols = [c for c in ("row", "source", "nearid_ssr", "nearid_pa", "nearid_fg_ssr", "idsim_identity",
+                            "idsim_background", "fpr_map", "fpr_sim") if c in self.table.columns]
+        return f"ScoreReport({self.encoder!r}, profile={self.profile!r})\n" + \
+            self.table[cols].round(3).to_string(index=False)
+
+
+def _check_protocols(protocols) -> tuple[str, ...]:
+    protocols = (protocols,) if isinstance(protocols, str) else tuple(protocols)
+    bad = [p for p in protocols if p not in PROTOCOLS]
+    if bad or not protocols:
+        raise ValueError(f"protocols: unknown {bad}; choose from {', '.join(PROTOCOLS)}")
+    return protocols
+
+
+def _profile_data(cfg, progress: bool) -> NearIDData:
+    """The profile's NearID-schema data: the procedural world (built once, then reused) or the
+    released data already materialised at ``nearid_root(profile)``."""
+    if cfg.world.source == "procedural":
+        return load_nearid(build_world(cfg, progress=progress))
+    return load_nearid(nearid_root(cfg.name))
+
+
+def _slug(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("_")[:60] or "encoder"
+
+
+def score_encoder(encoder: Any, protocols: Sequence[str] = PROTOCOLS, profile: str = "mini", *,
+                  name: str | None = None, data: NearIDData | None = None, out_dir: str | Path | None = None,
+                  baselines: bool = True, seed: int = 0, batch_size: int = 32, progress: bool = True,
+                  cache: bool = True, overrides: dict | None = None, device: str = "cpu",
+                  encoder_kw: dict | None = None, write: bool = True) -> ScoreReport:
+    """Score ``encoder`` on the NearID, ID-Sim and FPR protocols of ``profile`` (see the module
+    docstring) and write its table and report card.
+
+    Args:
+        encoder: a registered name, a hub identifier (``"timm:..."``, ``"open_clip:..."``,
+            ``"<org>/<repo>"``), ``"module:function"``, or a callable ``list[PIL] -> [N, D]``.
+        protocols: any of ``"nearid"``, ``"idsim"``, ``"fpr"``.
+        profile: ``"smoke"`` (seconds), ``"mini"`` (offline reproduction, the default), ``"paper"``.
+        name: the label of your row (default: the name or the callable's name).
+        data: an already loaded :class:`~nearid_lib.data.NearIDData` (default: the profile's).
+        out_dir: where the table and card go (default ``build/<profile>/score/<name>``).
+        baselines: also score the profile's frozen encoders, NearID head and ID-Sim (when trained).
+        cache: keep a callable's embeddings under ``cache_dir(profile)/"score"``.
+        overrides: dotted config overrides, as for :func:`~nearid_lib.config.get_profile`.
+        encoder_kw: keyword arguments for loading a named encoder (e.g. ``{"checkpoint": ...}``).
+        write: False returns the report without writing files.
+    """
+    from .score_card import assemble_table, write_card
+    from .score_protocols import run_fpr, run_idsim, run_nearid
+
+    protocols = _check_protocols(protocols)
+    cfg = get_profile(profile, overrides, seed=seed)
+    data = data if data is not None else _profile_data(cfg, progress)
+    folder = cache_dir(cfg.name) / "score" if cache else None
+    notes: list[str] = []
+    user = _user(encoder, cfg, data, name, folder, batch_size, progress, device, encoder_kw)
+    parts = [user] + (_baselines(cfg, data, progress, notes) if baselines else [])
+    results: dict[str, Any] = {}
+    if "nearid" in protocols:
+        results["nearid"] = run_nearid([p for p in parts if p.bench is not None], cfg, data)
+    if "idsim" in protocols:
+        results["idsim"] = run_idsim(parts, cfg, data, seed, notes)
+    if "fpr" in protocols:
+        results["fpr"] = run_fpr([p for p in parts if p.model is not None], cfg, data, batch_size, progress,
+                                 cache, notes)
+    rep = ScoreReport(encoder=user.label, profile=cfg.name, table=assemble_table(parts, results, cfg.name),
+                      nearid=results.get("nearid", {}).get("per_source"), idsim=results.get("idsim", {}).get("summary"),
+                      fpr=results.get("fpr", {}).get("methods"), notes=notes, data=data, extra=results)
+    if write:
+        rep.files = write_card(rep, Path(out_dir) if out_dir else out_root(cfg.name) / "score" / _slug(user.label),
+                               cfg, seed)
+    return rep
