@@ -76,7 +76,7 @@ def test_loss_rejects_mixed_and_non_float_dtypes():
     ("train.batch_size", "abc", "train.batch_size: cannot read 'abc' as a whole number (current value 64)"),
     ("train.batch_size", 2.5, "train.batch_size: expected a whole number, got 2.5"),
     ("train.lr", 0, "train.lr=0.0: must be > 0"),
-    ("train.lr", "fast", "train.lr: cannot read 'fast' as a number (current value 0.001)"),
+    ("train.lr", "fast", "train.lr: cannot read 'fast' as a number (current value 0.003)"),
     ("head.token_dropout", 1.5, "head.token_dropout=1.5: must be in [0, 1]"),
     ("train.mixed_precision", "fp8", "train.mixed_precision='fp8': expected one of no, fp16, bf16"),
     ("train.augment", "maybe", "train.augment: cannot read 'maybe' as a boolean (true/false)"),
