@@ -91,6 +91,10 @@ def test_prefill_covers_training_and_resumes(smoke_world, encoder, tmp_path):
     cfg = get_profile("smoke")
     items = train_items(data, cfg)
     assert len(items) == len({r for r, _ in items}) and all(m for _, m in items)
+    m = data.mtg[data.mtg["split"] == "train"]
+    mtg = {r for j in (1, 2) for k in ("original", "inpainted") for r in m[f"image_{j}_{k}"]}
+    assert mtg and {r for r, _ in items[:len(mtg)]} == mtg          # most-reused images first
+    assert sorted(items) == sorted(train_items(data, cfg, by_reuse=False))
     store = open_train_store(encoder, data, tmp_path, dtype="int8")
     feats = StreamFeatures(encoder, data, store=store, batch_size=8)
     assert feats.prefill(items[:5], progress=False) == 10          # 5 images x (full, fg), then "killed"

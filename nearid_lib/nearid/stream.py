@@ -189,9 +189,17 @@ def _items(data: NearIDData, groups: Sequence[str]) -> list[tuple[str, str]]:
     return list(out.items())
 
 
-def train_items(data: NearIDData, cfg: Profile) -> list[tuple[str, str]]:
-    """(relpath, mask) of every image training can read (train split of the training sources + MTG)."""
-    return _items(data, train_groups(data, cfg))
+def train_items(data: NearIDData, cfg: Profile, by_reuse: bool = True) -> list[tuple[str, str]]:
+    """(relpath, mask) of every image training can read (train split of the training sources + MTG).
+
+    ``by_reuse``: most-read images first, the order in which a disk budget is best spent by
+    :meth:`StreamFeatures.prefill`: MTG images (read ~4x per epoch: the pairs are repeated), then the
+    positive views (every epoch), then the distractors (only when their view is the anchor)."""
+    groups = train_groups(data, cfg)
+    if by_reuse:
+        rank = {"mtg": 0, "positives": 1}
+        groups = sorted(groups, key=lambda g: rank.get(g.partition("@")[0], 2))
+    return _items(data, groups)
 
 
 def eval_items(data: NearIDData, splits: Sequence[str] = ("test",), sources: Sequence[str] | None = None,
