@@ -5,7 +5,7 @@ per image group and variant and needs the whole list of images up front. At SigL
 token grid is 729 x 1152 (1.68 MB in float16), and role-aware masking needs two variants per image,
 so the paper's training images alone would take ~800 GB. This store keeps ``int8`` (or ``fp8``)
 tokens with one float32 scale per token (0.84 MB per grid, exact to ~0.4% of a token's largest
-entry, see ``benchmarks/PAPER_SCALE.md``), fills lazily (a grid is written the first time a
+entry, see ``benchmarks/README.md``), fills lazily (a grid is written the first time a
 training step asks for it, so nothing is computed that is never read), honours a disk budget
 (``max_bytes``: past it, callers stream the backbone instead), and survives a kill.
 

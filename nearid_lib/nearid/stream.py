@@ -5,7 +5,7 @@ step asks for them. A drop-in for :class:`~nearid_lib.nearid.train_inputs.TrainF
     feats = StreamFeatures(backbone, data, store=open_train_store(backbone, data, cache_root))
     tok = feats.tokens(rels, masks, fg, rng)      # float32 [S, N, D], slot i = variant fg[i] of rels[i]
 
-Why a hybrid (numbers in ``benchmarks/PAPER_SCALE.md``): the paper's run touches every training
+Why a hybrid (numbers in ``benchmarks/README.md``): the paper's run touches every training
 image ~5-40 times over 11 epochs with a random fg/full choice per slot, so streaming the backbone at
 every step (the authors' recipe) costs ~4.6x more backbone FLOPs than encoding each (image, variant)
 once, while a preallocated float16 cache of both variants is ~800 GB. Lazily filling an int8 store
