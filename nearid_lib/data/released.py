@@ -81,17 +81,9 @@ def pil_from_value(value: Any, where: str) -> Image.Image | None:
 
 
 def _to_rgb(im: Image.Image, where: str) -> Image.Image:
-    """The schema's documented mode rule (same as ``read_rgb``), applied to an open image."""
-    buf = io.BytesIO()
-    if im.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
-        # Round-trip through PNG/TIFF would lose nothing; reuse read_rgb's exact rule.
-        im.save(buf, format="TIFF")
-    else:
-        if im.mode == "RGB":
-            return im
-        return im.convert("RGB")
-    buf.seek(0)
-    return read_rgb(buf, where)
+    """The schema's documented mode rule (the one of ``read_rgb``, :mod:`nearid_lib.imageio`),
+    applied to an open image: 16-bit and float modes scaled to 8 bit, alpha onto black."""
+    return im if im.mode == "RGB" else read_rgb(im, where)
 
 
 def _to_mask(im: Image.Image, where: str, size: tuple[int, int]) -> np.ndarray:

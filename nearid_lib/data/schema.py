@@ -68,10 +68,11 @@ def _where(dataset: str, row: Any = None, field_: str | None = None) -> str:
     return ", ".join(parts)
 
 
-def read_rgb(path: str | os.PathLike, where: str = "") -> Image.Image:
-    """Open an image as 8-bit RGB by the rule of :mod:`nearid_lib.imageio` (errors: DataError)."""
+def read_rgb(path: str | os.PathLike | Any, where: str = "") -> Image.Image:
+    """Open an image (a path, or any source :func:`~nearid_lib.imageio.load_image` takes, e.g. a
+    PIL image or a file object) as 8-bit RGB by the rule of :mod:`nearid_lib.imageio` (errors: DataError)."""
     try:
-        return load_image(Path(path), where)
+        return load_image(Path(path) if isinstance(path, (str, os.PathLike)) else path, where)
     except ImageError as e:
         raise DataError(str(e)) from None
 
