@@ -52,7 +52,8 @@ def parse_source(name: str) -> tuple[str, bool]:
 
 
 # The code that decides the world's bytes: a change to any of it rebuilds the world.
-WORLD_CODE = ("data/world.py", "data/backgrounds.py", "data/build.py", "generate/procedural.py",
+WORLD_CODE = ("data/world.py", "data/identity.py", "data/perturb.py", "data/parts.py", "data/views.py",
+              "data/render.py", "data/backgrounds.py", "data/build.py", "generate/procedural.py",
               "generate/base.py", "seeding.py")
 
 
