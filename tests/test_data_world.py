@@ -11,6 +11,7 @@ from PIL import Image
 from nearid_lib import get_profile
 from nearid_lib.data import DataError, build_world, load_nearid
 from nearid_lib.data import backgrounds as B
+from nearid_lib.data import parts as P
 from nearid_lib.data import world as W
 from nearid_lib.generate.base import FillInputError, get_backend
 
@@ -149,7 +150,7 @@ def test_render_resolution_independent_and_mask_exact():
     bg = np.zeros((64, 64, 3), np.float32)
     img, mask, parts = W.render_scene(ident, view, bg, with_parts=True)
     assert (img[~mask] == 0).all() and mask.any()
-    assert set(parts) == {n for n, _, _ in W._parts(ident)} | {"marking"}
+    assert set(parts) == {n for n, _, _ in P._parts(ident)} | {"marking"}
 
 
 def test_backgrounds_held_out_disjoint():

@@ -1,0 +1,111 @@
+"""What the world builder draws for each item, derived in one place so that generators which
+re-render an item (``nearid_lib.generate.procedural``, ``nearid_lib.fpr.methods``) get exactly the
+builder's identity list, views, backgrounds and distractor instances.
+
+Every draw takes its randomness from ``make_rng(seed, <stage>, <item id>, ...)``, never from the
+order of work.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..seeding import make_rng
+from . import backgrounds as B
+from . import world as W
+
+__all__ = ["parse_source", "positive_view", "fpr_view", "background_for", "distractor_instance",
+           "MAX_PERTURB_TRIES", "source_splits"]
+
+_SPLITS = ("train", "val", "test")
+
+
+def parse_source(name: str) -> tuple[str, bool]:
+    """``"marking_hr"`` -> (``"marking"``, True): perturbation family and high-resolution flag."""
+    fam, hr = (name[:-3], True) if name.endswith("_hr") else (name, False)
+    if fam not in W.PERTURBATIONS:
+        raise ValueError(f"distractor source {name!r}: unknown family {fam!r}; valid: "
+                         f"{', '.join(W.PERTURBATIONS)} (optionally with suffix '_hr')")
+    return fam, hr
+
+
+def _classes(wc) -> tuple[str, ...]:
+    if not 1 <= wc.n_classes <= len(W.CLASSES):
+        raise ValueError(f"world.n_classes={wc.n_classes}: must be in 1..{len(W.CLASSES)}")
+    return W.CLASSES[:wc.n_classes]
+
+
+def _background(seed: int, held_out: bool, size: int, *keys) -> np.ndarray:
+    spec = B.sample_background_spec(make_rng(seed, "bg", *keys), held_out=held_out)
+    return B.render_background(spec, size)
+
+
+def positive_view(cfg, identity_id: str, k: int) -> dict[str, float]:
+    """The pose + lighting of view ``k`` (1-based) of identity ``identity_id``: the one place
+    that derives it, so generators re-rendering a distractor use exactly the builder's view."""
+    wc = cfg.world
+    return W.sample_view(make_rng(cfg.seed, "view", identity_id, k), tuple(wc.object_frac),
+                         wc.view_strength)
+
+
+MAX_PERTURB_TRIES = 20
+
+
+def source_splits(wc, source: str) -> tuple[str, ...]:
+    """Splits whose identities get distractors of ``source``: every split for a training source,
+    ``world.unseen_source_splits`` for the others."""
+    return _SPLITS if source in wc.train_sources else tuple(wc.unseen_source_splits)
+
+
+def distractor_instance(cfg, ident: dict[str, Any], source: str, identity_id: str, k: int,
+                        view: dict[str, float], ref_layer: dict[str, Any] | None = None
+                        ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The near-identity instance of ``source`` for view ``k`` of an identity and its object layer
+    (rendered at the source's resolution): the one derivation shared by the builder and by
+    generators that re-render a source. The perturbation is redrawn (same rng stream, so the
+    result is deterministic) until it changes at least ``world.min_visible_px`` pixels of the view
+    at the stored resolution: a distractor nobody could tell apart measures nothing."""
+    wc = cfg.world
+    fam, hr = parse_source(source)
+    S = int(wc.image_size)
+    size = int(wc.source_resolutions[-1]) if hr else S
+    ref = ref_layer if ref_layer is not None else W.render_object(ident, view, S, with_parts=False)
+    need = W.min_visible_px(S)
+    rng = make_rng(cfg.seed, "perturb", source, identity_id, k)
+    for _ in range(MAX_PERTURB_TRIES):
+        d_ident, _ = W.perturb(ident, fam, rng)
+        layer = W.render_object(d_ident, view, size, with_parts=False)
+        if W.visible_change(ref, layer) >= need:
+            return d_ident, layer
+    raise RuntimeError(f"{identity_id} view {k} source {source}: no visible {fam!r} perturbation in "
+                       f"{MAX_PERTURB_TRIES} draws (>= {need} changed pixels at {S} px)")
+
+
+def fpr_view(cfg, name: str, k: int) -> dict[str, float]:
+    """The view of the k-th (0-based; references first) image of FPR identity ``name``."""
+    wc = cfg.world
+    return W.sample_view(make_rng(cfg.seed, "fpr_view", name, k), tuple(wc.object_frac),
+                         wc.view_strength)
+
+
+def background_for(cfg, held_out: bool, *keys) -> np.ndarray:
+    """The float RGB background the builder draws for ``keys`` (e.g. ``(identity_id, k)``)."""
+    return _background(cfg.seed, held_out, cfg.world.image_size, *keys)
+
+
+def _identity_list(cfg) -> list[dict[str, Any]]:
+    wc = cfg.world
+    classes = _classes(wc)
+    out = []
+    for split, n in zip(_SPLITS, (wc.n_train_ids, wc.n_val_ids, wc.n_test_ids)):
+        for i in range(n):
+            iid = f"{split}_{i:05d}"
+            rng = make_rng(cfg.seed, "identity", iid)
+            # Round-robin classes keep them balanced in every split (small smoke splits too).
+            cls = classes[i % len(classes)]
+            three = len(wc.views_per_id) > 1 and rng.random() < wc.p_three_views
+            n_views = max(wc.views_per_id) if three else min(wc.views_per_id)
+            out.append({"id": iid, "split": split, "class_name": cls, "n_views": int(n_views),
+                        "params": W.sample_identity(rng, cls)})
+    return out
