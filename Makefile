@@ -23,6 +23,11 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 endif
 export PYTHONHASHSEED := 0
+# torch's CPU thread count changes float summation order, hence the last bits of a trained head:
+# one fixed count makes every machine regenerate the committed tables exactly (override for speed,
+# e.g. NEARID_THREADS=8 make reproduce, at the price of last-digit differences).
+NEARID_THREADS ?= 1
+export NEARID_THREADS
 export TOKENIZERS_PARALLELISM := false
 
 .PHONY: reproduce notebooks test pytest smoke install lab clean clean-build help
