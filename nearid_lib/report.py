@@ -162,6 +162,23 @@ def _shown(paper: pd.DataFrame, spec: TableSpec) -> list[str]:
     return [c for c in paper.columns if c in spec.key_columns or c in spec.metrics]
 
 
+def provenance_summary(tables: Path) -> str:
+    """One paragraph from the tables' provenance sidecars: profile(s), commit(s) (``+dirty`` when
+    the tree had uncommitted edits), training seeds and the dates of the notebooks that wrote them."""
+    metas = [m for m in (read_table_meta(p.with_name(p.name.replace(".meta.json", ".csv")))
+                         for p in sorted(Path(tables).glob("*.meta.json"))) if m]
+    if not metas:
+        return ""
+    commits = sorted({str(m.get("commit") or "unknown")[:10] + ("+dirty" if m.get("dirty") else "")
+                      for m in metas})
+    seeds = sorted({int(s) for m in metas for s in (m.get("seeds") or [m.get("seed")]) if s is not None})
+    dates = sorted(str(m.get("date", ""))[:16].replace("T", " ") for m in metas if m.get("date"))
+    profiles = sorted({str(m.get("profile")) for m in metas})
+    return (f"Provenance ({len(metas)} tables, from their `tables/*.meta.json` sidecars): profile "
+            f"{', '.join(profiles)}; commit {', '.join(commits)}; seeds {', '.join(map(str, seeds))}; "
+            f"written {dates[0]} to {dates[-1]} UTC." if dates else "")
+
+
 def render_report(figures: Path, specs: list[TableSpec] | None = None, title: str = "Reproduced results",
                   profile_note: str = "") -> str:
     """Markdown for ``figures/README.md``: claims, every table beside the paper's, every figure."""
@@ -173,6 +190,9 @@ def render_report(figures: Path, specs: list[TableSpec] | None = None, title: st
            "notebook and read from the CSV named under the table.", ""]
     if profile_note:
         out += [profile_note, ""]
+    prov = provenance_summary(figures / "tables")
+    if prov:
+        out += [prov, ""]
 
     claims = sorted((figures / "tables").glob("claims_*.csv"))
     if claims:

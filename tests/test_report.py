@@ -92,3 +92,22 @@ def test_descriptive_tables_are_listed_not_rendered(tmp_path):
     assert "## Paper tables without a counterpart here" in text
     assert "NearID Table 9: hyper-parameters (`paper_values/hp.csv`)" in text
     assert text.index("Table 1") < text.index("Paper tables without")
+
+
+def test_provenance_summary_reads_the_sidecars(tmp_path):
+    import json
+    from nearid_lib.report import provenance_summary
+    t = tmp_path / "tables"
+    t.mkdir()
+    for name, commit, dirty, seeds, date in (("a", "abcdef1234567", False, [0, 1, 2], "2026-11-23T10:00:00+00:00"),
+                                             ("b", "1234567890ab", True, None, "2026-11-23T11:30:00+00:00")):
+        (t / f"{name}.csv").write_text("x\n1\n")
+        meta = {"table": f"{name}.csv", "profile": "mini", "seed": 0, "commit": commit, "dirty": dirty, "date": date}
+        if seeds:
+            meta["seeds"] = seeds
+        (t / f"{name}.meta.json").write_text(json.dumps(meta))
+    s = provenance_summary(t)
+    assert "2 tables" in s and "profile mini" in s
+    assert "abcdef1234" in s and "1234567890+dirty" in s
+    assert "seeds 0, 1, 2" in s and "2026-11-23 10:00 to 2026-11-23 11:30" in s
+    assert provenance_summary(tmp_path / "none") == ""
