@@ -238,13 +238,17 @@ class IDSimConfig:
     backbone: str = "efficientnet-lite0"
     tiny: bool = False                  # random-init tiny backbone config (smoke/tests)
     image_size: int | None = None       # None: the backbone's default (paper: 448)
-    adapt_stages: int = 1               # CNN backbones: LoRA on the last N block stages + conv_head
+    adapt_stages: int = 1               # CNN backbones: LoRA on the last N block stages + conv_head (0: conv_head only)
+    patch_grid: int | None = None       # patch tokens average-pooled to k x k for the patch head/loss (None: all)
     lora_rank: int = 16
     lora_alpha: int = 32
     lora_dropout: float = 0.05
     head_hidden: int = 512
     head_out: int = 256
-    lam: float = 1.0
+    lam: float = 1.0                    # weight of the patch term (0: CLS loss only, Supp. Table 8)
+    cls_weight: float = 1.0             # weight of the CLS term (0: patch loss only)
+    objective: str = "infonce"          # "infonce" | "hinge" | "bce" (Supp. Table 9)
+    patch_metric: str = "sinkhorn"      # "sinkhorn" | "cosine" (Supp. Table 9)
     sinkhorn_blur: float = 0.05
     temperature: float = 0.07
     lr: float = 3e-4
@@ -257,6 +261,13 @@ class IDSimConfig:
     n_instances: int = 10000            # balanced instances (App. A.1)
     n_triplets: int = 10000             # paper: 10k triplets
     mix: tuple[float, float, float] = (1.0, 1.0, 1.0)   # S1 : S2a : S2b
+    balanced: bool = True               # App. A.1 balanced instances (False: Table 3's raw, skewed pool)
+    # Table 3 "All datasets": the raw pool's per-dataset sizes (Supp. Table 2, unbalanced column),
+    # spread over the world's classes in name order (idsim.sampling.unbalanced_quotas)
+    unbalanced_shares: tuple[float, ...] = (3191, 2360, 1566, 1450, 625, 592, 111, 105)
+    label_noise: float = 0.0            # share of S1 pairs whose "positive" is another identity of
+                                        # the class (Table 3 "All datasets": unfiltered instance labels)
+    n_seeds: int = 3                    # training seeds per recipe (SEED, SEED+1, ...)
     augment: bool = True
     aug_variants: int = 1               # cached mode: augmented copies cached per image
     cache_batch_size: int = 32
