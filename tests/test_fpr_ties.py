@@ -84,3 +84,21 @@ def test_no_ties_expected_equals_stable():
     assert retrieval_map(q, ql, g, gl, ties="expected") == pytest.approx(retrieval_map(q, ql, g, gl), abs=1e-12)
     with pytest.raises(ValueError, match="ties"):
         retrieval_map(q, ql, g, gl, ties="random")
+
+
+def test_fpr_score_embeddings_independent_of_gallery_order_with_duplicates():
+    from nearid_lib.fpr.protocol import score_embeddings
+
+    rng = np.random.default_rng(3)
+    # a duplicated gallery image of another identity ties with the true match (copy-paste case)
+    g = rng.normal(size=(8, 4))
+    g[5] = g[0]
+    gn = np.array(["a", "a", "b", "b", "c", "b", "c", "a"])
+    q = g[[0, 2]] + 0.0
+    qn = np.array(["a", "b"])
+    base = score_embeddings(q, qn, g, gn).ap.to_numpy()
+    for _ in range(10):
+        p = rng.permutation(len(g))
+        np.testing.assert_allclose(score_embeddings(q, qn, g[p], gn[p]).ap.to_numpy(), base, atol=1e-12)
+    sims = (q / np.linalg.norm(q, axis=1, keepdims=True)) @ (g / np.linalg.norm(g, axis=1, keepdims=True)).T
+    assert base[0] == pytest.approx(_brute_expected_ap(np.round(sims[0], 12), gn == "a"), abs=1e-9)
