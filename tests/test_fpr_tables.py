@@ -65,3 +65,19 @@ def test_every_paper_table_name_is_a_spec_output():
     for key, num in PAPER_DATASETS.items():
         meta = json.loads((paper_values_dir() / f"fpr_table{num}_{key}.meta.json").read_text())
         assert meta["ours"] == f"tables/{paper_table_name(key)}.csv"
+
+
+def test_dataset_view_mini_species_and_whole_world():
+    from nearid_lib.fpr.tables import dataset_view
+
+    pq = _pq().drop(columns="dataset")
+    v = dataset_view(pq, "NearID-mini")
+    assert len(v) == 2 * len(pq)
+    t = generated_table(v).set_index("dataset")
+    assert set(t.index) == {"mini/s1", "mini/s2", "NearID-mini"}
+    assert t.at["mini/s1", "clip_i_map"] == pytest.approx(0.8)        # one species: both means agree
+    assert t.at["mini/s1", "clip_i_map_all"] == pytest.approx(0.8)
+    assert t.at["NearID-mini", "clip_i_map"] == pytest.approx(0.5)
+    assert t.at["NearID-mini", "clip_i_map_all"] == pytest.approx(0.65)
+    assert split_by_dataset(t.reset_index()) == {}                      # no paper dataset in mini
+    assert dataset_view(_pq(), "x") is not None and len(dataset_view(_pq(), "x")) == len(_pq())

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["ROLES", "PAPER_DATASETS", "paper_dataset_key", "role_encoders", "dataset_scores",
-           "generated_table", "paper_table_name", "split_by_dataset"]
+           "generated_table", "paper_table_name", "split_by_dataset", "dataset_view"]
 
 ROLES = ("clip_i", "dino", "spec")
 # paper tables 5-13 by dataset key (``paper_values/fpr_table<N>_<key>.csv``)
@@ -119,3 +119,16 @@ def split_by_dataset(table: pd.DataFrame, names: Mapping[str, str] | None = None
         if name:
             out[name] = d.reset_index(drop=True)
     return out
+
+
+def dataset_view(per_query: pd.DataFrame, whole: str, species_col: str = "species") -> pd.DataFrame:
+    """Per-query scores with the ``dataset`` column the tables group by: unchanged when it exists
+    (the paper profile: one gallery folder per dataset); otherwise (``mini``) every query twice,
+    once under ``mini/<species>`` (each species of the world as one dataset) and once under
+    ``whole`` (the world: mean of its per-species mAPs)."""
+    if "dataset" in per_query.columns:
+        return per_query
+    if species_col not in per_query.columns:
+        raise KeyError(f"dataset_view: per_query has neither 'dataset' nor {species_col!r}")
+    return pd.concat([per_query.assign(dataset="mini/" + per_query[species_col].astype(str)),
+                      per_query.assign(dataset=whole)], ignore_index=True)
