@@ -19,6 +19,8 @@ def test_rows_are_the_paper_rows_and_valid_overrides(table):
     meta = json.loads((paper_values_dir() / f"{table}.meta.json").read_text())
     paper = pd.read_csv(paper_values_dir() / f"{table}.csv")
     assert meta["key_columns"] == [key_col]
+    from nearid_lib.idsim.ablations import OUTPUTS
+    assert meta["ours"] == f"tables/{OUTPUTS[table]}.csv"
     assert list(rows) == paper[key_col].tolist()
     cfg = get_profile("smoke")
     for role, ov in rows.values():
@@ -58,3 +60,16 @@ def test_ablation_runs_smoke_world(smoke_world):
     # each row trains its own loss: the final training losses differ (overrides reached the trainer)
     assert runs.final_loss.notna().all() and runs.final_loss.round(9).nunique() == 3
     assert (runs.n_steps > 0).all()
+
+
+def test_ablation_claims_compare_full_recipe_with_other_rows():
+    from nearid_lib.idsim.ablations import ablation_claims
+
+    t = pd.DataFrame({"feature_loss_setting": ["CLS + Patch (Baseline)", "CLS Loss Only"], "role": ["ours", "ablation"],
+                      "identity_val_roc_auc": [0.8, 0.85], "real_instance_val_acc": [0.7, 0.6],
+                      "anchor_auc": [0.8, 0.8], "anchor_auc_low": [0.7, 0.7], "anchor_auc_high": [0.9, 0.9],
+                      "acc_low": [0.6, 0.5], "acc_high": [0.8, 0.7]})
+    (row,) = ablation_claims({"idsim_supp_table8_cls_patch": t}, "mini")
+    assert row["holds"] is False and "0.800 vs best other 0.850" in row["ours"]
+    t.loc[1, "identity_val_roc_auc"] = 0.75
+    assert ablation_claims({"idsim_supp_table8_cls_patch": t}, "mini")[0]["holds"] is True
