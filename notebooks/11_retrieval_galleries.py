@@ -159,7 +159,7 @@ run.figure(F.plot_retrieval_lists(cases, PROFILE), "11_fpr_retrieval_lists")
 # ## Claims (computed)
 
 # %%
-claims = retrieval_claims(main, agreement, bg, specs, PROFILE)
+claims = retrieval_claims(main, agreement, bg, specs, PROFILE, oracle=oracle)
 run.write_claims(claims, "11_retrieval")
 print(f"notebook 11 ran in {time.time() - t0:.1f} s")
 pd.DataFrame(claims)
