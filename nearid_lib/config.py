@@ -268,6 +268,13 @@ class IDSimConfig:
     label_noise: float = 0.0            # share of S1 pairs whose "positive" is another identity of
                                         # the class (Table 3 "All datasets": unfiltered instance labels)
     n_seeds: int = 3                    # training seeds per recipe (SEED, SEED+1, ...)
+    # training ablations notebook 09 runs (keys of nearid_lib.idsim.ablations.ABLATIONS / DYNAMIC)
+    ablation_tables: tuple[str, ...] = ("idsim_table3_data_ablation", "idsim_supp_table5_scale",
+                                        "idsim_supp_table6_composition", "idsim_supp_table7_backbone",
+                                        "idsim_supp_table8_cls_patch", "idsim_supp_table9_loss")
+    # Supp. Table 7 rows besides the baseline: (backbone, image_size or None = native)
+    backbone_rows: tuple[tuple[str, int | None], ...] = (("efficientnet-lite0", 112), ("efficientnet-lite1", None),
+                                                         ("efficientnet-lite2", None))
     augment: bool = True
     aug_variants: int = 1               # cached mode: augmented copies cached per image
     cache_batch_size: int = 32
@@ -317,7 +324,8 @@ def _smoke() -> Profile:
         retrieval=RetrievalConfig(gallery_sizes=(1, 2), subject_counts=(2, 3), n_generated_per_id=2,
                                   batch_size=16, n_qualitative=2, top_k=3),
         # smoke: a tiny random-init Dinov2 (the transformer LoRA path; tests cover the CNN path)
-        idsim=IDSimConfig(backbone="dinov2-base", tiny=True, batch_size=4, grad_accum=1, epochs=1, max_steps=2, n_bootstrap=50,
+        idsim=IDSimConfig(backbone="dinov2-base", tiny=True, backbone_rows=(("efficientnet-lite1", None),),
+                          batch_size=4, grad_accum=1, epochs=1, max_steps=2, n_bootstrap=50,
                           head_hidden=32, head_out=16, n_instances=8, n_triplets=12, aug_variants=0,
                           cache_batch_size=16),
         # procedural fills are rendered instances, never failed copies: only near-copies are
@@ -367,7 +375,8 @@ def _paper() -> Profile:
             encoders=("clip-vit-b32", "dinov2-base", "bioclip2", "miewid", "nearid"),
             gallery_sizes=(1, 5, 10, 20), subject_counts=(10, 15, 25, 100),
         ),
-        idsim=IDSimConfig(backbone="dinov3-vitl16", image_size=448, epochs=3, aug_variants=0),
+        idsim=IDSimConfig(backbone="dinov3-vitl16", image_size=448, epochs=3, aug_variants=0,
+                          backbone_rows=(("dinov3-vitl16", 224), ("dinov2-large", None))),
     )
 
 

@@ -36,7 +36,7 @@ import pandas as pd
 
 from nearid_lib.claims import claim
 from nearid_lib.data import load_profile_data
-from nearid_lib.idsim.ablations import ABLATIONS, OUTPUTS, ablation_claims, ablation_runs, ablation_table, row_profile
+from nearid_lib.idsim.ablations import OUTPUTS, ablation_claims, ablation_runs, ablation_table, row_profile
 from nearid_lib.idsim.bench import (bench_keys, benchmark_table, embed_encoders, encoder_labels,
                                     evaluate_sets, mini_benchmark_sets, patch_table)
 from nearid_lib.idsim.embed import model_embeddings
@@ -132,20 +132,22 @@ run.write_table(patch, "09_idsim_patch")
 patch
 
 # %% [markdown]
-# ## Training ablations (Table 3, Supp. Tables 8-9)
+# ## Training ablations (Table 3, Supp. Tables 5-9)
 # Every row is trained with the baseline recipe changed in one place, for `idsim.n_seeds` seeds, and
 # scored on the validation sets of Supp. B.1 built from the val split (real-instance triplets,
 # identity pairs with context edits and near-identity distractors) with the joint CLS+patch
 # embedding; intervals: percentile bootstrap over validation identities. Table 3's "All datasets"
 # rows use wrong S1 instance labels (`nearid_lib.idsim.ablations.ALL_DATASETS_LABEL_NOISE`), the
 # mini analogue of the unfiltered pool; "no balancing" is the raw pool's skew (Supp. Table 2).
+# Scale (S5) multiplies the profile's triplet count, composition (S6) doubles one subset, backbone
+# (S7) swaps in EfficientNet-Lite0 at half resolution, Lite1 and Lite2 (`idsim.backbone_rows`).
 
 # %%
-abl_runs = ablation_runs(cfg, data, list(ABLATIONS), train_store_path=train_prefix,
+abl_runs = ablation_runs(cfg, data, list(cfg.idsim.ablation_tables), train_store_path=train_prefix,
                          eval_store_path=cache_dir(PROFILE) / "idsim" / f"val_prefix_s{SEED}.safetensors",
                          log=lambda m: None)
 write_csv(abl_runs.drop(columns="units"), run.results / "ablation_runs.csv")
-abl_tables = {key: ablation_table(abl_runs, key, seed=SEED) for key in ABLATIONS}
+abl_tables = {key: ablation_table(abl_runs, key, seed=SEED) for key in cfg.idsim.ablation_tables}
 for key, t in abl_tables.items():
     run.write_table(t.assign(profile=PROFILE), OUTPUTS[key])
 pd.concat(abl_tables.values(), keys=list(abl_tables), names=["table"])
