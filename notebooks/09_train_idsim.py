@@ -39,6 +39,7 @@ from nearid_lib.data import load_profile_data
 from nearid_lib.idsim.ablations import OUTPUTS, ablation_claims, ablation_runs, ablation_table, row_profile
 from nearid_lib.idsim.bench import (bench_keys, benchmark_table, embed_encoders, encoder_labels,
                                     evaluate_sets, mini_benchmark_sets, patch_table)
+from nearid_lib.idsim.baselines import histogram_embeddings
 from nearid_lib.idsim.embed import model_embeddings
 from nearid_lib.idsim.prefix import PrefixStore
 from nearid_lib.idsim.train import train_idsim
@@ -83,8 +84,9 @@ run.figure(fig, "09_idsim_loss")
 
 # %% [markdown]
 # ## Mini benchmarks
-# Frozen backbone (EfficientNet-Lite0 GAP = the row of the paper's frozen DINOv3), ID-Sim, and the
-# NearID head of notebook 03 (when its checkpoint exists), on the test split.
+# Frozen backbone (EfficientNet-Lite0 GAP = the row of the paper's frozen DINOv3), ID-Sim, the
+# NearID head of notebook 03 (when its checkpoint exists) and a colour-histogram pixel baseline, on
+# the test split.
 
 # %%
 sets = mini_benchmark_sets(data, "test", seed=SEED)
@@ -95,6 +97,7 @@ print("NearID head:", nearid_dir if nearid is not None else "absent (run noteboo
 store = PrefixStore(model, data, n_variants=0, seed=SEED,
                     path=cache_dir(PROFILE) / "idsim" / f"eval_prefix_s{SEED}.safetensors")
 emb = embed_encoders(model, store, keys, nearid=nearid)
+emb["colour_hist"] = histogram_embeddings(data, keys, seed=SEED)      # pixel-space floor
 store.save()
 results = {enc: evaluate_sets(sets, e) for enc, e in emb.items()}
 labels = encoder_labels(cfg)

@@ -82,13 +82,15 @@ BENCH_INFO = {
 
 def encoder_labels(cfg: Profile) -> dict[str, tuple[str, str]]:
     """encoder -> (paper model key, ours_label) for the side-by-side tables: our frozen backbone
-    stands in for ID-Sim's frozen DINOv3 row; the NearID head has no ID-Sim counterpart."""
+    stands in for ID-Sim's frozen DINOv3 row; the NearID head and the colour-histogram pixel baseline
+    (:mod:`nearid_lib.idsim.baselines`) have no ID-Sim counterpart."""
     bb = cfg.idsim.backbone
     pooled = "GAP" if resolve_name(bb) == "efficientnet-lite0" else "CLS"
     tiny = " tiny random-init" if cfg.idsim.tiny else ""
     return {"frozen": ("DINOv3", f"{bb}{tiny} {pooled} (frozen)"),
             "idsim": ("ID-Sim", f"ID-Sim ({bb}{tiny} + LoRA r{cfg.idsim.lora_rank}, {cfg.name})"),
-            "nearid": ("NearID head", f"NearID MAP head on {cfg.backbone.name} ({cfg.name})")}
+            "nearid": ("NearID head", f"NearID MAP head on {cfg.backbone.name} ({cfg.name})"),
+            "colour_hist": ("Colour histogram", "RGB 8x8x8 histogram, Bhattacharyya (pixel baseline)")}
 
 
 # ----------------------------------------------------------------------------- mini sets
