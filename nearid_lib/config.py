@@ -242,13 +242,17 @@ class IDSimConfig:
     backbone: str = "efficientnet-lite0"
     tiny: bool = False                  # random-init tiny backbone config (smoke/tests)
     image_size: int | None = None       # None: the backbone's default (paper: 448)
-    adapt_stages: int = 1               # CNN backbones: LoRA on the last N block stages + conv_head
+    adapt_stages: int = 1               # CNN backbones: LoRA on the last N block stages + conv_head (0: conv_head only)
+    patch_grid: int | None = None       # patch tokens average-pooled to k x k for the patch head/loss (None: all)
     lora_rank: int = 16
     lora_alpha: int = 32
     lora_dropout: float = 0.05
     head_hidden: int = 512
     head_out: int = 256
-    lam: float = 1.0
+    lam: float = 1.0                    # weight of the patch term (0: CLS loss only, Supp. Table 8)
+    cls_weight: float = 1.0             # weight of the CLS term (0: patch loss only)
+    objective: str = "infonce"          # "infonce" | "hinge" | "bce" (Supp. Table 9)
+    patch_metric: str = "sinkhorn"      # "sinkhorn" | "cosine" (Supp. Table 9)
     sinkhorn_blur: float = 0.05
     temperature: float = 0.07
     lr: float = 3e-4
@@ -261,6 +265,20 @@ class IDSimConfig:
     n_instances: int = 10000            # balanced instances (App. A.1)
     n_triplets: int = 10000             # paper: 10k triplets
     mix: tuple[float, float, float] = (1.0, 1.0, 1.0)   # S1 : S2a : S2b
+    balanced: bool = True               # App. A.1 balanced instances (False: Table 3's raw, skewed pool)
+    # Table 3 "All datasets": the raw pool's per-dataset sizes (Supp. Table 2, unbalanced column),
+    # spread over the world's classes in name order (idsim.sampling.unbalanced_quotas)
+    unbalanced_shares: tuple[float, ...] = (3191, 2360, 1566, 1450, 625, 592, 111, 105)
+    label_noise: float = 0.0            # share of S1 pairs whose "positive" is another identity of
+                                        # the class (Table 3 "All datasets": unfiltered instance labels)
+    n_seeds: int = 3                    # training seeds per recipe (SEED, SEED+1, ...)
+    # training ablations notebook 09 runs (keys of nearid_lib.idsim.ablations.ABLATIONS / DYNAMIC)
+    ablation_tables: tuple[str, ...] = ("idsim_table3_data_ablation", "idsim_supp_table5_scale",
+                                        "idsim_supp_table6_composition", "idsim_supp_table7_backbone",
+                                        "idsim_supp_table8_cls_patch", "idsim_supp_table9_loss")
+    # Supp. Table 7 rows besides the baseline: (backbone, image_size or None = native)
+    backbone_rows: tuple[tuple[str, int | None], ...] = (("efficientnet-lite0", 112), ("efficientnet-lite1", None),
+                                                         ("efficientnet-lite2", None))
     augment: bool = True
     aug_variants: int = 1               # cached mode: augmented copies cached per image
     cache_batch_size: int = 32
@@ -309,7 +327,8 @@ def _smoke() -> Profile:
         retrieval=RetrievalConfig(gallery_sizes=(1, 2), subject_counts=(2, 3), n_generated_per_id=2,
                                   batch_size=16, n_qualitative=2, top_k=3),
         # smoke: a tiny random-init Dinov2 (the transformer LoRA path; tests cover the CNN path)
-        idsim=IDSimConfig(backbone="dinov2-base", tiny=True, batch_size=4, grad_accum=1, epochs=1, max_steps=2, n_bootstrap=50,
+        idsim=IDSimConfig(backbone="dinov2-base", tiny=True, backbone_rows=(("efficientnet-lite1", None),),
+                          batch_size=4, grad_accum=1, epochs=1, max_steps=2, n_bootstrap=50,
                           head_hidden=32, head_out=16, n_instances=8, n_triplets=12, aug_variants=0,
                           cache_batch_size=16),
         # procedural fills are rendered instances, never failed copies: only near-copies are
@@ -361,7 +380,8 @@ def _paper() -> Profile:
             encoders=("clip-vit-b32", "dinov2-base", "bioclip2", "miewid", "nearid"),
             gallery_sizes=(1, 5, 10, 20), subject_counts=(10, 15, 25, 100),
         ),
-        idsim=IDSimConfig(backbone="dinov3-vitl16", image_size=448, epochs=3, aug_variants=0),
+        idsim=IDSimConfig(backbone="dinov3-vitl16", image_size=448, epochs=3, aug_variants=0,
+                          backbone_rows=(("dinov3-vitl16", 224), ("dinov2-large", None))),
     )
 
 

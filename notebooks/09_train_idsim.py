@@ -36,8 +36,11 @@ import pandas as pd
 
 from nearid_lib.claims import claim
 from nearid_lib.data import load_profile_data
+from nearid_lib.idsim.ablations import OUTPUTS, ablation_claims, ablation_runs, ablation_table, row_profile
 from nearid_lib.idsim.bench import (bench_keys, benchmark_table, embed_encoders, encoder_labels,
-                                    evaluate_sets, mini_benchmark_sets)
+                                    evaluate_sets, mini_benchmark_sets, patch_table)
+from nearid_lib.idsim.baselines import histogram_embeddings
+from nearid_lib.idsim.embed import model_embeddings
 from nearid_lib.idsim.prefix import PrefixStore
 from nearid_lib.idsim.train import train_idsim
 from nearid_lib.io_utils import write_csv
@@ -57,7 +60,8 @@ cfg.idsim
 # Frozen prefix features are cached under `cache_dir(PROFILE)/idsim` (reused on a rerun).
 
 # %%
-res = train_idsim(cfg, data, store_path=cache_dir(PROFILE) / "idsim" / f"train_prefix_s{SEED}.safetensors")
+train_prefix = cache_dir(PROFILE) / "idsim" / f"train_prefix_s{SEED}.safetensors"
+res = train_idsim(cfg, data, store_path=train_prefix)
 model, hist, trip = res["model"], res["history"], res["triplets"]
 ckpt = save_idsim(model, checkpoint_dir(PROFILE) / "idsim",
                   extra={"profile": PROFILE, "seed": SEED, "n_steps": res["n_steps"],
@@ -80,8 +84,9 @@ run.figure(fig, "09_idsim_loss")
 
 # %% [markdown]
 # ## Mini benchmarks
-# Frozen backbone (EfficientNet-Lite0 GAP = the row of the paper's frozen DINOv3), ID-Sim, and the
-# NearID head of notebook 03 (when its checkpoint exists), on the test split.
+# Frozen backbone (EfficientNet-Lite0 GAP = the row of the paper's frozen DINOv3), ID-Sim, the
+# NearID head of notebook 03 (when its checkpoint exists) and a colour-histogram pixel baseline, on
+# the test split.
 
 # %%
 sets = mini_benchmark_sets(data, "test", seed=SEED)
@@ -92,6 +97,7 @@ print("NearID head:", nearid_dir if nearid is not None else "absent (run noteboo
 store = PrefixStore(model, data, n_variants=0, seed=SEED,
                     path=cache_dir(PROFILE) / "idsim" / f"eval_prefix_s{SEED}.safetensors")
 emb = embed_encoders(model, store, keys, nearid=nearid)
+emb["colour_hist"] = histogram_embeddings(data, keys, seed=SEED)      # pixel-space floor
 store.save()
 results = {enc: evaluate_sets(sets, e) for enc, e in emb.items()}
 labels = encoder_labels(cfg)
@@ -111,6 +117,45 @@ fig.tight_layout()
 run.figure(fig, "09_idsim_benchmarks")
 
 # %% [markdown]
+# ## Patch embeddings (Table 2b)
+# Similarity of the aggregated patch embeddings (mean of the L2-normalised tokens) on the same mini
+# benchmarks: the frozen backbone's tokens (the paper's DINOv3 column), ID-Sim trained without the
+# patch loss (`lam = 0`, same seed and triplets recipe) and the full ID-Sim.
+
+# %%
+no_patch = train_idsim(row_profile(cfg, {"lam": 0.0}, SEED), data, store=res["store"], log=lambda m: None)["model"]
+patch_emb = model_embeddings(model, store, keys, kinds=("patch", "frozen_patch"))
+store.model = no_patch
+no_patch_emb = model_embeddings(no_patch, store, keys, kinds=("patch",))["patch"]
+store.model = model
+patch = patch_table({"dinov3": evaluate_sets(sets, patch_emb["frozen_patch"]),
+                     "ours_no_patch": evaluate_sets(sets, no_patch_emb),
+                     "ours": evaluate_sets(sets, patch_emb["patch"])}, PROFILE)
+run.write_table(patch, "09_idsim_patch")
+patch
+
+# %% [markdown]
+# ## Training ablations (Table 3, Supp. Tables 5-9)
+# Every row is trained with the baseline recipe changed in one place, for `idsim.n_seeds` seeds, and
+# scored on the validation sets of Supp. B.1 built from the val split (real-instance triplets,
+# identity pairs with context edits and near-identity distractors) with the joint CLS+patch
+# embedding; intervals: percentile bootstrap over validation identities. Table 3's "All datasets"
+# rows use wrong S1 instance labels (`nearid_lib.idsim.ablations.ALL_DATASETS_LABEL_NOISE`), the
+# mini analogue of the unfiltered pool; "no balancing" is the raw pool's skew (Supp. Table 2).
+# Scale (S5) multiplies the profile's triplet count, composition (S6) doubles one subset, backbone
+# (S7) swaps in EfficientNet-Lite0 at half resolution, Lite1 and Lite2 (`idsim.backbone_rows`).
+
+# %%
+abl_runs = ablation_runs(cfg, data, list(cfg.idsim.ablation_tables), train_store_path=train_prefix,
+                         eval_store_path=cache_dir(PROFILE) / "idsim" / f"val_prefix_s{SEED}.safetensors",
+                         log=lambda m: None)
+write_csv(abl_runs.drop(columns="units"), run.results / "ablation_runs.csv")
+abl_tables = {key: ablation_table(abl_runs, key, seed=SEED) for key in cfg.idsim.ablation_tables}
+for key, t in abl_tables.items():
+    run.write_table(t.assign(profile=PROFILE), OUTPUTS[key])
+pd.concat(abl_tables.values(), keys=list(abl_tables), names=["table"])
+
+# %% [markdown]
 # ## Claims
 # Paper: ID-Sim outperforms prior work in 48 of 49 setups (Figure 4/25), in particular its own frozen
 # backbone DINOv3 on every main metric. Ours: ID-Sim vs the frozen backbone on every mini metric.
@@ -128,6 +173,7 @@ for m in main_metrics:
 rows.append(claim("ID-Sim beats the frozen backbone on the mini benchmarks (all metrics)",
                   "48/49 setups won", f"{len(wins)}/{len(fz)} metrics won", len(wins) == len(fz),
                   detail="won: " + ", ".join(wins), profile=PROFILE))
+rows += ablation_claims(abl_tables, PROFILE)
 run.write_claims(rows, "09_idsim")
 print(f"notebook 09 total {time.time() - t_start:.1f}s")
 pd.DataFrame(rows)

@@ -56,3 +56,37 @@ def test_paired_agreement_difference_needs_a_real_margin():
     shuffled.at[0, "names"] = names[::-1]
     shuffled.at[0, "rhos"] = list((base + 0.1)[::-1])
     assert abs(paired_agreement_difference(shuffled, "spec", "gen")["mean"] - 0.1) < 1e-12
+
+
+def _main(enc_rows):
+    import pandas as pd
+
+    meta = {"copy_paste": (0.0, "paste"), "faithful": (0.0, "new"), "drift_low": (0.25, "new"),
+            "drift_mid": (0.5, "new"), "drift_high": (0.8, "reference")}
+    return pd.DataFrame([{"encoder": e, "method": m, "map": mp, "sim": sm, "drift": meta[m][0], "context": meta[m][1]}
+                         for e, rows in enc_rows.items() for m, (mp, sm) in rows.items()])
+
+
+def test_claims_drift_order_on_new_context_general_encoder_and_copy_paste_vs_oracle():
+    import pandas as pd
+
+    from nearid_lib.fpr.claims import retrieval_claims
+
+    gen = {"copy_paste": (0.60, 0.95), "faithful": (0.58, 0.80), "drift_low": (0.45, 0.79),
+           "drift_mid": (0.25, 0.78), "drift_high": (0.10, 0.99)}
+    main = _main({"efficientnet-lite0": gen, "nearid": gen})
+    bg = pd.DataFrame({"encoder": ["nearid", "nearid"], "background": ["kept", "removed"], "map": [0.6, 0.62]})
+    agreement = pd.DataFrame([{"encoder": e, "mean_rho": 0.5, "names": ["a", "b", "c"], "rhos": [0.4, 0.5, 0.6]}
+                              for e in ("efficientnet-lite0", "nearid")])
+    oracle = pd.DataFrame({"encoder": ["nearid", "nearid"], "group": ["x", "all"], "map": [0.9, 0.62]})
+    c = retrieval_claims(main, agreement, bg, [], "mini", oracle=oracle)
+    # 1: on the 'new'-context methods similarity is in drift order too (rho 1 = 1) but barely spreads;
+    #    drift_high's reference background (sim 0.99) is not part of the test
+    assert c[0]["holds"] is True and "efficientnet-lite0" in c[0]["ours"]
+    # 2: 0.60 >= 0.9 x 0.62 -> holds relative to the oracle, though far from an absolute 0.9
+    assert c[1]["holds"] is True and "ratio 0.97" in c[1]["ours"]
+    assert retrieval_claims(main, agreement, bg, [], "mini")[1]["holds"] is False
+    # a general encoder whose mAP does not follow drift on the new-context methods fails claim 1
+    bad = dict(gen, drift_low=(0.20, 0.79))
+    c = retrieval_claims(_main({"efficientnet-lite0": bad, "nearid": gen}), agreement, bg, [], "mini", oracle=oracle)
+    assert c[0]["holds"] is False

@@ -19,7 +19,7 @@ def test_evaluate_sets_hand_case():
                                     r=0, x1=5, x2=40, x3=70).items()}
     sets = {
         # q1 (label A) ranks g1(A) g3(B) g2(B) g4(A): AP = (1/1 + 2/4)/2 = 0.75; q2 (B): g2(B) g4(A) g3(B) g1(A)
-        # -> AP = (1 + 2/3)/2
+        # -> AP = (1 + 2/3)/2 in that order, but g2 and g4 are tied (see below)
         "retrieval": pd.DataFrame({"path": ["q1", "q2", "g1", "g2", "g3", "g4"],
                                    "label": ["A", "B", "A", "B", "B", "A"],
                                    "role": ["query", "query", "gallery", "gallery", "gallery", "gallery"]}),
@@ -30,7 +30,9 @@ def test_evaluate_sets_hand_case():
                                 "rating": [1.0, 0.5, 0.0]}),
     }
     res = evaluate_sets(sets, emb)
-    assert np.isclose(res["pods_ap"], (0.75 + (1 + 2 / 3) / 2) / 2)
+    # q2 is tied between g2 (B, 80 deg) and g4 (A, 100 deg): the expected AP over both orders is
+    # ((1 + 2/3)/2 + (1/2 + 2/3)/2) / 2 (a gallery-order tie break would give (1 + 2/3)/2)
+    assert np.isclose(res["pods_ap"], (0.75 + ((1 + 2 / 3) / 2 + (1 / 2 + 2 / 3) / 2) / 2) / 2)
     # pairs: sims p=cos30 > n2=cos20? no: cos20 > cos30 > cos60 -> positive ranked 2nd: AP = 1/2, AUC = 1/2
     assert np.isclose(res["petface_ap"], 0.5) and np.isclose(res["petface_auc"], 0.5)
     assert res["cute_easy_acc"] == 1.0 and res["cute_hard_acc"] == 0.0
@@ -74,3 +76,33 @@ def test_mini_sets_on_smoke_world(smoke_world):
     assert hard.negative.str.startswith("dist/").all()
     keys = bench_keys(sets)
     assert len(keys) == len(set(keys)) and set(data.grids.path) <= set(keys)
+
+
+def test_patch_table_rows_match_paper_and_values_land_in_columns():
+    import pandas as pd
+
+    from nearid_lib.idsim.bench import PATCH_ROWS, patch_table
+    from nearid_lib.report import paper_values_dir
+
+    paper = pd.read_csv(paper_values_dir() / "idsim_table2b_patch.csv")
+    assert list(PATCH_ROWS) == paper.dataset.tolist()
+    assert [m for m, _ in PATCH_ROWS.values()] == paper.metric.tolist()
+    t = patch_table({"dinov3": {"pods_ap": 0.25, "cute_hard_acc": 0.5}, "ours": {"pods_ap": 0.75}}, "mini")
+    t = t.set_index("dataset")
+    assert t.at["PODS", "dinov3"] == 0.25 and t.at["PODS", "ours"] == 0.75
+    assert t.at["CUTE", "dinov3"] == 0.5 and pd.isna(t.at["CUTE", "ours"])
+
+
+def test_pods_ap_independent_of_gallery_order_with_ties():
+    import numpy as np
+    import pandas as pd
+
+    from nearid_lib.idsim.bench import evaluate_sets
+
+    # a query tied between a relevant and an irrelevant gallery image: expected AP (1 + 1/2) / 2
+    emb = {"q": np.array([1.0, 0.0]), "g1": np.array([1.0, 0.0]), "g2": np.array([1.0, 0.0]),
+           "g3": np.array([0.0, 1.0])}
+    for order in (["g1", "g2", "g3"], ["g2", "g1", "g3"]):
+        r = pd.DataFrame({"path": ["q", *order], "role": ["query", "gallery", "gallery", "gallery"],
+                          "label": [0] + [0 if g == "g1" else 1 for g in order]})
+        assert evaluate_sets({"retrieval": r}, emb)["pods_ap"] == pytest.approx(0.75)

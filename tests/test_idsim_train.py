@@ -92,3 +92,43 @@ def test_build_triplets_on_smoke_world(smoke_world):
         else:
             assert r.negative.startswith("dist/") and r.anchor_id in r.negative
     assert not trip.subset.eq("S1").pipe(lambda m: trip[m].anchor.str.startswith("ctx:")).any()
+
+
+def test_unbalanced_quotas_hand_cases():
+    from nearid_lib.idsim.sampling import unbalanced_quotas
+
+    # three datasets, shares 3:2:1 spread in name order -> proportional quotas
+    assert unbalanced_quotas({"a": 10, "b": 10, "c": 10}, 12, (1, 3, 2)) == {"a": 6, "b": 4, "c": 2}
+    # a capped dataset gives its room to the others (largest share first)
+    q = unbalanced_quotas({"a": 2, "b": 10, "c": 10}, 12, (3, 2, 1))
+    assert q == {"a": 2, "b": 7, "c": 3}
+    # more datasets than shares: dataset i takes share round(i (m-1)/(n-1)) -> 8, 8, 8, 1, 1
+    # (90 * 8/26 = 27.69 -> 27 + largest remainder; 90/26 = 3.46 -> 3)
+    q = unbalanced_quotas({k: 100 for k in "abcde"}, 90, (8, 1))
+    assert q == {"a": 28, "b": 28, "c": 28, "d": 3, "e": 3}
+    with pytest.raises(ValueError, match="positive"):
+        unbalanced_quotas({"a": 1}, 1, (0,))
+    df = pd.DataFrame({"id": [f"i{j}" for j in range(30)], "class_name": ["a"] * 10 + ["b"] * 10 + ["c"] * 10})
+    out = balanced_instances(df, 12, np.random.default_rng(0), balanced=False, shares=(3, 2, 1))
+    assert out.groupby("class_name").size().to_dict() == {"a": 6, "b": 4, "c": 2}
+    with pytest.raises(ValueError, match="shares"):
+        balanced_instances(df, 12, np.random.default_rng(0), balanced=False)
+
+
+def test_build_triplets_mix_and_label_noise(smoke_world):
+    data = smoke_world
+    inst = data.identities[data.identities.split == "train"]
+    def embed(keys):
+        r = np.random.default_rng(len(keys)).normal(size=(len(keys), 4))
+        return torch.as_tensor(r / np.linalg.norm(r, axis=1, keepdims=True))
+    # a zero-weight subset never receives a triplet (largest remainders)
+    trip = build_triplets(data, inst, 7, np.random.default_rng(0), embed, mix=(1, 0, 1))
+    assert trip.subset.value_counts().to_dict() == {"S1": 4, "S2b": 3}
+    noisy = build_triplets(data, inst, 12, np.random.default_rng(0), embed, mix=(1, 0, 0), label_noise=1.0)
+    ids = sorted(data.identities.id, key=len, reverse=True)
+    cls = dict(zip(data.identities.id, data.identities.class_name))
+    owner = lambda key: next(i for i in ids if i in key)
+    for _, r in noisy.iterrows():     # every S1 "positive" is another identity of the anchor's class
+        assert owner(r.positive) != r.anchor_id and cls[owner(r.positive)] == cls[r.anchor_id]
+    clean = build_triplets(data, inst, 12, np.random.default_rng(0), embed, mix=(1, 0, 0))
+    assert all(owner(k) == a for k, a in zip(clean.positive, clean.anchor_id))

@@ -98,3 +98,26 @@ def test_checkpoint_round_trip(which, request, tmp_path):
     (tmp_path / "idsim.json").unlink()
     with pytest.raises(FileNotFoundError, match="idsim.json"):
         load_idsim(tmp_path)
+
+
+def test_patch_grid_pools_tokens_and_conv_head_only_adapters():
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    full = build_idsim(backbone="efficientnet-lite0", tiny=True, head_hidden=16, head_out=8, adapt_stages=0)
+    names = _lora_names(full)
+    assert names and all("conv_head" in n for n in names)            # adapt_stages=0: conv_head only
+    torch.manual_seed(0)
+    grid = build_idsim(backbone="efficientnet-lite0", tiny=True, head_hidden=16, head_out=8, adapt_stages=0,
+                       patch_grid=2)
+    grid.load_state_dict(full.state_dict())
+    x = torch.randn(2, 3, full.image_size, full.image_size)
+    with torch.no_grad():
+        c0, t0 = full.raw_from_prefix(full.prefix(x))
+        c1, t1 = grid.raw_from_prefix(grid.prefix(x))
+    side = int(round(t0.shape[1] ** 0.5))
+    want = F.adaptive_avg_pool2d(t0.transpose(1, 2).reshape(2, -1, side, side), 2).flatten(2).transpose(1, 2)
+    assert t1.shape == (2, 4, t0.shape[2])
+    torch.testing.assert_close(t1, want)
+    torch.testing.assert_close(c1, c0)                              # CLS: GAP of the full map either way
+    torch.testing.assert_close(c0, t0.mean(1))

@@ -4,8 +4,9 @@ For each generated image (query) and an evaluation encoder:
 
 - **mAP** (the protocol): the query ranks the gallery by cosine similarity; AP over the full
   ranking with the query identity's gallery images as the relevant set
-  (:func:`nearid_lib.metrics.retrieval_map`: stable sort, ties by gallery order, a query whose
-  identity has no gallery image is an error). With ``group_by="species"`` each query ranks only
+  (:func:`nearid_lib.metrics.retrieval_map` with ``ties="expected"``: the AP expected over every
+  order of gallery images tied in similarity, so no score depends on the gallery's order; a query
+  whose identity has no gallery image is an error). With ``group_by="species"`` each query ranks only
   the gallery of its own group, as the paper's per-species / per-dataset galleries do (each of its
   Tables 5-13 is one gallery of ~10 similar subjects).
 - **pairwise similarity** (CLIP-I / DINO score): cosine between the generated image and its
@@ -60,7 +61,8 @@ def score_embeddings(q_emb: np.ndarray, q_names: Sequence, g_emb: np.ndarray, g_
         gi = np.flatnonzero(g_groups == grp)
         if len(gi) == 0:
             raise FPRLayoutError(f"group {grp!r}: queries {len(qi)} but no gallery image")
-        _, aps = retrieval_map(q_emb[qi], q_names[qi], g_emb[gi], g_names[gi], return_per_query=True)
+        _, aps = retrieval_map(q_emb[qi], q_names[qi], g_emb[gi], g_names[gi], return_per_query=True,
+                               ties="expected")
         ap[qi] = aps
         sims = cosine_similarity_matrix(q_emb[qi], g_emb[gi])                     # [q, g]
         best = np.argsort(-sims, axis=1, kind="stable")[:, 0]

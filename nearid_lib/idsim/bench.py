@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from ..data import NearIDData
 
 __all__ = ["BENCH_INFO", "encoder_labels", "mini_benchmark_sets", "bench_keys", "evaluate_sets", "embed_encoders",
+           "PATCH_ROWS", "patch_table",
            "load_pairs_csv", "load_triplets_csv", "load_retrieval_csv", "load_ratings_csv",
            "benchmark_table", "BenchmarkError"]
 
@@ -81,13 +82,15 @@ BENCH_INFO = {
 
 def encoder_labels(cfg: Profile) -> dict[str, tuple[str, str]]:
     """encoder -> (paper model key, ours_label) for the side-by-side tables: our frozen backbone
-    stands in for ID-Sim's frozen DINOv3 row; the NearID head has no ID-Sim counterpart."""
+    stands in for ID-Sim's frozen DINOv3 row; the NearID head and the colour-histogram pixel baseline
+    (:mod:`nearid_lib.idsim.baselines`) have no ID-Sim counterpart."""
     bb = cfg.idsim.backbone
     pooled = "GAP" if resolve_name(bb) == "efficientnet-lite0" else "CLS"
     tiny = " tiny random-init" if cfg.idsim.tiny else ""
     return {"frozen": ("DINOv3", f"{bb}{tiny} {pooled} (frozen)"),
             "idsim": ("ID-Sim", f"ID-Sim ({bb}{tiny} + LoRA r{cfg.idsim.lora_rank}, {cfg.name})"),
-            "nearid": ("NearID head", f"NearID MAP head on {cfg.backbone.name} ({cfg.name})")}
+            "nearid": ("NearID head", f"NearID MAP head on {cfg.backbone.name} ({cfg.name})"),
+            "colour_hist": ("Colour histogram", "RGB 8x8x8 histogram, Bhattacharyya (pixel baseline)")}
 
 
 # ----------------------------------------------------------------------------- mini sets
@@ -179,7 +182,7 @@ def evaluate_sets(sets: Mapping[str, pd.DataFrame], emb: Mapping[str, np.ndarray
         q, g = r[r.role == "query"], r[r.role == "gallery"]
         Q = np.stack([emb[k] for k in q.path])
         G = np.stack([emb[k] for k in g.path])
-        res["pods_ap"] = M.retrieval_map(Q, q.label.to_numpy(), G, g.label.to_numpy())
+        res["pods_ap"] = M.retrieval_map(Q, q.label.to_numpy(), G, g.label.to_numpy(), ties="expected")
         S = M.cosine_similarity_matrix(Q, G)                                   # [Q, G]
         rel = (q.label.to_numpy()[:, None] == g.label.to_numpy()[None, :]).astype(float)
         res["pods_auc"] = M.verification_auc(S.ravel(), rel.ravel())
@@ -223,6 +226,24 @@ def benchmark_table(results: Mapping[str, Mapping[str, float]], labels: Mapping[
             rows.append({"model": model, "metric_id": mid, "benchmark": bench, "metric": metric,
                          "value": float(v), "ours_label": ours_label, "mini_benchmark": mini,
                          "profile": profile})
+    return pd.DataFrame(rows)
+
+
+# Table 2b rows: paper dataset -> (paper metric, our mini metric id)
+PATCH_ROWS = {"CUTE": ("Acc", "cute_hard_acc"), "DB++": ("Spearman", "dreambench_spearman"),
+              "PetFace": ("mAP", "petface_ap"), "PODS": ("mAP", "pods_ap"), "S2k": ("AP", "subjects2k_ap")}
+
+
+def patch_table(results: Mapping[str, Mapping[str, float]], profile: str) -> pd.DataFrame:
+    """ID-Sim Table 2b (similarity of aggregated *patch* embeddings) beside the paper's: one row per
+    benchmark of :data:`PATCH_ROWS`, one column per key of ``results`` (``dinov3``: the frozen
+    backbone's tokens, ``ours_no_patch``: ID-Sim trained without the patch loss, ``ours``), each
+    ``{metric_id: value}`` of :func:`evaluate_sets`; a metric an encoder lacks stays NaN."""
+    rows = []
+    for ds, (metric, mid) in PATCH_ROWS.items():
+        row = {"dataset": ds, "metric": metric, "metric_id": mid, "mini_benchmark": BENCH_INFO[mid][2]}
+        row.update({col: float(res.get(mid, np.nan)) for col, res in results.items()})
+        rows.append({**row, "profile": profile})
     return pd.DataFrame(rows)
 
 

@@ -37,6 +37,7 @@ class PrefixStore:
         self.feats: dict[tuple[str, int], torch.Tensor] = {}
         self.path = Path(path) if path else None
         self.n_computed = 0
+        self._saved_at = -1
         if self.path and self.path.exists():
             with safe_open(str(self.path), "pt") as f:
                 meta = f.metadata() or {}
@@ -45,6 +46,7 @@ class PrefixStore:
                 for k, v in load_file(str(self.path)).items():
                     key, _, var = k.rpartition("@")
                     self.feats[(key, int(var))] = v
+                self._saved_at = 0          # the file holds everything this store has
 
     def _data_key(self) -> str:
         """Fingerprint of the dataset (its manifest): a rebuilt world never reads stale features."""
@@ -81,8 +83,10 @@ class PrefixStore:
         return torch.stack([self.feats[(k, v)] for k, v in zip(keys, variants)]).float()
 
     def save(self) -> None:
-        if not self.path:
+        """Persist to ``path`` (no-op without a path or when nothing was computed since the last save)."""
+        if not self.path or (self.n_computed == self._saved_at and self.path.exists()):
             return
+        self._saved_at = self.n_computed
         tensors = {f"{k}@{v}": t.contiguous() for (k, v), t in self.feats.items()}
         meta = {"cache_key": self.model.cache_key(), "seed": str(self.seed), "data": self._data_key()}
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ context edit of that image (:func:`load_key`)."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -21,7 +21,7 @@ from ..seeding import derive_seed, make_rng
 if TYPE_CHECKING:
     from ..data import NearIDData
 
-__all__ = ["CTX", "balanced_quotas", "balanced_instances", "context_edit", "augment", "load_key"]
+__all__ = ["CTX", "balanced_quotas", "unbalanced_quotas", "balanced_instances", "context_edit", "augment", "load_key"]
 
 CTX = "ctx:"      # key prefix of a context edit of the image that follows
 
@@ -42,15 +42,49 @@ def balanced_quotas(counts: Mapping[str, int], total: int) -> dict[str, int]:
     return {str(k): int(v) for k, v in balanced_allocation(dict(counts), int(total)).items()}
 
 
+def unbalanced_quotas(counts: Mapping[str, int], total: int, shares: Sequence[float]) -> dict[str, int]:
+    """Quotas of a *raw, skewed* pool (ID-Sim Table 3 "no balancing"): dataset i (name order) gets a
+    share of ``total`` proportional to ``shares`` spread evenly over the datasets (with n datasets and
+    m shares sorted descending, dataset i takes share ``round(i (m-1)/(n-1))``), capped by its count;
+    largest-remainder rounding, leftovers to the datasets with room in share order."""
+    names = sorted(counts)
+    if not names:
+        return {}
+    sh = sorted((float(v) for v in shares), reverse=True)
+    if not sh or min(sh) <= 0:
+        raise ValueError(f"unbalanced_quotas: shares must be positive, got {list(shares)}")
+    pick = [sh[round(i * (len(sh) - 1) / max(len(names) - 1, 1))] for i in range(len(names))]
+    w = np.asarray(pick) / sum(pick)
+    total = min(int(total), sum(int(counts[k]) for k in names))
+    raw = w * total
+    q = np.minimum(np.floor(raw).astype(int), [int(counts[k]) for k in names])
+    for i in np.argsort(-(raw - np.floor(raw)), kind="stable"):
+        if q.sum() >= total:
+            break
+        if q[i] < counts[names[i]]:
+            q[i] += 1
+    for i in np.argsort(-w, kind="stable"):              # capped datasets leave room to the others
+        while q.sum() < total and q[i] < counts[names[i]]:
+            q[i] += 1
+    return {k: int(v) for k, v in zip(names, q)}
+
+
 def balanced_instances(instances: pd.DataFrame, total: int, rng: np.random.Generator,
-                       group_col: str = "class_name", id_col: str = "id") -> pd.DataFrame:
+                       group_col: str = "class_name", id_col: str = "id", balanced: bool = True,
+                       shares: Sequence[float] | None = None) -> pd.DataFrame:
     """Sample ``total`` unique instances with :func:`balanced_quotas` over ``group_col`` (the
-    paper's source datasets; the mini world's classes). Rows keep their original order."""
+    paper's source datasets; the mini world's classes), or with :func:`unbalanced_quotas` of
+    ``shares`` when ``balanced`` is False. Rows keep their original order."""
     for c in (group_col, id_col):
         if c not in instances.columns:
             raise ValueError(f"balanced_instances: column {c!r} missing; have {list(instances.columns)}")
     counts = instances.groupby(group_col)[id_col].nunique().to_dict()
-    quotas = balanced_quotas(counts, total)
+    if balanced:
+        quotas = balanced_quotas(counts, total)
+    else:
+        if shares is None:
+            raise ValueError("balanced_instances: balanced=False needs the raw pool's shares")
+        quotas = unbalanced_quotas(counts, total, shares)
     keep = []
     for g, q in sorted(quotas.items()):
         ids = sorted(instances.loc[instances[group_col] == g, id_col].unique())

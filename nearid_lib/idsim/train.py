@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from ..config import Profile
     from ..data import NearIDData
 
-__all__ = ["idsim_spec", "train_step_batch", "train_idsim"]
+__all__ = ["idsim_spec", "train_step_batch", "training_store", "train_idsim"]
 
 
 def idsim_spec(cfg: Profile) -> IDSimSpec:
@@ -47,7 +47,8 @@ def idsim_spec(cfg: Profile) -> IDSimSpec:
     c = cfg.idsim
     return IDSimSpec(backbone=c.backbone, tiny=bool(c.tiny), image_size=c.image_size,
                      lora_rank=c.lora_rank, lora_alpha=c.lora_alpha, lora_dropout=c.lora_dropout,
-                     head_hidden=c.head_hidden, head_out=c.head_out, adapt_stages=c.adapt_stages)
+                     head_hidden=c.head_hidden, head_out=c.head_out, adapt_stages=c.adapt_stages,
+                     patch_grid=c.patch_grid)
 
 
 def train_step_batch(model, feats: torch.Tensor, B: int, cfg: Profile) -> tuple[torch.Tensor, dict]:
@@ -59,33 +60,44 @@ def train_step_batch(model, feats: torch.Tensor, B: int, cfg: Profile) -> tuple[
         out = model.from_prefix(feats)
     cls, tok = out.pooled.float(), out.tokens.float()
     return idsim_loss(cls[:B], cls[B:2 * B], cls[2 * B:], tok[:B], tok[B:2 * B], tok[2 * B:],
-                      lam=c.lam, temperature=c.temperature, blur=c.sinkhorn_blur)
+                      lam=c.lam, temperature=c.temperature, blur=c.sinkhorn_blur, objective=c.objective,
+                      patch_metric=c.patch_metric, cls_weight=c.cls_weight)
 
 
 
-def _cache_triplets(cfg: Profile, data: NearIDData, model, store_path, log) -> tuple:
-    """Balanced instances, their triplets (hard negatives mined in the frozen space) and the prefix
-    features of every image they use: ``(instances, triplets, store, seconds)``."""
+def training_store(cfg: Profile, data: NearIDData, model, path=None, seed: int | None = None) -> PrefixStore:
+    """The prefix store of a profile's training images: ``idsim.aug_variants`` augmented copies per
+    image when ``idsim.augment``. ``seed`` fixes the augmentation and context-edit draws (default the
+    profile's seed); several training seeds may share one store (the images are then the same, the
+    instances, triplets, order and initialisation differ)."""
+    c = cfg.idsim
+    return PrefixStore(model, data, n_variants=c.aug_variants if c.augment else 0,
+                       seed=int(cfg.seed if seed is None else seed), batch_size=c.cache_batch_size, path=path)
+
+
+def _cache_triplets(cfg: Profile, data: NearIDData, model, store: PrefixStore, log) -> tuple:
+    """Instances (balanced, or the raw skewed pool), their triplets (hard negatives mined in the
+    frozen space) and the prefix features of every image they use: ``(instances, triplets, seconds)``."""
     c, seed = cfg.idsim, int(cfg.seed)
     t0 = time.time()
     ids = data.identities[data.identities.split == "train"]
-    inst = balanced_instances(ids, c.n_instances, make_rng(seed, "idsim-balance"))
-    store = PrefixStore(model, data, n_variants=c.aug_variants if c.augment else 0, seed=seed,
-                        batch_size=c.cache_batch_size, path=store_path)
+    inst = balanced_instances(ids, c.n_instances, make_rng(seed, "idsim-balance"), balanced=c.balanced,
+                              shares=c.unbalanced_shares)
 
     def embed(keys):
         store.ensure(keys, [0])
         return frozen_embeddings(model, store, keys)
 
     trip = build_triplets(data, inst, c.n_triplets, make_rng(seed, "idsim-triplets"), embed,
-                          mix=c.mix)
+                          mix=c.mix, label_noise=c.label_noise)
     all_keys = list(dict.fromkeys(trip[["anchor", "positive", "negative"]].to_numpy().ravel().tolist()))
+    n0 = store.n_computed
     store.ensure(all_keys, progress=log)
     store.save()
     t_cache = time.time() - t0
     log(f"idsim: {len(inst)} instances, {len(trip)} triplets, {len(all_keys)} images "
-        f"x {store.V + 1} variants cached in {t_cache:.1f}s ({store.n_computed} computed)")
-    return inst, trip, store, t_cache
+        f"x {store.V + 1} variants ready in {t_cache:.1f}s ({store.n_computed - n0} computed)")
+    return inst, trip, t_cache
 
 
 def _total_steps(cfg: Profile, n_triplets: int) -> tuple[int, int]:
@@ -142,15 +154,26 @@ def _optimise(cfg: Profile, model, trip: pd.DataFrame, store: PrefixStore, log) 
 
 
 def train_idsim(cfg: Profile, data: NearIDData, model=None, store_path: str | Path | None = None,
-                log: Callable[[str], None] = print, device: str = "cpu") -> dict[str, Any]:
-    """Train ID-Sim on the train split of ``data`` with profile ``cfg``.
+                log: Callable[[str], None] = print, device: str = "cpu", store: PrefixStore | None = None
+                ) -> dict[str, Any]:
+    """Train ID-Sim on the train split of ``data`` with profile ``cfg`` (its seed: instances,
+    triplets, initialisation, order).
 
+    ``store``: a :func:`training_store` of a model with the same frozen prefix to share (several
+    seeds / ablation rows over one cache); otherwise one is made (persisted at ``store_path``).
     Returns dict: ``model``, ``history`` (DataFrame: step, loss, cls, patch, seconds),
     ``triplets`` (DataFrame), ``instances`` (DataFrame), ``store`` (PrefixStore),
     ``timings`` (seconds of caching / training), ``n_steps``."""
     torch.manual_seed(derive_seed("idsim-init", base=int(cfg.seed)))
     model = model or build_idsim(idsim_spec(cfg), device=device)
-    inst, trip, store, t_cache = _cache_triplets(cfg, data, model, store_path, log)
+    if store is None:
+        store = training_store(cfg, data, model, store_path)
+    elif store.model.cache_key() != model.cache_key():
+        raise ValueError(f"train_idsim: the shared store holds {store.model.cache_key()!r} features, "
+                         f"the model needs {model.cache_key()!r}")
+    else:
+        store.model = model             # same frozen prefix: compute any missing feature with this model
+    inst, trip, t_cache = _cache_triplets(cfg, data, model, store, log)
     t1 = time.time()
     hist = _optimise(cfg, model, trip, store, log)
     return {"model": model, "history": pd.DataFrame(hist), "triplets": trip, "instances": inst,

@@ -67,8 +67,9 @@ class _TripletSampler:
     """Draws the triplets of each subset from one seeded ``rng``, in a fixed order of draws."""
 
     def __init__(self, data: NearIDData, views: pd.DataFrame, nn_idx: np.ndarray, rng: np.random.Generator,
-                 mtg: pd.DataFrame | None, mtg_share: float):
+                 mtg: pd.DataFrame | None, mtg_share: float, label_noise: float = 0.0):
         self.data, self.views, self.nn_idx, self.rng = data, views, nn_idx, rng
+        self.label_noise = float(label_noise)
         self.by_id = {i: g.index.to_numpy() for i, g in views.groupby("id")}
         self.id_list = sorted(self.by_id)
         self.sources = list(getattr(data, "train_sources", []) or [])
@@ -98,12 +99,25 @@ class _TripletSampler:
         if subset == "S1":
             nk, nid = self.mined(a)
             kind = "mined_real"
+            if self.label_noise and self.rng.random() < self.label_noise:
+                pk = self._noisy_positive(a)
         elif subset == "S2a":
             ak, pk, nk, nid, kind = self._context_pair(a, ak, pk)
         else:
             nk, nid, kind = self._distractor(a, aid)
         return {"subset": subset, "anchor": ak, "positive": pk, "negative": nk,
                 "neg_kind": kind, "anchor_id": aid, "neg_id": nid}
+
+    def _noisy_positive(self, a: int) -> str:
+        """A view of *another* identity of the anchor's class labelled as its positive: the mini
+        analogue of the unfiltered instance labels of ID-Sim App. A.1 (one label over visually
+        different objects)."""
+        views = self.views
+        same = views.index[(views["class_name"] == views.at[a, "class_name"])
+                           & (views["id"] != views.at[a, "id"])].to_numpy()
+        if not len(same):
+            same = views.index[views["id"] != views.at[a, "id"]].to_numpy()
+        return views.at[int(self.rng.choice(same)), "img"]
 
     def _mtg_part(self, subset: str) -> dict:
         r = self.mtg.iloc[int(self.rng.integers(len(self.mtg)))]
@@ -135,22 +149,25 @@ class _TripletSampler:
 
 def build_triplets(data: NearIDData, instances: pd.DataFrame, n_triplets: int, rng: np.random.Generator,
                    embed: Callable[[list[str]], torch.Tensor], mix: Sequence[float] = (1, 1, 1),
-                   split: str = "train", mtg_share: float = 0.3) -> pd.DataFrame:
+                   split: str = "train", mtg_share: float = 0.3, label_noise: float = 0.0) -> pd.DataFrame:
     """The ID-Sim training triplets (see the module docstring) for the identities in
     ``instances`` (columns id, class_name). ``embed(keys) -> [N, D]`` gives L2-normalised frozen
     embeddings for hard-negative mining. Returns a DataFrame with columns subset, anchor, positive,
     negative, neg_kind (mined_real | mined_ctx | distractor:<source> | mtg_part), anchor_id,
-    neg_id; rows shuffled."""
+    neg_id; rows shuffled. ``label_noise``: share of S1 rows whose positive is a view of another
+    identity of the class (a wrong instance label; Table 3's unfiltered pool)."""
     ids = set(instances["id"])
     views = _views(data, ids)
     if views.empty:
         raise ValueError(f"build_triplets: no views for the {len(ids)} identities given")
     nn_idx = mine_hard_negatives(embed(views["img"].tolist()), views["id"].tolist(), views["class_name"].tolist())
     w = np.asarray(mix, dtype=float)
-    counts = np.floor(w / w.sum() * n_triplets).astype(int)
-    counts[: n_triplets - counts.sum()] += 1
+    raw = w / w.sum() * n_triplets
+    counts = np.floor(raw).astype(int)
+    for i in np.argsort(-(raw - counts), kind="stable")[: n_triplets - counts.sum()]:
+        counts[i] += 1                  # largest remainders; a zero-weight subset never gets one
     mtg = data.mtg[data.mtg.split == split] if data.mtg is not None else None
-    sampler = _TripletSampler(data, views, nn_idx, rng, mtg, mtg_share)
+    sampler = _TripletSampler(data, views, nn_idx, rng, mtg, mtg_share, label_noise)
     rows = [sampler.draw(subset) for subset, c in zip(SUBSETS, counts) for _ in range(int(c))]
     df = pd.DataFrame(rows)
     return df.iloc[rng.permutation(len(df))].reset_index(drop=True)

@@ -1,20 +1,76 @@
-"""Retrieval mAP: the Finer-Personalization Rank protocol and the ID-Sim retrieval benchmarks."""
+"""Retrieval mAP: the Finer-Personalization Rank protocol and the ID-Sim retrieval benchmarks.
+
+Ties. A ranking by similarity is ambiguous where similarities are equal (duplicate images, a
+saturated encoder, quantised scores). Two conventions are offered:
+
+* ``ties="expected"``: the AP *expected over every order of the tied items* (McSherry & Najork,
+  ECIR 2008, "Computing information retrieval performance measures efficiently in the presence of
+  tied scores"). It does not depend on the gallery's order at all, and equals the plain AP when there
+  are no ties. The protocols of this project (FPR, ID-Sim retrieval) use it.
+* ``ties="stable"``: a stable sort, so tied items keep ascending gallery index order
+  (deterministic, but a permuted gallery can change the AP). Kept as the default of the two generic
+  functions for backwards compatibility.
+
+Expected AP of one tie group: the group has ``t`` items of which ``r`` are relevant, preceded by
+``n`` items holding ``R`` relevant ones. Every order of the group is equally likely, so the item at
+group position ``i`` (1-based) is relevant with probability ``r / t`` and, given that, the number of
+relevant items before it within the group is ``(i - 1)(r - 1)/(t - 1)`` in expectation. Precision is
+linear in that count, hence the group adds
+``sum_i (r / t) * (R + 1 + (i - 1)(r - 1)/(t - 1)) / (n + i)`` to the sum of precisions.
+"""
 from __future__ import annotations
 
 import numpy as np
 
 from ._arrays import _l2_normalise, _to_np
 
-__all__ = ["average_precision", "retrieval_map"]
+__all__ = ["average_precision", "retrieval_map", "expected_average_precision", "TIES"]
+
+TIES = ("stable", "expected")
 
 
-def average_precision(scores, relevant) -> float:
+def _check_ties(ties: str) -> None:
+    if ties not in TIES:
+        raise ValueError(f"ties must be one of {TIES}, got {ties!r}")
+
+
+def expected_average_precision(scores, relevant) -> float:
+    """AP of one ranking by descending ``scores``, averaged over every order of tied scores
+    (see the module docstring). Raises if there is no relevant item."""
+    s = _to_np(scores, "scores").ravel()
+    rel = np.asarray(relevant, dtype=bool).ravel()
+    if s.shape != rel.shape:
+        raise ValueError(f"expected_average_precision: scores {s.shape} and relevant {rel.shape} differ")
+    if not rel.any():
+        raise ValueError("expected_average_precision: no relevant item, AP undefined")
+    order = np.argsort(-s, kind="stable")
+    s, r = s[order], rel[order]
+    # tie groups: runs of equal scores in the sorted order
+    starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
+    ends = np.r_[starts[1:], len(s)]
+    total, n_before, r_before = 0.0, 0, 0
+    for a, b in zip(starts, ends):
+        t, rg = b - a, int(r[a:b].sum())
+        if rg:
+            i = np.arange(1, t + 1, dtype=np.float64)
+            within = (i - 1) * (rg - 1) / (t - 1) if t > 1 else np.zeros(1)
+            total += float(np.sum(rg / t * (r_before + 1 + within) / (n_before + i)))
+        n_before += t
+        r_before += rg
+    return total / r_before
+
+
+def average_precision(scores, relevant, ties: str = "stable") -> float:
     """Non-interpolated average precision of one ranking.
 
     AP = (1/R) * sum over relevant items at rank k of precision@k, where R = number of relevant
-    items and the ranking is by descending ``scores``; ties are broken by item index (stable sort),
-    the same convention as :func:`retrieval_map`. Raises if there is no relevant item.
+    items and the ranking is by descending ``scores``. ``ties``: ``"stable"`` breaks ties by item
+    index (the convention of :func:`retrieval_map`), ``"expected"`` averages over tie orders
+    (:func:`expected_average_precision`). Raises if there is no relevant item.
     """
+    _check_ties(ties)
+    if ties == "expected":
+        return expected_average_precision(scores, relevant)
     s = _to_np(scores, "scores").ravel()
     rel = np.asarray(relevant, dtype=bool).ravel()
     if s.shape != rel.shape:
@@ -29,7 +85,7 @@ def average_precision(scores, relevant) -> float:
 
 
 def retrieval_map(query_emb, query_labels, gallery_emb, gallery_labels,
-                  return_per_query: bool = False, chunk_size: int = 1024):
+                  return_per_query: bool = False, chunk_size: int = 1024, ties: str = "stable"):
     """Mean average precision of gallery retrieval (Finer-Personalization Rank protocol).
 
     Each query ranks the *whole* gallery by cosine similarity; its AP is the non-interpolated
@@ -37,10 +93,9 @@ def retrieval_map(query_emb, query_labels, gallery_emb, gallery_labels,
     relevant set: AP = (1/R) * sum_{k: g_k relevant} (#relevant in top k) / k. mAP is the plain
     mean over queries (every query weighs the same).
 
-    Ties: the ranking is a *stable* sort by descending similarity, so equal similarities keep
-    ascending gallery index order. That makes the result deterministic and independent of the
-    platform; it is neither optimistic nor pessimistic by design (exact ties are rare with float
-    embeddings; identical duplicate images are the case where it matters).
+    Ties (see the module docstring): ``"stable"`` keeps tied gallery images in ascending index
+    order; ``"expected"`` gives the AP expected over every order of the tied images, so the result
+    does not depend on the gallery's order (used by the FPR and ID-Sim protocols).
 
     Args:
         query_emb: [Q, D] query embeddings (generated images); normalised here.
@@ -49,6 +104,7 @@ def retrieval_map(query_emb, query_labels, gallery_emb, gallery_labels,
         gallery_labels: [G] identity labels.
         return_per_query: also return the [Q] array of per-query APs.
         chunk_size: queries per block, bounds memory to chunk_size x G.
+        ties: ``"stable"`` or ``"expected"``.
 
     Returns:
         ``map`` (float), or ``(map, per_query_ap)`` when ``return_per_query``.
@@ -57,6 +113,7 @@ def retrieval_map(query_emb, query_labels, gallery_emb, gallery_labels,
         ValueError if a query's label has no image in the gallery (an error, not a silent 0),
         if shapes disagree, or if an embedding is non-finite or zero.
     """
+    _check_ties(ties)
     q = _l2_normalise(_to_np(query_emb, "query_emb"), "query_emb")
     g = _l2_normalise(_to_np(gallery_emb, "gallery_emb"), "gallery_emb")
     ql = np.asarray(query_labels)
@@ -83,5 +140,10 @@ def retrieval_map(query_emb, query_labels, gallery_emb, gallery_labels,
         rel = gl[order] == ql[sl, None]                      # [c, G] relevant flag in rank order
         prec = np.cumsum(rel, axis=1) / ranks                # [c, G] precision@k
         aps[sl] = (prec * rel).sum(axis=1) / rel.sum(axis=1)
+        if ties == "expected":
+            srt = np.take_along_axis(sims, order, axis=1)    # [c, G] descending
+            tied = (srt[:, 1:] == srt[:, :-1]).any(axis=1)   # rows whose ranking has a tie
+            for j in np.flatnonzero(tied):
+                aps[start + j] = expected_average_precision(sims[j], gl == ql[start + j])
     m = float(aps.mean())
     return (m, aps) if return_per_query else m

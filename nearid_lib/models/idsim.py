@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import torch
+import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
@@ -68,8 +69,9 @@ class IDSimSpec:
     lora_dropout: float = 0.05
     head_hidden: int = 512
     head_out: int = 256
-    adapt_stages: int = 2               # CNN only: adapted last block stages (+ conv_head)
+    adapt_stages: int = 2               # CNN only: adapted last block stages (+ conv_head); 0: conv_head only
     weights: str | None = None          # local backbone weights instead of the default
+    patch_grid: int | None = None       # patch tokens average-pooled to a k x k grid (None: all tokens)
 
 
 class ProjectionMLP(nn.Module):
@@ -107,12 +109,13 @@ class IDSimModel(Encoder):
         inner = backbone.model
         if self.is_cnn:
             n_stages = len(inner.blocks)
-            if not 1 <= spec.adapt_stages <= n_stages:
-                raise ValueError(f"idsim: adapt_stages must be in 1..{n_stages}, got {spec.adapt_stages}")
+            if not 0 <= spec.adapt_stages <= n_stages:
+                raise ValueError(f"idsim: adapt_stages must be in 0..{n_stages}, got {spec.adapt_stages}")
             self.split = n_stages - spec.adapt_stages
             stages = "|".join(str(i) for i in range(self.split, n_stages))
             # full-name regex: 1x1 pointwise convs of the adapted stages, and the 1x1 conv_head
-            targets: Any = rf"^(blocks\.({stages})\.\d+\.(conv_pw|conv_pwl)|conv_head)$"
+            targets: Any = (rf"^(blocks\.({stages})\.\d+\.(conv_pw|conv_pwl)|conv_head)$" if stages
+                            else r"^conv_head$")
         else:
             self.split = 0
             leafs = {n.rsplit(".", 1)[-1] for n, m in inner.named_modules() if isinstance(m, nn.Linear)}
@@ -181,10 +184,20 @@ class IDSimModel(Encoder):
         if self.is_cnn:
             m = self.backbone.model
             fmap = m.bn2(m.conv_head(m.blocks[self.split:](feats)))   # [B, C, h, w]
-            tokens = fmap.flatten(2).transpose(1, 2)                    # [B, h*w, C]
-            return tokens.mean(dim=1), tokens
+            cls = fmap.mean(dim=(2, 3))                                 # GAP of the full map
+            if self.spec.patch_grid:
+                fmap = F.adaptive_avg_pool2d(fmap, self.spec.patch_grid)   # [B, C, k, k]
+            return cls, fmap.flatten(2).transpose(1, 2)                 # [B, C], [B, h*w, C]
         out = self.backbone(feats)
-        return out.pooled, out.tokens
+        tokens = out.tokens
+        if self.spec.patch_grid:
+            B, N, D = tokens.shape
+            side = int(round(N ** 0.5))
+            if side * side != N:
+                raise ValueError(f"idsim: patch_grid needs a square token grid, got {N} tokens")
+            grid = tokens.transpose(1, 2).reshape(B, D, side, side)
+            tokens = F.adaptive_avg_pool2d(grid, self.spec.patch_grid).flatten(2).transpose(1, 2)
+        return out.pooled, tokens
 
     def project(self, cls: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Heads: (cls [B, E], patch [B, N, E]), not normalised (losses normalise)."""
@@ -215,7 +228,7 @@ def build_idsim(spec: IDSimSpec | None = None, device: str | torch.device = "cpu
     spec = IDSimSpec(**{**asdict(spec or IDSimSpec()), **kw})
     bkw: dict[str, Any] = {}
     canon = resolve_name(spec.backbone)
-    if spec.image_size is not None and (canon == "efficientnet-lite0" or canon.startswith("dino")):
+    if spec.image_size is not None and (canon.startswith("efficientnet-lite") or canon.startswith("dino")):
         bkw["image_size"] = spec.image_size
     if spec.weights:
         bkw["weights"] = spec.weights
