@@ -100,7 +100,8 @@ def data_fingerprint(data: NearIDData) -> str:
 # The library code a trained-and-scored run depends on (its data, backbone tokens, head, losses,
 # batches, training loop and scoring); tables, claims, reports and the other papers' packages
 # are not in it, so editing them reuses finished runs.
-TRAINING_CODE = ("config.py", "seeding.py", "imageio.py", "data", "features", "metrics", "models",
+TRAINING_CODE = ("config.py", "config_sections.py", "config_values.py", "seeding.py", "imageio.py", "data",
+                 "features", "metrics", "models",
                  *(f"nearid/{m}.py" for m in ("checkpoints", "embedder", "evaluate", "loss_inputs", "loss_terms",
                                               "loss_variants", "losses", "pairs", "rows", "scorers",
                                               "sweep", "train", "train_inputs")))

@@ -1,0 +1,286 @@
+"""The sections of a profile (:class:`Profile`), one frozen dataclass per concept of the library:
+world, backbone, head, train, eval, generate, retrieval, idsim. Defaults are the paper's values
+where it gives them; :mod:`nearid_lib.config` builds the three profiles from them."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["WorldConfig", "BackboneConfig", "HeadConfig", "TrainConfig", "EvalConfig", "GenerateConfig",
+           "RetrievalConfig", "IDSimConfig", "Profile"]
+
+
+# --------------------------------------------------------------------------- sections
+@dataclass(frozen=True)
+class WorldConfig:
+    """The procedural NearID-mini world (``source="procedural"``) or the released data."""
+
+    source: str = "procedural"          # "procedural" | "released"
+    image_size: int = 224               # common size of every stored image (paper: 512)
+    n_classes: int = 6                  # object classes (shape families)
+    n_train_ids: int = 600
+    n_val_ids: int = 60
+    n_test_ids: int = 120
+    views_per_id: tuple[int, ...] = (2, 3)   # each identity has 2 or 3 positive views
+    p_three_views: float = 0.33              # NearID: 33% of identities have three views
+    object_frac: tuple[float, float] = (0.5, 0.62)  # object size / image size
+    # Scales pose + lighting variation between views (1.0 = rotation +-0.5 rad, gain +-0.3, ...).
+    # 0.6: frozen GAP object-only PA ~0.35-0.75 per source, full-image PA ~0-0.1 (see 01 notebook).
+    view_strength: float = 0.6
+    # Distractor sources = perturbation family (nearid_lib.data.world.PERTURBATIONS), optionally
+    # suffixed "_hr": rendered + filled at source_resolutions[-1], Lanczos-downsampled.
+    # Grouped like the paper's Table 5: training sources (two families at two resolutions, like
+    # FLUX-Fill / Qwen-Image at 512 and native), unseen fill-based sources (main results) and
+    # unseen structure-conditioned sources ("edges": the Canny analogue, reported apart).
+    distractor_sources: tuple[str, ...] = ("recolor", "pattern", "marking", "marking_hr", "shape",
+                                           "shape_hr", "hard", "edges", "edges_hr")
+    train_sources: tuple[str, ...] = ("recolor", "pattern", "marking", "marking_hr")   # seen in training
+    # Splits that get distractors of sources outside train_sources: a source never used in
+    # training is only ever evaluated, so rendering it for the train split is wasted work.
+    unseen_source_splits: tuple[str, ...] = ("val", "test")
+    source_resolutions: tuple[int, ...] = (224, 448)   # (common size, "_hr" render size)
+    n_mtg_pairs: int = 200               # MTG-like part-edit pairs
+    n_grid_anchors: int = 24             # ID-Sim edit grids
+    grid_levels: int = 5                 # levels per factor in an edit grid
+    n_species: int = 4                   # FPR-style galleries
+    ids_per_species: int = 6
+    refs_per_id: int = 3
+    gallery_per_id: int = 10
+    held_out_backgrounds: bool = True    # test split uses backgrounds never seen in train
+    mtg_split: tuple[float, float, float] = (0.7, 0.1, 0.2)   # train/val/test fractions of pairs
+    n_workers: int = 2                   # build processes (results do not depend on it)
+    png_compress: int = 1                # PNG zlib level: speed vs disk
+    # released data (paper profile)
+    nearid_repo: str = "Aleksandar/NearID"
+    nearid_sources: tuple[str, ...] = (
+        "Flux", "Flux_1024", "FluxC", "FluxC_1024", "PowerPaint", "Qwen", "Qwen_1328", "SDXL",
+        "SDXL_1024",
+    )
+    mtg_repo: str = "abdo-eldesokey/mtg-dataset"
+
+
+@dataclass(frozen=True)
+class BackboneConfig:
+    """Frozen encoder feeding the MAP head (see ``nearid_lib.models.load_encoder``)."""
+
+    name: str = "efficientnet-lite0"    # registry name
+    image_size: int = 224
+    tiny: bool = False                  # random-init tiny config of the same class (smoke/tests)
+    dtype: str = "float32"              # "float32" | "float16" | "bfloat16"
+    batch_size: int = 64
+    # Where the head's tokens come from: None = the backbone's last hidden state / feature map;
+    # "blocks.N" = an intermediate stage of a CNN (mini: EfficientNet-Lite0's stride-16 stage).
+    token_layer: str | None = None
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    """The trainable Multi-head Attention Pooling head."""
+
+    num_heads: int = 8
+    mlp_ratio: float = 4.0
+    out_dim: int | None = None          # None: same as token width (SigLIP2: 1152)
+    token_dropout: float = 0.1
+    init_from_backbone: bool = True     # SigLIP: copy its pretrained MAP head
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """NearID head training (paper Section 4.1)."""
+
+    loss: str = "nearid"                # see nearid_lib.losses.LOSSES
+    alpha: float = 0.5                  # weight of every ranking term (L = L_disc + alpha * L_rank)
+    beta: float = 0.1                   # cohesion weight; used only by loss="nearid_cohesion" (paper R9)
+    temperature: float = 0.07
+    disc_average: str = "per_index"    # "per_index" (paper Eqs. 1-2) | "flat" mean over valid terms
+    # Constants the paper leaves open take the authors' released values (cosine units; Table 4's
+    # logit-unit margins are these divided by the temperature): see nearid.losses.compute_loss.
+    oracle_margin: float = 0.05         # oracle RankNet margin
+    circle_gamma: float = 64.0          # Circle loss scale
+    circle_m: float = 0.25              # Circle relaxation margin, also its hinge rank margin
+    siglip_scale: float | None = None   # SigLIP logit scale t (None: 1/temperature)
+    siglip_bias: float = -10.0          # SigLIP logit bias b (SigLIP init)
+    siglip_learnable: bool = False      # learn log t and b (losses.make_loss_parameters)
+    lr: float = 1e-4
+    weight_decay: float = 1e-4
+    warmup_steps: int = 100
+    batch_size: int = 128
+    epochs: int = 11
+    max_steps: int | None = None        # caps epochs (mini/smoke budgets)
+    mixed_precision: str = "no"         # "no" | "fp16" | "bf16"
+    mask_p_anchor: float = 0.5          # role-aware foreground masking
+    mask_p_positive: float = 0.2
+    mask_p_distractor: float = 0.6
+    augment: bool = True
+    use_mtg: bool = True
+    mtg_repeat: int = 4
+    use_nearid: bool = True             # NearID rows (False: MTG only, paper Table 6)
+    sources: tuple[str, ...] = ()       # training distractor sources; () = the dataset's train_sources
+    token_crop: float = 0.0             # cached mode: p of a random (g-1)x(g-1) token-window crop
+    use_cache: bool = True
+    checkpoint_every: int = 200
+    eval_every: int = 0
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """NearID-bench evaluation."""
+
+    encoders: tuple[str, ...] = ("frozen-gap", "nearid")
+    split: str = "test"
+    fg_only: bool = True
+    vlm_judge: str | None = None        # e.g. "Qwen/Qwen3-VL-30B-A3B-Instruct" (paper); "tiny": random-init
+    vlm_batch_size: int = 4
+    vlm_max_new_tokens: int = 512       # paper E.11: ~250-token JSON answers; shorter budgets truncate
+    vlm_max_ids: int | None = None      # judge only the first K identities / MTG pairs (cost cap)
+    dbpp_root: str | None = None        # DreamBench++ folder (nearid_lib.data.released layout); None:
+    dbpp_standin: bool = True           #   the procedural-oracle stand-in from grids.csv (not human)
+    kpca_ids: int = 7                   # identities in the KernelPCA figure (paper Figure 5: n=7)
+    qualitative_rows: int = 5           # rows of the qualitative grids (Figures 7/8)
+    alphas: tuple[float, ...] = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0)   # paper Table 8
+    # Training seeds of every trained row (main head and ablations), from the notebook's SEED on:
+    # tables report the mean and spread, claims bootstrap the outcomes of all seeds.
+    n_seeds: int = 3
+    betas: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3)   # paper Table 9
+    ablation_losses: tuple[str, ...] = (
+        "infonce", "infonce_rneg", "infonce_oracle", "infonce_rneg_oracle", "siglip", "circle",
+        "nearid", "nearid_cohesion",
+    )
+
+
+@dataclass(frozen=True)
+class GenerateConfig:
+    """Distractor / edit generation backends (``nearid_lib.generate``)."""
+
+    backends: tuple[str, ...] = ("procedural",)
+    out_resolution: int = 512
+    batch_size: int = 1
+    mixed_precision: str = "no"
+    reject_unchanged_below: float = 0.02   # mean |diff| inside the mask (0..1)
+    reject_drift_above: float = 0.08       # mean |diff| outside the mask (0..1)
+    tiny: bool = False
+    retries: int = 1                       # re-draws (derived seeds) for rejected outputs
+    # Procedural profiles: which splits notebook 02 regenerates through the runner and checks
+    # pixel-for-pixel against the world ("" / empty = every split). mini checks the test split
+    # only: regenerating all ~11k distractors would cost minutes and prove nothing more.
+    verify_splits: tuple[str, ...] = ()
+    # NearID source names to generate with the diffusers backends (paper); see
+    # nearid_lib.generate.diffusers_backends.NEARID_SOURCES for (backend, resolution).
+    sources: tuple[str, ...] = ()
+    # Hub ids (defaults of diffusers_backends.DEFAULT_HUB_IDS); keys "<backend>[.<component>]".
+    hub_ids: tuple[tuple[str, str], ...] = (
+        ("sdxl", "diffusers/stable-diffusion-xl-1.0-inpainting-0.1"),
+        ("flux_fill", "black-forest-labs/FLUX.1-Fill-dev"),
+        ("flux_canny", "black-forest-labs/FLUX.1-Canny-dev"),
+        ("qwen_controlnet", "Qwen/Qwen-Image"),
+        ("qwen_controlnet.controlnet", "InstantX/Qwen-Image-ControlNet-Inpainting"),
+        ("qwen_controlnet.lora", "lightx2v/Qwen-Image-Lightning"),
+        ("qwen_controlnet.lora_weight", "Qwen-Image-Lightning-8steps-V1.1.safetensors"),
+        ("qwen_edit", "Qwen/Qwen-Image-Edit"),
+        ("flux_fill_identity", "black-forest-labs/FLUX.1-Fill-dev"),
+    )
+    # Stated assumption for the A100 projection of notebook 02 (seconds per denoising step at
+    # batch 1 and the backend's native resolution, bf16); ours, not measured here.
+    a100_seconds_per_step: tuple[tuple[str, float], ...] = (
+        ("sdxl", 0.10), ("flux_fill", 0.45), ("flux_canny", 0.45), ("qwen_controlnet", 0.90),
+        ("powerpaint", 0.05), ("qwen_edit", 0.90), ("flux_fill_identity", 0.30),
+    )
+
+
+@dataclass(frozen=True)
+class RetrievalConfig:
+    """Finer-Personalization Rank (gallery retrieval)."""
+
+    # "nearid" is scored only when checkpoint_dir(profile)/"nearid" exists (notebook 03).
+    encoders: tuple[str, ...] = ("efficientnet-lite0", "nearid")
+    gallery_sizes: tuple[int, ...] = (1, 5, 10, 20)    # images per subject (Fig. 5 left)
+    subject_counts: tuple[int, ...] = (10, 15, 25, 100)  # subjects in the gallery (Fig. 5 right)
+    sampling: tuple[str, ...] = ("random", "kmeans", "curated")   # Table 2
+    allow_remote_code: bool = False      # MiewID needs trust_remote_code: explicit opt-in only
+    # Simulated methods (name, true drift t, context "new"|"reference"|"paste"), see
+    # nearid_lib.retrieval.methods; the paper profile scores real generators' folders instead.
+    methods: tuple[tuple[str, float, str], ...] = (
+        ("copy_paste", 0.0, "paste"), ("faithful", 0.0, "new"), ("drift_low", 0.25, "new"),
+        ("drift_mid", 0.5, "new"), ("drift_high", 0.8, "reference"))
+    n_generated_per_id: int = 4          # generated images per identity and method
+    group_by: str = "species"            # each query ranks its own species' gallery (paper Tables 5-13)
+    batch_size: int = 32
+    top_k: int = 5                       # retrieval lists of the qualitative figure (Fig. 4)
+    n_qualitative: int = 3
+
+
+@dataclass(frozen=True)
+class IDSimConfig:
+    """ID-Sim: LoRA on a frozen backbone, CLS InfoNCE + Sinkhorn patch InfoNCE (paper 001 App. C),
+    its benchmarks and the selective-sensitivity analysis (App. F). See nearid_lib.idsim_train."""
+
+    backbone: str = "efficientnet-lite0"
+    tiny: bool = False                  # random-init tiny backbone config (smoke/tests)
+    image_size: int | None = None       # None: the backbone's default (paper: 448)
+    adapt_stages: int = 1               # CNN backbones: LoRA on the last N block stages + conv_head (0: conv_head only)
+    patch_grid: int | None = None       # patch tokens average-pooled to k x k for the patch head/loss (None: all)
+    lora_rank: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.05
+    head_hidden: int = 512
+    head_out: int = 256
+    lam: float = 1.0                    # weight of the patch term (0: CLS loss only, Supp. Table 8)
+    cls_weight: float = 1.0             # weight of the CLS term (0: patch loss only)
+    objective: str = "infonce"          # "infonce" | "hinge" | "bce" (Supp. Table 9)
+    patch_metric: str = "sinkhorn"      # "sinkhorn" | "cosine" (Supp. Table 9)
+    sinkhorn_blur: float = 0.05
+    temperature: float = 0.07
+    lr: float = 3e-4
+    weight_decay: float = 0.0
+    batch_size: int = 8
+    grad_accum: int = 4
+    epochs: int = 3
+    max_steps: int | None = None
+    mixed_precision: str = "bf16"       # used on CUDA only
+    n_instances: int = 10000            # balanced instances (App. A.1)
+    n_triplets: int = 10000             # paper: 10k triplets
+    mix: tuple[float, float, float] = (1.0, 1.0, 1.0)   # S1 : S2a : S2b
+    balanced: bool = True               # App. A.1 balanced instances (False: Table 3's raw, skewed pool)
+    # Table 3 "All datasets": the raw pool's per-dataset sizes (Supp. Table 2, unbalanced column),
+    # spread over the world's classes in name order (idsim.sampling.unbalanced_quotas)
+    unbalanced_shares: tuple[float, ...] = (3191, 2360, 1566, 1450, 625, 592, 111, 105)
+    label_noise: float = 0.0            # share of S1 pairs whose "positive" is another identity of
+                                        # the class (Table 3 "All datasets": unfiltered instance labels)
+    n_seeds: int = 3                    # training seeds per recipe (SEED, SEED+1, ...)
+    # training ablations notebook 09 runs (keys of nearid_lib.idsim.ablations.ABLATIONS / DYNAMIC)
+    ablation_tables: tuple[str, ...] = ("idsim_table3_data_ablation", "idsim_supp_table5_scale",
+                                        "idsim_supp_table6_composition", "idsim_supp_table7_backbone",
+                                        "idsim_supp_table8_cls_patch", "idsim_supp_table9_loss")
+    # Supp. Table 7 rows besides the baseline: (backbone, image_size or None = native)
+    backbone_rows: tuple[tuple[str, int | None], ...] = (("efficientnet-lite0", 112), ("efficientnet-lite1", None),
+                                                         ("efficientnet-lite2", None))
+    augment: bool = True
+    aug_variants: int = 1               # cached mode: augmented copies cached per image
+    cache_batch_size: int = 32
+    n_bootstrap: int = 1000
+    encoders: tuple[str, ...] = ("frozen-gap", "nearid", "idsim")
+
+
+# --------------------------------------------------------------------------- profile
+@dataclass(frozen=True)
+class Profile:
+    """A full, resolved configuration. ``name`` is written into every output."""
+
+    name: str
+    seed: int = 0
+    device: str = "auto"                # "auto" picks cuda when available
+    hf_offline: bool = True
+    world: WorldConfig = field(default_factory=WorldConfig)
+    backbone: BackboneConfig = field(default_factory=BackboneConfig)
+    head: HeadConfig = field(default_factory=HeadConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    generate: GenerateConfig = field(default_factory=GenerateConfig)
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    idsim: IDSimConfig = field(default_factory=IDSimConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict of every section (tuples become lists)."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
