@@ -42,6 +42,7 @@ class TableSpec:
     ours: str | None
     notes: str = ""
     paper_csv: Path | None = None
+    not_reproduced: str = ""      # why a profile does not produce it (paper_values meta)
 
     @classmethod
     def from_meta(cls, meta_path: Path) -> "TableSpec":
@@ -52,7 +53,8 @@ class TableSpec:
         csv = Path(meta_path).with_name(Path(meta_path).name.replace(".meta.json", ".csv"))
         return cls(key=meta["key"], paper=meta["paper"], table=meta["table"], title=meta["title"],
                    key_columns=tuple(meta["key_columns"]), metrics=dict(meta["metrics"]),
-                   ours=meta.get("ours"), notes=meta.get("notes", ""), paper_csv=csv)
+                   ours=meta.get("ours"), notes=meta.get("notes", ""), paper_csv=csv,
+                   not_reproduced=meta.get("not_reproduced", ""))
 
 
 def load_specs(folder: Path | None = None) -> list[TableSpec]:
@@ -228,7 +230,8 @@ def render_report(figures: Path, specs: list[TableSpec] | None = None, title: st
         ours = pd.read_csv(ours_path) if ours_path.exists() else None
         out += [f"### {s.paper} {s.table}: {s.title}", ""]
         if ours is None:
-            out += [f"_Ours: not produced yet (expected `{s.ours}`)._", ""]
+            why = f" {s.not_reproduced}." if s.not_reproduced else ""
+            out += [f"_Ours: not produced in this run (expected `{s.ours}`).{why}_", ""]
         else:
             out += [f"_Ours: `{s.ours}`, profile: {_read_profile(ours, ours_path)}._", ""]
         if paper.empty:

@@ -54,7 +54,7 @@ def test_render_report_reads_ours_and_claims(tmp_path):
 def test_render_report_marks_missing_ours(tmp_path):
     pv = _spec_files(tmp_path)
     text = report.render_report(tmp_path / "nofigs", report.load_specs(pv))
-    assert "not produced yet" in text and "30.74" in text
+    assert "not produced in this run" in text and "30.74" in text
 
 
 def test_meta_missing_field_is_an_error(tmp_path):
