@@ -50,12 +50,14 @@ def code_fingerprint(*parts: str, package: Path | None = None) -> str:
 
 
 def git_state(root: Path | None = None) -> dict[str, Any]:
-    """``{"sha": ..., "dirty": bool}``; ``sha`` is None outside a git checkout."""
+    """``{"sha": ..., "dirty": bool}``; ``sha`` is None outside a git checkout. ``dirty`` means
+    uncommitted edits to tracked files *outside* ``figures/`` (a run rewrites the committed
+    figures and tables itself, which says nothing about the code that produced them)."""
     root = Path(root or repo_root())
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
                              text=True, check=True, timeout=10).stdout.strip()
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)figures"], cwd=root,
                                 capture_output=True, text=True, check=True, timeout=10).stdout
         return {"sha": sha, "dirty": bool(status.strip())}
     except (OSError, subprocess.SubprocessError):

@@ -13,3 +13,20 @@ def test_run_metadata(tmp_path):
     assert meta["profile"]["name"] == "smoke"
     assert set(meta["git"]) == {"sha", "dirty"}
     assert meta["packages"]["torch"].startswith("2.13.0")
+
+
+def test_dirty_ignores_the_runs_own_figures(tmp_path):
+    import subprocess
+    from nearid_lib.runmeta import git_state
+    run = lambda *a: subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True)  # noqa: E731
+    run("init", "-q")
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "figures" / "t.csv").write_text("a\n1\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    run("add", ".")
+    run("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init")
+    assert git_state(tmp_path)["dirty"] is False
+    (tmp_path / "figures" / "t.csv").write_text("a\n2\n")        # a run rewrote a table
+    assert git_state(tmp_path)["dirty"] is False
+    (tmp_path / "code.py").write_text("x = 2\n")                 # an uncommitted code edit
+    assert git_state(tmp_path)["dirty"] is True
