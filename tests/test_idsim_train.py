@@ -71,12 +71,16 @@ def test_context_edit_keeps_object_changes_background():
     assert np.corrcoef(arr[mask].ravel(), src[mask].ravel())[0, 1] > 0.9
 
 
+def _random_unit_embed(keys):
+    """A stand-in embedder: seeded random unit vectors, one per key."""
+    r = np.random.default_rng(len(keys)).normal(size=(len(keys), 4))
+    return torch.as_tensor(r / np.linalg.norm(r, axis=1, keepdims=True))
+
+
 def test_build_triplets_on_smoke_world(smoke_world):
     data = smoke_world
     inst = data.identities[data.identities.split == "train"]
-    def embed(keys):
-        r = np.random.default_rng(len(keys)).normal(size=(len(keys), 4))
-        return torch.as_tensor(r / np.linalg.norm(r, axis=1, keepdims=True))
+    embed = _random_unit_embed
     trip = build_triplets(data, inst, 30, np.random.default_rng(0), embed)
     assert trip.subset.value_counts().to_dict() == {"S1": 10, "S2a": 10, "S2b": 10}
     cls = dict(zip(data.identities.id, data.identities.class_name))
@@ -118,9 +122,7 @@ def test_unbalanced_quotas_hand_cases():
 def test_build_triplets_mix_and_label_noise(smoke_world):
     data = smoke_world
     inst = data.identities[data.identities.split == "train"]
-    def embed(keys):
-        r = np.random.default_rng(len(keys)).normal(size=(len(keys), 4))
-        return torch.as_tensor(r / np.linalg.norm(r, axis=1, keepdims=True))
+    embed = _random_unit_embed
     # a zero-weight subset never receives a triplet (largest remainders)
     trip = build_triplets(data, inst, 7, np.random.default_rng(0), embed, mix=(1, 0, 1))
     assert trip.subset.value_counts().to_dict() == {"S1": 4, "S2b": 3}
