@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import statistics
 import sys
 import time
@@ -33,7 +32,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 from nearid_lib.io_utils import atomic_write_text, write_json  # noqa: E402
 from nearid_lib.generate.tiny_sd import clip_tokenizer_offline  # noqa: E402
 from paper_scale_model import fmt_min  # noqa: E402
-from paper_scale_parts import count_flops  # noqa: E402
+from paper_scale_parts import count_flops, loadavg, torch_setup  # noqa: E402
 
 VIEWS_PER_SOURCE = 45_215
 GPU_MFU = 0.40                      # assumed utilisation of diffusion denoisers on a GPU (no GPU here)
@@ -299,18 +298,15 @@ def main(argv=None) -> dict:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: keep OMP_NUM_THREADS' value)")
     ap.add_argument("--out", default=str(HERE / "results"))
     args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    args.threads = torch.get_num_threads()
-    dev = torch.device("cuda" if args.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu")
+    dev, args.threads = torch_setup(args.device, args.threads)
     res = {"mode": dev.type, "device": torch.cuda.get_device_name() if dev.type == "cuda" else "CPU",
-           "threads": args.threads, "torch": torch.__version__, "load_start": [round(x, 2) for x in os.getloadavg()]}
+           "threads": args.threads, "torch": torch.__version__, "load_start": loadavg()}
     if dev.type == "cuda":
         res["measured"] = measure_pipeline(1.0, 12, 512, 20, 3, dev, warmup=1)
     else:   # full size at 512 px is ~1.6 TFLOP per UNet call: many minutes on 2 shared cores
         res["measured"] = measure_pipeline(0.5, 6, 128, 2, 1, dev, warmup=0)
     res["sources"] = project_sources(res["measured"], dev)
-    res["load_end"] = [round(x, 2) for x in os.getloadavg()]
+    res["load_end"] = loadavg()
     name = f"bench_generation_{dev.type}"
     write_json(res, Path(args.out) / f"{name}.json")
     md = render(res)

@@ -39,6 +39,7 @@ from nearid_lib.models.backbones import SiglipEncoder  # noqa: E402  (also makes
 
 import paper_scale_model as model  # noqa: E402
 import paper_scale_parts as parts  # noqa: E402
+from paper_scale_parts import loadavg, torch_setup  # noqa: E402
 import paper_scale_steps as steps  # noqa: E402
 from paper_scale_report import render  # noqa: E402
 
@@ -53,10 +54,6 @@ PLAN = {
 }
 
 
-def loadavg() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
-
-
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="auto", help="auto (CUDA when available) | cpu | cuda")
@@ -65,10 +62,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--workdir", default=None, help="folder for temporary stores and images (default: $TMPDIR)")
     ap.add_argument("--out", default=str(HERE / "results"))
     args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    args.threads = torch.get_num_threads()
-    dev = torch.device("cuda" if args.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu")
+    dev, args.threads = torch_setup(args.device, args.threads)
     mode = dev.type
     plan = PLAN[mode]
     res: dict = {"mode": mode, "device": torch.cuda.get_device_name() if dev.type == "cuda" else

@@ -21,6 +21,20 @@ from nearid_lib.models import MAPHead
 P = dict(tokens=729, dim=1152, heads=16, mlp=4304, layers=27, image=384, patch=14)
 
 
+def torch_setup(device: str, threads: int) -> tuple[torch.device, int]:
+    """The benchmarks' common start: torch threads (0 keeps OMP_NUM_THREADS' value) and the device
+    ("auto" = CUDA when available). Returns (device, threads in use)."""
+    if threads:
+        torch.set_num_threads(threads)
+    dev = torch.device("cuda" if device in ("auto", "cuda") and torch.cuda.is_available() else "cpu")
+    return dev, torch.get_num_threads()
+
+
+def loadavg() -> list[float]:
+    """The 1, 5 and 15 minute load averages, rounded (timings on a shared machine need them)."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
 def sync(dev):
     if dev.type == "cuda":
         torch.cuda.synchronize()

@@ -143,9 +143,7 @@ def get_profile(name: str, overrides: Mapping[str, Any] | None = None, **kw: Any
     merged = env_overrides()
     merged.update(overrides or {})
     merged.update(kw)
-    for key, value in merged.items():
-        prof = _apply(prof, key, value, key)
-    return prof
+    return with_overrides(prof, merged)
 
 
 def with_overrides(prof: Profile, overrides: Mapping[str, Any]) -> Profile:

@@ -167,8 +167,7 @@ def _shown(paper: pd.DataFrame, spec: TableSpec) -> list[str]:
 def provenance_summary(tables: Path) -> str:
     """One paragraph from the tables' provenance sidecars: profile(s), commit(s) (``+dirty`` when
     the tree had uncommitted edits), training seeds and the dates of the notebooks that wrote them."""
-    metas = [m for m in (read_table_meta(p.with_name(p.name.replace(".meta.json", ".csv")))
-                         for p in sorted(Path(tables).glob("*.meta.json"))) if m]
+    metas = [json.loads(p.read_text()) for p in sorted(Path(tables).glob("*.meta.json"))]
     if not metas:
         return ""
     commits = sorted({str(m.get("commit") or "unknown")[:10] + ("+dirty" if m.get("dirty") else "")
