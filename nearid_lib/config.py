@@ -54,7 +54,7 @@ def _smoke() -> Profile:
         idsim=IDSimConfig(backbone="dinov2-base", tiny=True, backbone_rows=(("efficientnet-lite1", None),),
                           batch_size=4, grad_accum=1, epochs=1, max_steps=2, n_bootstrap=50,
                           head_hidden=32, head_out=16, n_instances=8, n_triplets=12, aug_variants=0,
-                          cache_batch_size=16),
+                          cache_batch_size=16, mllm_judge="tiny", mllm_max_pairs=4, persam_sam="tiny"),
         # procedural fills are rendered instances, never failed copies: only near-copies are
         # rejected (subtle "hard" distractors change < 2% of the masked pixels' value)
         generate=GenerateConfig(out_resolution=64, tiny=True, reject_unchanged_below=0.005),
@@ -108,7 +108,8 @@ def _paper() -> Profile:
             gallery_sizes=(1, 5, 10, 20), subject_counts=(10, 15, 25, 100),
         ),
         idsim=IDSimConfig(backbone="dinov3-vitl16", image_size=448, epochs=3, aug_variants=0,
-                          backbone_rows=(("dinov3-vitl16", 224), ("dinov2-large", None))),
+                          backbone_rows=(("dinov3-vitl16", 224), ("dinov2-large", None)),
+                          mllm_judge="Qwen/Qwen3-VL-30B-A3B-Instruct", persam_sam="facebook/sam-vit-huge"),
     )
 
 

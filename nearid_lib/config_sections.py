@@ -261,6 +261,13 @@ class IDSimConfig:
     cache_batch_size: int = 32
     n_bootstrap: int = 1000
     encoders: tuple[str, ...] = ("frozen-gap", "nearid", "idsim")
+    # Table 2a: an MLLM judge (transformers image-text-to-text hub id, "tiny": random-init, None: no
+    # MLLM row) on at most mllm_max_pairs graded pairs (nearid_lib.idsim.mllm)
+    mllm_judge: str | None = None
+    mllm_max_pairs: int | None = 200
+    # Table 2c: PerSAM's mask predictor (SAM hub id, "tiny": random-init SAM, None: the offline
+    # similarity-threshold stand-in of nearid_lib.idsim.persam)
+    persam_sam: str | None = None
 
 
 # --------------------------------------------------------------------------- profile

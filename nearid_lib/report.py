@@ -43,6 +43,7 @@ class TableSpec:
     notes: str = ""
     paper_csv: Path | None = None
     not_reproduced: str = ""      # why a profile does not produce it (paper_values meta)
+    partial: str = ""             # which of the paper's rows a profile cannot produce, and why
 
     @classmethod
     def from_meta(cls, meta_path: Path) -> "TableSpec":
@@ -54,7 +55,7 @@ class TableSpec:
         return cls(key=meta["key"], paper=meta["paper"], table=meta["table"], title=meta["title"],
                    key_columns=tuple(meta["key_columns"]), metrics=dict(meta["metrics"]),
                    ours=meta.get("ours"), notes=meta.get("notes", ""), paper_csv=csv,
-                   not_reproduced=meta.get("not_reproduced", ""))
+                   not_reproduced=meta.get("not_reproduced", ""), partial=meta.get("partial", ""))
 
 
 def load_specs(folder: Path | None = None) -> list[TableSpec]:
@@ -233,6 +234,8 @@ def render_report(figures: Path, specs: list[TableSpec] | None = None, title: st
             out += [f"_Ours: not produced in this run (expected `{s.ours}`).{why}_", ""]
         else:
             out += [f"_Ours: `{s.ours}`, profile: {_read_profile(ours, ours_path)}._", ""]
+            if s.partial:
+                out += [f"_Rows not produced: {s.partial}_", ""]
         if paper.empty:
             out += ["_No paper values transcribed._", ""]
             continue

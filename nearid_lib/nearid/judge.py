@@ -62,7 +62,7 @@ _TINY_CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
-def build_tiny_qwen3vl(seed: int = 0, vocab_size: int = 400, image_px: int = 64):
+def build_tiny_qwen3vl(seed: int = 0, vocab_size: int = 400, image_px: int = 64, extra_text: str = ""):
     """A random-init tiny ``Qwen3VLForConditionalGeneration`` and a real ``Qwen3VLProcessor``, offline.
 
     No hub files are needed: the tokenizer is a byte-level BPE trained on the judge prompt (so the
@@ -82,7 +82,8 @@ def build_tiny_qwen3vl(seed: int = 0, vocab_size: int = 400, image_px: int = 64)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=_SPECIALS, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator([JUDGE_PROMPT, '{"score": 7, "confidence": "high"}'], trainer)
+    tok.train_from_iterator([JUDGE_PROMPT, *([extra_text] if extra_text else []),
+                             '{"score": 7, "confidence": "high"}'], trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
     fast.padding_side = "left"      # decoder-only batched generation pads on the left
     patch, merge = 16, 2
@@ -123,11 +124,16 @@ class VLMJudge:
         prompt: the instruction text (default :data:`JUDGE_PROMPT`).
         image_size: if set, images are resized to this square size before the processor.
         name: label used in tables.
+        answer_key, answer_max: the numeric field of the JSON answer that is read and its range
+            ``[0, answer_max]`` (default: NearID's 0-10 ``score``; ID-Sim's judge reads a 0-1
+            ``similarity``, :mod:`nearid_lib.idsim.mllm`).
     """
 
     def __init__(self, model, processor, max_new_tokens: int = 512, batch_size: int = 4,
-                 prompt: str = JUDGE_PROMPT, image_size: int | None = None, name: str = "qwen3-vl"):
+                 prompt: str = JUDGE_PROMPT, image_size: int | None = None, name: str = "qwen3-vl",
+                 answer_key: str = "score", answer_max: float = 10.0):
         self.model, self.processor = model, processor
+        self.answer_key, self.answer_max = answer_key, float(answer_max)
         self.max_new_tokens, self.batch_size = int(max_new_tokens), int(batch_size)
         self.prompt, self.image_size, self.name = prompt, image_size, name
         tok = getattr(processor, "tokenizer", None)
@@ -154,7 +160,7 @@ class VLMJudge:
     @classmethod
     def tiny(cls, seed: int = 0, max_new_tokens: int = 24, batch_size: int = 2, **kw) -> "VLMJudge":
         """The judge on a random-init tiny Qwen3-VL (offline): exercises the real code path."""
-        model, proc = build_tiny_qwen3vl(seed=seed)
+        model, proc = build_tiny_qwen3vl(seed=seed, extra_text=kw.get("prompt", ""))
         return cls(model, proc, max_new_tokens=max_new_tokens, batch_size=batch_size, image_size=64,
                    name="qwen3-vl-tiny", **kw)
 
@@ -199,7 +205,7 @@ class VLMJudge:
         """Judge every pair (A_k, B_k): scores s = score/10 with NaN (and a status) where no score
         could be read."""
         answers, hit = self.generate(images_a, images_b)
-        return JudgeScores.from_answers(answers, hit)
+        return JudgeScores.from_answers(answers, hit, key=self.answer_key, hi=self.answer_max)
 
     def __repr__(self) -> str:
         return f"VLMJudge({self.name!r}, max_new_tokens={self.max_new_tokens}, batch_size={self.batch_size})"

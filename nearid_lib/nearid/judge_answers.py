@@ -21,8 +21,12 @@ STATUSES = ("ok", "recovered", "truncated", "no_score", "bad_score", "out_of_ran
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 # a "score" key with a number that is *finished*: followed by a delimiter, so a truncated "1" of "10"
 # is not read as 1
-_SCORE_KV = re.compile(r"""["']?\bscore["']?\s*[:=]\s*["']?\s*(""" + _NUM + r""")\s*(?:/\s*10(?:\.0*)?)?\s*["']?\s*(?=[,}\n\r]|$)""",
-                       re.IGNORECASE)
+def _kv_pattern(key: str) -> re.Pattern:
+    return re.compile(r"""["']?\b""" + re.escape(key) + r"""["']?\s*[:=]\s*["']?\s*(""" + _NUM
+                      + r""")\s*(?:/\s*10(?:\.0*)?)?\s*["']?\s*(?=[,}\n\r]|$)""", re.IGNORECASE)
+
+
+_SCORE_KV = _kv_pattern("score")
 _FENCE = re.compile(r"```[a-zA-Z0-9_-]*\s*\n?(.*?)(?:```|$)", re.DOTALL)
 
 
@@ -35,6 +39,7 @@ class ParsedAnswer:
     status: str
     data: dict | None = None
     note: str = ""
+    scale: float = 10.0          # the rubric's maximum (0-10 score; 1 for a 0-1 similarity field)
 
     @property
     def covered(self) -> bool:
@@ -42,8 +47,8 @@ class ParsedAnswer:
 
     @property
     def similarity(self) -> float:
-        """``score / 10``, NaN when not covered."""
-        return self.score / 10.0 if self.covered and self.score is not None else float("nan")
+        """``score / scale`` (score / 10 for the NearID rubric), NaN when not covered."""
+        return self.score / self.scale if self.covered and self.score is not None else float("nan")
 
 
 def _strip_fences(text: str) -> str:
@@ -51,7 +56,7 @@ def _strip_fences(text: str) -> str:
     return m.group(1) if m else text
 
 
-def _coerce_score(v: Any) -> tuple[float | None, str]:
+def _coerce_score(v: Any, hi: float = 10.0) -> tuple[float | None, str]:
     """A score value as a float, or (None, reason). Accepts numbers and numeric strings
     ("7", " 7.5 ", "7/10"); rejects booleans (``True`` is an int in Python), NaN and inf."""
     if isinstance(v, bool) or v is None:
@@ -64,12 +69,12 @@ def _coerce_score(v: Any) -> tuple[float | None, str]:
             return None, "bad_score"
         f = float(m.group(1))
     elif isinstance(v, (list, tuple)) and len(v) == 1:
-        return _coerce_score(v[0])
+        return _coerce_score(v[0], hi)
     else:
         return None, "bad_score"
     if not math.isfinite(f):
         return None, "bad_score"
-    if f < 0 or f > 10:
+    if f < 0 or f > hi:
         return f, "out_of_range"
     return f, "ok"
 
@@ -121,9 +126,9 @@ def _loads_lenient(obj: str) -> dict | None:
         return None
 
 
-def _score_key(d: dict) -> Any:
+def _score_key(d: dict, key: str = "score") -> Any:
     for k, v in d.items():
-        if isinstance(k, str) and k.strip().lower() == "score":
+        if isinstance(k, str) and k.strip().lower() == key:
             return v
     return _MISSING
 
@@ -131,8 +136,10 @@ def _score_key(d: dict) -> Any:
 _MISSING = object()
 
 
-def parse_judge_answer(text: str | None) -> ParsedAnswer:
-    """Read the 0-10 score from a judge answer, robustly, and say how it was read.
+def parse_judge_answer(text: str | None, key: str = "score", hi: float = 10.0) -> ParsedAnswer:
+    """Read the 0-10 score from a judge answer, robustly, and say how it was read. ``key`` and
+    ``hi`` name another numeric field and its range ``[0, hi]`` (ID-Sim's judge answers a 0-1
+    ``similarity``: ``key="similarity", hi=1``); the reading rules are the same.
 
     Handles markdown code fences, text before/after the object, several objects (the first with a
     ``score`` wins), trailing commas, single quotes / Python literals, numbers as strings ("7",
@@ -142,8 +149,11 @@ def parse_judge_answer(text: str | None) -> ParsedAnswer:
     without a score key), ``bad_score`` (a score that is not a number), ``out_of_range`` (outside
     0-10: not clipped, since an answer off the rubric is not a reading of it), ``unparseable``,
     ``empty``. Only ``ok`` and ``recovered`` are covered."""
+    def P(*a) -> ParsedAnswer:
+        return ParsedAnswer(*a, scale=float(hi))
+
     if text is None or not str(text).strip():
-        return ParsedAnswer(None, "empty")
+        return P(None, "empty")
     raw = str(text)
     body = _strip_fences(raw).strip()
     notes = []
@@ -155,39 +165,39 @@ def parse_judge_answer(text: str | None) -> ParsedAnswer:
         d = _loads_lenient(o)
         if d is None:
             continue
-        v = _score_key(d)
+        v = _score_key(d, key.lower())
         if v is _MISSING:
-            first_bad = first_bad or ParsedAnswer(None, "no_score", d, ";".join(notes))
+            first_bad = first_bad or P(None, "no_score", d, ";".join(notes))
             continue
         if isinstance(v, str):
             notes.append("score_as_string")
-        f, why = _coerce_score(v)
+        f, why = _coerce_score(v, hi)
         if why == "ok":
             if body.strip() != o.strip():
                 notes.append("extra_text")
-            return ParsedAnswer(f, "ok", d, ";".join(notes))
-        first_bad = first_bad or ParsedAnswer(f if why == "out_of_range" else None, why, d,
+            return P(f, "ok", d, ";".join(notes))
+        first_bad = first_bad or P(f if why == "out_of_range" else None, why, d,
                                               ";".join(notes))
     if first_bad is not None:
         return first_bad
     # No complete object with a usable score: look for a finished "score": N anywhere.
-    m = _SCORE_KV.search(body)
+    m = (_SCORE_KV if key == "score" else _kv_pattern(key)).search(body)
     if m and m.end() >= len(body.rstrip()) and "{" in body and not objs:
         # the answer was cut off right after a number: "score": 1 may be the start of 10
         m = None
     if m:
-        f, why = _coerce_score(m.group(1))
+        f, why = _coerce_score(m.group(1), hi)
         if why == "ok":
-            return ParsedAnswer(f, "recovered", None, ";".join(notes + ["regex"]))
-        return ParsedAnswer(f if why == "out_of_range" else None, why, None, ";".join(notes + ["regex"]))
+            return P(f, "recovered", None, ";".join(notes + ["regex"]))
+        return P(f if why == "out_of_range" else None, why, None, ";".join(notes + ["regex"]))
     if "{" in body and not objs:
-        return ParsedAnswer(None, "truncated", None, ";".join(notes))
+        return P(None, "truncated", None, ";".join(notes))
     bare = re.fullmatch(r"\s*(" + _NUM + r")\s*(?:/\s*10(?:\.0*)?)?\s*", body)
     if bare:
-        f, why = _coerce_score(bare.group(1))
-        return ParsedAnswer(f if why != "bad_score" else None, "recovered" if why == "ok" else why, None,
+        f, why = _coerce_score(bare.group(1), hi)
+        return P(f if why != "bad_score" else None, "recovered" if why == "ok" else why, None,
                             ";".join(notes + ["bare_number"]))
-    return ParsedAnswer(None, "unparseable", None, ";".join(notes))
+    return P(None, "unparseable", None, ";".join(notes))
 
 
 @dataclass
@@ -224,8 +234,10 @@ class JudgeScores:
                 **{f"n_{k}": v for k, v in self.counts().items()}}
 
     @classmethod
-    def from_answers(cls, answers: Sequence[str], hit_limit: Sequence[bool] | None = None) -> "JudgeScores":
-        parsed = [parse_judge_answer(a) for a in answers]
+    def from_answers(cls, answers: Sequence[str], hit_limit: Sequence[bool] | None = None,
+                     key: str = "score", hi: float = 10.0) -> "JudgeScores":
+        """Parse every answer (``key``/``hi``: the field read, see :func:`parse_judge_answer`)."""
+        parsed = [parse_judge_answer(a, key=key, hi=hi) for a in answers]
         return cls(scores=np.array([p.similarity for p in parsed], dtype=np.float64),
                    status=[p.status for p in parsed], raw=list(answers),
                    hit_limit=np.asarray(hit_limit if hit_limit is not None else [False] * len(parsed), bool))
