@@ -34,7 +34,7 @@ import pandas as pd
 
 from .io_utils import write_csv
 
-__all__ = ["Evidence", "Statistic", "STATISTICS", "AtLeast", "AtMost", "Greater", "Within",
+__all__ = ["Evidence", "Statistic", "STATISTICS", "AtLeast", "AtMost", "Greater", "Within", "RatioAtLeast",
            "Precondition", "PaperRef", "ClaimSpec", "evaluate_claim", "evaluate_claims",
            "paper_value", "VERDICTS", "claim", "write_claims"]
 
@@ -248,6 +248,28 @@ class Within:
 
 
 @dataclass(frozen=True)
+class RatioAtLeast:
+    """a / b >= ratio (paired when a and b share units), e.g. "reaches 90% of the ceiling"."""
+    a: str
+    b: str
+    ratio: float
+
+    quantities = property(lambda self: (self.a, self.b))
+    combined = "ratio"
+
+    @staticmethod
+    def combine(a, b):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.divide(a, b)
+
+    def criterion(self, fmt) -> str:
+        return f"{self.a} / {self.b} >= {self.ratio:.2f}"
+
+    def decide(self, est: float, low: float, high: float) -> str:
+        return "holds" if low >= self.ratio else "does not hold" if high < self.ratio else "inconclusive"
+
+
+@dataclass(frozen=True)
 class Precondition:
     """A point-estimate condition that makes a claim testable in a profile (``op``: ">=" | "<=")."""
     q: str
@@ -287,7 +309,7 @@ class ClaimSpec:
     key: str
     paper: str
     statement: str
-    test: AtLeast | AtMost | Greater | Within
+    test: AtLeast | AtMost | Greater | Within | RatioAtLeast
     paper_text: str = ""
     paper_refs: tuple[PaperRef, ...] = ()
     preconditions: tuple[Precondition, ...] = ()
@@ -331,7 +353,8 @@ def evaluate_claim(spec: ClaimSpec, evidence: Mapping[str, Evidence], rng: np.ra
     if len(qs) == 1:
         est, dist = points[qs[0]], reps[0]
     else:
-        est, dist = points[qs[0]] - points[qs[1]], reps[0] - reps[1]
+        comb = getattr(spec.test, "combine", lambda a, b: a - b)      # Greater / Within: a - b
+        est, dist = float(comb(points[qs[0]], points[qs[1]])), comb(reps[0], reps[1])
     if not np.isfinite(est):
         return {**row, "ours": ", ".join(f"{q} = {fmt(points[q])}" for q in qs), "verdict": "not testable",
                 "detail": "the statistic is undefined on this profile's evidence (e.g. a correlation "
@@ -344,8 +367,9 @@ def evaluate_claim(spec: ClaimSpec, evidence: Mapping[str, Evidence], rng: np.ra
     for q, s, sd in zip(qs, seeds, spreads):
         seed_txt = f", {len(s)} seeds sd {fmt(sd)}" if len(s) > 1 else ""
         parts.append(f"{q} = {fmt(points[q])}{seed_txt}")
-    what = "difference" if len(qs) > 1 else "estimate"
-    ours = "; ".join(parts) + f"; {what} {fmt(est)} [{fmt(low)}, {fmt(high)}]"
+    what = getattr(spec.test, "combined", "difference") if len(qs) > 1 else "estimate"
+    efmt = (lambda v: f"{v:.3f}") if what == "ratio" else fmt
+    ours = "; ".join(parts) + f"; {what} {efmt(est)} [{efmt(low)}, {efmt(high)}]"
     n_units = [int(evidence[q].table["unit"].nunique()) for q in qs]
     return {**row, "ours": ours, "verdict": spec.test.decide(est, low, high), "estimate": est,
             "ci_low": low, "ci_high": high, "ci_level": ci, "n_boot": n_boot,

@@ -149,3 +149,25 @@ def test_paper_value_reads_one_cell():
 def test_evidence_rejects_missing_columns():
     with pytest.raises(ValueError, match="lacks column"):
         C.Evidence("pa", pd.DataFrame({"unit": ["a"], "wins": [1]}))
+
+
+def test_ratio_at_least_is_paired_and_decided_on_its_interval():
+    import numpy as np
+    import pandas as pd
+
+    from nearid_lib.claims import ClaimSpec, Evidence, RatioAtLeast, evaluate_claims
+
+    rng = np.random.default_rng(0)
+    units = [f"u{i}" for i in range(60)]
+    base = rng.uniform(0.3, 0.9, 60)            # large between-unit spread, shared by both sides
+
+    def ev(x):
+        return Evidence("mean:ap", pd.DataFrame({"unit": units, "ap": x}))
+
+    spec = (ClaimSpec("r", "T", "a reaches 90% of b", RatioAtLeast("a", "b", 0.9)),)
+    out = evaluate_claims(spec, {"a": ev(0.97 * base), "b": ev(base)}, np.random.default_rng(1), n_boot=400)
+    # hand value: sum(0.97 b) / sum(b) = 0.97 in every replicate (paired): a zero-width interval
+    assert out.estimate[0] == pytest.approx(0.97) and out.ci_low[0] == pytest.approx(0.97)
+    assert out.verdict[0] == "holds" and "ratio 0.970" in out.ours[0]
+    out = evaluate_claims(spec, {"a": ev(0.8 * base), "b": ev(base)}, np.random.default_rng(1), n_boot=400)
+    assert out.verdict[0] == "does not hold"

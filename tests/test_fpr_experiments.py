@@ -25,10 +25,10 @@ def test_paper_profile_path_on_released_layout_fixture(tmp_path):
     cache = EmbeddingCache(tmp_path / "cache")
     main, pq, _ = X.main_comparison(models, gen, split.gallery, cfg, cache, ds)
     assert set(main.method) == {"m1", "m2"} and main["map"].between(0, 1).all()
-    bg = background_ablation(models, split.train, split.gallery, cfg, cache, ds)
-    assert set(bg.background) == {"kept"}
-    claims = retrieval_claims(main, X.per_identity_agreement(pq), bg, specs, "paper")
-    assert len(claims) == 1 and claims[0]["holds"] is False and "no true drift" in claims[0]["detail"]
+    bg, bg_pq = background_ablation(models, split.train, split.gallery, cfg, cache, ds, per_query=True)
+    assert set(bg.background) == {"kept"} and set(bg_pq.background) == {"kept"}
+    claims = retrieval_claims(main, X.per_identity_agreement(pq), specs, "paper", pq, bg_pq=bg_pq)
+    assert len(claims) == 1 and claims.verdict[0] == "does not hold" and "no true drift" in claims.detail[0]
 
 
 def test_paired_agreement_difference_needs_a_real_margin():
@@ -67,6 +67,16 @@ def _main(enc_rows):
                          for e, rows in enc_rows.items() for m, (mp, sm) in rows.items()])
 
 
+def _pq(aps_by_enc_method, n=24, sd=0.02, seed=0):
+    """Per-query APs: one query per subject, mean AP per (encoder, method) as given."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame([{"encoder": e, "method": m, "name": f"s{i}", "ap": float(np.clip(v + rng.normal(0, sd), 0, 1))}
+                         for (e, m), v in aps_by_enc_method.items() for i in range(n)])
+
+
 def test_claims_drift_order_on_new_context_general_encoder_and_copy_paste_vs_oracle():
     import pandas as pd
 
@@ -75,18 +85,29 @@ def test_claims_drift_order_on_new_context_general_encoder_and_copy_paste_vs_ora
     gen = {"copy_paste": (0.60, 0.95), "faithful": (0.58, 0.80), "drift_low": (0.45, 0.79),
            "drift_mid": (0.25, 0.78), "drift_high": (0.10, 0.99)}
     main = _main({"efficientnet-lite0": gen, "nearid": gen})
-    bg = pd.DataFrame({"encoder": ["nearid", "nearid"], "background": ["kept", "removed"], "map": [0.6, 0.62]})
-    agreement = pd.DataFrame([{"encoder": e, "mean_rho": 0.5, "names": ["a", "b", "c"], "rhos": [0.4, 0.5, 0.6]}
+    names = [f"s{i}" for i in range(24)]
+    agreement = pd.DataFrame([{"encoder": e, "mean_rho": 0.5, "names": names, "rhos": [0.5] * 24}
                               for e in ("efficientnet-lite0", "nearid")])
-    oracle = pd.DataFrame({"encoder": ["nearid", "nearid"], "group": ["x", "all"], "map": [0.9, 0.62]})
-    c = retrieval_claims(main, agreement, bg, [], "mini", oracle=oracle)
+    per_query = _pq({("nearid", "copy_paste"): 0.60, ("efficientnet-lite0", "copy_paste"): 0.6})
+    oracle_pq = _pq({("nearid", "oracle"): 0.62}, seed=1)
+    bg_pq = pd.concat([_pq({("nearid", "x"): 0.6}, seed=2).assign(background="kept"),
+                       _pq({("nearid", "x"): 0.61}, seed=3).assign(background="removed")])
+    c = retrieval_claims(main, agreement, [], "mini", per_query, oracle_pq=oracle_pq, bg_pq=bg_pq, n_boot=300)
+    v = dict(zip(c.claim.str[:2], c.verdict))
     # 1: on the 'new'-context methods similarity is in drift order too (rho 1 = 1) but barely spreads;
     #    drift_high's reference background (sim 0.99) is not part of the test
-    assert c[0]["holds"] is True and "efficientnet-lite0" in c[0]["ours"]
-    # 2: 0.60 >= 0.9 x 0.62 -> holds relative to the oracle, though far from an absolute 0.9
-    assert c[1]["holds"] is True and "ratio 0.97" in c[1]["ours"]
-    assert retrieval_claims(main, agreement, bg, [], "mini")[1]["holds"] is False
+    assert v["1."] == "holds" and "efficientnet-lite0" in c.ours[0]
+    # 2: 0.60 / 0.62 = 0.97 >= 0.9 relative to the oracle, with a tight interval
+    assert v["2."] == "holds" and "; ratio 0.9" in c.ours[1]
+    # 3: identical per-subject agreement: the paired difference is exactly 0, not > 0
+    assert v["3."] == "does not hold"
+    # 4: +0.01 with tight intervals: within 0.05
+    assert v["4."] == "holds"
+    # without an oracle the copy-paste claim has no evidence: not testable, never a silent pass
+    c = retrieval_claims(main, agreement, [], "mini", per_query, bg_pq=bg_pq, n_boot=100)
+    assert c.verdict[1] == "not testable"
     # a general encoder whose mAP does not follow drift on the new-context methods fails claim 1
     bad = dict(gen, drift_low=(0.20, 0.79))
-    c = retrieval_claims(_main({"efficientnet-lite0": bad, "nearid": gen}), agreement, bg, [], "mini", oracle=oracle)
-    assert c[0]["holds"] is False
+    c = retrieval_claims(_main({"efficientnet-lite0": bad, "nearid": gen}), agreement, [], "mini", per_query,
+                         oracle_pq=oracle_pq, n_boot=100)
+    assert c.verdict[0] == "does not hold"

@@ -4,8 +4,10 @@ import pandas as pd
 import pytest
 from scipy import stats as sst
 
+from nearid_lib.claims import ClaimSpec, Greater, evaluate_claims
+from nearid_lib.idsim.claims import sensitivity_evidence
 from nearid_lib.idsim.sensitivity import (GRIDS, grid_similarities, per_anchor_sensitivity,
-                                          sensitivity_summary, separated, similarity_curves)
+                                          sensitivity_summary, similarity_curves)
 
 L = 4
 
@@ -64,8 +66,13 @@ def test_curves_and_separation():
     assert np.all(np.diff(c.sim_mean) < 0) and np.isclose(c.sim_mean.iloc[0], 1.0)
     _, wide = per_anchor_sensitivity(sims)
     summ = sensitivity_summary(wide, 200, np.random.default_rng(1))
-    assert separated(summ, "enc", "flat", "identity", "higher")[0]
-    assert not separated(summ, "enc", "flat", "identity", "lower")[0]
+    ix = summ.set_index(["encoder", "factor"])
+    assert ix.loc[("enc", "identity"), "low"] > ix.loc[("flat", "identity"), "high"]
+    # the claim machinery on this evidence: "enc" is more identity-sensitive than "flat" (paired)
+    spec = ClaimSpec("s", "ID-Sim", "enc > flat", Greater("enc.sens.identity", "flat.sens.identity", 0.0))
+    out = evaluate_claims((spec,), sensitivity_evidence(wide), np.random.default_rng(1), n_boot=200)
+    assert out.verdict[0] == "holds"
+    assert out.estimate[0] == pytest.approx(ix.loc[("enc", "identity"), "estimate"] - ix.loc[("flat", "identity"), "estimate"])
 
 
 def test_missing_anchor_image_is_an_error():

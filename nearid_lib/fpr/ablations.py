@@ -128,18 +128,21 @@ def sampling_ablation(models, train, gallery, generated, cfg: Profile, cache, em
                             ).reset_index(drop=True)
 
 
-def background_ablation(models, train, gallery, cfg: Profile, cache, dataset: str = "NearID-mini") -> pd.DataFrame:
-    """Paper Fig. 7 / Table 14: oracle sim and mAP with backgrounds kept vs removed (masks)."""
-    rows = []
+def background_ablation(models, train, gallery, cfg: Profile, cache, dataset: str = "NearID-mini",
+                        per_query: bool = False):
+    """Paper Fig. 7 / Table 14: oracle sim and mAP with backgrounds kept vs removed (masks)
+    (``per_query``: also the per-reference APs, columns ``encoder``, ``background``, ``name``, ``ap``)."""
+    rows, pqs = [], []
     has_masks = all("mask_path" in t.columns and t.mask_path.astype(str).str.len().gt(0).all()
                     for t in (train, gallery))
     # released galleries carry no masks: report "kept" only (the paper removed backgrounds with a
     # segmenter, which is not part of this pipeline)
     for name, m in models.items():
         for bg in (("kept", "removed") if has_masks else ("kept",)):
-            t = oracle_scores(m, train, gallery, cfg.retrieval.group_by, cache, cfg.retrieval.batch_size,
-                              background=bg)
+            t, pq = oracle_scores(m, train, gallery, cfg.retrieval.group_by, cache, cfg.retrieval.batch_size,
+                                  background=bg, return_per_query=True)
             t = t[t.group == "all"]
             rows.append({"dataset": dataset, "background": bg, "encoder": name,
                          "sim": float(t.sim.iloc[0]), "map": float(t["map"].iloc[0])})
-    return pd.DataFrame(rows)
+            pqs.append(pq.assign(encoder=name, background=bg))
+    return (pd.DataFrame(rows), pd.concat(pqs, ignore_index=True)) if per_query else pd.DataFrame(rows)

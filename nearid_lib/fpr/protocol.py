@@ -252,10 +252,11 @@ def _similarity(model, gen, q_emb, gal, g_emb, refs, sim_to, cache, batch_size, 
 
 def oracle_scores(model, train: pd.DataFrame, gallery: pd.DataFrame, group_by: str | None = "species",
                   cache: EmbeddingCache | None = None, batch_size: int = 32,
-                  background: str = "kept") -> pd.DataFrame:
+                  background: str = "kept", return_per_query: bool = False):
     """Paper Table 1: the real reference images as queries. ``sim`` = mean cosine between each
     reference and the gallery images of its identity ("similarity between real images");
-    ``map`` = mAP of the references probing the gallery. One row per group + ``"all"``."""
+    ``map`` = mAP of the references probing the gallery. One row per group + ``"all"``
+    (``return_per_query``: also the per-reference rows, ``name``, ``ap``, ``sim``, ``group``)."""
     def masks(df):
         return list(df.mask_path) if background == "removed" else None
 
@@ -268,9 +269,11 @@ def oracle_scores(model, train: pd.DataFrame, gallery: pd.DataFrame, group_by: s
     gn = gallery.name.to_numpy()
     pq["sim"] = [s[i, gn == n].mean() for i, n in enumerate(train.name.to_numpy())]
     pq["group"] = qg if group_by else "all"
+    pq["name"] = train.name.to_numpy()
     per = summarise(pq, ("group",))
     tot = summarise(pq.assign(group="all"), ("group",))
-    return pd.concat([per, tot], ignore_index=True) if group_by else tot
+    table = pd.concat([per, tot], ignore_index=True) if group_by else tot
+    return (table, pq) if return_per_query else table
 
 
 def top_k_lists(q_emb: np.ndarray, g_emb: np.ndarray, gallery: pd.DataFrame, k: int = 5,

@@ -8,6 +8,9 @@ patch InfoNCE), its benchmarks and the selective-sensitivity regression (ID-Sim 
 - :mod:`.train`: ``train_idsim``
 - :mod:`.bench`: the mini benchmarks of every benchmark kind of ID-Sim Figure 25
 - :mod:`.sensitivity`: selective sensitivity with bootstrap confidence intervals (Figure 6)
+- :mod:`.mllm`: MLLM judges of identity on the graded pairs (Table 2a)
+- :mod:`.persam`: personalized segmentation with patch features, PerSAM-style (Table 2c)
+- :mod:`.claims`: ID-Sim's claims declared, and their per-unit evidence
 
 The model itself (LoRA, heads, checkpoints) is :mod:`nearid_lib.models.idsim`.
 """

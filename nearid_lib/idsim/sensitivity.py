@@ -24,7 +24,7 @@ import pandas as pd
 from ..stats import bootstrap_columns, sensitivity_ols
 
 __all__ = ["FACTORS", "GRIDS", "grid_similarities", "per_anchor_sensitivity", "sensitivity_summary",
-           "similarity_curves", "separated", "plot_sensitivity_bars", "plot_similarity_curves"]
+           "similarity_curves", "plot_sensitivity_bars", "plot_similarity_curves"]
 
 GRIDS = ("background", "viewpoint", "lighting")
 FACTORS = ("identity",) + GRIDS
@@ -110,20 +110,6 @@ def similarity_curves(sims: pd.DataFrame) -> pd.DataFrame:
                 rows.append({"encoder": enc, "factor": grid, "level": lvl, "change": ch,
                              "sim_mean": gg.sim.mean(), "sim_std": gg.sim.std(ddof=1), "n": len(gg)})
     return pd.DataFrame(rows)
-
-
-def separated(summary: pd.DataFrame, enc_a: str, enc_b: str, factor: str, direction: str) -> tuple[bool, str]:
-    """Whether the bootstrap intervals of encoders a and b for ``factor`` separate in ``direction``
-    ("higher": a's low > b's high; "lower": a's high < b's low). Returns (holds, detail)."""
-    a = summary[(summary.encoder == enc_a) & (summary.factor == factor)]
-    b = summary[(summary.encoder == enc_b) & (summary.factor == factor)]
-    if a.empty or b.empty:
-        return False, f"missing {enc_a if a.empty else enc_b} / {factor}"
-    a, b = a.iloc[0], b.iloc[0]
-    holds = (a.low > b.high) if direction == "higher" else (a.high < b.low)
-    detail = (f"{enc_a} {factor} {a.estimate:.4f} [{a.low:.4f}, {a.high:.4f}] vs {enc_b} "
-              f"{b.estimate:.4f} [{b.low:.4f}, {b.high:.4f}]")
-    return bool(holds), detail
 
 
 def _factor_panels(factors: Sequence[str], height: float, **kw):

@@ -1,0 +1,127 @@
+"""ID-Sim's checkable claims, declared once with fixed criteria, and the per-unit evidence they are
+decided on (see :mod:`nearid_lib.claims` for statistics, paired bootstrap intervals and verdicts).
+
+Quantities are ``<encoder>.<measure>`` with ``<encoder>`` in ``frozen`` (the backbone, the paper's
+DINOv3 row), ``idsim``, ``nearid`` and ``<measure>``:
+
+* ``pods.ap``: per-query AP of gallery retrieval (mean = the PODS analogue's mAP; unit = the
+  query's subject, so its queries are resampled together);
+* ``cute_hard.acc`` / ``cute_easy.acc``: triplet accuracy (unit = the anchor's identity);
+* ``graded.rho``: Spearman correlation of similarity with the graded label *within* each edit-grid
+  anchor, averaged over anchors (unit = anchor). It is not the pooled Spearman of Fig. 25: a pooled
+  rank correlation is not a sum over units, the per-anchor one is, so it can be bootstrapped;
+* ``sens.<factor>``: the selective-sensitivity slope of Fig. 6 (unit = grid anchor).
+
+Both sides of every comparison are scored on the same units, so intervals are paired.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy.stats import spearmanr
+
+from .. import metrics as M
+from ..claims import ClaimSpec, Evidence, Greater, PaperRef
+
+__all__ = ["IDSIM_CLAIMS", "CLAIMS_BY_NOTEBOOK", "benchmark_evidence", "sensitivity_evidence"]
+
+F25, F6 = "idsim_fig25_full_results", "idsim_fig6_sensitivity_claims"
+
+
+def _f25(model: str, metric_id: str) -> PaperRef:
+    return PaperRef(F25, (("model", model), ("metric_id", metric_id)), "value")
+
+
+_BEATS = (("1a", "pods.ap", "instance retrieval (PODS analogue, per-query AP)", "pods_ap"),
+          ("1b", "cute_hard.acc", "hard triplets (CUTE hard analogue, accuracy)", "cute_hard_acc"),
+          ("1c", "cute_easy.acc", "easy triplets (CUTE easy analogue, accuracy)", "cute_easy_acc"),
+          ("1d", "graded.rho", "graded edit pairs (DreamBench++ analogue, per-anchor Spearman)",
+           "dreambench_spearman"))
+
+IDSIM_CLAIMS: tuple[ClaimSpec, ...] = tuple(
+    ClaimSpec(f"idsim.{k}", "ID-Sim", f"{k}. ID-Sim beats its frozen backbone on {what}",
+              Greater(f"idsim.{q}", f"frozen.{q}", 0.0), "DINOv3 {0:.3f} -> ID-Sim {1:.3f}",
+              (_f25("DINOv3", mid), _f25("ID-Sim", mid)),
+              evidence_note="test split, the same units for both encoders (paired)")
+    for k, q, what, mid in _BEATS) + (
+    ClaimSpec("idsim.2a", "ID-Sim", "2a. ID-Sim is more identity-sensitive than its frozen backbone",
+              Greater("idsim.sens.identity", "frozen.sens.identity", 0.0),
+              "Fig. 6: largest similarity drop under identity change", (),
+              evidence_note="per-anchor regression slopes over the edit grids (paired over anchors)"),
+    ClaimSpec("idsim.2b", "ID-Sim", "2b. ID-Sim is less background-sensitive than its frozen backbone",
+              Greater("frozen.sens.background", "idsim.sens.background", 0.0),
+              "Fig. 6: stable under background change; DINOv3 background-sensitive", (),
+              evidence_note="per-anchor regression slopes over the edit grids (paired over anchors)"),
+    ClaimSpec("idsim.2c", "ID-Sim", "2c. The NearID head is more identity-sensitive than the frozen backbone",
+              Greater("nearid.sens.identity", "frozen.sens.identity", 0.0),
+              "(our question: NearID is not in Fig. 6)", (),
+              evidence_note="per-anchor regression slopes over the edit grids (paired over anchors)"),
+    ClaimSpec("idsim.2d", "ID-Sim", "2d. The NearID head is less background-sensitive than the frozen backbone",
+              Greater("frozen.sens.background", "nearid.sens.background", 0.0),
+              "(our question: NearID is not in Fig. 6)", (),
+              evidence_note="per-anchor regression slopes over the edit grids (paired over anchors)"),
+)
+
+CLAIMS_BY_NOTEBOOK = {"09_train_idsim": ("idsim.1a", "idsim.1b", "idsim.1c", "idsim.1d"),
+                      "10_sensitivity_regression": ("idsim.2a", "idsim.2b", "idsim.2c", "idsim.2d")}
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _cos(emb: Mapping[str, np.ndarray], a: Sequence[str], b: Sequence[str]) -> np.ndarray:
+    A = _unit(np.stack([emb[k] for k in a]).astype(np.float64))
+    B = _unit(np.stack([emb[k] for k in b]).astype(np.float64))
+    return (A * B).sum(1)
+
+
+def benchmark_evidence(sets: Mapping[str, pd.DataFrame], emb: Mapping[str, Mapping[str, np.ndarray]],
+                       identity_of: Mapping[str, str] | None = None) -> dict[str, Evidence]:
+    """Per-unit evidence of the benchmark claims for every encoder in ``emb`` ({encoder: {key:
+    vector}}), from the sets of :func:`nearid_lib.idsim.bench.mini_benchmark_sets`.
+    ``identity_of`` maps a triplet's anchor key to its identity (the unit; default: the key)."""
+    out: dict[str, Evidence] = {}
+    ident = identity_of or {}
+    r, t, g = sets.get("retrieval"), sets.get("triplets"), sets.get("graded")
+    for enc, e in emb.items():
+        if r is not None and len(r):
+            q, gal = r[r.role == "query"], r[r.role == "gallery"]
+            _, per_q = M.retrieval_map(np.stack([e[k] for k in q.path]), q.label.to_numpy(),
+                                       np.stack([e[k] for k in gal.path]), gal.label.to_numpy(),
+                                       return_per_query=True, ties="expected")
+            out[f"{enc}.pods.ap"] = Evidence("mean:ap", pd.DataFrame({"unit": q.label.astype(str).to_numpy(), "ap": per_q}),
+                                             f"{enc} per-query AP")
+        if t is not None and len(t):
+            for mode in ("hard", "easy"):
+                tm = t[t["mode"] == mode]
+                if len(tm):
+                    ok = (_cos(e, tm.anchor, tm.positive) > _cos(e, tm.anchor, tm.negative)).astype(float)
+                    units = [ident.get(k, k) for k in tm.anchor]
+                    out[f"{enc}.cute_{mode}.acc"] = Evidence(
+                        "mean:correct", pd.DataFrame({"unit": units, "correct": ok}), f"{enc} {mode} triplets")
+        if g is not None and len(g):
+            s = _cos(e, g.img1, g.img2)
+            rows = []
+            for aid, idx in g.groupby("anchor_id", sort=True).indices.items():
+                y = g.rating.to_numpy(float)[idx]
+                rho = spearmanr(s[idx], y).statistic if len(idx) > 2 and np.ptp(y) > 0 else np.nan
+                rows.append({"unit": str(aid), "rho": float(rho)})
+            out[f"{enc}.graded.rho"] = Evidence("mean:rho", pd.DataFrame(rows), f"{enc} per-anchor Spearman")
+    return out
+
+
+def sensitivity_evidence(wide: pd.DataFrame, factors: Sequence[str] = ("identity", "background", "viewpoint",
+                                                                       "lighting")) -> dict[str, Evidence]:
+    """``<encoder>.sens.<factor>`` evidence from :func:`~nearid_lib.idsim.sensitivity.per_anchor_sensitivity`'s
+    wide table (one row per encoder and anchor)."""
+    out = {}
+    for enc, g in wide.groupby("encoder", sort=True):
+        for f in factors:
+            if f in g.columns and g[f].notna().all():
+                out[f"{enc}.sens.{f}"] = Evidence(
+                    "mean:sens", pd.DataFrame({"unit": g.anchor_id.astype(str).to_numpy(), "sens": g[f].to_numpy(float)}),
+                    f"{enc} {f} sensitivity")
+    return out
