@@ -28,6 +28,11 @@ export PYTHONHASHSEED := 0
 # e.g. NEARID_THREADS=8 make reproduce, at the price of last-digit differences).
 NEARID_THREADS ?= 1
 export NEARID_THREADS
+# Independent head trainings of a sweep (notebooks 03-07) run in this many processes, each with
+# NEARID_THREADS threads; results do not depend on it (nearid_lib/nearid/sweep.py). 2 = this 2-core
+# machine; raise it on a bigger one.
+NEARID_WORKERS ?= 2
+export NEARID_WORKERS
 export TOKENIZERS_PARALLELISM := false
 
 .PHONY: reproduce notebooks test pytest smoke install lab clean clean-build help

@@ -92,3 +92,27 @@ def test_rerun_in_a_fresh_folder_is_bit_identical(world):
     assert runs[0].units["full"].equals(runs[1].units["full"])
     w = [load_file(next(p for p in r.directory.rglob("*.safetensors"))) for r in runs]
     assert w[0].keys() == w[1].keys() and all(torch.equal(w[0][k], w[1][k]) for k in w[0])
+
+
+def test_worker_processes_train_the_same_runs_as_the_main_process(world, tmp_path):
+    """run_rows(workers=2) trains the missing runs in spawned processes; every run equals the one the
+    main process trains (scores and weights), and the main process then reads them as reused."""
+    from safetensors.torch import load_file
+
+    from nearid_lib.models import load_backbone
+
+    cfg, data, _ = world
+    cfg = with_overrides(cfg, {"backbone.tiny": False})        # tiny inits are not seeded: real weights
+    enc = load_backbone(cfg)[0]
+    rows = [main_row(cfg), alpha_rows(cfg)[0]]
+    kw = dict(cache_root=tmp_path / "cache", variants=("full",), progress=False)
+    serial = sw.run_rows(cfg, data, enc, rows, seeds=[0], workers=1, run_root=tmp_path / "serial", **kw)
+    par = sw.run_rows(cfg, data, enc, rows, seeds=[0], workers=2, run_root=tmp_path / "par", **kw)
+    for r in rows:
+        a, b = serial.runs[r.key][0], par.runs[r.key][0]
+        assert not a.reused and b.reused            # b was trained by a worker, then read
+        assert a.directory.name == b.directory.name
+        assert json.dumps(a.scores, sort_keys=True) == json.dumps(b.scores, sort_keys=True)
+        wa = {k: v for f in sorted(a.directory.glob("*.safetensors")) for k, v in load_file(f).items()}
+        wb = {k: v for f in sorted(b.directory.glob("*.safetensors")) for k, v in load_file(f).items()}
+        assert wa and wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)

@@ -12,17 +12,27 @@ its resumable training state (:func:`~.train.train_head`), the per-identity and 
 
 A table row reports the mean over seeds of each metric, with ``<metric>_sd`` (the spread over
 seeds) beside it; claims bootstrap the per-unit outcomes of all seeds (:func:`Sweep.evidence`).
+
+Runs are independent, so :func:`run_rows` can train the missing ones in ``workers`` processes
+(``NEARID_WORKERS``, e.g. 2 on a 2-core machine): each worker loads the dataset from its folder and
+the profile's backbone, uses ``NEARID_THREADS`` torch threads like the main process, and writes
+its run folder; the main process then reads every run as a reused one. A run's result does not
+depend on which process trained it (same key, same code, same thread count). Tiny random-init
+backbones are not seeded at load, so profiles that use one always train in the main process.
 """
 from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing import get_context
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+import torch
 
 from ..claims import Evidence
 from ..io_utils import write_csv, write_json
@@ -37,7 +47,7 @@ if TYPE_CHECKING:
     from ..config import Profile
     from ..data import NearIDData
 
-__all__ = ["RowSpec", "RunResult", "Sweep", "seeds_of", "train_and_score", "run_rows", "METRICS"]
+__all__ = ["RowSpec", "RunResult", "Sweep", "seeds_of", "train_and_score", "train_missing", "run_rows", "METRICS"]
 
 METRICS = ("nearid_ssr", "nearid_pa", "mtg_mo", "mtg_mopair", "mtg_ssr", "mtg_pa", "train_ssr", "train_pa",
            "unseen_ssr", "unseen_pa")
@@ -89,14 +99,17 @@ def _load(d: Path, key: str, seed: int, label: str) -> RunResult:
                      s["scores"], units, mtg)
 
 
+def _run_dir(cfg: Profile, data: NearIDData, run_root) -> Path:
+    return (Path(run_root) if run_root is not None else out_dir(cfg.name) / "head_runs") / run_key(cfg, data)
+
+
 def train_and_score(cfg: Profile, data: NearIDData, encoder=None, label: str = "", split: str = "test",
                     variants: Sequence[str] = ("full", "fg"), run_root: str | os.PathLike | None = None,
                     reuse: bool = True, progress: bool = False, cache_root=None) -> RunResult:
     """Train a head with ``cfg`` (resumable: a killed run continues) and score it on ``split`` for
     each variant; an identical finished run (:func:`~.checkpoints.run_key`) is loaded instead."""
-    key = run_key(cfg, data)
-    d = Path(run_root) if run_root is not None else out_dir(cfg.name) / "head_runs"
-    d = d / key
+    d = _run_dir(cfg, data, run_root)
+    key = d.name
     if reuse and (d / "scores.json").exists():
         return _load(d, key, cfg.seed, label)
     encoder = encoder if encoder is not None else load_backbone(cfg)[0]
@@ -161,12 +174,47 @@ class Sweep:
         return ev
 
 
+def _train_in_worker(cfg: Profile, root: str, kw: dict, threads: int) -> str:
+    """One run in a worker process (see the module docstring): returns its run folder."""
+    from ..data import load_nearid
+    from ..run import set_torch_threads
+
+    set_torch_threads(threads)              # the main process's count: the same float summation order
+    res = train_and_score(cfg, load_nearid(root), None, progress=False, **kw)
+    return str(res.directory)
+
+
+def train_missing(configs: Sequence[Profile], data: NearIDData, workers: int, **kw: Any) -> int:
+    """Train the configurations whose run is not finished in ``workers`` processes (spawned);
+    returns how many were trained. ``kw``: :func:`train_and_score` options (``run_root``,
+    ``cache_root``, ``split``, ``variants``); ``reuse=False`` is not allowed here."""
+    if kw.get("reuse", True) is False:
+        raise ValueError("train_missing: reuse=False retrains in the main process (run_rows workers=1)")
+    kw.pop("reuse", None)
+    todo = list({_run_dir(c, data, kw.get("run_root")): c for c in configs
+                 if not (_run_dir(c, data, kw.get("run_root")) / "scores.json").exists()}.values())
+    if workers <= 1 or len(todo) <= 1:
+        return 0
+    print(f"training {len(todo)} runs in {min(workers, len(todo))} worker processes", flush=True)
+    with ProcessPoolExecutor(min(workers, len(todo)), mp_context=get_context("spawn")) as ex:
+        futs = [ex.submit(_train_in_worker, c, str(data.root), kw, torch.get_num_threads()) for c in todo]
+        for f in as_completed(futs):
+            f.result()                      # a failed run raises here, with the worker's error
+    return len(todo)
+
+
 def run_rows(cfg: Profile, data: NearIDData, encoder, rows: Sequence[RowSpec], seeds: Sequence[int] | None = None,
-             progress: bool = True, **kw: Any) -> Sweep:
+             progress: bool = True, workers: int | None = None, **kw: Any) -> Sweep:
     """Train and score every row for every seed (``seeds``: default :func:`seeds_of`), reusing
-    finished runs; prints one line per run."""
+    finished runs; prints one line per run. ``workers`` (default ``NEARID_WORKERS`` or 1): train the
+    missing runs in that many processes first (real backbones only, see the module docstring)."""
     from ..config import with_overrides
 
+    workers = int(os.environ.get("NEARID_WORKERS", "1")) if workers is None else int(workers)
+    if workers > 1 and not cfg.backbone.tiny and kw.get("reuse", True):
+        configs = [replace(with_overrides(cfg, r.overrides), seed=int(s)) for r in rows
+                   for s in (seeds_of(cfg) if seeds is None else seeds)]
+        train_missing(configs, data, workers, **{k: v for k, v in kw.items() if k != "reuse"})
     runs: dict[str, list[RunResult]] = {}
     for r in rows:
         runs[r.key] = []
