@@ -111,3 +111,16 @@ def test_provenance_summary_reads_the_sidecars(tmp_path):
     assert "abcdef1234" in s and "1234567890+dirty" in s
     assert "seeds 0, 1, 2" in s and "2026-11-23 10:00 to 2026-11-23 11:30" in s
     assert provenance_summary(tmp_path / "none") == ""
+
+
+def test_partial_tables_say_which_rows_are_missing(tmp_path):
+    pv = _spec_files(tmp_path)
+    meta = json.loads((pv / "t1.meta.json").read_text())
+    (pv / "t1.meta.json").write_text(json.dumps({**meta, "partial": "the MLLM rows need hosted APIs."}))
+    figs = tmp_path / "figs"
+    (figs / "tables").mkdir(parents=True)
+    pd.DataFrame({"row": ["ours"], "ssr": [97.25], "pa": [99.0]}).to_csv(figs / "tables" / "04_t1.csv", index=False)
+    text = report.render_report(figs, report.load_specs(pv))
+    assert "_Rows not produced: the MLLM rows need hosted APIs._" in text
+    # without ours the table is not produced at all: the partial note is not shown
+    assert "Rows not produced" not in report.render_report(tmp_path / "nofigs", report.load_specs(pv))
