@@ -117,6 +117,8 @@ def test_segmentation_scores_hand_case():
     assert res["map"] == pytest.approx(0.5)        # (1/1) / 2 positives
     assert res["f1"] == pytest.approx(2 / 3)       # threshold 0.9: TP 1, FP 0, FN 1
     assert res["n_correct_masks"] == 1
+    assert res["score_map"] == pytest.approx((1 + 2 / 3) / 2)     # masks ignored: positives at ranks 1, 3
+    assert res["mean_iou_positive"] == pytest.approx(0.5)
 
 
 def test_tiny_sam_runs_the_real_classes():

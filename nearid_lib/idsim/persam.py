@@ -222,19 +222,23 @@ def persam_predictions(queries: pd.DataFrame, tokens: Callable[[str], np.ndarray
 def segmentation_scores(pred: pd.DataFrame, iou_threshold: float = 0.5) -> dict[str, float]:
     """Segmentation mAP and F1 of PerSAM predictions (columns ``group``, ``positive``, ``iou``,
     ``score``; see the module docstring for the convention). mAP: mean over groups of the expected
-    AP over tied scores, with recall over the group's positives; F1: best over score thresholds."""
+    AP over tied scores, with recall over the group's positives; F1: best over score thresholds.
+    Beside them, what does not depend on the mask's shape: ``score_map`` (the same AP with every
+    positive query correct whatever its IoU: does the score find the instance?) and
+    ``mean_iou_positive`` (how well the masks cover it)."""
     if pred.empty:
         raise PerSAMError("segmentation_scores: no predictions")
     if not np.isfinite(pred.score.to_numpy(float)).all():
         raise PerSAMError("segmentation_scores: non-finite score(s)")
     ok = (pred.positive.astype(bool) & (pred.iou >= iou_threshold)).to_numpy()
-    aps = []
+    aps, score_aps = [], []
     for _, g in pred.groupby("group", sort=True):
-        n_gt = int(g.positive.astype(bool).sum())
-        if n_gt == 0:
+        pos = g.positive.astype(bool).to_numpy()
+        if not pos.any():
             continue
-        tp = (g.positive.astype(bool) & (g.iou >= iou_threshold)).to_numpy()
-        aps.append(expected_average_precision(g.score.to_numpy(float), tp) * tp.sum() / n_gt if tp.any() else 0.0)
+        tp = pos & (g.iou >= iou_threshold).to_numpy()
+        aps.append(expected_average_precision(g.score.to_numpy(float), tp) * tp.sum() / pos.sum() if tp.any() else 0.0)
+        score_aps.append(expected_average_precision(g.score.to_numpy(float), pos))
     n_gt = int(pred.positive.astype(bool).sum())
     order = np.argsort(-pred.score.to_numpy(float), kind="stable")
     s, t = pred.score.to_numpy(float)[order], ok[order]
@@ -242,6 +246,8 @@ def segmentation_scores(pred: pd.DataFrame, iou_threshold: float = 0.5) -> dict[
     last = np.r_[s[1:] != s[:-1], True]                 # thresholds only between distinct scores
     f1 = 2 * tp_cum[last] / (k[last] + n_gt) if n_gt else np.zeros(1)
     return {"map": float(np.mean(aps)) if aps else float("nan"), "f1": float(f1.max()),
+            "score_map": float(np.mean(score_aps)) if score_aps else float("nan"),
+            "mean_iou_positive": float(pred.iou[pred.positive.astype(bool)].mean()) if n_gt else float("nan"),
             "n_queries": int(len(pred)), "n_positive": n_gt, "n_correct_masks": int(ok.sum()),
             "iou_threshold": float(iou_threshold)}
 
