@@ -71,8 +71,8 @@ def main() -> None:
     df = pd.DataFrame(rows)
     cols = ["label", "val_ssr", "val_pa", "val_fg_ssr", "train_seconds", "total_seconds"]
     md = ["# mini levers on the val split (one seed)", "",
-          f"profile {args.profile}: the mini recipe with one lever changed; `total_seconds` includes building "
-          "the lever's token caches (train + val images).", "",
+          f"profile {args.profile}: the mini recipe with one lever changed; `train_seconds` is train_head's wall time, which includes building "
+          "the lever's token caches (train + val images); `total_seconds` adds scoring on val.", "",
           "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     md += ["| " + " | ".join(f"{v:.1f}" if isinstance(v, float) else str(v) for v in r) + " |"
            for _, r in df[cols].iterrows()]
