@@ -2,6 +2,8 @@
 fixture, and the paired agreement difference that claim 3 needs."""
 from __future__ import annotations
 
+import pytest
+
 from nearid_lib.fpr import EmbeddingCache
 
 from _fpr_cases import _fixture
@@ -31,31 +33,36 @@ def test_paper_profile_path_on_released_layout_fixture(tmp_path):
     assert len(claims) == 1 and claims.verdict[0] == "does not hold" and "no true drift" in claims.detail[0]
 
 
-def test_paired_agreement_difference_needs_a_real_margin():
+def test_agreement_claim_needs_a_real_margin_and_pairs_by_subject():
+    """FPR claim 3 on per-subject agreement: a consistent improvement holds, a tie-level difference
+    is inconclusive, and pairing is by subject name, not by position."""
     import numpy as np
     import pandas as pd
 
-    from nearid_lib.fpr.experiments import paired_agreement_difference
+    from nearid_lib.claims import evaluate_claims
+    from nearid_lib.fpr.claims import FPR_CLAIMS, retrieval_evidence
 
     names = [f"id{i}" for i in range(24)]
     rng = np.random.default_rng(0)
     base = rng.uniform(0.5, 1.0, 24)
+    empty = pd.DataFrame(columns=["encoder", "method", "name", "ap"])
 
-    def table(delta):
-        return pd.DataFrame([{"encoder": "spec", "names": names, "rhos": list(base + delta)},
-                             {"encoder": "gen", "names": names, "rhos": list(base)}])
+    def verdict(delta):
+        agreement = pd.DataFrame([{"encoder": "spec", "names": names, "rhos": list(base + delta)},
+                                  {"encoder": "gen", "names": names, "rhos": list(base)}])
+        ev = retrieval_evidence(empty, agreement, {"specialised": "spec", "general": "gen"})
+        return evaluate_claims(FPR_CLAIMS, ev, np.random.default_rng(1), 500, keys=("fpr.3",)).iloc[0]
 
-    # a clear, consistent improvement: interval above 0, mean exactly the mean difference
-    up = paired_agreement_difference(table(0.1 + rng.normal(0, 0.02, 24)), "spec", "gen")
-    assert up["low"] > 0 and up["n"] == 24 and abs(up["mean"] - 0.1) < 0.02
-    # a tie-level difference (noise around 0): the interval straddles 0, so the claim cannot hold
-    tie = paired_agreement_difference(table(rng.normal(0, 0.05, 24)), "spec", "gen")
-    assert tie["low"] < 0 < tie["high"]
-    # pairing is by identity name, not by position
-    shuffled = table(0.1)
-    shuffled.at[0, "names"] = names[::-1]
-    shuffled.at[0, "rhos"] = list((base + 0.1)[::-1])
-    assert abs(paired_agreement_difference(shuffled, "spec", "gen")["mean"] - 0.1) < 1e-12
+    up = verdict(0.1 + rng.normal(0, 0.02, 24))
+    assert up.verdict == "holds" and abs(up.estimate - 0.1) < 0.02
+    assert verdict(rng.normal(0, 0.05, 24)).verdict == "inconclusive"
+    # the same rhos listed in reverse order with their names: the paired estimate is unchanged
+    agreement_rev = pd.DataFrame([{"encoder": "spec", "names": names[::-1], "rhos": list((base + 0.1)[::-1])},
+                                  {"encoder": "gen", "names": names, "rhos": list(base)}])
+    ev = retrieval_evidence(empty, agreement_rev, {"specialised": "spec", "general": "gen"})
+    out = evaluate_claims(FPR_CLAIMS, ev, np.random.default_rng(1), 200, keys=("fpr.3",)).iloc[0]
+    assert abs(out.estimate - 0.1) < 1e-12 and out.ci_low == pytest.approx(0.1) and out.verdict == "holds"
+
 
 
 def _main(enc_rows):

@@ -15,7 +15,6 @@ import pandas as pd
 from ..data import build_world
 from ..paths import checkpoint_dir, data_dir
 from ..seeding import make_rng
-from ..stats import bootstrap_mean_ci
 from .analysis import drift_agreement
 from .encoders import RemoteCodeError, get_encoder
 from .layout import FPRSplit, load_fpr_split, read_generated
@@ -26,7 +25,7 @@ if TYPE_CHECKING:
     from ..config import Profile
 
 __all__ = ["EncoderSpec", "encoder_specs", "load_encoders", "main_comparison", "per_identity_agreement",
-           "paired_agreement_difference", "oracle_table", "qualitative_cases", "prepare_data"]
+           "oracle_table", "qualitative_cases", "prepare_data"]
 
 
 @dataclass
@@ -140,21 +139,6 @@ def per_identity_agreement(per_query: pd.DataFrame, metric: str = "ap") -> pd.Da
                      else float("nan"), "n_identities": int(np.isfinite(rhos).sum()),
                      "names": list(names), "rhos": rhos.tolist()})
     return pd.DataFrame(rows)
-
-
-def paired_agreement_difference(agreement: pd.DataFrame, a: str, b: str, n_boot: int = 1000,
-                                seed: int = 0) -> dict:
-    """Mean over identities of rho_a - rho_b (per-identity drift agreement of encoders ``a`` and
-    ``b``, paired by identity) with a seeded percentile bootstrap over identities. A tie-level
-    difference must not count as "ranks closer to the truth": the claim needs ``low > 0``."""
-    ra = dict(zip(*agreement.set_index("encoder").loc[a, ["names", "rhos"]]))
-    rb = dict(zip(*agreement.set_index("encoder").loc[b, ["names", "rhos"]]))
-    diff = np.array([ra[n] - rb[n] for n in ra if n in rb and np.isfinite(ra[n]) and np.isfinite(rb[n])])
-    if len(diff) < 2:
-        return {"mean": float("nan"), "low": float("nan"), "high": float("nan"), "n": int(len(diff))}
-    out = bootstrap_mean_ci(diff, n_boot=n_boot, rng=np.random.default_rng(seed))
-    return {"mean": float(out["estimate"]), "low": float(out["low"]), "high": float(out["high"]),
-            "n": int(len(diff))}
 
 
 def qualitative_cases(extra: dict, per_query: pd.DataFrame, encoder: str, methods: Sequence[str],
