@@ -45,7 +45,6 @@ from nearid_lib.idsim.claims import CLAIMS_BY_NOTEBOOK, IDSIM_CLAIMS, benchmark_
 from nearid_lib.idsim.embed import model_embeddings, token_maps
 from nearid_lib.idsim.mllm import idsim_judge, judge_graded, mllm_table
 from nearid_lib.idsim.persam import mask_predictor, mini_persam_queries, persam_benchmark, persam_table
-from nearid_lib.idsim.sampling import load_key
 from nearid_lib.idsim.prefix import PrefixStore
 from nearid_lib.idsim.train import train_idsim
 from nearid_lib.io_utils import write_csv
@@ -152,7 +151,7 @@ mllm_results = {enc: results[enc] for enc in results}
 mllm_labels = {enc: ({"idsim": "Ours (ViT-L)"}.get(enc, ""), labels[enc][1]) for enc in results}
 if cfg.idsim.mllm_judge:
     judge = idsim_judge(cfg.idsim.mllm_judge)
-    mllm_results["judge"], judged = judge_graded(judge, sets["graded"], lambda k: load_key(data, k),
+    mllm_results["judge"], judged = judge_graded(judge, sets["graded"], data.image,
                                                  max_pairs=cfg.idsim.mllm_max_pairs)
     mllm_labels["judge"] = ("", f"MLLM judge {judge.name}, identity prompt (coverage "
                                 f"{mllm_results['judge']['coverage']:.0%})")
@@ -182,7 +181,7 @@ tok_sets["ours_no_patch"] = token_maps(no_patch, store, pkeys)
 store.model = model
 predictor = mask_predictor(cfg.idsim.persam_sam)
 seg, seg_preds = persam_benchmark(queries, {k: dict(zip(pkeys, v)) for k, v in tok_sets.items()},
-                                  lambda k: load_key(data, k), data.mask, predictor)
+                                  data.image, data.mask, predictor)
 write_csv(seg_preds, run.results / "persam_predictions.csv")
 persam = persam_table(seg, {"dinov3": f"frozen {cfg.idsim.backbone} tokens", "ours_no_patch": "ID-Sim, lam = 0",
                             "ours": "ID-Sim"}, predictor.name, PROFILE)
