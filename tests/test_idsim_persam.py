@@ -11,8 +11,8 @@ import pytest
 from PIL import Image
 
 from nearid_lib.idsim.persam import (PerSAMError, SAMMaskPredictor, SimilarityMaskPredictor, build_tiny_sam,
-                                     mask_iou, mask_predictor, persam_benchmark, persam_query, point_prompts,
-                                     segmentation_scores, similarity_map, target_feature)
+                                     mask_iou, mask_predictor, persam_benchmark, persam_predictions, persam_query,
+                                     point_prompts, segmentation_scores, similarity_map, target_feature)
 
 
 def _unit(x):
@@ -141,3 +141,17 @@ def test_benchmark_names_an_encoder_without_tokens():
     with pytest.raises(PerSAMError, match="'ours' has no tokens"):
         persam_benchmark(q, {"ours": {"r": np.ones((4, 2))}}, lambda k: None, lambda k: None,
                          SimilarityMaskPredictor())
+
+
+def test_predictions_name_the_row_with_a_bad_ground_truth():
+    img = Image.new("RGB", (16, 16))
+    tok = np.random.default_rng(0).normal(size=(4, 4, 8))
+    m = np.ones((16, 16), bool)
+    q = pd.DataFrame({"reference": ["r"], "reference_mask": ["rm"], "query": ["q"], "query_mask": ["small"],
+                      "positive": [True], "group": ["g"]})
+    masks = {"rm": m, "small": np.ones((8, 8), bool)}
+    with pytest.raises(PerSAMError, match=r"row 0 \(query 'q'\): mask 'small' is \(8, 8\)"):
+        persam_predictions(q, lambda k: tok, lambda k: img, masks.__getitem__, SimilarityMaskPredictor())
+    with pytest.raises(PerSAMError, match="positive query needs its ground-truth mask"):
+        persam_predictions(q.assign(query_mask=""), lambda k: tok, lambda k: img, masks.__getitem__,
+                           SimilarityMaskPredictor())

@@ -213,7 +213,12 @@ def persam_predictions(queries: pd.DataFrame, tokens: Callable[[str], np.ndarray
         name = f"row {i} (query {r.query!r})"
         pred, s = persam_query(tokens(r.reference), mask(r.reference_mask), tokens(r.query), image(r.query),
                                predictor, name=name)
-        gt = mask(r.query_mask) if r.query_mask else np.zeros_like(pred)
+        has_gt = isinstance(r.query_mask, str) and r.query_mask
+        if bool(r.positive) and not has_gt:
+            raise PerSAMError(f"{name}: a positive query needs its ground-truth mask (query_mask is empty)")
+        gt = mask(r.query_mask) if has_gt else np.zeros_like(pred)
+        if gt.shape != pred.shape:
+            raise PerSAMError(f"{name}: mask {r.query_mask!r} is {gt.shape}, the image is {pred.shape}")
         scores.append(s)
         ious.append(mask_iou(pred, gt) if bool(r.positive) else 0.0)
     return queries.assign(score=scores, iou=ious)
