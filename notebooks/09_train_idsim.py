@@ -147,7 +147,7 @@ patch
 # Gemini) are hosted APIs; the offline `mini` profile has no MLLM weights, so it has no judge row.
 
 # %%
-mllm_results = {enc: results[enc] for enc in results}
+mllm_results = dict(results)
 mllm_labels = {enc: ({"idsim": "Ours (ViT-L)"}.get(enc, ""), labels[enc][1]) for enc in results}
 if cfg.idsim.mllm_judge:
     judge = idsim_judge(cfg.idsim.mllm_judge)

@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 __all__ = ["BENCH_INFO", "encoder_labels", "mini_benchmark_sets", "bench_keys", "evaluate_sets", "embed_encoders",
            "PATCH_ROWS", "patch_table",
            "load_pairs_csv", "load_triplets_csv", "load_retrieval_csv", "load_ratings_csv",
-           "benchmark_table", "BenchmarkError"]
+           "benchmark_table", "graded_metrics", "BenchmarkError"]
 
 
 class BenchmarkError(ValueError):
@@ -201,14 +201,26 @@ def evaluate_sets(sets: Mapping[str, pd.DataFrame], emb: Mapping[str, np.ndarray
                                                               _sim(emb, tm.anchor, tm.negative))
     gr = sets.get("graded")
     if gr is not None and len(gr):
-        s = _sim(emb, gr.img1, gr.img2)
-        c = gr.c.to_numpy(dtype=float) if "c" in gr.columns else np.zeros(0)
-        y = (c > 0.8).astype(int)
-        if len(c) and 0 < y.sum() < len(y):
-            res["subjects2k_ap"] = M.subjects2k_ap(s, c)
-            res["subjects2k_auc"] = M.verification_auc(s, y)
-        rc = M.rank_correlations(s, gr.rating.to_numpy(dtype=float))
+        res.update(graded_metrics(_sim(emb, gr.img1, gr.img2), gr))
+    return res
+
+
+def graded_metrics(scores, graded: pd.DataFrame) -> dict[str, float]:
+    """The Subjects2k and DreamBench++ analogue metrics of pair ``scores`` on the graded pairs
+    (columns ``c``, ``rating``): AP and ROC-AUC at c > 0.8 (when both classes occur) and Spearman /
+    Kendall with the rating (NaN under 3 pairs). Embeddings and judges share it."""
+    s = np.asarray(scores, dtype=float)
+    res: dict[str, float] = {}
+    c = graded.c.to_numpy(dtype=float) if "c" in graded.columns else np.zeros(0)
+    y = (c > 0.8).astype(int)
+    if len(c) and 0 < y.sum() < len(y):
+        res["subjects2k_ap"] = M.subjects2k_ap(s, c)
+        res["subjects2k_auc"] = M.verification_auc(s, y)
+    if len(s) >= 3:
+        rc = M.rank_correlations(s, graded.rating.to_numpy(dtype=float))
         res["dreambench_spearman"], res["dreambench_kendall"] = rc["spearman"], rc["kendall"]
+    else:
+        res["dreambench_spearman"] = res["dreambench_kendall"] = float("nan")
     return res
 
 

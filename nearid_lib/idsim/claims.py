@@ -24,6 +24,7 @@ from scipy.stats import spearmanr
 
 from .. import metrics as M
 from ..claims import ClaimSpec, Evidence, Greater, PaperRef
+from .bench import _sim as pair_cosine      # the cosine evaluate_sets uses: evidence matches it exactly
 
 __all__ = ["IDSIM_CLAIMS", "CLAIMS_BY_NOTEBOOK", "benchmark_evidence", "sensitivity_evidence"]
 
@@ -68,16 +69,6 @@ CLAIMS_BY_NOTEBOOK = {"09_train_idsim": ("idsim.1a", "idsim.1b", "idsim.1c", "id
                       "10_sensitivity_regression": ("idsim.2a", "idsim.2b", "idsim.2c", "idsim.2d")}
 
 
-def _unit(x: np.ndarray) -> np.ndarray:
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-
-def _cos(emb: Mapping[str, np.ndarray], a: Sequence[str], b: Sequence[str]) -> np.ndarray:
-    A = _unit(np.stack([emb[k] for k in a]).astype(np.float64))
-    B = _unit(np.stack([emb[k] for k in b]).astype(np.float64))
-    return (A * B).sum(1)
-
-
 def benchmark_evidence(sets: Mapping[str, pd.DataFrame], emb: Mapping[str, Mapping[str, np.ndarray]],
                        identity_of: Mapping[str, str] | None = None) -> dict[str, Evidence]:
     """Per-unit evidence of the benchmark claims for every encoder in ``emb`` ({encoder: {key:
@@ -98,12 +89,12 @@ def benchmark_evidence(sets: Mapping[str, pd.DataFrame], emb: Mapping[str, Mappi
             for mode in ("hard", "easy"):
                 tm = t[t["mode"] == mode]
                 if len(tm):
-                    ok = (_cos(e, tm.anchor, tm.positive) > _cos(e, tm.anchor, tm.negative)).astype(float)
+                    ok = (pair_cosine(e, tm.anchor, tm.positive) > pair_cosine(e, tm.anchor, tm.negative)).astype(float)
                     units = [ident.get(k, k) for k in tm.anchor]
                     out[f"{enc}.cute_{mode}.acc"] = Evidence(
                         "mean:correct", pd.DataFrame({"unit": units, "correct": ok}), f"{enc} {mode} triplets")
         if g is not None and len(g):
-            s = _cos(e, g.img1, g.img2)
+            s = pair_cosine(e, g.img1, g.img2)
             rows = []
             for aid, idx in g.groupby("anchor_id", sort=True).indices.items():
                 y = g.rating.to_numpy(float)[idx]

@@ -22,9 +22,9 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .. import metrics as M
 from ..nearid.judge import VLMJudge
 from ..nearid.judge_answers import JudgeScores
+from .bench import graded_metrics
 
 __all__ = ["IDSIM_JUDGE_PROMPT", "CallableJudge", "idsim_judge", "judge_graded", "mllm_table"]
 
@@ -76,15 +76,10 @@ def judge_graded(judge, graded: pd.DataFrame, image: Callable, max_pairs: int | 
     res = judge.score_pairs([image(k) for k in g.img1], [image(k) for k in g.img2])
     per = g.assign(similarity=res.scores, status=res.status, answer=res.raw)
     cov = per[np.isfinite(per.similarity)]
-    out = {"coverage": res.coverage, "n_pairs": int(len(per)), "subjects2k_ap": float("nan"),
-           "dreambench_spearman": float("nan")}
-    y = (cov.c.to_numpy(float) > 0.8).astype(int)
-    if len(cov) and 0 < y.sum() < len(y):
-        out["subjects2k_ap"] = M.subjects2k_ap(cov.similarity.to_numpy(float), cov.c.to_numpy(float))
-    if len(cov) >= 3 and cov.similarity.nunique() > 1:
-        out["dreambench_spearman"] = M.rank_correlations(cov.similarity.to_numpy(float),
-                                                         cov.rating.to_numpy(float))["spearman"]
-    return out, per
+    m = graded_metrics(cov.similarity.to_numpy(float), cov) if len(cov) else {}
+    return {"coverage": res.coverage, "n_pairs": int(len(per)),
+            "subjects2k_ap": m.get("subjects2k_ap", float("nan")),
+            "dreambench_spearman": m.get("dreambench_spearman", float("nan"))}, per
 
 
 def mllm_table(results: Mapping[str, Mapping[str, float]], labels: Mapping[str, tuple[str, str]],

@@ -191,8 +191,8 @@ def train_missing(configs: Sequence[Profile], data: NearIDData, workers: int, **
     if kw.get("reuse", True) is False:
         raise ValueError("train_missing: reuse=False retrains in the main process (run_rows workers=1)")
     kw.pop("reuse", None)
-    todo = list({_run_dir(c, data, kw.get("run_root")): c for c in configs
-                 if not (_run_dir(c, data, kw.get("run_root")) / "scores.json").exists()}.values())
+    dirs = {_run_dir(c, data, kw.get("run_root")): c for c in configs}      # one entry per distinct run
+    todo = [c for d, c in dirs.items() if not (d / "scores.json").exists()]
     if workers <= 1 or len(todo) <= 1:
         return 0
     print(f"training {len(todo)} runs in {min(workers, len(todo))} worker processes", flush=True)
