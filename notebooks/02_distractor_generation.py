@@ -46,7 +46,7 @@ from nearid_lib.data import build_world
 from nearid_lib.generate import get_backend
 from nearid_lib.generate.items import items_from_dataset
 from nearid_lib.generate.merge import merge_source, register_source
-from nearid_lib.generate.procedural import ResampledBackend, world_request_fn
+from nearid_lib.generate.procedural import regenerate_world_sources, world_request_fn, world_source_backend
 from nearid_lib.generate.quality import QualityFilter
 from nearid_lib.generate.runner import generate_source
 from nearid_lib.generate.specs import NEARID_SOURCES, SPECS, source_backend
@@ -76,27 +76,24 @@ print(f"{PROFILE}: {len(items)} views to fill per source, root {root}")
 
 # %%
 regen = RES / "regenerated"
-reports, checks, timing = [], [], []
+reports, checks = [], []
 sources = list(cfg.world.distractor_sources) if procedural else [f"gen_{s}" for s in g.sources]
+if procedural:   # one source per process (NEARID_WORKERS); the loop below then finds them done
+    regenerate_world_sources(cfg, root, regen, sources, items, quality=qf, batch_size=g.batch_size)
 for source in sources:
     if procedural:
-        request_fn, size = world_request_fn(cfg, root, source)
-        backend = get_backend("procedural")
-        backend = backend if size == cfg.world.image_size else ResampledBackend(backend, size)
+        backend, request_fn = world_source_backend(cfg, root, source)
         out_root, kw = regen, dict(input_root=root, request_fn=request_fn, retries=0)
     else:
         name, res = source_backend(source[len("gen_"):])
         backend = get_backend(name, resolution=res, mixed_precision=g.mixed_precision,
                               hub_ids=dict(g.hub_ids))
         out_root, kw = root, dict(retries=g.retries)
-    summary = generate_source(backend, items, out_root, source, seed=cfg.seed, shard=None,
-                              batch_size=g.batch_size, quality=qf, progress=False, **kw)
+    generate_source(backend, items, out_root, source, seed=cfg.seed, shard=None,
+                    batch_size=g.batch_size, quality=qf, progress=False, **kw)
     table, report = merge_source(out_root, source, items, profile=PROFILE, backend=backend.name,
                                  input_root=root)
     reports.append(report)
-    if summary["n_new_ok"] + summary["n_new_rejected"]:
-        timing.append({"source": source, "backend": backend.name, "seconds": summary["seconds"],
-                       "n": summary["n_new_ok"] + summary["n_new_rejected"]})
     if procedural:
         world = pd.read_csv(root / "distractors" / f"{source}.csv", dtype=str,
                             keep_default_na=False)

@@ -56,14 +56,13 @@ print(data.manifest.get("counts"), "| training sources:", data.train_sources, "|
 # ## Feature caches
 # Training reads the train split of the training sources and MTG, in both variants (role-aware foreground
 # masking); evaluation reads val/test of every source, full and foreground-only. Built once, reused by
-# notebooks 04-11.
+# notebooks 04-11. The missing caches are built in `NEARID_WORKERS` processes (the Makefile sets 2).
 
 # %%
 t0 = time.time()
 backbone = load_backbone(cfg)[0]
 frozen = Embedder(backbone, data, profile=PROFILE, batch_size=cfg.backbone.batch_size, store_tokens=True)
-frozen.build(train_groups(data, cfg), variants=("full", "fg"))
-frozen.build(image_groups(data, ("val", "test")), variants=("full", "fg"))
+frozen.build(train_groups(data, cfg) + image_groups(data, ("val", "test")), variants=("full", "fg"))
 cache_seconds = time.time() - t0
 print(f"caches ready in {cache_seconds:.1f}s: {backbone.n_tokens} tokens x {backbone.token_dim}")
 

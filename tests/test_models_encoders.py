@@ -212,3 +212,86 @@ def test_tiny_models_are_identical_across_loads():
     for (ka, va), (kb, vb) in zip(a.state_dict().items(), b.state_dict().items()):
         assert torch.equal(va, vb), ka
     assert a.cache_key() == b.cache_key()
+
+
+def _close(a, b, rel=1e-5):
+    """Equal up to float32 rounding, relative to the tensor's scale."""
+    assert (a - b).abs().max() <= rel * b.abs().max(), ((a - b).abs().max(), b.abs().max())
+
+
+def _unfolded(enc, x):
+    """The encoder's forward through its own (unfolded) model: grad enabled takes that path."""
+    with torch.enable_grad():
+        out = enc(x)
+    return out.tokens.detach(), out.pooled.detach()
+
+
+def test_folded_batchnorm_inference_equals_the_model():
+    """A frozen EfficientNet's no-grad forward runs a copy with every BatchNorm folded into its
+    convolution; with random BatchNorm statistics (so folding matters) it equals the model's own
+    forward up to float rounding, and a weight change (load_state_dict) is followed."""
+    import torch
+    from timm.layers.norm_act import BatchNormAct2d
+
+    from nearid_lib.models import load_encoder
+    from nearid_lib.models.backbones import fold_batchnorm
+
+    enc, _ = load_encoder("efficientnet-lite0", tiny=True, image_size=64, token_layer="blocks.4")
+    g = torch.Generator().manual_seed(0)
+    state = {k: (torch.rand(v.shape, generator=g) + 0.5 if k.endswith(("running_var", "weight")) and v.dim() == 1
+                 else torch.randn(v.shape, generator=g) * 0.2 if k.endswith(("running_mean", "bias")) else v)
+             for k, v in enc.model.state_dict().items()}
+    enc.model.load_state_dict(state)
+    x = torch.randn(3, 3, 64, 64, generator=g)
+    with torch.no_grad():
+        fast = enc(x)
+    tok, pooled = _unfolded(enc, x)
+    assert (fast.tokens - tok).abs().max() > 0                     # really another computation ...
+    _close(fast.tokens, tok)                                        # ... of the same function
+    _close(fast.pooled, pooled)
+    with torch.no_grad():
+        folded = enc._inference_model()
+    assert folded is not enc.model and not any(isinstance(m, BatchNormAct2d) for m in folded.modules())
+    assert any(isinstance(m, BatchNormAct2d) for m in enc.model.modules())   # the model is untouched
+    # a new weight is followed: scale the stem's BatchNorm
+    state["bn1.weight"] = state["bn1.weight"] * 3
+    enc.model.load_state_dict(state)
+    with torch.no_grad():
+        fast2 = enc(x)
+    tok2, _ = _unfolded(enc, x)
+    _close(fast2.tokens, tok2)
+    assert not torch.allclose(fast2.tokens, fast.tokens)
+    # a convolution that is not a plain nn.Conv2d keeps its BatchNorm
+    class Wrapped(torch.nn.Module):
+        def __init__(self, conv):
+            super().__init__()
+            self.conv = conv
+
+        def forward(self, x):
+            return self.conv(x)
+
+    seq = torch.nn.Sequential(Wrapped(torch.nn.Conv2d(3, 4, 3)), torch.nn.BatchNorm2d(4),
+                              torch.nn.Conv2d(4, 4, 1), torch.nn.BatchNorm2d(4)).eval()
+    fold_batchnorm(seq)
+    assert isinstance(seq[1], torch.nn.BatchNorm2d) and isinstance(seq[3], torch.nn.Identity)
+
+
+def test_grad_forwards_use_the_model_and_trained_weights_refold():
+    import pickle
+
+    import torch
+
+    from nearid_lib.models import load_encoder
+
+    enc, _ = load_encoder("efficientnet-lite0", tiny=True, image_size=64)
+    with torch.no_grad():
+        assert enc._inference_model() is not enc.model
+    assert enc._inference_model() is enc.model                     # grad enabled
+    x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        before = enc(x).tokens
+        enc.model.blocks[0][0].conv_dw.weight.mul_(1.5)             # an optimiser step, in place
+        after = enc(x).tokens
+    assert not torch.allclose(before, after)
+    _close(after, _unfolded(enc, x)[0])
+    assert "_folded" in enc.__dict__ and "_folded" not in pickle.loads(pickle.dumps(enc)).__dict__

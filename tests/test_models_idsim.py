@@ -121,3 +121,20 @@ def test_patch_grid_pools_tokens_and_conv_head_only_adapters():
     torch.testing.assert_close(t1, want)
     torch.testing.assert_close(c1, c0)                              # CLS: GAP of the full map either way
     torch.testing.assert_close(c0, t0.mean(1))
+
+
+def test_cnn_prefix_runs_folded_and_equals_the_backbone_stages(cnn):
+    """The frozen prefix runs with its BatchNorms folded: equal to the backbone's own stages up to
+    float rounding (random BatchNorm statistics, so folding matters), the backbone untouched."""
+    m = cnn.backbone.model
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for bn in (m.bn1, m.blocks[0][0].bn1):
+            bn.running_var.copy_(torch.rand(bn.running_var.shape, generator=g) + 0.5)
+            bn.running_mean.copy_(torch.randn(bn.running_mean.shape, generator=g) * 0.3)
+        x = torch.randn(2, 3, cnn.image_size, cnn.image_size, generator=g)
+        fast = cnn.prefix(x)
+        ref = m.blocks[:cnn.split](m.bn1(m.conv_stem(x)))
+    assert (fast - ref).abs().max() > 0
+    assert (fast - ref).abs().max() <= 1e-5 * ref.abs().max()
+    assert type(m.bn1).__name__ == "BatchNormAct2d"

@@ -131,6 +131,29 @@ def test_embed_split_cached_equals_uncached_and_scores(world):
     assert nb["pooled"]["all"]["n_trials"] == sum(nb["per_source"][s]["n_trials"] for s in data.sources)
 
 
+def test_worker_processes_build_the_same_caches_as_the_main_process(world, tmp_path):
+    """Embedder.build(workers=2) builds the missing caches in spawned processes; every cache holds
+    the same bytes as one built in the main process, and finished caches are not rebuilt."""
+    data, _ = world
+    enc = load_encoder("efficientnet-lite0", tiny=True)[0]
+    groups = image_groups(data, ("val",))
+    serial = Embedder(enc, data, cache_root=tmp_path / "serial", progress=False)
+    serial.build(groups, variants=("full", "fg"), workers=1)
+    par = Embedder(enc, data, cache_root=tmp_path / "par", progress=False)
+    assert not par.complete(groups[0], "fg")
+    par.build(groups, variants=("full", "fg"), workers=2)
+    assert all(par.complete(g, v) for g in groups for v in ("full", "fg"))
+    for key, c in serial._caches.items():
+        p = par._caches[key]
+        assert p.dir.name == c.dir.name and p.relpaths == c.relpaths
+        assert np.array_equal(np.asarray(p._tokens), np.asarray(c._tokens))
+        assert np.array_equal(np.asarray(p._pooled), np.asarray(c._pooled))
+    stamp = {p.dir: (p.dir / "meta.json").stat().st_mtime_ns for p in par._caches.values()}
+    again = Embedder(enc, data, cache_root=tmp_path / "par", progress=False)
+    again.build(groups, variants=("full", "fg"), workers=2)
+    assert {c.dir: (c.dir / "meta.json").stat().st_mtime_ns for c in again._caches.values()} == stamp
+
+
 def test_known_ssr_pa_by_hand():
     nb = nearid_bench(_split({"A": A, "B": B}), ["A"])
     assert nb["per_source"]["A"]["ssr"] == 1.0 and nb["per_source"]["A"]["pa"] == 1.0

@@ -182,13 +182,8 @@ class TokenCache:
                 chunks (for tests of resumption), returning None.
             store_tokens: False keeps only the pooled outputs (evaluation of global embeddings).
         """
-        entries = _request(relpaths, masks, variant, dtype)
-        bb = backbone_of(encoder)
-        root_p = Path(root) if root is not None else (Path(data.root) if data is not None and
-                                                       hasattr(data, "root") else None)
-        name, digest = cache_name(bb.cache_key(), bb.name, variant, entries, _fingerprint(root_p, entries),
-                                  dtype, store_tokens)
-        parent = Path(cache_root) if cache_root is not None else cache_dir(profile) / "features"
+        entries, bb, root_p, name, digest, parent = _target(encoder, relpaths, root, masks, variant, cache_root,
+                                                            profile, data, dtype, store_tokens)
         final = parent / name
         if (final / "meta.json").exists():
             return cls(final, in_memory=in_memory)
@@ -208,6 +203,29 @@ class TokenCache:
                 "preprocess": bb.preprocess.key(), "root": str(root_p) if root_p else None}
         _publish(part, final, meta)
         return cls(final, in_memory=in_memory)
+
+
+    @classmethod
+    def complete(cls, encoder, relpaths: Sequence[str], root: str | os.PathLike | None = None,
+                 masks: Sequence[str | None] | None = None, variant: str = "full",
+                 cache_root: str | os.PathLike | None = None, profile: str | None = None, data: Any = None,
+                 store_tokens: bool = True, dtype: str = "float16") -> bool:
+        """Whether :meth:`build_or_load` with these arguments would load a finished cache (no work)."""
+        _, _, _, name, _, parent = _target(encoder, relpaths, root, masks, variant, cache_root, profile, data,
+                                           dtype, store_tokens)
+        return (parent / name / "meta.json").exists()
+
+
+def _target(encoder, relpaths, root, masks, variant, cache_root, profile, data, dtype, store_tokens):
+    """``(entries, backbone, dataset root, folder name, full key, parent folder)`` of a cache request."""
+    entries = _request(relpaths, masks, variant, dtype)
+    bb = backbone_of(encoder)
+    root_p = Path(root) if root is not None else (Path(data.root) if data is not None and
+                                                   hasattr(data, "root") else None)
+    name, digest = cache_name(bb.cache_key(), bb.name, variant, entries, _fingerprint(root_p, entries),
+                              dtype, store_tokens)
+    parent = Path(cache_root) if cache_root is not None else cache_dir(profile) / "features"
+    return entries, bb, root_p, name, digest, parent
 
 
 def _np_dtype(dtype: str):

@@ -23,8 +23,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing import get_context
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 from PIL import Image
@@ -39,7 +42,8 @@ from .items import GenItem, item_seed
 if TYPE_CHECKING:
     from ..config import Profile
 
-__all__ = ["ProceduralFill", "remove_object", "ResampledBackend", "world_request_fn"]
+__all__ = ["ProceduralFill", "remove_object", "ResampledBackend", "world_request_fn", "world_source_backend",
+           "regenerate_world_sources"]
 
 
 def _smooth_fill(img: np.ndarray, mask: np.ndarray, blur: float):
@@ -163,3 +167,42 @@ def world_request_fn(cfg: Profile, root: str | Path, source: str):
         return fseed, {"instance": layer}
 
     return request, size
+
+
+def world_source_backend(cfg: Profile, root: str | Path, source: str):
+    """``(backend, request_fn)`` that regenerate the world's ``source`` through
+    :func:`~nearid_lib.generate.runner.generate_source`: the procedural backend (resampled for the
+    ``_hr`` sources) and :func:`world_request_fn`'s per-item requests."""
+    from . import get_backend
+
+    request_fn, size = world_request_fn(cfg, root, source)
+    backend = get_backend("procedural")
+    return (backend if size == cfg.world.image_size else ResampledBackend(backend, size)), request_fn
+
+
+def _regenerate_in_worker(cfg: Profile, root: str, out_root: str, source: str, items, quality,
+                          batch_size: int) -> str:
+    from .runner import generate_source
+
+    backend, request_fn = world_source_backend(cfg, root, source)
+    generate_source(backend, items, out_root, source, seed=cfg.seed, shard=(0, 1), quality=quality, retries=0,
+                    batch_size=batch_size, progress=False, input_root=root, request_fn=request_fn)
+    return source
+
+
+def regenerate_world_sources(cfg: Profile, root: str | Path, out_root: str | Path, sources: Sequence[str],
+                             items: Sequence[GenItem], quality=None, workers: int | None = None,
+                             batch_size: int = 1) -> None:
+    """Regenerate the world's ``sources`` for ``items`` into ``out_root`` (no retries), one source
+    per process in ``workers`` spawned processes (default ``NEARID_WORKERS``, or 1). Every item is
+    seeded on its own, so the images do not depend on ``workers``; the runner resumes, so a later
+    :func:`~nearid_lib.generate.runner.generate_source` call for the same source finds it done."""
+    workers = int(os.environ.get("NEARID_WORKERS", "1")) if workers is None else int(workers)
+    args = [(cfg, str(root), str(out_root), s, list(items), quality, batch_size) for s in sources]
+    if workers <= 1 or len(sources) <= 1:
+        for a in args:
+            _regenerate_in_worker(*a)
+        return
+    with ProcessPoolExecutor(min(workers, len(sources)), mp_context=get_context("spawn")) as ex:
+        for f in as_completed([ex.submit(_regenerate_in_worker, *a) for a in args]):
+            f.result()                      # a failed source raises here, with the worker's error

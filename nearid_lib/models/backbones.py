@@ -16,6 +16,7 @@ offline in well under a second, for smoke runs and tests.
 """
 from __future__ import annotations
 
+import copy
 import importlib
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from .encoder_base import (CLIP_MEAN, CLIP_STD, HALF, IMAGENET_MEAN, IMAGENET_ST
 __all__ = [
     "EncoderOutput", "Encoder", "Preprocess", "TimmEfficientNetEncoder", "SiglipEncoder",
     "CLIPEncoder", "DinoEncoder", "IMAGENET_MEAN", "IMAGENET_STD", "CLIP_MEAN", "CLIP_STD",
-    "lite0_weights_path", "lite_weights_path", "LITE_WHEELS",
+    "lite0_weights_path", "lite_weights_path", "LITE_WHEELS", "fold_batchnorm",
 ]
 
 
@@ -72,12 +73,53 @@ def _load_in_order(model: nn.Module, path: Path) -> None:
     model.load_state_dict(mapped)
 
 
+def fold_batchnorm(model: nn.Module) -> nn.Module:
+    """Fold every eval-mode BatchNorm into the plain ``nn.Conv2d`` registered right before it, in
+    place; returns ``model``. timm's ``BatchNormAct2d`` keeps its dropout and activation.
+
+    Only for inference: the folded model computes the same function up to float rounding (about
+    1e-6 relative) with one memory pass less per layer (about 1.5x faster on CPU for
+    EfficientNet-Lite). The pairing follows registration order, which is the call order in timm's
+    EfficientNet blocks (``conv_stem/bn1``, ``conv_pw/bn1``, ``conv_dw/bn2``, ``conv_pwl/bn3``,
+    ``conv_head/bn2``); a convolution that is not exactly ``nn.Conv2d`` (e.g. one wrapped by a
+    LoRA adapter) keeps its BatchNorm."""
+    from timm.layers.norm_act import BatchNormAct2d
+
+    for parent in list(model.modules()):
+        names = list(parent._modules)
+        for a, b in zip(names, names[1:]):
+            conv, bn = parent._modules[a], parent._modules[b]
+            if type(conv) is not nn.Conv2d or not isinstance(bn, (BatchNormAct2d, nn.BatchNorm2d)):
+                continue
+            if bn.training or bn.running_var is None or conv.out_channels != bn.num_features:
+                continue
+            with torch.no_grad():
+                scale = bn.weight.float() / torch.sqrt(bn.running_var.float() + bn.eps)
+                bias = bn.bias.float() - bn.running_mean.float() * scale
+                if conv.bias is not None:
+                    bias = bias + conv.bias.float() * scale
+                fused = nn.Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride,
+                                  conv.padding, conv.dilation, conv.groups, bias=True,
+                                  padding_mode=conv.padding_mode, device=conv.weight.device,
+                                  dtype=conv.weight.dtype)
+                fused.weight.copy_(conv.weight.float() * scale.reshape(-1, 1, 1, 1))
+                fused.bias.copy_(bias)
+            fused.requires_grad_(False)
+            parent._modules[a] = fused
+            parent._modules[b] = (nn.Sequential(bn.drop, bn.act) if isinstance(bn, BatchNormAct2d)
+                                  else nn.Identity())
+    return model
+
+
 class TimmEfficientNetEncoder(Encoder):
     """timm ``efficientnet_lite{0,1,2}``. pooled = the global average of the last feature map (the
     frozen-GAP baseline); tokens = that map (1280 x 7 x 7 = 49 at 224 px for Lite0) or, with
     ``token_layer="blocks.N"``, the output of block stage N (``blocks.4``: stride 16, 112 x 14 x 14
     = 196 tokens at 224 px), a token tap for a head that should see finer, less global features.
-    Runs channels-last (about 1.8x faster on CPU than the default layout)."""
+    Runs channels-last (about 1.8x faster on CPU than the default layout). A frozen encoder runs
+    its no-grad forwards (feature caches, ``embed``) through a copy with the BatchNorms folded into
+    the convolutions (:func:`fold_batchnorm`, about 1.5x faster on CPU; equal up to float
+    rounding); forwards with grad enabled use the model as it is."""
 
     def __init__(self, name: str = "efficientnet-lite0", tiny: bool = False, image_size: int | None = None,
                  frozen: bool = True, weights: str | None = None, variant: str = "lite0",
@@ -112,8 +154,30 @@ class TimmEfficientNetEncoder(Encoder):
     def cache_key(self) -> str:
         return super().cache_key() + (f"|tokens=blocks.{self._tap}" if self._tap is not None else "")
 
-    def _forward(self, pixel_values):
+    def __getstate__(self):
+        state = super().__getstate__()
+        state = dict(state)
+        state.pop("_folded", None)       # rebuilt on first use
+        return state
+
+    def _inference_model(self) -> nn.Module:
+        """The folded copy of ``self.model`` for no-grad forwards of a frozen encoder, else
+        ``self.model``. The copy is rebuilt whenever a tensor of the model changes (an optimiser
+        step on LoRA adapters, ``load_state_dict``, ``.to()``); adapter-wrapped convolutions keep
+        their BatchNorm (:func:`fold_batchnorm`)."""
         m = self.model
+        if torch.is_grad_enabled() or not self.frozen or m.training:
+            return m
+        tensors = list(m.parameters()) + list(m.buffers())
+        key = tuple((t.data_ptr(), t._version, t.dtype) for t in tensors)
+        memo = self.__dict__.get("_folded")
+        if memo is None or memo[0] != key:
+            memo = (key, fold_batchnorm(copy.deepcopy(m)).to(memory_format=torch.channels_last))
+            self.__dict__["_folded"] = memo
+        return memo[1]
+
+    def _forward(self, pixel_values):
+        m = self._inference_model()
         x = m.bn1(m.conv_stem(pixel_values.contiguous(memory_format=torch.channels_last)))
         tap = None
         for i, block in enumerate(m.blocks):

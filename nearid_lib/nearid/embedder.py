@@ -15,6 +15,9 @@ object mask)::
 """
 from __future__ import annotations
 
+import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing import get_context
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
@@ -143,11 +146,50 @@ class Embedder:
                 idx.setdefault(r, (group, row))
         return self._caches[key]
 
-    def build(self, groups: Iterable[str] | None = None, variants: Sequence[str] = ("full",)) -> None:
-        """Build (or load) the caches of ``groups`` (default: all) for each variant."""
-        for v in variants:
-            for g in (image_groups(self.data) if groups is None else groups):
-                self.cache(g, v)
+    def _cache_kw(self) -> dict[str, Any]:
+        return dict(profile=self.profile, cache_root=self.cache_root, batch_size=self.batch_size,
+                    store_tokens=self.store_tokens)
+
+    def complete(self, group: str, variant: str = "full") -> bool:
+        """Whether the cache of ``group`` / ``variant`` is built (on disk or loaded)."""
+        if (variant, group) in self._caches:
+            return True
+        rels, masks = group_items(self.data, group)
+        kw = self._cache_kw()
+        kw.pop("batch_size")
+        return TokenCache.complete(self.backbone, rels, masks=masks, variant=variant, data=self.data, **kw)
+
+    def build(self, groups: Iterable[str] | None = None, variants: Sequence[str] = ("full",),
+              workers: int | None = None) -> None:
+        """Build (or load) the caches of ``groups`` (default: all) for each variant.
+
+        ``workers`` (default ``NEARID_WORKERS``, or 1; tiny backbones: 1 unless given): build the
+        missing caches in that many spawned processes, largest first, each with this process's
+        torch thread count. A cache's bytes do not depend on which process builds it (one image
+        list, the same batches), so results are the same as a serial build."""
+        groups = list(image_groups(self.data) if groups is None else groups)
+        pairs = [(v, g) for v in variants for g in groups]
+        if workers is None:
+            workers = 1 if getattr(self.backbone, "tiny", False) else int(os.environ.get("NEARID_WORKERS", "1"))
+        if workers > 1 and self.use_cache:
+            todo = [(v, g) for v, g in pairs if not self.complete(g, v)]
+            if len(todo) > 1:
+                self._build_in_workers(todo, workers)
+        for v, g in pairs:
+            self.cache(g, v)
+
+    def _build_in_workers(self, todo: list[tuple[str, str]], workers: int) -> None:
+        todo = sorted(todo, key=lambda vg: -len(group_items(self.data, vg[1])[0]))
+        n = min(workers, len(todo))
+        print(f"building {len(todo)} feature caches in {n} worker processes", flush=True)
+        from tqdm.auto import tqdm
+
+        with ProcessPoolExecutor(n, mp_context=get_context("spawn")) as ex:
+            futs = [ex.submit(_cache_in_worker, self.backbone, str(self.data.root), g, v, self._cache_kw(),
+                              torch.get_num_threads()) for v, g in todo]
+            for f in tqdm(as_completed(futs), total=len(futs), desc="feature caches", unit="cache",
+                          disable=not self.progress):
+                f.result()                  # a failed build raises here, with the worker's error
 
     def _locate(self, relpaths: Sequence[str], variant: str) -> list[tuple[str, int]]:
         idx = self._index.setdefault(variant, {})
@@ -233,3 +275,14 @@ class Embedder:
         if not outs:
             return torch.zeros(0, self.backbone.embed_dim if self.head is None else self.head.out_dim)
         return F.normalize(torch.cat(outs), dim=-1)
+
+
+def _cache_in_worker(backbone, root: str, group: str, variant: str, kw: dict[str, Any], threads: int) -> str:
+    """Build one cache in a worker process (:meth:`Embedder.build`); returns the group."""
+    from ..data import load_nearid
+    from ..run import set_torch_threads
+
+    set_torch_threads(threads)
+    os.environ["NEARID_WORKERS"] = "1"          # no nested process pools
+    Embedder(backbone, load_nearid(root), progress=False, **kw).cache(group, variant)
+    return group

@@ -180,6 +180,7 @@ def _train_in_worker(cfg: Profile, root: str, kw: dict, threads: int) -> str:
     from ..run import set_torch_threads
 
     set_torch_threads(threads)              # the main process's count: the same float summation order
+    os.environ["NEARID_WORKERS"] = "1"          # no nested process pools (feature caches)
     res = train_and_score(cfg, load_nearid(root), None, progress=False, **kw)
     return str(res.directory)
 
