@@ -30,7 +30,7 @@ from .encoder_base import (CLIP_MEAN, CLIP_STD, HALF, IMAGENET_MEAN, IMAGENET_ST
 __all__ = [
     "EncoderOutput", "Encoder", "Preprocess", "TimmEfficientNetEncoder", "SiglipEncoder",
     "CLIPEncoder", "DinoEncoder", "IMAGENET_MEAN", "IMAGENET_STD", "CLIP_MEAN", "CLIP_STD",
-    "lite0_weights_path", "lite_weights_path", "LITE_WHEELS", "fold_batchnorm",
+    "lite0_weights_path", "lite_weights_path", "LITE_WHEELS", "fold_batchnorm", "folded_copy",
 ]
 
 
@@ -111,6 +111,19 @@ def fold_batchnorm(model: nn.Module) -> nn.Module:
     return model
 
 
+def folded_copy(owner: nn.Module, slot: str, module: nn.Module) -> nn.Module:
+    """A :func:`fold_batchnorm` copy of ``module`` (channels-last), memoised in ``owner.__dict__[slot]``
+    (outside the module tree: not in ``state_dict``, not moved by ``.to()``; owners drop it when
+    pickled) and rebuilt whenever one of ``module``'s tensors changes (an optimiser step,
+    ``load_state_dict``, ``.to()``)."""
+    key = tuple((t.data_ptr(), t._version, t.dtype) for t in (*module.parameters(), *module.buffers()))
+    memo = owner.__dict__.get(slot)
+    if memo is None or memo[0] != key:
+        memo = (key, fold_batchnorm(copy.deepcopy(module)).to(memory_format=torch.channels_last))
+        owner.__dict__[slot] = memo
+    return memo[1]
+
+
 class TimmEfficientNetEncoder(Encoder):
     """timm ``efficientnet_lite{0,1,2}``. pooled = the global average of the last feature map (the
     frozen-GAP baseline); tokens = that map (1280 x 7 x 7 = 49 at 224 px for Lite0) or, with
@@ -155,8 +168,7 @@ class TimmEfficientNetEncoder(Encoder):
         return super().cache_key() + (f"|tokens=blocks.{self._tap}" if self._tap is not None else "")
 
     def __getstate__(self):
-        state = super().__getstate__()
-        state = dict(state)
+        state = dict(super().__getstate__())
         state.pop("_folded", None)       # rebuilt on first use
         return state
 
@@ -168,13 +180,7 @@ class TimmEfficientNetEncoder(Encoder):
         m = self.model
         if torch.is_grad_enabled() or not self.frozen or m.training:
             return m
-        tensors = list(m.parameters()) + list(m.buffers())
-        key = tuple((t.data_ptr(), t._version, t.dtype) for t in tensors)
-        memo = self.__dict__.get("_folded")
-        if memo is None or memo[0] != key:
-            memo = (key, fold_batchnorm(copy.deepcopy(m)).to(memory_format=torch.channels_last))
-            self.__dict__["_folded"] = memo
-        return memo[1]
+        return folded_copy(self, "_folded", m)
 
     def _forward(self, pixel_values):
         m = self._inference_model()

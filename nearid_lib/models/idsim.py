@@ -31,7 +31,6 @@ from a hub id) and ``idsim.json`` with the :class:`IDSimSpec`.
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -44,7 +43,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..io_utils import atomic_write, write_json
-from .backbones import Encoder, EncoderOutput, TimmEfficientNetEncoder, fold_batchnorm
+from .backbones import Encoder, EncoderOutput, TimmEfficientNetEncoder, folded_copy
 from .registry import load_encoder, register_encoder, resolve_name
 
 __all__ = ["IDSimSpec", "IDSimModel", "ProjectionMLP", "build_idsim", "save_idsim", "load_idsim",
@@ -182,15 +181,7 @@ class IDSimModel(Encoder):
         """``conv_stem, bn1, blocks[:split]`` with the BatchNorms folded (:func:`fold_batchnorm`,
         ~1.5x faster on CPU, equal up to float rounding); rebuilt when one of its tensors changes."""
         m = self.backbone.model
-        mods = [m.conv_stem, m.bn1, *m.blocks[:self.split]]
-        key = tuple((t.data_ptr(), t._version, t.dtype) for mod in mods
-                    for t in (*mod.parameters(), *mod.buffers()))
-        memo = self.__dict__.get("_prefix_fold")
-        if memo is None or memo[0] != key:
-            seq = fold_batchnorm(copy.deepcopy(nn.Sequential(*mods)).eval())
-            memo = (key, seq.to(memory_format=torch.channels_last))
-            self.__dict__["_prefix_fold"] = memo
-        return memo[1]
+        return folded_copy(self, "_prefix_fold", nn.Sequential(m.conv_stem, m.bn1, *m.blocks[:self.split]))
 
     def __getstate__(self):
         state = dict(super().__getstate__())
