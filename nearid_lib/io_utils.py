@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 __all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write", "atomic_save_image",
-           "Manifest", "write_csv", "write_json", "table_meta_path", "read_table_meta"]
+           "Manifest", "write_csv", "write_json", "table_meta_path", "read_table_meta", "skipped_path",
+           "skip_reason"]
 
 
 def atomic_write(path: str | os.PathLike, writer: Callable[[Path], None]) -> Path:
@@ -61,6 +62,21 @@ def table_meta_path(table: str | os.PathLike) -> Path:
     """The provenance sidecar of a table: ``x.csv`` -> ``x.meta.json``."""
     p = Path(table)
     return p.with_name(p.name[:-len(p.suffix)] + ".meta.json") if p.suffix else p.with_name(p.name + ".meta.json")
+
+
+def skipped_path(table_csv: str | os.PathLike) -> Path:
+    """The marker beside a table's CSV that says the table was skipped (see :meth:`Run.skip_table`)."""
+    p = Path(table_csv)
+    return p.with_name(p.name[: -len(".csv")] + ".skipped.json" if p.name.endswith(".csv") else p.name + ".skipped.json")
+
+
+def skip_reason(table_csv: str | os.PathLike) -> str | None:
+    """The stated reason a table was skipped, or None when it was not."""
+    p = skipped_path(table_csv)
+    try:
+        return json.loads(p.read_text()).get("reason") if p.exists() else None
+    except (OSError, json.JSONDecodeError):
+        return None
 
 
 def read_table_meta(table: str | os.PathLike) -> dict | None:

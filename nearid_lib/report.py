@@ -17,7 +17,7 @@ from typing import Iterable
 
 import pandas as pd
 
-from .io_utils import read_table_meta
+from .io_utils import read_table_meta, skip_reason
 from .paths import repo_root
 
 __all__ = ["TableSpec", "load_specs", "side_by_side", "render_markdown_table", "render_report", "paper_values_dir"]
@@ -229,7 +229,10 @@ def render_report(figures: Path, specs: list[TableSpec] | None = None, title: st
         ours_path = figures / s.ours
         ours = pd.read_csv(ours_path) if ours_path.exists() else None
         out += [f"### {s.paper} {s.table}: {s.title}", ""]
-        if ours is None:
+        skipped = skip_reason(ours_path) if ours is None else None
+        if skipped:
+            out += [f"_Ours: skipped in this run (`{s.ours}`): {skipped}_", ""]
+        elif ours is None:
             why = f" {s.not_reproduced}." if s.not_reproduced else ""
             out += [f"_Ours: not produced in this run (expected `{s.ours}`).{why}_", ""]
         else:

@@ -29,8 +29,9 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 import torch
 
+from . import hub
 from .config import Profile, get_profile
-from .io_utils import read_table_meta, table_meta_path, write_csv, write_json
+from .io_utils import read_table_meta, skipped_path, table_meta_path, write_csv, write_json
 from .paths import figures_dir, results_dir
 from .plots import save
 from .runmeta import write_run_metadata
@@ -88,9 +89,13 @@ class Run:
     def provenance(self) -> dict[str, Any]:
         """What the sidecar of every table of this run says."""
         git = self.meta.get("git", {})
-        return {"notebook": self.notebook, "profile": self.profile, "seed": self.seed,
-                "commit": git.get("sha"), "dirty": git.get("dirty"),
-                "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+        out = {"notebook": self.notebook, "profile": self.profile, "seed": self.seed,
+               "commit": git.get("sha"), "dirty": git.get("dirty"),
+               "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+        read = hub.reads()
+        if read:    # the hub repositories this notebook read so far, where from, at which revision
+            out["hub"] = read
+        return out
 
     def write_table(self, df: pd.DataFrame, name: str, **extra: Any) -> Path:
         """Write ``df`` to ``<figures>/tables/<name>.csv`` (atomically) and its provenance sidecar
@@ -98,6 +103,19 @@ class Run:
         the CSV's path."""
         path = write_csv(df, self.tables / f"{name}.csv")
         write_json({"table": path.name, **self.provenance(), **extra}, table_meta_path(path))
+        skipped_path(path).unlink(missing_ok=True)
+        return path
+
+    def skip_table(self, name: str, reason: str, **extra: Any) -> Path:
+        """Record that this run does not produce table ``name`` and why (``tables/<name>.skipped.json``,
+        with the run's provenance); the report prints the reason where the table would stand. A
+        table written later by :meth:`write_table` removes the marker."""
+        if not reason or not reason.strip():
+            raise ValueError(f"skip_table({name!r}): a skipped table needs a stated reason")
+        path = skipped_path(self.tables / f"{name}.csv")
+        write_json({"table": f"{name}.csv", "skipped": True, "reason": reason.strip(), **self.provenance(),
+                    **extra}, path)
+        print(f"table {name}: skipped - {reason.strip()}")
         return path
 
     def write_claims(self, rows: Sequence[dict] | pd.DataFrame, name: str, **extra: Any) -> Path:

@@ -204,9 +204,15 @@ def _hf_dtype(dtype):
 
 
 def _from_pretrained(model_cls, name: str, source: str, dtype: Any):
-    """``model_cls.from_pretrained`` with an error that says what to do when offline."""
+    """``model_cls.from_pretrained`` of ``source`` through the hub resolver (:mod:`nearid_lib.hub`: a
+    local mirror when ``NEARID_HUB_DIR`` is set), with an error that says what to do when offline."""
+    from ..hub import HubError, model_source
+
     try:
-        return model_cls.from_pretrained(source, dtype=_hf_dtype(dtype))
+        path, kw = model_source(source)
+        return model_cls.from_pretrained(path, dtype=_hf_dtype(dtype), **kw)
+    except HubError:
+        raise
     except OSError as err:
         raise OSError(f"encoder {name!r}: cannot load weights {source!r} ({err.__class__.__name__}). "
                       f"They come from the Hugging Face hub (paper profile): run once with hub access "

@@ -261,12 +261,19 @@ def _nearid(name, hub_id, tiny=False, checkpoint=None, backbone=None, head=None,
             source = f"ckpt:{Path(ckpt).name}"
         else:
             if _looks_like_repo_id(ckpt):
-                from huggingface_hub import snapshot_download
+                from ..hub import resolve
 
-                try:
-                    ckpt = snapshot_download(ckpt, allow_patterns=["*.safetensors", "*.json"])
-                except Exception as err:  # offline, unknown repo, no network: say what to do
-                    raise OSError(_missing_checkpoint(ckpt, err)) from err
+                where = resolve(ckpt)            # the local mirror (NEARID_HUB_DIR) or the hub
+                if where.local:
+                    ckpt = where.source
+                else:
+                    from huggingface_hub import snapshot_download
+
+                    try:
+                        ckpt = snapshot_download(ckpt, revision=where.revision,
+                                                 allow_patterns=["*.safetensors", "*.json"])
+                    except Exception as err:  # offline, unknown repo, no network: say what to do
+                        raise OSError(_missing_checkpoint(ckpt, err)) from err
             elif not os.path.exists(ckpt):
                 raise FileNotFoundError(_missing_checkpoint(ckpt))
             head = load_release_head(ckpt, num_heads=num_heads)

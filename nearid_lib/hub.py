@@ -1,0 +1,171 @@
+"""One resolver for everything the ``paper`` path fetches from the Hugging Face hub.
+
+Compute nodes of most clusters have no internet. A user downloads each repository once into a
+local mirror, in the hub's own repository layout::
+
+    huggingface-cli download Aleksandar/NearID --repo-type dataset --local-dir $MIRROR/Aleksandar/NearID
+    huggingface-cli download google/siglip2-so400m-patch14-384 --local-dir $MIRROR/google/siglip2-so400m-patch14-384
+
+and sets ``NEARID_HUB_DIR=$MIRROR``. Then every dataset and model load of the library reads
+``$MIRROR/<org>/<name>`` (parquet shards + dataset card for datasets, ``save_pretrained`` folders for
+models) and never the network; a repository missing from the mirror is an error that prints the
+command that fetches it. Without ``NEARID_HUB_DIR`` the repo id goes to the hub (or its cache) at the
+pinned revision of :data:`REVISIONS` where one is known.
+
+Every resolution is recorded (:func:`reads`): the table sidecars of a run name each repository read,
+where from, and its revision (a mirror made by ``huggingface-cli download`` keeps the commit it
+downloaded in ``.cache/huggingface/download/*.metadata``).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["HUB_DIR_ENV", "REVISIONS", "PAPER_REPOS", "HubError", "Resolved", "hub_dir", "resolve",
+           "model_source", "is_available", "load_hub_dataset", "reads", "clear_reads",
+           "download_command", "mirror_revision"]
+
+HUB_DIR_ENV = "NEARID_HUB_DIR"
+
+# Revisions pinned where the project knows one (repo id -> commit). None of the released repos
+# publishes a tagged revision and none could be read from here (no hub access): the revision that
+# was actually read is recorded per table instead (``reads()``).
+REVISIONS: dict[str, str] = {}
+
+# (repo id, repo type, what it is used for). The README's download list is this table.
+PAPER_REPOS: tuple[tuple[str, str, str], ...] = (
+    ("Aleksandar/NearID", "dataset", "NearID positives (all NearID tables)"),
+    *((f"Aleksandar/NearID-{s}", "dataset", f"NearID distractors, source {s} (Tables 1, 5, 7)")
+      for s in ("Flux", "Flux_1024", "FluxC", "FluxC_1024", "PowerPaint", "Qwen", "Qwen_1328", "SDXL",
+                "SDXL_1024")),
+    ("abdo-eldesokey/mtg-dataset", "dataset", "MTG part edits (M-O, MTG SSR/PA)"),
+    ("google/siglip2-so400m-patch14-384", "model", "frozen backbone of NearID"),
+    ("Aleksandar/nearid-siglip2", "model", "released NearID weights (a row of Tables 1, 5, 7)"),
+    ("openai/clip-vit-large-patch14", "model", "CLIP baseline rows"),
+    ("openai/clip-vit-base-patch32", "model", "FPR general encoder"),
+    ("facebook/dinov2-large", "model", "DINOv2 baseline rows, ID-Sim backbone row"),
+    ("facebook/dinov2-base", "model", "FPR general encoder"),
+    ("CIDAS/clipseg-rd64-refined", "model", "object masks of the released NearID views (not released)"),
+    ("Qwen/Qwen3-VL-30B-A3B-Instruct", "model", "VLM judge rows (NearID Table 1, ID-Sim Table 2a)"),
+    ("facebook/sam-vit-huge", "model", "PerSAM (ID-Sim Table 2c)"),
+)
+
+
+class HubError(OSError):
+    """A repository the run needs is neither in the mirror nor reachable; the message says how to get it."""
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Where one repository is read from: ``source`` is a local folder (mirror) or the repo id (hub)."""
+
+    repo_id: str
+    repo_type: str
+    source: str
+    local: bool
+    revision: str | None
+
+    @property
+    def path(self) -> Path | None:
+        return Path(self.source) if self.local else None
+
+
+_READS: dict[str, dict[str, Any]] = {}
+
+
+def hub_dir() -> Path | None:
+    """The local mirror (``$NEARID_HUB_DIR``), or None when loads go to the hub."""
+    v = os.environ.get(HUB_DIR_ENV, "").strip()
+    return Path(v).expanduser().resolve() if v else None
+
+
+def download_command(repo_id: str, repo_type: str = "model", mirror: str | os.PathLike | None = None) -> str:
+    """The shell command that puts ``repo_id`` into the mirror's layout."""
+    where = f"{mirror or '$' + HUB_DIR_ENV}/{repo_id}"
+    kind = " --repo-type dataset" if repo_type == "dataset" else ""
+    rev = f" --revision {REVISIONS[repo_id]}" if repo_id in REVISIONS else ""
+    return f"huggingface-cli download {repo_id}{kind}{rev} --local-dir {where}"
+
+
+def mirror_revision(path: str | os.PathLike) -> str | None:
+    """The commit a ``huggingface-cli download --local-dir`` folder was downloaded at (first line of
+    its ``.cache/huggingface/download/*.metadata`` files), or None when the folder does not say."""
+    meta = Path(path) / ".cache" / "huggingface" / "download"
+    if not meta.is_dir():
+        return None
+    for f in sorted(meta.rglob("*.metadata")):
+        try:
+            line = f.read_text().splitlines()[0].strip()
+        except (OSError, IndexError):
+            continue
+        if line:
+            return line
+    return None
+
+
+def _record(r: Resolved) -> Resolved:
+    _READS[r.repo_id] = {"repo_type": r.repo_type, "source": "mirror" if r.local else "hub",
+                         "path": r.source if r.local else None, "revision": r.revision}
+    return r
+
+
+def resolve(repo_id: str, repo_type: str = "model", revision: str | None = None) -> Resolved:
+    """Where to read ``repo_id`` from (see the module docstring); records the read.
+
+    A path that exists is taken as it is (a user's own folder). With ``NEARID_HUB_DIR`` set, a
+    repository missing from the mirror raises :class:`HubError` with its download command."""
+    if repo_type not in ("model", "dataset"):
+        raise ValueError(f"repo_type must be 'model' or 'dataset', got {repo_type!r}")
+    p = Path(repo_id).expanduser()
+    if p.exists():
+        return _record(Resolved(str(repo_id), repo_type, str(p.resolve()), True, mirror_revision(p)))
+    mirror = hub_dir()
+    if mirror is not None:
+        local = mirror / repo_id
+        if not local.is_dir() or not any(local.iterdir()):
+            raise HubError(f"{repo_type} {repo_id!r} is not in the local hub mirror {HUB_DIR_ENV}={mirror} "
+                           f"(looked for {local}). Fetch it on a machine with internet:\n  "
+                           + download_command(repo_id, repo_type, mirror))
+        return _record(Resolved(repo_id, repo_type, str(local), True,
+                                mirror_revision(local) or revision or REVISIONS.get(repo_id)))
+    return _record(Resolved(repo_id, repo_type, repo_id, False, revision or REVISIONS.get(repo_id)))
+
+
+def model_source(repo_id: str, revision: str | None = None) -> tuple[str, dict[str, Any]]:
+    """``(name_or_path, from_pretrained_kwargs)`` for a model repo: the mirror folder, or the repo id
+    with its pinned ``revision``."""
+    r = resolve(repo_id, "model", revision)
+    return r.source, ({} if r.local or not r.revision else {"revision": r.revision})
+
+
+def is_available(repo_id: str, repo_type: str = "model") -> bool:
+    """Whether ``repo_id`` can be read: in the mirror when one is set, else assumed reachable (hub)."""
+    mirror = hub_dir()
+    if Path(repo_id).expanduser().exists() or mirror is None:
+        return True
+    local = mirror / repo_id
+    return local.is_dir() and any(local.iterdir())
+
+
+def load_hub_dataset(repo_id: str, revision: str | None = None):
+    """``datasets.load_dataset`` of a dataset repo through :func:`resolve` (every split, a
+    ``DatasetDict``). A mirror folder is read as its parquet shards and card, with no network."""
+    import datasets
+
+    r = resolve(repo_id, "dataset", revision)
+    if r.local:
+        return datasets.load_dataset(r.source)
+    return datasets.load_dataset(repo_id, revision=r.revision)
+
+
+def reads() -> dict[str, dict[str, Any]]:
+    """The repositories resolved in this process so far: ``{repo_id: {repo_type, source, path,
+    revision}}`` (what each table's provenance sidecar records)."""
+    return {k: dict(v) for k, v in sorted(_READS.items())}
+
+
+def clear_reads() -> None:
+    """Forget the recorded reads (tests)."""
+    _READS.clear()
