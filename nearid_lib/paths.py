@@ -7,6 +7,9 @@
 | NEARID_CACHE    | $NEARID_ROOT/cache           | frozen-backbone feature caches, embeddings        |
 | NEARID_OUT      | $NEARID_ROOT/build           | executed notebooks, logs, CSV/JSON results, ckpts |
 | NEARID_FIGURES  | $NEARID_ROOT/figures         | committed figures and tables (mini/paper)         |
+| NEARID_HUB_DIR  | unset (the hub)              | local mirror of hub repos, ``<org>/<name>`` (paper) |
+| NEARID_DOWNLOADS| $NEARID_DATA/downloads       | datasets downloaded by hand (CUB, Stanford Cars,  |
+|                 |                              | WildlifeReID-10k, DreamBench++, generated images) |
 | HF_HOME         | huggingface default          | model weights and hub datasets (paper profile)    |
 
 `smoke` runs never write into the committed ``figures/`` folder: their figures go to
@@ -19,7 +22,7 @@ from pathlib import Path
 
 __all__ = [
     "repo_root", "data_dir", "cache_dir", "out_dir", "figures_dir", "results_dir",
-    "checkpoint_dir", "hf_home", "papers_dir",
+    "checkpoint_dir", "hf_home", "papers_dir", "downloads_dir",
 ]
 
 
@@ -47,6 +50,13 @@ def _sub(base: Path, profile: str | None) -> Path:
 def data_dir(profile: str | None = None) -> Path:
     """Datasets (generated worlds and released data) for ``profile``."""
     return _sub(_env_dir("NEARID_DATA", repo_root() / "data"), profile)
+
+
+def downloads_dir() -> Path:
+    """Datasets that no script can fetch from the hub (licence, other hosts), unpacked by hand in
+    their publishers' layouts (README, "paper profile"): ``$NEARID_DOWNLOADS`` or
+    ``$NEARID_DATA/downloads``."""
+    return _env_dir("NEARID_DOWNLOADS", data_dir() / "downloads")
 
 
 def cache_dir(profile: str | None = None) -> Path:
