@@ -1,7 +1,8 @@
 # NearID / ID-Sim / FPR reproduction.
 #   make reproduce               # PROFILE=mini (offline default): every notebook, figures/ and tables
 #   make reproduce PROFILE=paper # GPU nodes with the Hugging Face hub reachable
-#   make test                    # pytest + every notebook in PROFILE=smoke
+#   make test                    # pytest + every notebook in PROFILE=smoke + the paper dry run
+#   make dryrun-paper            # every notebook in PROFILE=paper on a fixture hub mirror (build/dryrun)
 #   make lab                     # JupyterLab on the notebooks with the repository's kernel
 # Executed notebooks and logs: build/$(PROFILE)/notebooks/. Figures/tables: figures/ (smoke: build/smoke/figures).
 SHELL := /bin/bash
@@ -11,7 +12,7 @@ VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.nearid-installed
-NB_OUT := build/$(PROFILE)/notebooks
+NB_OUT ?= build/$(PROFILE)/notebooks
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
 EXECUTED := $(patsubst notebooks/%.py,$(NB_OUT)/%.ipynb,$(NOTEBOOKS))
 LIB_SRC := $(shell find nearid_lib -name '*.py' 2>/dev/null)
@@ -35,12 +36,13 @@ NEARID_WORKERS ?= 2
 export NEARID_WORKERS
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: reproduce notebooks test pytest smoke install lab clean clean-build help
+.PHONY: reproduce notebooks test pytest smoke dryrun-paper install lab clean clean-build help
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make reproduce [PROFILE=mini|paper]  - run every notebook (only stale ones rerun)"
-	@echo "make test                            - pytest + every notebook with PROFILE=smoke"
+	@echo "make test                            - pytest + every notebook with PROFILE=smoke + make dryrun-paper"
+	@echo "make dryrun-paper [DRYRUN_HUB=dir]    - every notebook with PROFILE=paper on a local hub mirror"
 	@echo "make install                         - create/refresh the virtual environment only"
 	@echo "make lab                             - JupyterLab on the notebooks (jupytext-paired, repo kernel)"
 	@echo "make $(NB_OUT)/NN_name.ipynb           - one notebook (and what it depends on)"
@@ -91,7 +93,34 @@ pytest: $(STAMP)
 smoke: $(STAMP)
 	$(MAKE) --no-print-directory notebooks PROFILE=smoke
 
-test: pytest smoke
+# ----- the paper profile's dry run -----
+# Every notebook with PROFILE=paper, reading a local hub mirror (NEARID_HUB_DIR) and the hand
+# downloads (NEARID_DOWNLOADS), with the size-only overrides of nearid_lib/dryrun (sizes and steps,
+# never a code path). Without DRYRUN_HUB it writes a fixture mirror (published schemas, tiny models)
+# to $(DRYRUN_DIR)/hub; DRYRUN_HUB=<dir> uses an existing mirror as it is (a partial real download,
+# your own fixture), with DRYRUN_DOWNLOADS=<dir> for the hand downloads. Outputs stay under
+# $(DRYRUN_DIR), never in the committed figures/.
+DRYRUN_DIR ?= build/dryrun
+DRYRUN_HUB ?=
+DRYRUN_DOWNLOADS ?= $(if $(DRYRUN_HUB),$(DRYRUN_DIR)/downloads-none,$(DRYRUN_DIR)/downloads)
+DRYRUN_MIRROR := $(DRYRUN_DIR)/hub/.complete
+DRYRUN_ENV = NEARID_HUB_DIR=$(abspath $(or $(DRYRUN_HUB),$(DRYRUN_DIR)/hub)) \
+	NEARID_DOWNLOADS=$(abspath $(DRYRUN_DOWNLOADS)) NEARID_DATA=$(abspath $(DRYRUN_DIR)/data) \
+	NEARID_CACHE=$(abspath $(DRYRUN_DIR)/cache) NEARID_OUT=$(abspath $(DRYRUN_DIR)/out) \
+	NEARID_FIGURES=$(abspath $(DRYRUN_DIR)/figures) HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
+	TRANSFORMERS_OFFLINE=1 NEARID_WORKERS=1
+
+$(DRYRUN_MIRROR): $(wildcard nearid_lib/dryrun/*.py) nearid_lib/data/released.py $(STAMP)
+	rm -rf $(DRYRUN_DIR)/hub $(DRYRUN_DIR)/downloads
+	HF_HUB_OFFLINE=1 $(PY) -m nearid_lib.dryrun write $(DRYRUN_DIR)/hub $(DRYRUN_DIR)/downloads
+	@touch $@
+
+dryrun-paper: $(STAMP) $(if $(DRYRUN_HUB),,$(DRYRUN_MIRROR))
+	env $(DRYRUN_ENV) NEARID_SET="$$($(PY) -m nearid_lib.dryrun overrides)" \
+	  $(MAKE) --no-print-directory notebooks PROFILE=paper NB_OUT=$(DRYRUN_DIR)/notebooks
+	env $(DRYRUN_ENV) $(PY) -m nearid_lib.dryrun check $(DRYRUN_DIR)/figures
+
+test: pytest smoke dryrun-paper
 
 clean-build:
 	rm -rf build/$(PROFILE)

@@ -88,14 +88,18 @@ def _paper() -> Profile:
     return Profile(
         name="paper",
         hf_offline=False,
-        world=WorldConfig(source="released", image_size=512),
+        # the paper's 100 val / 500 test identities; NearID Table 5's four training sources
+        world=WorldConfig(source="released", image_size=512, n_val_ids=100, n_test_ids=500,
+                          distractor_sources=("Flux", "Flux_1024", "FluxC", "FluxC_1024", "PowerPaint",
+                                              "Qwen", "Qwen_1328", "SDXL", "SDXL_1024"),
+                          train_sources=("Flux", "Flux_1024", "Qwen", "Qwen_1328")),
         backbone=BackboneConfig(name="siglip2-so400m-patch14-384", image_size=384, dtype="float16"),
         head=HeadConfig(num_heads=16, mlp_ratio=3.7361111, out_dim=1152, token_dropout=0.0),
         train=TrainConfig(mixed_precision="fp16"),
         eval=EvalConfig(
             n_seeds=1,      # 6.5 A100-hours a head: the paper reports one run per row
             encoders=("clip-vit-l14", "dinov2-large", "siglip2-so400m-patch14-384", "nearid"),
-            vlm_judge="Qwen/Qwen3-VL-30B-A3B-Instruct", dbpp_root=None, dbpp_standin=False,
+            vlm_judge="Qwen/Qwen3-VL-30B-A3B-Instruct", dbpp_root=None, dbpp_human=True, dbpp_standin=False,
         ),
         generate=GenerateConfig(
             backends=("sdxl", "flux_fill", "flux_canny", "qwen_controlnet", "powerpaint"),
@@ -109,7 +113,8 @@ def _paper() -> Profile:
         ),
         idsim=IDSimConfig(backbone="dinov3-vitl16", image_size=448, epochs=3, aug_variants=0,
                           backbone_rows=(("dinov3-vitl16", 224), ("dinov2-large", None)),
-                          mllm_judge="Qwen/Qwen3-VL-30B-A3B-Instruct", persam_sam="facebook/sam-vit-huge"),
+                          mllm_judge="Qwen/Qwen3-VL-30B-A3B-Instruct", persam_sam="facebook/sam-vit-huge",
+                          source="released"),
     )
 
 

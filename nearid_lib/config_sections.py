@@ -59,6 +59,11 @@ class WorldConfig:
         "SDXL_1024",
     )
     mtg_repo: str = "abdo-eldesokey/mtg-dataset"
+    # released data only: the model that computes the object masks the release does not ship
+    # (nearid_lib.data.masks), and a folder holding the authors' split files (val.json / test.json,
+    # row indices); None = the deterministic split rule (nearid_lib.data.released.assign_splits)
+    mask_model: str = "CIDAS/clipseg-rd64-refined"
+    split_dir: str | None = None
 
 
 @dataclass(frozen=True)
@@ -135,7 +140,9 @@ class EvalConfig:
     vlm_batch_size: int = 4
     vlm_max_new_tokens: int = 512       # paper E.11: ~250-token JSON answers; shorter budgets truncate
     vlm_max_ids: int | None = None      # judge only the first K identities / MTG pairs (cost cap)
-    dbpp_root: str | None = None        # DreamBench++ folder (nearid_lib.data.released layout); None:
+    dbpp_root: str | None = None        # DreamBench++ folder in its publishers' layout (nearid_lib.data.benchmarks);
+                                        #   None: downloads_dir()/"dreambenchpp" when dbpp_human, else no ratings
+    dbpp_human: bool = False            # read DreamBench++ human ratings (nearid.dbpp.dbpp_for_profile; paper)
     dbpp_standin: bool = True           #   the procedural-oracle stand-in from grids.csv (not human)
     kpca_ids: int = 7                   # identities in the KernelPCA figure (paper Figure 5: n=7)
     qualitative_rows: int = 5           # rows of the qualitative grids (Figures 7/8)
@@ -209,6 +216,13 @@ class RetrievalConfig:
     batch_size: int = 32
     top_k: int = 5                       # retrieval lists of the qualitative figure (Fig. 4)
     n_qualitative: int = 3
+    # Released data (paper profile): galleries built from the hand downloads under
+    # paths.downloads_dir() (nearid_lib.fpr.downloads). Paper Sec. 4.1: ten gallery images and 5-10
+    # reference images per subject, ten subjects per WildlifeReID-10k species.
+    gallery_per_id: int = 10
+    refs_per_id: tuple[int, int] = (5, 10)   # (min, max) references per subject; JSON "[1,2]" in NEARID_SET
+    ids_per_species: int = 10
+    reid_datasets: tuple[str, ...] = ()      # WildlifeReID-10k source datasets to draw from (empty: all)
 
 
 @dataclass(frozen=True)
@@ -268,6 +282,16 @@ class IDSimConfig:
     # Table 2c: PerSAM's mask predictor (SAM hub id, "tiny": random-init SAM, None: the offline
     # similarity-threshold stand-in of nearid_lib.idsim.persam)
     persam_sam: str | None = None
+    # where notebook 09 gets ID-Sim from: "world" trains it on the profile's NearID-schema world and
+    # scores the world's benchmark analogues (smoke, mini); "released" trains nothing (the curated
+    # training set is not public) and scores the released checkpoint and the frozen backbones on the
+    # public ID-Sim benchmarks (nearid_lib.idsim.released; paper)
+    source: str = "world"
+    released_model: str = "chaenayo/id-sim_dinov3_vitl16_cls_patch"   # hub repo of the released adapter + heads
+    frozen_rows: tuple[str, ...] = ("dinov3-vitl16", "dinov2-large")   # "released": frozen backbone rows
+    subjects2k_repo: str = "chaenayo/Subjects2k"                       # hub dataset of the Subjects2k benchmark
+    max_pairs: int | None = None        # "released": score at most the first N pairs per benchmark (dry runs)
+    eval_batch_size: int = 16
 
 
 # --------------------------------------------------------------------------- profile

@@ -18,7 +18,9 @@
 # different (real-photo / texture) backgrounds, near-identity distractors inpainted into the exact
 # background and mask region of each view (several sources = perturbation families and
 # render resolutions), MTG-like part edits with exact oracle scores, ID-Sim edit grids, and
-# FPR-style galleries. The `paper` profile materialises the released datasets into the same
+# FPR-style galleries. The `paper` profile reads the released datasets (through the hub resolver:
+# a local mirror with `NEARID_HUB_DIR`), computes the object masks the release does not ship, splits
+# the identities (the authors' split files, or a documented rule) and materialises them into the same
 # schema (`nearid_lib.data.released`).
 
 # %% tags=["parameters"]
@@ -31,7 +33,7 @@ import time
 
 import matplotlib.pyplot as plt
 
-from nearid_lib.data import build_world, load_nearid
+from nearid_lib.data import load_nearid, prepare_profile_data
 from nearid_lib.data.overview import dataset_stats, gallery_sheet, grid_sheet, identity_sheet, mtg_sheet
 from nearid_lib.run import start_run
 
@@ -39,11 +41,11 @@ run = start_run(PROFILE, SEED, "01_data_curation", N_SHOW=N_SHOW)
 cfg = run.cfg
 
 # %% [markdown]
-# ## Build (or resume) the world, then load it through the validating loader
+# ## Build (or resume) the world / materialise the release, then load it through the validating loader
 
 # %%
 t0 = time.time()
-root = build_world(cfg)
+root = prepare_profile_data(cfg)
 data = load_nearid(root, check_images=20)
 print(f"{root} ready in {time.time() - t0:.1f} s (build itself: {data.manifest.get('build_seconds')} s)")
 print("counts:", data.manifest["counts"])
@@ -69,7 +71,7 @@ run.figure(fig, "01_identities_distractors")
 # ## MTG-like part edits (oracle = 1 - |part| / |object|, exact)
 
 # %%
-data.mtg[["pair_id", "split", "class_name", "part", "oracle_1", "oracle_2"]].head(N_SHOW)
+data.mtg[[c for c in ("pair_id", "split", "class_name", "part", "oracle_1", "oracle_2") if c in data.mtg]].head(N_SHOW)
 
 # %%
 sheet, labels = mtg_sheet(data, n=min(N_SHOW, len(data.mtg)))
@@ -77,30 +79,37 @@ fig, ax = plt.subplots(figsize=(10, 1.7 * min(N_SHOW, len(data.mtg))))
 ax.imshow(sheet)
 ax.set_xticks([2 + (112 + 2) * j + 56 for j in range(len(labels))], labels, fontsize=8)
 ax.set_yticks([])
-ax.set_title("part edits: " + ", ".join(f"{p}" for p in data.mtg.part.head(N_SHOW)))
+ax.set_title("part edits: " + (", ".join(f"{p}" for p in data.mtg.part.head(N_SHOW)) if "part" in data.mtg
+                                else f"{len(data.mtg)} released MTG pairs"))
 run.figure(fig, "01_mtg_part_edits")
 
 # %% [markdown]
 # ## ID-Sim edit grids: identity-change strength (rows) x factor level (columns)
 
 # %%
-anchor = data.grids.anchor_id.iloc[0]
-fig, axes = plt.subplots(1, 3, figsize=(15, 5))
-for ax, grid in zip(axes, ("background", "viewpoint", "lighting")):
-    ax.imshow(grid_sheet(data, anchor, grid))
-    ax.set_title(f"{grid}: rows = identity change, cols = {grid} change", fontsize=9)
-    ax.axis("off")
-run.figure(fig, "01_edit_grids")
+if data.grids is not None:
+    anchor = data.grids.anchor_id.iloc[0]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 5))
+    for ax, grid in zip(axes, ("background", "viewpoint", "lighting")):
+        ax.imshow(grid_sheet(data, anchor, grid))
+        ax.set_title(f"{grid}: rows = identity change, cols = {grid} change", fontsize=9)
+        ax.axis("off")
+    run.figure(fig, "01_edit_grids")
+else:
+    print(f"no edit grids in this profile's data ({cfg.world.source}): ID-Sim's sensitivity data is notebook 10's")
 
 # %% [markdown]
 # ## FPR-style galleries: references | gallery images per identity
 
 # %%
-fig, ax = plt.subplots(figsize=(12, 1.6 * min(N_SHOW, data.fpr_train.name.nunique())))
-ax.imshow(gallery_sheet(data, n_ids=N_SHOW))
-ax.axis("off")
-ax.set_title("FPR galleries: references (left) | disjoint gallery images (right)")
-run.figure(fig, "01_fpr_galleries")
+if data.fpr_train is not None:
+    fig, ax = plt.subplots(figsize=(12, 1.6 * min(N_SHOW, data.fpr_train.name.nunique())))
+    ax.imshow(gallery_sheet(data, n_ids=N_SHOW))
+    ax.axis("off")
+    ax.set_title("FPR galleries: references (left) | disjoint gallery images (right)")
+    run.figure(fig, "01_fpr_galleries")
+else:
+    print(f"no FPR galleries in this profile's data ({cfg.world.source}): notebook 11 builds them from the downloads")
 
 # %% [markdown]
 # ## Dataset statistics

@@ -7,6 +7,7 @@ Public API::
     root = build_world(get_profile("mini"))          # data_dir("mini") / "nearid"
     data = load_nearid(root)                          # validated tables + image()/mask()
     data = load_profile_data(cfg)                     # both: the dataset a profile's notebooks read
+    root = prepare_profile_data(cfg)                  # notebook 01: build the world / materialise the release
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ if TYPE_CHECKING:
     from ..config import Profile
 
 __all__ = ["load_nearid", "NearIDData", "DataError", "SCHEMA_VERSION", "COLUMNS", "read_rgb",
-           "read_mask", "validate_images", "is_complete", "build_world", "nearid_root", "load_profile_data"]
+           "read_mask", "validate_images", "is_complete", "build_world", "nearid_root", "load_profile_data",
+           "prepare_profile_data"]
 
 
 def nearid_root(profile: str):
@@ -29,9 +31,27 @@ def nearid_root(profile: str):
     return data_dir(profile) / "nearid"
 
 
+def prepare_profile_data(cfg: Profile, progress: bool = True):
+    """Make the dataset of a profile and return its root: the procedural world
+    (:func:`build_world`) or, for ``world.source="released"``, the released datasets read through
+    the hub resolver and materialised into the same schema
+    (:func:`nearid_lib.data.released.load_released_from_hub`). Both resume an interrupted run and
+    return a finished one untouched."""
+    if cfg.world.source == "procedural":
+        return build_world(cfg, progress=progress)
+    if cfg.world.source == "released":
+        from .released import load_released_from_hub
+
+        return load_released_from_hub(cfg, nearid_root(cfg.name), progress=progress)
+    raise ValueError(f"world.source must be 'procedural' or 'released', got {cfg.world.source!r}")
+
+
 def load_profile_data(cfg: Profile, build: bool = True, **kw) -> NearIDData:
-    """The NearID-schema dataset of a profile through :func:`load_nearid` (``kw``): the procedural
-    world, built or resumed first when ``build`` (:func:`build_world`), or the data already at
-    :func:`nearid_root` (released data, or a world an upstream notebook built)."""
-    procedural = cfg.world.source == "procedural"
-    return load_nearid(build_world(cfg) if procedural and build else nearid_root(cfg.name), **kw)
+    """The NearID-schema dataset of a profile through :func:`load_nearid` (``kw``), made first when
+    ``build`` (:func:`prepare_profile_data`), else the data already at :func:`nearid_root` (what
+    notebook 01 made)."""
+    root = nearid_root(cfg.name)
+    if build and not (cfg.world.source == "released" and is_complete(root)):
+        # a materialised release is taken as notebook 01 left it (no hub read, no mask model)
+        root = prepare_profile_data(cfg)
+    return load_nearid(root, **kw)

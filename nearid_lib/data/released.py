@@ -1,35 +1,53 @@
-"""Loaders for the released datasets, all materialised into the NearID on-disk schema (see
-``nearid_lib.data.schema``) so every later notebook is profile-blind.
+"""The released datasets, as their authors publish them, materialised into the NearID on-disk
+schema (``nearid_lib.data.schema``) so that every later notebook is profile-blind.
 
-- NearID positives (``Aleksandar/NearID``) and its row-aligned distractor datasets per source
-  (``Aleksandar/NearID-{Flux,...}``). Column spellings accepted: images ``img1..3`` or
-  ``images1..3`` (or ``image1..3``), masks ``mask1..3`` or ``masks1..3``, distractors
-  ``nimg1..3`` (or ``images1..3`` / ``img1..3``). A missing third view is ``None``.
-- MTG (``abdo-eldesokey/mtg-dataset``): ``image_{1,2}_original``, ``image_{1,2}_inpainted``,
-  ``image_{1,2}_object_mask``, ``image_{1,2}_part_mask``; the oracle ``1 - |part|/|object|`` is
-  computed from the masks.
-- FPR CSV folders, copied in by :func:`materialise_released` (read with
-  :func:`nearid_lib.data.benchmarks.load_fpr`; DreamBench++ is read in place by
-  :func:`nearid_lib.data.benchmarks.load_dreambenchpp`).
+Published schemas (read from the authors' dataset cards, ``scripts/upload_nearid_datasets.py`` of
+``Gorluxor/NearID``; :data:`POSITIVE_COLUMNS`, :data:`DISTRACTOR_COLUMNS`):
 
-Every loader takes local data (a ``datasets.Dataset``/``DatasetDict`` object, a folder written by
-``save_to_disk``, or a CSV folder). Only :func:`load_released_from_hub` downloads (paper profile;
-never called in tests). Image modes follow the rule in ``nearid_lib.data.schema``; bad rows raise
-:class:`~nearid_lib.data.schema.DataError` naming dataset, row and field.
+- ``Aleksandar/NearID`` (positives): one ``train`` split; ``id`` (int64, shared with every distractor
+  repo), ``category``, ``category_description``, ``img1``, ``img2``, ``img3`` (``img3`` empty for
+  2-view identities), ``n_images``, ``objaverse_id``, ``prompts1..3``, ``quality``. No masks, no split.
+- ``Aleksandar/NearID-<source>`` for the nine sources of :data:`RELEASED_SOURCES`: the same columns
+  with the distractors ``nimg1..3`` in place of ``img1..3``; joined to the positives by ``id``.
+- ``abdo-eldesokey/mtg-dataset``: ``train`` and ``test`` splits of ``image_{1,2}_original``,
+  ``image_{1,2}_inpainted``, ``image_{1,2}_object_mask``, ``image_{1,2}_part_mask``; the oracle
+  ``1 - |part ∩ object| / |object|`` is computed from the masks.
+
+What the release does not carry is made here, deterministically, and recorded in the manifest:
+
+- **Object masks** (FG-only evaluation, Table 7; role-aware masking): computed per view by a
+  segmentation model (:class:`nearid_lib.data.masks.ObjectMasker`, CLIPSeg prompted with the
+  identity's ``category_description``), cached with the dataset; the authors' own masks are not
+  published, so Table 7's foreground rows use ours (README, "paper profile").
+- **Splits**: the authors' split files when the user has them (``world.split_dir`` holding
+  ``val.json`` / ``test.json``: lists of row indices into the positives, the ``--findx`` format of
+  their evaluation code); otherwise :func:`assign_splits`, a documented deterministic rule giving
+  ``world.n_val_ids`` / ``world.n_test_ids`` identities (paper: 100 / 500) that never share an
+  ``objaverse_id`` or a description with another split.
+- **Training sources** follow NearID Table 5 (``world.train_sources``: Flux, Flux_1024, Qwen,
+  Qwen_1328); the other sources are unseen.
+
+Materialising is resumable: one job per identity writes its images atomically and appends a line to
+``_progress/identities.jsonl``; a restart skips finished identities; tables and ``manifest.json`` are
+written last. Bad rows raise :class:`~nearid_lib.data.schema.DataError` naming repo, row, id and field.
+Every hub read goes through :mod:`nearid_lib.hub` (a local mirror with ``NEARID_HUB_DIR``).
 """
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import os
+import re
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 from PIL import Image, UnidentifiedImageError
 
-from ..io_utils import atomic_write, write_csv, write_json
+from ..io_utils import Manifest, atomic_write, write_csv, write_json
 from ..paths import data_dir
 from .benchmarks import load_fpr
 from .schema import SCHEMA_VERSION, DataError, read_rgb
@@ -37,13 +55,48 @@ from .schema import SCHEMA_VERSION, DataError, read_rgb
 if TYPE_CHECKING:
     from ..config import Profile
 
-__all__ = ["materialise_released", "load_released_from_hub",
-           "pil_from_value", "IMG_SPELLINGS", "MASK_SPELLINGS", "NIMG_SPELLINGS"]
+__all__ = ["materialise_released", "load_released_from_hub", "assign_splits", "read_split_files",
+           "pil_from_value", "POSITIVE_COLUMNS", "DISTRACTOR_COLUMNS", "RELEASED_SOURCES",
+           "TABLE5_TRAIN_SOURCES", "positive_features", "distractor_features", "mtg_features"]
 
-IMG_SPELLINGS = ("img{k}", "images{k}", "image{k}")
-MASK_SPELLINGS = ("mask{k}", "masks{k}")
-NIMG_SPELLINGS = ("nimg{k}", "images{k}", "img{k}", "image{k}")
+RELEASED_SOURCES = ("Flux", "Flux_1024", "FluxC", "FluxC_1024", "PowerPaint", "Qwen", "Qwen_1328",
+                    "SDXL", "SDXL_1024")
+TABLE5_TRAIN_SOURCES = ("Flux", "Flux_1024", "Qwen", "Qwen_1328")
+_META = ["id", "category", "category_description", "n_images", "objaverse_id",
+         "prompts1", "prompts2", "prompts3", "quality"]
+POSITIVE_COLUMNS = ["id", "category", "category_description", "img1", "img2", "img3", "n_images",
+                    "objaverse_id", "prompts1", "prompts2", "prompts3", "quality"]
+DISTRACTOR_COLUMNS = ["id", "category", "category_description", "nimg1", "nimg2", "nimg3", "n_images",
+                      "objaverse_id", "prompts1", "prompts2", "prompts3", "quality"]
+MTG_COLUMNS = [f"image_{k}_{f}" for k in (1, 2) for f in ("original", "inpainted", "object_mask", "part_mask")]
 _SPLIT_NAMES = {"train": "train", "validation": "val", "valid": "val", "val": "val", "test": "test"}
+
+
+def _features(image_prefix: str):
+    import datasets
+
+    v = datasets.Value
+    cols = POSITIVE_COLUMNS if image_prefix == "img" else DISTRACTOR_COLUMNS
+    types = {"id": v("int64"), "n_images": v("int64")}
+    return datasets.Features({c: (datasets.Image() if c.startswith(image_prefix) and c[-1].isdigit()
+                                  else types.get(c, v("string"))) for c in cols})
+
+
+def positive_features():
+    """The ``datasets.Features`` of ``Aleksandar/NearID`` as its dataset card declares them."""
+    return _features("img")
+
+
+def distractor_features():
+    """The ``datasets.Features`` of every ``Aleksandar/NearID-<source>`` repo (dataset card)."""
+    return _features("nimg")
+
+
+def mtg_features():
+    """The image columns of ``abdo-eldesokey/mtg-dataset``."""
+    import datasets
+
+    return datasets.Features({c: datasets.Image() for c in MTG_COLUMNS})
 
 
 # --------------------------------------------------------------------------- values -> PIL
@@ -139,133 +192,273 @@ def _no_decode(ds):
     return ds
 
 
-def _pick(cols: list[str], spellings: tuple[str, ...], k: int, name: str, field: str,
-          required: bool = True) -> str | None:
-    for sp in spellings:
-        c = sp.format(k=k)
-        if c in cols:
-            return c
-    if required:
-        raise DataError(f"dataset {name}: no column for {field} (tried "
-                        f"{[s.format(k=k) for s in spellings]}); has {cols}")
-    return None
-
-
 def _first_col(cols, names):
     return next((c for c in names if c in cols), None)
 
 
-def _materialise_nearid(root: Path, positives: Any, distractors: Mapping[str, Any],
-                        pos_name: str) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, pd.DataFrame]]:
-    """Write every split of the positives and their row-aligned distractor datasets as PNGs; the
-    identities, positives and per-source distractor tables of the NearID schema."""
-    splits = _open_dataset(positives, pos_name)
-    dsplits = {s: _open_dataset(d, s) for s, d in distractors.items()}
-    id_rows, pos_rows = [], []
-    dist_rows: dict[str, list] = {s: [] for s in distractors}
-    for si, (split_key, ds) in enumerate(splits):
-        pc = _PositiveColumns(list(ds.column_names), pos_name)
-        dsets = {s: _aligned_split(s, lst, si, split_key, len(ds), len(splits), pos_name, pc)
-                 for s, lst in dsplits.items()}
-        for i in range(len(ds)):
-            ident, prow, sizes = _positive_row(root, ds[i], i, split_key, pc, pos_name)
-            id_rows.append(ident)
-            pos_rows.append(prow)
-            for s, (d, dc, did_col) in dsets.items():
-                dist_rows[s].append(_distractor_row(root, s, d[i], i, prow, sizes, dc, did_col, pc, pos_name))
-    dup = pd.Series([r["id"] for r in pos_rows]).duplicated()
-    if dup.any():
-        i = int(np.flatnonzero(dup.to_numpy())[0])
-        raise DataError(f"dataset {pos_name}, row {i}, field 'id': duplicate id {pos_rows[i]['id']!r}")
-    return (pd.DataFrame(id_rows), pd.DataFrame(pos_rows),
-            {s: pd.DataFrame(r, columns=["id", "split", "nimg1", "nimg2", "nimg3"])
-             for s, r in dist_rows.items()})
+def _one_split(obj: Any, name: str):
+    """The single ``train`` split the NearID repos publish (a Dataset, a DatasetDict or a folder)."""
+    splits = _open_dataset(obj, name)
+    if len(splits) != 1:
+        raise DataError(f"dataset {name}: expected the one published split 'train', found "
+                        f"{[k for k, _ in splits]}")
+    return splits[0][1]
 
 
-class _PositiveColumns:
-    """Which column of a released positives dataset holds each field (accepted spellings)."""
-
-    def __init__(self, cols: list[str], pos_name: str):
-        self.img = [_pick(cols, IMG_SPELLINGS, k, pos_name, f"image {k}", required=k <= 2) for k in (1, 2, 3)]
-        self.mask = [_pick(cols, MASK_SPELLINGS, k, pos_name, f"mask {k}", required=self.img[k - 1] is not None)
-                     for k in (1, 2, 3)]
-        self.id = _first_col(cols, ("id", "identity", "uid", "objaverse_id"))
-        self.split = _first_col(cols, ("split",))
-        self.cls = _first_col(cols, ("class_name", "category", "class"))
-        self.desc = _first_col(cols, ("description", "caption", "prompt", "text"))
+def _check_columns(ds, name: str, required: Sequence[str]) -> None:
+    cols = list(ds.column_names)
+    missing = [c for c in required if c not in cols]
+    if missing:
+        raise DataError(f"dataset {name}: missing column(s) {missing} of the published schema; has {cols}")
 
 
-def _aligned_split(s: str, lst: list, si: int, split_key, n: int, n_splits: int, pos_name: str,
-                   pc: _PositiveColumns) -> tuple[Any, list, str | None]:
-    """Split ``si`` of distractor dataset ``s``, checked to be row-aligned with the positives:
-    ``(dataset, distractor image column per view, id column)``."""
-    if len(lst) != n_splits:
-        raise DataError(f"dataset {s}: has {len(lst)} split(s) but {pos_name} has {n_splits}")
-    dkey, d = lst[si]
-    if dkey != split_key:
-        raise DataError(f"dataset {s}: split {dkey!r} where {pos_name} has {split_key!r}")
-    if len(d) != n:
-        raise DataError(f"dataset {s}" + (f" split {split_key}" if split_key else "") +
-                        f": {len(d)} rows but {pos_name} has {n}; distractor tables must be "
-                        f"row-aligned with the positives (row {min(len(d), n)} is unmatched)")
-    dcols = list(d.column_names)
-    return (d, [_pick(dcols, NIMG_SPELLINGS, k, s, f"distractor image {k}", required=pc.img[k - 1] is not None)
-                for k in (1, 2, 3)],
-            _first_col(dcols, ("id", "identity", "uid", "objaverse_id")))
+# --------------------------------------------------------------------------- splits
+def _norm_text(t: Any) -> str:
+    return re.sub(r"\s+", " ", str(t or "")).strip().lower()
 
 
-def _positive_row(root: Path, row: Mapping, i: int, split_key, pc: _PositiveColumns, pos_name: str):
-    """Write the views and masks of one identity: ``(identities row, positives row, view sizes)``."""
-    split = (row[pc.split] if pc.split else split_key) or "train"
-    split = _SPLIT_NAMES.get(str(split), str(split))
-    rid = str(row[pc.id]) if pc.id else f"{split}_{i:06d}"
-    where = lambda f: f"dataset {pos_name}, row {i}, field {f!r}"  # noqa: E731
-    prow = {"id": rid, "split": split}
-    sizes = {}
+def assign_splits(meta: pd.DataFrame, n_val: int, n_test: int, seed: int = 0) -> pd.Series:
+    """The deterministic split rule used when the authors' split files are absent.
+
+    Identities that share an ``objaverse_id`` or a (normalised) ``category_description`` form one
+    group (connected components), so no asset and no description is ever in two splits. Groups are
+    ordered by ``sha256("nearid-split:<seed>:<smallest id of the group>")``, which depends neither on
+    the row order nor on the machine; test takes whole groups in that order until it holds
+    ``n_test`` identities (a group that would overshoot is passed over), then val takes ``n_val``;
+    every other identity is train. Returns the split per row of ``meta`` (index aligned)."""
+    ids = meta["id"].astype(str).tolist()
+    parent = list(range(len(ids)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for col in ("objaverse_id", "category_description"):
+        first: dict[str, int] = {}
+        for i, v in enumerate(meta[col].tolist() if col in meta else []):
+            key = _norm_text(v)
+            if not key:
+                continue
+            if key in first:
+                a, b = find(first[key]), find(i)
+                if a != b:
+                    parent[b] = a
+            else:
+                first[key] = i
+    groups: dict[int, list[int]] = {}
+    for i in range(len(ids)):
+        groups.setdefault(find(i), []).append(i)
+
+    def order(members: list[int]) -> str:
+        smallest = min(ids[i] for i in members)
+        return hashlib.sha256(f"nearid-split:{seed}:{smallest}".encode()).hexdigest()
+
+    out = ["train"] * len(ids)
+    want = {"test": int(n_test), "val": int(n_val)}
+    got = {"test": 0, "val": 0}
+    for members in sorted(groups.values(), key=order):
+        # test first, then val; a group that would overshoot the split stays in train
+        split = next((sp for sp in ("test", "val") if got[sp] + len(members) <= want[sp]), None)
+        if split is None:
+            continue
+        for i in members:
+            out[i] = split
+        got[split] += len(members)
+    short = {k: (got[k], want[k]) for k in want if got[k] < want[k]}
+    if short:
+        raise DataError(f"split rule: only {short} identities (got, wanted) could be placed in held-out "
+                        f"splits without sharing an objaverse_id or description with training; "
+                        f"{len(ids)} identities in {len(groups)} groups")
+    return pd.Series(out, index=meta.index, name="split")
+
+
+def read_split_files(split_dir: str | os.PathLike, n_rows: int) -> tuple[pd.Series, dict[str, str]]:
+    """The authors' split files: ``val.json`` and ``test.json`` in ``split_dir``, each a JSON list of
+    row indices into the positives (or ``{"indices": [...]}``, the ``--findx`` format of their
+    evaluation code). Rows in neither are train. Returns the split per row and the files' sha256."""
+    d = Path(split_dir)
+    out = pd.Series(["train"] * n_rows, name="split")
+    digests: dict[str, str] = {}
+    seen: dict[int, str] = {}
+    for split in ("val", "test"):
+        f = d / f"{split}.json"
+        if not f.exists():
+            raise DataError(f"split files: {f} missing (world.split_dir={d} must hold val.json and test.json)")
+        raw = f.read_bytes()
+        digests[f.name] = hashlib.sha256(raw).hexdigest()
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise DataError(f"split files: {f} is not JSON ({e})") from None
+        obj = obj["indices"] if isinstance(obj, dict) and "indices" in obj else obj
+        if not isinstance(obj, list):
+            raise DataError(f"split files: {f} must be a list of row indices or {{'indices': [...]}}")
+        for j, x in enumerate(obj):
+            if isinstance(x, bool) or not isinstance(x, (int, str)) or not str(x).lstrip("-").isdigit():
+                raise DataError(f"split files: {f}, entry {j}: {x!r} is not a row index")
+            i = int(x)
+            if not 0 <= i < n_rows:
+                raise DataError(f"split files: {f}, entry {j}: row {i} outside the {n_rows} positives")
+            if i in seen:
+                raise DataError(f"split files: {f}, entry {j}: row {i} already listed in {seen[i]}")
+            seen[i] = f.name
+            out.iloc[i] = split
+    return out, digests
+
+
+# --------------------------------------------------------------------------- NearID
+def _id_index(ds, name: str) -> dict[int, int]:
+    """``id -> row`` of a NearID repo; a duplicate id is an error naming the rows."""
+    index: dict[int, int] = {}
+    for i, v in enumerate(ds["id"]):
+        if v is None:
+            raise DataError(f"dataset {name}, row {i}, field 'id': missing id")
+        v = int(v)
+        if v in index:
+            raise DataError(f"dataset {name}, row {i}, field 'id': duplicate id {v} (also row {index[v]})")
+        index[v] = i
+    return index
+
+
+def _join(pos_ids: dict[int, int], dist, name: str, pos_name: str) -> list[int]:
+    """Row of ``dist`` for each positives row (joined by ``id``). The authors' loader also expects
+    the repos to be index-aligned; we join by id and report the first row that is not."""
+    didx = _id_index(dist, name)
+    extra = [(i, v) for v, i in didx.items() if v not in pos_ids]
+    if extra:
+        i, v = min(extra)
+        raise DataError(f"dataset {name}, row {i}, field 'id': id {v} is not in {pos_name}")
+    rows = [0] * len(pos_ids)
+    for v, i in pos_ids.items():
+        if v not in didx:
+            raise DataError(f"dataset {name}: no row for id {v} ({pos_name} row {i})")
+        rows[i] = didx[v]
+    return rows
+
+
+def _n_views(row: Mapping, i: int, rid: int, name: str, prefix: str) -> list[int]:
+    """The views a row has, checked against its ``n_images`` (2-view rows have an empty third)."""
+    present = [k for k in (1, 2, 3) if _present(row.get(f"{prefix}{k}"))]
+    where = f"dataset {name}, row {i} (id {rid})"
+    if present[:2] != [1, 2]:
+        raise DataError(f"{where}, field '{prefix}{1 if 1 not in present else 2}': identity has fewer "
+                        f"than two views (NearID needs >= 2 positives)")
+    n = row.get("n_images")
+    if n is not None and int(n) != len(present):
+        raise DataError(f"{where}, field 'n_images': {int(n)} but {len(present)} image(s) present "
+                        f"({[f'{prefix}{k}' for k in present]})")
+    return present
+
+
+def _present(value: Any) -> bool:
+    if value is None:
+        return False
+    if isinstance(value, dict):
+        return bool(value.get("bytes") or value.get("path"))
+    return True
+
+
+Masker = Callable[[list, list], list]
+
+
+def _identity_job(root: Path, rid: int, i: int, row: Mapping, split: str, dists: Mapping[str, tuple],
+                  masker: Masker, pos_name: str) -> dict:
+    """Write the views, masks and distractors of one identity; its table rows."""
+    where = lambda f: f"dataset {pos_name}, row {i} (id {rid}), field {f!r}"  # noqa: E731
+    views = _n_views(row, i, rid, pos_name, "img")
+    ims = {k: _to_rgb(pil_from_value(row[f"img{k}"], where(f"img{k}")), where(f"img{k}")) for k in views}
+    prompt = str(row.get("category_description") or row.get("category") or "object")
+    masks = masker([ims[k] for k in views], [prompt] * len(views))
+    sid = str(rid)
+    prow = {"id": sid, "split": split}
     for k in (1, 2, 3):
         prow[f"img{k}"] = prow[f"mask{k}"] = ""
-        c = pc.img[k - 1]
-        im = pil_from_value(row[c], where(c)) if c else None
-        if im is None:
-            if k <= 2:
-                raise DataError(f"{where(c or f'img{k}')}: identity {rid!r} has fewer than "
-                                f"two views (NearID needs >= 2 positives)")
-            continue
-        im = _to_rgb(im, where(c))
-        mv = pil_from_value(row[pc.mask[k - 1]], where(pc.mask[k - 1]))
-        if mv is None:
-            raise DataError(f"{where(pc.mask[k - 1])}: missing mask for view {k}")
-        m = _to_mask(mv, where(pc.mask[k - 1]), im.size)
-        prow[f"img{k}"] = _save(root, f"pos/{rid}_{k}.png", im)
-        prow[f"mask{k}"] = _save_mask(root, f"mask/{rid}_{k}.png", m)
-        sizes[k] = im.size
-    ident = {"id": rid, "split": split, "class_name": str(row[pc.cls]) if pc.cls else "",
-             "description": str(row[pc.desc]) if pc.desc else "", "n_views": len(sizes)}
-    return ident, prow, sizes
+    mask_area = {}
+    for k, m in zip(views, masks):
+        m = np.asarray(m, dtype=bool)
+        if m.shape != (ims[k].size[1], ims[k].size[0]) or not m.any():
+            raise DataError(f"{where(f'img{k}')}: the mask model returned a mask of shape {m.shape} "
+                            f"(image {ims[k].size[::-1]}, {int(m.sum())} pixels set)")
+        prow[f"img{k}"] = _save(root, f"pos/{sid}_{k}.png", ims[k])
+        prow[f"mask{k}"] = _save_mask(root, f"mask/{sid}_{k}.png", m)
+        mask_area[k] = float(m.mean())
+    drows = {}
+    for s, (dname, ds, rows) in dists.items():
+        j = rows[i]
+        drow = ds[j]
+        dwhere = lambda f: f"dataset {dname}, row {j} (id {rid}), field {f!r}"  # noqa: E731
+        out = {"id": sid, "split": split}
+        for k in (1, 2, 3):
+            out[f"nimg{k}"] = ""
+            if k not in views:
+                continue
+            im = pil_from_value(drow.get(f"nimg{k}"), dwhere(f"nimg{k}"))
+            if im is None:
+                raise DataError(f"{dwhere(f'nimg{k}')}: view {k} of the identity exists but has no distractor")
+            im = _to_rgb(im, dwhere(f"nimg{k}"))
+            if im.size != ims[k].size:
+                # generators at other resolutions (e.g. Flux_1024): Lanczos to the view's size
+                im = im.resize(ims[k].size, Image.LANCZOS)
+            out[f"nimg{k}"] = _save(root, f"dist/{s}/{sid}_{k}.png", im)
+        drows[s] = out
+    ident = {"id": sid, "split": split, "class_name": str(row.get("category") or ""),
+             "description": str(row.get("category_description") or ""), "n_views": len(views),
+             "objaverse_id": str(row.get("objaverse_id") or ""), "quality": str(row.get("quality") or ""),
+             "source_row": int(i)}
+    return {"identity": ident, "positives": prow, "distractors": drows,
+            "mask_area": [mask_area[k] for k in views]}
 
 
-def _distractor_row(root: Path, s: str, drow: Mapping, i: int, prow: dict, sizes: dict, dc: list,
-                    did_col: str | None, pc: _PositiveColumns, pos_name: str) -> dict:
-    """Write the distractors of source ``s`` for one identity (resized to its views): its row."""
-    rid = prow["id"]
-    dwhere = lambda f: f"dataset {s}, row {i}, field {f!r}"  # noqa: E731
-    if did_col and pc.id and str(drow[did_col]) != rid:
-        raise DataError(f"{dwhere(did_col)}: id {drow[did_col]!r} but {pos_name} row {i} "
-                        f"is {rid!r} (tables are not row-aligned)")
-    out = {"id": rid, "split": prow["split"]}
-    for k in (1, 2, 3):
-        out[f"nimg{k}"] = ""
-        if k not in sizes:
-            continue
-        im = pil_from_value(drow[dc[k - 1]], dwhere(dc[k - 1]))
-        if im is None:
-            raise DataError(f"{dwhere(dc[k - 1])}: view {k} exists but has no distractor")
-        im = _to_rgb(im, dwhere(dc[k - 1]))
-        if im.size != sizes[k]:
-            # Generators at other resolutions: Lanczos to the positive's size.
-            im = im.resize(sizes[k], Image.LANCZOS)
-        out[f"nimg{k}"] = _save(root, f"dist/{s}/{rid}_{k}.png", im)
-    return out
+def _materialise_nearid(root: Path, positives: Any, distractors: Mapping[str, Any], masker: Masker,
+                        pos_name: str, splits: pd.Series | None, split_rule: dict, progress: bool,
+                        fingerprint: dict) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, pd.DataFrame], dict]:
+    pos = _no_decode(_one_split(positives, pos_name))
+    _check_columns(pos, pos_name, POSITIVE_COLUMNS)
+    pos_ids = _id_index(pos, pos_name)
+    dists = {}
+    for s, obj in distractors.items():
+        name = f"{pos_name}-{s}"
+        d = _no_decode(_one_split(obj, name))
+        _check_columns(d, name, ["id", "nimg1", "nimg2", "nimg3"])
+        dists[s] = (name, d, _join(pos_ids, d, name, pos_name))
+    meta = pd.DataFrame({c: pos[c] for c in ("id", "objaverse_id", "category_description")})
+    if splits is None:
+        splits = assign_splits(meta, split_rule["n_val"], split_rule["n_test"], split_rule["seed"])
+    prog = root / "_progress"
+    fp_path = prog / "fingerprint.json"
+    old = json.loads(fp_path.read_text()) if fp_path.exists() else None
+    if old != fingerprint:         # another release, split or mask model: start over
+        for sub in ("_progress", "pos", "mask", "dist", "distractors"):
+            shutil.rmtree(root / sub, ignore_errors=True)
+    write_json(fingerprint, fp_path)
+    man = Manifest(prog / "identities.jsonl")
+    order = [str(int(v)) for v in pos["id"]]
+    todo = [i for i, k in enumerate(order) if k not in man]
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # pragma: no cover
+        tqdm = None
+    bar = tqdm(total=len(pos), initial=len(pos) - len(todo), desc="released/identities",
+               disable=not progress) if tqdm else None
+    for i in todo:
+        row = pos[i]
+        rid = int(row["id"])
+        man.add(str(rid), **_identity_job(root, rid, i, row, str(splits.iloc[i]), dists, masker, pos_name))
+        if bar:
+            bar.update(1)
+    if bar:
+        bar.close()
+    recs = {r["id"]: r for r in man.records()}
+    ids = pd.DataFrame([recs[k]["identity"] for k in order])
+    prows = pd.DataFrame([recs[k]["positives"] for k in order])
+    drows = {s: pd.DataFrame([recs[k]["distractors"][s] for k in order],
+                             columns=["id", "split", "nimg1", "nimg2", "nimg3"]) for s in dists}
+    areas = np.array([a for k in order for a in recs[k]["mask_area"]], dtype=float)
+    mask_stats = {"views": int(areas.size), "mean_area": float(areas.mean()) if areas.size else None,
+                  "median_area": float(np.median(areas)) if areas.size else None}
+    return ids, prows, drows, mask_stats
 
 
 def _materialise_mtg(root: Path, mtg: Any, name: str = "mtg") -> pd.DataFrame:
@@ -318,40 +511,83 @@ def _missing(where: str):
 
 def materialise_released(out_root: str | os.PathLike, positives: Any = None,
                          distractors: Mapping[str, Any] | None = None, mtg: Any = None,
-                         train_sources: list[str] | None = None, fpr: str | os.PathLike | None = None,
-                         positives_name: str = "NearID", profile: str = "paper",
-                         seed: int = 0) -> Path:
-    """Write released data into the NearID schema at ``out_root`` (manifest last).
+                         train_sources: Sequence[str] | None = None, fpr: str | os.PathLike | None = None,
+                         positives_name: str = "Aleksandar/NearID", profile: str = "paper", seed: int = 0,
+                         masker: Masker | None = None, split_dir: str | os.PathLike | None = None,
+                         n_val: int = 100, n_test: int = 500, progress: bool = False,
+                         provenance: Mapping[str, Any] | None = None) -> Path:
+    """Write the released data into the NearID schema at ``out_root`` (``manifest.json`` last).
 
-    ``positives``/``distractors[source]``/``mtg``: ``datasets.Dataset``/``DatasetDict`` objects
-    or ``save_to_disk`` folders; ``fpr``: a folder of FPR CSVs (see :func:`load_fpr`).
-    ``train_sources`` defaults to all sources."""
+    ``positives`` / ``distractors[source]`` / ``mtg``: ``datasets.Dataset`` / ``DatasetDict``
+    objects or ``save_to_disk`` folders in the published schemas (module docstring); ``fpr``: a
+    folder of FPR CSVs (:func:`~nearid_lib.data.benchmarks.load_fpr`). ``masker(images, prompts)``
+    returns one bool mask per image (required with ``positives``: the release has no masks).
+    Splits: ``split_dir`` (the authors' ``val.json``/``test.json``) or :func:`assign_splits` with
+    ``n_val``/``n_test``. ``train_sources`` defaults to NearID Table 5's (those present).
+    A complete dataset made from the same inputs and settings is returned untouched; an interrupted
+    one resumes. ``provenance`` (e.g. the hub revisions read) is stored in the manifest."""
     root = Path(out_root)
     root.mkdir(parents=True, exist_ok=True)
+    distractors = dict(distractors or {})
+    ts = (list(train_sources) if train_sources is not None
+          else [s for s in TABLE5_TRAIN_SOURCES if s in distractors])
+    unknown = set(ts) - set(distractors)
+    if unknown:
+        raise DataError(f"train_sources {sorted(unknown)} are not among the distractor datasets "
+                        f"{sorted(distractors)}")
+    if distractors and positives is None:
+        raise DataError("distractor datasets given without their positives dataset")
+    if positives is not None and masker is None:
+        raise DataError(f"dataset {positives_name}: the release has no object masks; pass masker= "
+                        f"(nearid_lib.data.masks.ObjectMasker) to compute them")
+    split_info: dict[str, Any]
+    splits = None
+    if positives is not None and split_dir is not None:
+        n_rows = len(_one_split(positives, positives_name))
+        splits, digests = read_split_files(split_dir, n_rows)
+        split_info = {"rule": "split files", "dir": str(split_dir), "sha256": digests}
+    else:
+        split_info = {"rule": "assign_splits (objaverse_id/description groups, sha256 order)",
+                      "n_val": int(n_val), "n_test": int(n_test), "seed": int(seed)}
+    masker_fp = None
+    if masker is not None:
+        from .masks import ObjectMasker, masker_fingerprint
+
+        # a user's own masker (any callable) is keyed by its ``fingerprint`` attribute or its class
+        masker_fp = (masker_fingerprint(masker) if isinstance(masker, ObjectMasker)
+                     else str(getattr(masker, "fingerprint", type(masker).__qualname__)))
+    fingerprint = {"schema_version": SCHEMA_VERSION, "positives": positives_name,
+                   "sources": sorted(distractors), "split": split_info, "masker": masker_fp}
     man = root / "manifest.json"
     if man.exists():
+        try:
+            old = json.loads(man.read_text())
+        except json.JSONDecodeError:
+            old = {}
+        if old.get("complete") and old.get("fingerprint") == fingerprint and \
+                old.get("has_mtg") == (mtg is not None) and old.get("has_fpr") == (fpr is not None):
+            return root
         man.unlink()                                    # incomplete until we finish
-    distractors = dict(distractors or {})
     counts: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
     if positives is not None:
-        ids, pos, dists = _materialise_nearid(root, positives, distractors, positives_name)
+        ids, pos, dists, mask_stats = _materialise_nearid(
+            root, positives, distractors, masker, positives_name, splits,
+            {"n_val": n_val, "n_test": n_test, "seed": seed}, progress, fingerprint)
         write_csv(ids, root / "identities.csv")
         write_csv(pos, root / "positives.csv")
         for s, d in dists.items():
             write_csv(d, root / "distractors" / f"{s}.csv")
         counts["identities"] = {s: int((ids.split == s).sum()) for s in ("train", "val", "test")}
         counts["positive_images"] = int(ids.n_views.sum())
-    elif distractors:
-        raise DataError("distractor datasets given without their positives dataset")
-    ts = list(train_sources) if train_sources is not None else list(distractors)
-    unknown = set(ts) - set(distractors)
-    if unknown:
-        raise DataError(f"train_sources {sorted(unknown)} are not among the distractor datasets")
+        counts["distractor_images"] = int(ids.n_views.sum()) * len(dists)
+        extra["masks"] = {"model": masker_fp, **mask_stats,
+                          **({"fallbacks": dict(getattr(masker, "counts", {}))} if hasattr(masker, "counts") else {})}
     write_json({"sources": list(distractors), "train_sources": ts}, root / "sources.json")
     if mtg is not None:
         m = _materialise_mtg(root, mtg)
         write_csv(m, root / "mtg.csv")
-        counts["mtg_pairs"] = len(m)
+        counts["mtg_pairs"] = {s: int((m.split == s).sum()) for s in sorted(set(m.split))}
     if fpr is not None:
         tabs = load_fpr(fpr)
         for key, df in tabs.items():
@@ -362,22 +598,41 @@ def materialise_released(out_root: str | os.PathLike, positives: Any = None,
             write_csv(df, root / "fpr" / f"{key}_data.csv")
         counts["fpr_identities"] = int(tabs["train"]["name"].nunique())
     write_json({"complete": True, "schema_version": SCHEMA_VERSION, "profile": profile,
-                "seed": int(seed), "counts": counts, "generator": "released"}, man)
+                "seed": int(seed), "counts": counts, "generator": "released", "fingerprint": fingerprint,
+                "split": split_info, "train_sources": ts, "has_mtg": mtg is not None,
+                "has_fpr": fpr is not None, "provenance": dict(provenance or {}), **extra}, man)
     return root
 
 
-def load_released_from_hub(cfg: Profile, out_root: str | os.PathLike | None = None) -> Path:
-    """Paper profile: download ``cfg.world.nearid_repo`` + one distractor dataset per source +
-    MTG from the Hugging Face hub and materialise them (needs network; not used in tests)."""
-    import datasets
+def load_released_from_hub(cfg: Profile, out_root: str | os.PathLike | None = None,
+                           masker: Masker | None = None, progress: bool = True) -> Path:
+    """Paper profile: read ``cfg.world.nearid_repo``, one distractor repo per source of
+    ``cfg.world.nearid_sources`` and ``cfg.world.mtg_repo`` through :mod:`nearid_lib.hub` (the local
+    mirror when ``NEARID_HUB_DIR`` is set) and materialise them at ``out_root`` (default
+    ``data_dir(profile)/"nearid"``). Masks come from ``masker`` (default: the profile's
+    ``world.mask_model`` through :class:`~nearid_lib.data.masks.ObjectMasker`)."""
+    from .. import hub
 
+    w = cfg.world
     out_root = Path(out_root) if out_root is not None else data_dir(cfg.name) / "nearid"
-    repo = cfg.world.nearid_repo
-    pos = datasets.load_dataset(repo)
-    dists = {s: datasets.load_dataset(f"{repo}-{s}") for s in cfg.world.nearid_sources}
-    mtg = datasets.load_dataset(cfg.world.mtg_repo)
-    return materialise_released(out_root, pos, dists, mtg, train_sources=list(cfg.world.nearid_sources),
-                                positives_name=repo, profile=cfg.name, seed=cfg.seed)
+    pos = hub.load_hub_dataset(w.nearid_repo)
+    dists = {s: hub.load_hub_dataset(f"{w.nearid_repo}-{s}") for s in w.nearid_sources}
+    mtg = hub.load_hub_dataset(w.mtg_repo) if w.mtg_repo else None
+    if masker is None:
+        from .masks import ObjectMasker
+
+        masker = ObjectMasker.from_pretrained(w.mask_model, device=_device(cfg))
+    train = [s for s in w.train_sources if s in dists]
+    return materialise_released(out_root, pos, dists, mtg, train_sources=train, positives_name=w.nearid_repo,
+                                profile=cfg.name, seed=cfg.seed, masker=masker, split_dir=w.split_dir,
+                                n_val=w.n_val_ids, n_test=w.n_test_ids, progress=progress,
+                                provenance={"hub": hub.reads()})
+
+
+def _device(cfg: Profile) -> str:
+    from ..models import resolve_device
+
+    return str(resolve_device(getattr(cfg, "device", "auto")))
 
 
 def copy_tree(src: str | os.PathLike, dst: str | os.PathLike) -> None:  # pragma: no cover

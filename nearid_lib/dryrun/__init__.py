@@ -13,3 +13,105 @@ published layouts exactly, with tiny images and tiny random-init models of the p
 ``NEARID_DOWNLOADS=DOWNLOADS_DIR`` and the size-only overrides of :data:`SIZE_OVERRIDES` (sizes and
 steps, never a code path).
 """
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+__all__ = ["SIZE_OVERRIDES", "write_mirror", "overrides_text", "check_tables"]
+
+# Sizes and steps only: the same code paths as a GPU run of the paper profile, on tiny data and
+# tiny models (their native 32 px input, 2 val / 4 test identities, a few training steps).
+SIZE_OVERRIDES: dict[str, str] = {
+    "world.n_val_ids": "2",
+    "world.n_test_ids": "4",
+    "backbone.image_size": "32",
+    "backbone.batch_size": "8",
+    "head.num_heads": "4",
+    "head.out_dim": "32",
+    "train.batch_size": "4",
+    "train.epochs": "1",
+    "train.max_steps": "4",
+    "train.warmup_steps": "1",
+    "train.checkpoint_every": "2",
+    "eval.alphas": "0.0,1.0",
+    "eval.betas": "0.0,0.1",
+    "eval.vlm_max_ids": "2",
+    "eval.vlm_max_new_tokens": "16",
+    "eval.kpca_ids": "4",
+    "eval.qualitative_rows": "2",
+}
+
+
+def overrides_text(extra: dict[str, str] | None = None) -> str:
+    """:data:`SIZE_OVERRIDES` (plus ``extra``) as a ``NEARID_SET`` value."""
+    return "; ".join(f"{k}={v}" for k, v in {**SIZE_OVERRIDES, **(extra or {})}.items())
+
+
+def write_mirror(hub_dir: str | Path, downloads_dir: str | Path, seed: int = 0) -> dict[str, list[str]]:
+    """Write the whole fixture mirror (hub repos and hand downloads); returns what was written."""
+    from .nearid import write_nearid_datasets, write_nearid_models
+
+    hub_dir, downloads_dir = Path(hub_dir), Path(downloads_dir)
+    written = {"datasets": write_nearid_datasets(hub_dir, seed=seed), "models": write_nearid_models(hub_dir)}
+    try:
+        from .fpr import write_fpr_downloads, write_fpr_models
+    except ImportError:  # pragma: no cover - the FPR fixtures are optional parts of the mirror
+        pass
+    else:
+        write_fpr_downloads(downloads_dir, seed=seed)
+        write_fpr_models(hub_dir)
+        written["fpr"] = ["downloads", "models"]
+    try:
+        from .idsim import write_idsim_downloads
+    except ImportError:  # pragma: no cover
+        pass
+    else:
+        write_idsim_downloads(downloads_dir, seed=seed)
+        written["idsim"] = ["downloads"]
+        try:
+            from .idsim import write_idsim_models
+        except ImportError:  # pragma: no cover
+            pass
+        else:
+            write_idsim_models(hub_dir)
+    return written
+
+
+def _numeric(df: pd.DataFrame, col: str) -> pd.Series:
+    return pd.to_numeric(df[col], errors="coerce") if col in df else pd.Series(dtype=float)
+
+
+def check_tables(figures: str | Path, profile: str = "paper") -> list[str]:
+    """Problems with a run's tables: every ``paper_values`` spec produced in ``profile`` must have
+    its CSV (with at least one finite value in each metric column where the paper has a number) or
+    a skip marker with a stated reason. Returns the problems (empty: the run is complete)."""
+    from ..io_utils import read_table_meta, skip_reason
+    from ..report import load_specs
+
+    figures = Path(figures)
+    problems = []
+    for s in load_specs():
+        meta = json.loads(Path(s.paper_csv).with_name(f"{s.key}.meta.json").read_text()) if s.paper_csv else {}
+        if not s.ours or profile not in (meta.get("produced_in") or []):
+            continue
+        ours = figures / s.ours
+        if not ours.exists():
+            why = skip_reason(ours)
+            if not why:
+                problems.append(f"{s.key}: {s.ours} neither written nor skipped with a reason")
+            continue
+        side = read_table_meta(ours) or {}
+        if side.get("profile") not in (None, profile):
+            problems.append(f"{s.key}: {s.ours} was written by profile {side.get('profile')!r}, not {profile!r}")
+        df = pd.read_csv(ours)
+        paper = pd.read_csv(s.paper_csv) if s.paper_csv and Path(s.paper_csv).exists() else pd.DataFrame()
+        for m in s.metrics:
+            if m in paper and _numeric(paper, m).notna().any() and m in df:
+                v = _numeric(df, m)
+                if not v.map(lambda x: isinstance(x, float) and math.isfinite(x)).any():
+                    problems.append(f"{s.key}: column {m!r} of {s.ours} has no finite value")
+    return problems

@@ -16,21 +16,44 @@ import pandas as pd
 from ..seeding import derive_seed, make_rng
 from .layout import FPR_COLUMNS, FPRLayoutError, check_disjoint
 
-__all__ = ["CUB_GROUPS", "WILDLIFE_SPECIES", "N_CARS_MODELS", "split_reference_gallery", "sample_gallery",
+__all__ = ["CUB_GROUPS", "CUB_GROUP_IDS", "CARS_MODELS", "WILDLIFE_SPECIES", "N_CARS_MODELS", "FPRSizeError", "split_reference_gallery", "sample_gallery",
            "build_cub_split", "build_cars_split", "build_wildlife_split"]
 
-# CUB-200-2011 class names. The paper names its three groups (wren, sparrow, tern) and, of the
-# sparrows, Baird, Black-throated, Brewer (Section 4.1) and Chipping / Clay-colored (Appendix B,
-# Fig. 8). Those five are exactly the first five sparrows in CUB's class order, so our documented
-# rule is: each group = the first five CUB classes of that group in class-id order.
+# CUB-200-2011 classes of the three groups, as the FPR authors' data script selects them by
+# class id (``data_load_scripts/load_cub_data.py`` of OSU-MLB/Finer-Personalization-Rank: wren
+# 193-197, tern 143-147, sparrow 113-117); the names are those of CUB's ``classes.txt``. The
+# sparrows match the paper's text (Baird, Black-throated, Brewer, Sec. 4.1; Chipping /
+# Clay-colored, Fig. 8).
+CUB_GROUP_IDS: dict[str, tuple[int, ...]] = {
+    "sparrow": (113, 114, 115, 116, 117),
+    "tern": (143, 144, 145, 146, 147),
+    "wren": (193, 194, 195, 196, 197),
+}
 CUB_GROUPS: dict[str, tuple[str, ...]] = {
     "sparrow": ("Baird_Sparrow", "Black_throated_Sparrow", "Brewer_Sparrow", "Chipping_Sparrow",
                 "Clay_colored_Sparrow"),
-    "tern": ("Arctic_Tern", "Black_Tern", "Caspian_Tern", "Common_Tern", "Elegant_Tern"),
+    "tern": ("Caspian_Tern", "Common_Tern", "Elegant_Tern", "Forsters_Tern", "Least_Tern"),
     "wren": ("Bewick_Wren", "Cactus_Wren", "Carolina_Wren", "House_Wren", "Marsh_Wren"),
 }
 WILDLIFE_SPECIES = ("cow", "zebra", "tiger", "giraffe", "leopard")
-N_CARS_MODELS = 15
+# Stanford Cars: the authors' script takes labels [1,2,3,4,6] + [11,12,13,18,19] + [25,27,28,33,34]
+# ("acura audi bmw") of the test split of the hub copy ``Donghyun99/Stanford-Cars``. Its labels are
+# the devkit's class order counted from 0 (as every hub copy of the dataset we could read); the
+# class names below are those labels' names in the devkit's ``cars_meta.mat`` (class id = label + 1).
+CARS_MODELS: tuple[str, ...] = (
+    "Acura RL Sedan 2012", "Acura TL Sedan 2012", "Acura TL Type-S 2008", "Acura TSX Sedan 2012",
+    "Acura ZDX Hatchback 2012",
+    "Audi RS 4 Convertible 2008", "Audi A5 Coupe 2012", "Audi TTS Coupe 2012", "Audi TT Hatchback 2011",
+    "Audi S6 Sedan 2011",
+    "BMW ActiveHybrid 5 Sedan 2012", "BMW 1 Series Coupe 2012", "BMW 3 Series Sedan 2012",
+    "BMW M3 Coupe 2012", "BMW M5 Sedan 2010",
+)
+N_CARS_MODELS = len(CARS_MODELS)
+
+
+class FPRSizeError(FPRLayoutError):
+    """A dataset is well formed but too small for the requested gallery (too few images per
+    identity, too few identities): the notebook skips its tables with this message as the reason."""
 
 
 def _norm(s: str) -> str:
@@ -59,7 +82,7 @@ def split_reference_gallery(meta: pd.DataFrame, n_ref: int | tuple[int, int] = (
     for name, grp in meta.groupby("name", sort=True):
         grp = grp.sort_values("file_path").reset_index(drop=True)
         if len(grp) < n_gallery + lo:
-            raise FPRLayoutError(f"identity {name!r}: {len(grp)} images, need at least "
+            raise FPRSizeError(f"identity {name!r}: {len(grp)} images, need at least "
                                  f"{n_gallery} gallery + {lo} reference images")
         emb = None if embeddings is None else np.asarray(embeddings)[grp["_row"].to_numpy()]
         gal_idx = sample_gallery(grp, n_gallery, method=sampling, seed=derive_seed(key, name, base=seed),
@@ -167,25 +190,17 @@ def build_cars_split(meta: pd.DataFrame, models: Sequence[str] | None = None, se
                      n_gallery: int = 10, n_ref: int | tuple[int, int] = (5, 10),
                      sampling: str = "random", embeddings: np.ndarray | None = None
                      ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Stanford Cars: 15 visually similar luxury sedan models (identity = model). The paper does
-    not list them; pass ``models`` (15 class names) to pin them. Without it, the documented rule:
-    classes whose name contains "Sedan", from the brands with the most sedan classes among
-    (Audi, BMW, Mercedes-Benz, Cadillac, Lexus, Jaguar, Bentley, Rolls-Royce, ...), the first 15 in
-    class-name order. ``meta`` has ``class_name`` and ``file_path``; ``species`` = "car"."""
+    """Stanford Cars: 15 car models (identity = model, ``species`` = "car"). ``models`` defaults to
+    :data:`CARS_MODELS`, the authors' 15 classes (Acura / Audi / BMW; the paper calls them "visually
+    similar luxury sedan models"). ``meta`` has ``class_name`` and ``file_path`` (the authors use
+    the test split only: pass those rows)."""
     if "class_name" not in meta.columns or "file_path" not in meta.columns:
         raise FPRLayoutError("Cars metadata: need columns class_name, file_path")
-    names = sorted(meta.class_name.astype(str).unique())
-    if models is None:
-        lux = ("audi", "bmw", "mercedes", "cadillac", "lexus", "jaguar", "bentley", "rolls", "infiniti",
-               "acura", "lincoln", "maybach", "porsche", "aston", "volvo")
-        sedans = [n for n in names if "sedan" in n.lower() and n.lower().startswith(lux)]
-        if len(sedans) < N_CARS_MODELS:
-            raise FPRLayoutError(f"Cars metadata: only {len(sedans)} luxury sedan classes found "
-                                 f"(need {N_CARS_MODELS}); pass models=[...]")
-        models = sedans[:N_CARS_MODELS]
-    missing = sorted(set(models) - set(names))
+    names = set(meta.class_name.astype(str).unique())
+    models = list(CARS_MODELS if models is None else models)
+    missing = sorted(set(models) - names)
     if missing:
-        raise FPRLayoutError(f"Cars metadata: model(s) {missing} not found")
+        raise FPRLayoutError(f"Cars metadata: model(s) {missing} not found among its {len(names)} classes")
     sel = meta[meta.class_name.isin(models)].copy()
     sel["name"], sel["species"] = sel.class_name.astype(str), "car"
     return split_reference_gallery(sel, n_ref, n_gallery, seed, sampling,
@@ -195,30 +210,40 @@ def build_cars_split(meta: pd.DataFrame, models: Sequence[str] | None = None, se
 def build_wildlife_split(meta: pd.DataFrame, species: Sequence[str] = WILDLIFE_SPECIES,
                          ids_per_species: int = 10, seed: int = 0, n_gallery: int = 10,
                          n_ref: int | tuple[int, int] = (5, 10), sampling: str = "random",
-                         embeddings: np.ndarray | None = None) -> dict[str, tuple[pd.DataFrame, pd.DataFrame]]:
-    """WildlifeReID-10k: ten identities for each of cow, zebra, tiger, giraffe, leopard. ``meta``
-    has ``identity``, ``species`` and ``file_path`` (WildlifeReID-10k's metadata: ``identity``,
-    ``species``, ``path``; ``path`` is accepted too). Identities with enough images
-    (``n_gallery + min refs``) are eligible; ``ids_per_species`` are drawn with a seeded RNG.
-    Returns ``{species: (train, gallery)}``."""
+                         embeddings: np.ndarray | None = None, datasets: Sequence[str] | None = None
+                         ) -> dict[str, tuple[pd.DataFrame, pd.DataFrame]]:
+    """WildlifeReID-10k: ``ids_per_species`` identities for each of cow, zebra, tiger, giraffe,
+    leopard. ``meta`` is WildlifeReID-10k's ``metadata.csv`` (``identity``, ``species``, ``path``;
+    ``file_path`` is accepted for ``path``); ``species`` matches the metadata's (lower-cased)
+    species exactly; ``datasets`` keeps only those source datasets (its ``dataset`` column).
+
+    Identities with at least ``n_gallery + min refs`` images are eligible; of those, the
+    ``ids_per_species`` with the most images are taken (ties: identity name), the authors' rule
+    (``load_data_reid.py`` takes the largest subjects per species). Too few eligible identities
+    raise :class:`FPRSizeError`. Returns ``{species: (train, gallery)}``."""
     meta = meta.rename(columns={"path": "file_path"}) if "file_path" not in meta.columns else meta
     for c in ("identity", "species", "file_path"):
         if c not in meta.columns:
             raise FPRLayoutError(f"WildlifeReID metadata: missing column {c!r}")
+    full = meta                         # ``embeddings`` are row-aligned with the unfiltered table
+    if datasets:
+        if "dataset" not in meta.columns:
+            raise FPRLayoutError("WildlifeReID metadata: datasets=... needs a 'dataset' column")
+        meta = meta[meta.dataset.astype(str).isin(set(datasets))]
     lo = n_ref if isinstance(n_ref, int) else n_ref[0]
     out = {}
-    sp_norm = meta.species.astype(str).str.lower()
+    sp_norm = meta.species.astype(str).str.strip().str.lower()
     for sp in species:
-        sel = meta[sp_norm.str.contains(sp.lower())].copy()
-        counts = sel.groupby("identity").size()
-        ok = sorted(counts[counts >= n_gallery + lo].index.astype(str))
-        if len(ok) < ids_per_species:
-            raise FPRLayoutError(f"WildlifeReID metadata: species {sp!r} has {len(ok)} identities with "
-                                 f">= {n_gallery + lo} images, need {ids_per_species}")
-        pick = make_rng(seed, "wildlife", sp).choice(len(ok), size=ids_per_species, replace=False)
-        keep = {ok[i] for i in pick}
+        sel = meta[sp_norm == sp.lower()].copy()
+        counts = sel.groupby(sel.identity.astype(str)).size()
+        counts = counts[counts >= n_gallery + lo]
+        if len(counts) < ids_per_species:
+            raise FPRSizeError(f"WildlifeReID metadata: species {sp!r} has {len(counts)} identities with "
+                               f">= {n_gallery + lo} images, need {ids_per_species}")
+        ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        keep = {k for k, _ in ranked[:ids_per_species]}
         sel = sel[sel.identity.astype(str).isin(keep)].copy()
         sel["name"], sel["species"] = sel.identity.astype(str), sp
         out[sp] = split_reference_gallery(sel, n_ref, n_gallery, seed, sampling,
-                                          _sub_emb(embeddings, meta, sel), key=f"wildlife_{sp}")
+                                          _sub_emb(embeddings, full, sel), key=f"wildlife_{sp}")
     return out

@@ -1,7 +1,8 @@
 """DreamBench++ metric-to-human alignment of a bench encoder (NearID Table 2, Figure 4).
 
-With the profile's DreamBench++ ratings (:func:`dbpp_human`) every rated image is scored against its
-subject's reference. DreamBench++ human ratings do not exist offline: with
+With the profile's DreamBench++ ratings (:func:`dbpp_human`; :func:`dbpp_for_profile` finds them:
+``downloads_dir()/"dreambenchpp"`` in the publishers' layout in ``paper``) every rated image is
+scored against its subject's reference. DreamBench++ human ratings do not exist offline: with
 ``cfg.eval.dbpp_standin`` the M-H column is computed against a *procedural oracle*
 (:func:`dbpp_standin` over :func:`~nearid_lib.nearid.pairs.grid_pairs`: reference = the unedited
 cell, "generated" = every other cell, oracle = 1 - identity_change, "methods" = context-drift
@@ -10,6 +11,7 @@ levels, "categories" = the drifting factor). Such values are never called human:
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
@@ -17,12 +19,16 @@ import pandas as pd
 from PIL import Image
 
 from .. import metrics
+from ..data.benchmarks import DreamBenchPP, load_dreambenchpp
+from ..data.schema import DataError
+from ..paths import downloads_dir
 
 if TYPE_CHECKING:
+    from ..config import Profile
     from ..data import NearIDData
-    from ..data.benchmarks import DreamBenchPP
 
-__all__ = ["PROCEDURAL_NOTE", "dbpp_standin", "dbpp_human"]
+__all__ = ["PROCEDURAL_NOTE", "dbpp_standin", "dbpp_human", "dbpp_mean_ratings", "dbpp_root",
+           "dbpp_for_profile", "DBPP_DIRNAME", "DOWNLOAD_STEPS"]
 
 PROCEDURAL_NOTE = "procedural oracle, not human (DreamBench++ stand-in from the world's edit grids)"
 
@@ -38,39 +44,137 @@ def dbpp_standin(benc, data: NearIDData, gp: pd.DataFrame, variant: str = "full"
     return mh, s
 
 
+def _load_rgb(p):
+    with Image.open(p) as im:
+        return im.convert("RGB")
+
+
+def _pair_scores(benc, a: list, b: list) -> np.ndarray:
+    """Cosine (or the scorer's pair score) of reference ``a[i]`` with generated ``b[i]``."""
+    if benc.kind == "pairs":
+        res = benc.scorer.score_pairs([_load_rgb(x) for x in a], [_load_rgb(x) for x in b])
+        return np.asarray(getattr(res, "scores", res), dtype=np.float64)
+    enc = benc.embedder.encoder
+    uniq = list(dict.fromkeys(a + b))
+    e = {}
+    for i in range(0, len(uniq), 64):
+        chunk = uniq[i:i + 64]
+        for u, v in zip(chunk, enc.embed([_load_rgb(x) for x in chunk]).float().cpu().numpy()):
+            e[u] = v
+    return np.array([float(np.dot(e[x], e[y])) for x, y in zip(a, b)])
+
+
+def _human_rows(dbpp: DreamBenchPP, max_rows: int | None) -> pd.DataFrame:
+    hum = dbpp.ratings[dbpp.ratings["rater"] == "human"].reset_index(drop=True)
+    if "group" not in hum.columns:
+        hum = hum.assign(group="all")
+    if max_rows is not None:
+        hum = hum.iloc[:max_rows]
+    if "reference" not in hum.columns:
+        ref = dbpp.subjects.drop_duplicates("subject").set_index("subject")["image"]
+        hum = hum.assign(reference=ref.reindex(hum["subject"]).to_numpy())
+    cat = dbpp.subjects.drop_duplicates("subject").set_index("subject")["category"]
+    return hum.assign(category=cat.reindex(hum["subject"]).fillna("").to_numpy())
+
+
 def dbpp_human(dbpp: DreamBenchPP, max_rows: int | None = None) -> Callable[[Any], tuple]:
     """M-H against DreamBench++ *human* ratings (``nearid_lib.data.benchmarks.load_dreambenchpp``):
     per rated image, s(reference image of its subject, generated image); returns a callable for
     :func:`~nearid_lib.nearid.evaluate.evaluate_encoder` ``(benc) -> (metric_to_human dict with
-    kind="human", scores)``."""
-    hum = dbpp.ratings[dbpp.ratings["rater"] == "human"].reset_index(drop=True)
-    if max_rows is not None:
-        hum = hum.iloc[:max_rows]
-    ref = dbpp.subjects.drop_duplicates("subject").set_index("subject")
-    cat = ref["category"].reindex(hum["subject"]).to_numpy()
+    kind="human", scores)``.
+
+    The release has two human rater groups; as in its own ``pearson.py`` (and NearID Table 2's
+    "r +- spread"), the Pearson r of each method is computed against each group separately and
+    averaged over groups (``per_method``: ``r`` = mean, ``r_spread`` = half the range, ``n`` =
+    rated images); ``m_h`` is the Fisher-z mean of the per-method r. Per category the same, over
+    the rows of that category. ``scores`` are in the row order of the human ratings."""
+    hum = _human_rows(dbpp, max_rows)
 
     def run(benc):
-        def load(p):
-            with Image.open(p) as im:
-                return im.convert("RGB")
-
-        a = [ref.at[s, "image"] for s in hum["subject"]]
-        b = hum["image"].tolist()
-        if benc.kind == "pairs":
-            res = benc.scorer.score_pairs([load(x) for x in a], [load(x) for x in b])
-            s = np.asarray(getattr(res, "scores", res), dtype=np.float64)
-        else:
-            enc = benc.embedder.encoder
-            uniq = list(dict.fromkeys(a + b))
-            e = {}
-            for i in range(0, len(uniq), 64):
-                chunk = uniq[i:i + 64]
-                for u, v in zip(chunk, enc.embed([load(x) for x in chunk]).float().cpu().numpy()):
-                    e[u] = v
-            s = np.array([float(np.dot(e[x], e[y])) for x, y in zip(a, b)])
-        mh = metrics.metric_to_human(s, hum["score"].to_numpy(float), hum["method"].to_numpy(),
-                                     cat if (cat != "").all() else None)
+        s = _pair_scores(benc, hum["reference"].tolist(), hum["image"].tolist())
+        cat = hum["category"].to_numpy()
+        per_group = {g: metrics.metric_to_human(s[idx], hum["score"].to_numpy(float)[idx],
+                                                hum["method"].to_numpy()[idx],
+                                                cat[idx] if (cat != "").all() else None)
+                     for g, idx in hum.groupby("group", sort=True).indices.items()}
+        mh = _average_groups(per_group)
         mh["kind"] = "human"
         return mh, s
 
     return run
+
+
+def _average_groups(per_group: dict[str, dict]) -> dict:
+    """Mean over rater groups of the per-method (and per-category) r; Fisher-z over methods."""
+    def avg(frames, key):
+        d = pd.concat([f.assign(_g=g) for g, f in frames.items()], ignore_index=True)
+        out = d.groupby(key, sort=True).agg(r=("r", "mean"), r_min=("r", "min"), r_max=("r", "max"),
+                                            n=("n", "max")).reset_index()
+        out["r_spread"] = (out.pop("r_max") - out.pop("r_min")) / 2
+        return out
+
+    pm = avg({g: m["per_method"] for g, m in per_group.items()}, "method")
+    m_h, sem = metrics.fisher_z_mean(pm["r"], return_sem=True)
+    out = {"m_h": m_h, "m_h_sem": sem, "per_method": pm, "groups": sorted(per_group)}
+    if all("per_category" in m for m in per_group.values()):
+        pc = []
+        for c in sorted({c for m in per_group.values() for c in m["per_category"]["category"]}):
+            rs = [m["per_category"].set_index("category").loc[c] for m in per_group.values()
+                  if c in set(m["per_category"]["category"])]
+            pc.append({"category": c, "r": float(np.mean([x["r"] for x in rs])),
+                       "sem": float(np.mean([x["sem"] for x in rs])),
+                       "r_pooled": float(np.mean([x["r_pooled"] for x in rs])), "n": int(max(x["n"] for x in rs))})
+        out["per_category"] = pd.DataFrame(pc)
+    return out
+
+
+def dbpp_mean_ratings(dbpp: DreamBenchPP, max_rows: int | None = None) -> pd.DataFrame:
+    """One row per rated generated image (method, subject, prompt_index, reference, image, category)
+    with ``rating`` = the mean human concept-preservation score over the rater groups that rated it
+    (rows no group rated dropped) and ``n_raters``: ID-Sim's DreamBench++ pairs (Spearman/Kendall of
+    a similarity with ``rating``). The authors' further filter (6,921 "valid pairs", 110 subjects)
+    is not published; ``n`` and subjects are reported beside the value instead."""
+    hum = _human_rows(dbpp, None)
+    keys = ["method", "subject", "prompt_index", "reference", "image", "category"]
+    g = hum.dropna(subset=["score"]).groupby(keys, sort=True)["score"]
+    out = g.agg(rating="mean", n_raters="count").reset_index()
+    return out.iloc[:max_rows].reset_index(drop=True) if max_rows is not None else out
+
+
+def dbpp_root(cfg: Profile) -> Path | None:
+    """Where the profile reads DreamBench++: ``eval.dbpp_root`` when set, else
+    ``downloads_dir()/"dreambenchpp"`` when ``eval.dbpp_human`` (paper), else None (no human
+    ratings in this profile)."""
+    if cfg.eval.dbpp_root:
+        return Path(cfg.eval.dbpp_root).expanduser()
+    if cfg.eval.dbpp_human:
+        return downloads_dir() / DBPP_DIRNAME
+    return None
+
+
+def dbpp_for_profile(cfg: Profile, max_rows: int | None = None) -> tuple[Callable[[Any], tuple] | None, str | None]:
+    """``(scorer, None)`` -- the :func:`dbpp_human` callable for ``evaluate_encoder(dbpp=...)`` --
+    when the profile's DreamBench++ data is present and valid, else ``(None, reason)`` with the
+    reason to state beside the empty DreamBench++ columns (no ratings in this profile, folder
+    absent with the download steps, or the loader's error naming file/key/field)."""
+    root = dbpp_root(cfg)
+    if root is None:
+        why = ("this profile has no DreamBench++ human ratings"
+               + (" (the procedural stand-in is labelled apart)" if cfg.eval.dbpp_standin else ""))
+        return None, why
+    if not root.is_dir():
+        return None, (f"DreamBench++ not found at {root}: download it by hand (README, 'paper profile'): "
+                      f"{DOWNLOAD_STEPS}")
+    try:
+        db = load_dreambenchpp(root)
+    except DataError as err:
+        return None, f"DreamBench++ at {root} cannot be read: {err}"
+    return dbpp_human(db, max_rows=max_rows), None
+
+
+DBPP_DIRNAME = "dreambenchpp"
+DOWNLOAD_STEPS = ("unzip data.zip of the hub dataset yuangpeng/dreambench_plus (data/images, data/captions), "
+                  "and the 'Full Samples with 7 methods' (samples/), 'human rating data' "
+                  "(data_human_rating/) and optionally 'GPT rating data' (data_gpt_rating/) zips linked "
+                  "from github.com/yuangpeng/dreambench_plus, all into one folder "
+                  "$NEARID_DOWNLOADS/dreambenchpp")

@@ -1,0 +1,36 @@
+"""``python -m nearid_lib.dryrun write HUB_DIR DOWNLOADS_DIR`` | ``overrides`` | ``check FIGURES_DIR``."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import check_tables, overrides_text, write_mirror
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m nearid_lib.dryrun", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    w = sub.add_parser("write", help="write the fixture mirror and the hand-downloaded fixtures")
+    w.add_argument("hub_dir")
+    w.add_argument("downloads_dir")
+    w.add_argument("--seed", type=int, default=0)
+    sub.add_parser("overrides", help="print the size-only NEARID_SET of the dry run")
+    c = sub.add_parser("check", help="every paper table written or skipped with a reason")
+    c.add_argument("figures_dir")
+    a = p.parse_args(argv)
+    if a.cmd == "write":
+        for kind, names in write_mirror(a.hub_dir, a.downloads_dir, a.seed).items():
+            print(f"{kind}: {', '.join(names)}")
+        return 0
+    if a.cmd == "overrides":
+        print(overrides_text())
+        return 0
+    problems = check_tables(a.figures_dir)
+    for line in problems:
+        print("dry run:", line, file=sys.stderr)
+    print(f"dry run: {'OK' if not problems else f'{len(problems)} problem(s)'}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
