@@ -23,9 +23,14 @@
 #   world through the runner; we verify the regenerated pixels equal the world's, report the
 #   quality filters, and time the procedural backend and a real (tiny, random-weight) diffusers SD
 #   inpainting pipeline.
-# - `paper`: the diffusers backends (SDXL, FLUX Fill, FLUX Canny, Qwen-Image ControlNet, PowerPaint
-#   plug-in) generate `gen_<source>` for every source in `cfg.generate.sources` into the released
-#   dataset root. For N GPUs use the CLI under `accelerate launch` (README).
+# - `paper`: the 9 sources are *released* (`Aleksandar/NearID-<source>`, read by notebook 01); this
+#   notebook summarises them and regenerates nothing by default (all 9 would cost hundreds of
+#   A100-hours, see the projection below). Regeneration is opt-in per source
+#   (`NEARID_SET=generate.sources=Flux,SDXL`) with the diffusers backends (SDXL, FLUX Fill, FLUX Canny,
+#   Qwen-Image ControlNet; PowerPaint only with a BrushNet pipeline you hand in, else it is excluded
+#   with the reason before anything runs). Regenerated sources go to `<dataset>_regenerated/` and are
+#   never registered into the dataset, so they never enter an evaluation pool. For N GPUs use the CLI
+#   under `accelerate launch` (README).
 
 # %% tags=["parameters"]
 PROFILE = "mini"
@@ -45,11 +50,12 @@ from PIL import Image
 from nearid_lib.data import build_world
 from nearid_lib.generate import get_backend
 from nearid_lib.generate.items import items_from_dataset
-from nearid_lib.generate.merge import merge_source, register_source
+from nearid_lib.generate.merge import merge_source
+from nearid_lib.generate.plan import regeneration_plan, regeneration_root, released_source_summary
 from nearid_lib.generate.procedural import regenerate_world_sources, world_request_fn, world_source_backend
 from nearid_lib.generate.quality import QualityFilter
 from nearid_lib.generate.runner import generate_source
-from nearid_lib.generate.specs import NEARID_SOURCES, SPECS, source_backend
+from nearid_lib.generate.specs import NEARID_SOURCES, SPECS
 from nearid_lib.io_utils import write_csv
 from nearid_lib.paths import data_dir
 from nearid_lib.run import start_run
@@ -69,29 +75,40 @@ if procedural and g.verify_splits:
 print(f"{PROFILE}: {len(items)} views to fill per source, root {root}")
 
 # %% [markdown]
-# ## Generate every source through the runner
+# ## Generate sources through the runner
 # `mini`: regenerate the procedural world's sources into a separate root and check them against
 # the world pixel by pixel (the world builder and the runner draw the same per-item requests).
 # The quality filters run with no retries so that regenerated items stay comparable.
+# `paper`: the released sources as read by notebook 01, then the opt-in regeneration plan.
 
 # %%
-regen = RES / "regenerated"
-reports, checks = [], []
-sources = list(cfg.world.distractor_sources) if procedural else [f"gen_{s}" for s in g.sources]
-if procedural:   # one source per process (NEARID_WORKERS); the loop below then finds them done
+if procedural:
+    regen = RES / "regenerated"
+    sources = list(cfg.world.distractor_sources)
+    plan, excluded = [(s, None, None) for s in sources], {}
+    # one source per process (NEARID_WORKERS); the loop below then finds them done
     regenerate_world_sources(cfg, root, regen, sources, items, quality=qf, batch_size=g.batch_size)
-for source in sources:
+else:
+    regen = regeneration_root(root)
+    released = released_source_summary(root)
+    run.write_table(released, "02_released_sources")
+    print(released.to_string(index=False))
+    sources = released.source.tolist()
+    plan, excluded = regeneration_plan(cfg)
+    print(f"regeneration (opt-in, generate.sources): {[p[0] for p in plan] or 'none'}; "
+          f"excluded: {excluded or 'none'}")
+reports, checks = [], []
+for source, name, res in plan:
     if procedural:
         backend, request_fn = world_source_backend(cfg, root, source)
-        out_root, kw = regen, dict(input_root=root, request_fn=request_fn, retries=0)
+        kw = dict(input_root=root, request_fn=request_fn, retries=0)
     else:
-        name, res = source_backend(source[len("gen_"):])
         backend = get_backend(name, resolution=res, mixed_precision=g.mixed_precision,
                               hub_ids=dict(g.hub_ids))
-        out_root, kw = root, dict(retries=g.retries)
-    generate_source(backend, items, out_root, source, seed=cfg.seed, shard=None,
+        kw = dict(input_root=root, retries=g.retries)
+    generate_source(backend, items, regen, source, seed=cfg.seed, shard=None,
                     batch_size=g.batch_size, quality=qf, progress=False, **kw)
-    table, report = merge_source(out_root, source, items, profile=PROFILE, backend=backend.name,
+    table, report = merge_source(regen, source, items, profile=PROFILE, backend=backend.name,
                                  input_root=root)
     reports.append(report)
     if procedural:
@@ -105,10 +122,15 @@ for source in sources:
                     same += np.array_equal(np.asarray(Image.open(regen / a)),
                                            np.asarray(Image.open(root / b)))
         checks.append({"source": source, "n_compared": n, "n_pixel_identical": same})
-    else:
-        register_source(root, source)
-quality = pd.concat(reports, ignore_index=True)
-run.write_table(quality, "02_quality_filter")
+if excluded:
+    run.write_table(pd.DataFrame({"source": list(excluded), "reason": list(excluded.values())}),
+                    "02_regeneration_excluded")
+if reports:
+    quality = pd.concat(reports, ignore_index=True)
+    run.write_table(quality, "02_quality_filter")
+else:
+    quality = None
+    print("no source regenerated in this run: no quality-filter table")
 quality
 
 # %%

@@ -41,12 +41,11 @@ import torch
 
 from nearid_lib.claims import evaluate_claims
 from nearid_lib.data import load_profile_data
-from nearid_lib.data.benchmarks import load_dreambenchpp
 from nearid_lib.io_utils import write_csv, write_json
 from nearid_lib.models import load_backbone, resolve_name
 from nearid_lib.nearid.ablations import main_row
 from nearid_lib.nearid.claims import CLAIMS_BY_NOTEBOOK, NEARID_CLAIMS
-from nearid_lib.nearid.dbpp import dbpp_human
+from nearid_lib.nearid.dbpp import dbpp_for_profile
 from nearid_lib.nearid.embedder import image_groups
 from nearid_lib.nearid.evaluate import backbone_throughput, evaluate_encoder, n_bench_images, source_groups
 from nearid_lib.nearid.pairs import grid_pairs
@@ -97,7 +96,8 @@ print(f"caches ready in {cache_seconds:.1f}s")
 
 # %%
 grid = grid_pairs(data, cfg.eval.split) if cfg.eval.dbpp_standin else None
-dbpp_fn = dbpp_human(load_dreambenchpp(cfg.eval.dbpp_root)) if cfg.eval.dbpp_root else None
+dbpp_fn, dbpp_why = dbpp_for_profile(cfg)     # DreamBench++ human ratings, or why there are none
+print("DreamBench++:", "human ratings" if dbpp_fn else dbpp_why)
 results = []
 for b in encoders:
     t0 = time.perf_counter()
@@ -157,6 +157,9 @@ f4 = seed_mean([fig4_dbpp_category(rs, PROFILE).assign(seed=s) for s, rs in per_
 if len(t2):
     run.write_table(t2, "04_table2_dbpp", seeds=seeds)
     run.write_table(f4, "04_fig4_dbpp_per_category", seeds=seeds)
+elif cfg.eval.dbpp_human:          # paper: the ratings were expected; say why they are absent
+    run.skip_table("04_table2_dbpp", dbpp_why)
+    run.skip_table("04_fig4_dbpp_per_category", dbpp_why)
 t2
 
 # %% [markdown]

@@ -16,8 +16,9 @@
 # (steps, schedule, seeds) for every training objective; only the loss differs (the L_NearID row *is*
 # the main head of notebook 03). Scored on the test split; every row is the mean over `eval.n_seeds`
 # seeds (`*_sd`: spread). Where the paper leaves a loss constant open, the authors' released code sets
-# it (`nearid_lib.nearid.losses.compute_loss`). DreamBench++ human ratings do not exist in the
-# procedural world, so `dbpp_mh` stays empty.
+# it (`nearid_lib.nearid.losses.compute_loss`). DreamBench++ human ratings exist only in `paper`
+# (`dbpp_mh` of every row's head, and `delta_mh` against InfoNCE as in Table 10); in the procedural
+# world `dbpp_mh` stays empty, with the reason in `note`.
 
 # %% tags=["parameters"]
 PROFILE = "mini"
@@ -31,8 +32,10 @@ from nearid_lib.data import load_profile_data
 from nearid_lib.models import load_backbone
 from nearid_lib.nearid.ablations import loss_rows
 from nearid_lib.nearid.claims import CLAIMS_BY_NOTEBOOK, NEARID_CLAIMS
+from nearid_lib.nearid.dbpp import dbpp_for_profile
 from nearid_lib.nearid.embedder import Embedder
 from nearid_lib.nearid.evaluate import encoder_evidence, evaluate_split
+from nearid_lib.nearid.scorers import EmbeddingBenchEncoder
 from nearid_lib.nearid.sweep import run_rows, seeds_of
 from nearid_lib.report import paper_values_dir
 from nearid_lib.run import start_run
@@ -58,12 +61,22 @@ paper3 = pd.read_csv(paper_values_dir() / "nearid_table3_loss_ablation.csv")
 paper10 = pd.read_csv(paper_values_dir() / "nearid_table10_infonce.csv")
 ours = summary.merge(paper3[["row", "row_id"]], on="row_id", how="left")
 ours["row"] = ours["row"].fillna(ours["row_id"])
-ours["dbpp_mh"] = float("nan")      # no DreamBench++ humans in the procedural world
-ours["note"] = "dbpp_mh: no DreamBench++ human ratings in this profile"
+dbpp_fn, dbpp_why = dbpp_for_profile(cfg)       # DreamBench++ human ratings (paper) or why not
+if dbpp_fn is not None:
+    mh = sweep.dbpp(backbone, data, dbpp_fn, PROFILE)
+    mh.loc[len(mh)] = {"key": "frozen", "dbpp_mh": dbpp_fn(EmbeddingBenchEncoder(frozen_emb, backbone.name))[0]["m_h"]}
+    ours = ours.drop(columns=["dbpp_mh", "dbpp_mh_sd"], errors="ignore").merge(mh, on="key", how="left")
+    ours["note"] = "dbpp_mh: DreamBench++ human ratings"
+else:
+    ours["dbpp_mh"] = float("nan")
+    ours["note"] = "dbpp_mh: " + (dbpp_why if cfg.eval.dbpp_human else "no DreamBench++ human ratings in this profile")
 sd = [c for c in ours.columns if c.endswith("_sd") and c[:-3] in cols]
 table3 = ours[["row", "row_id", "ours_label"] + cols + sd + ["unseen_ssr", "unseen_pa", "n_seeds", "steps", "note"]]
 run.write_table(table3, "05_table3_loss_ablation", seeds=seeds)
-t10 = table3[table3.row_id.isin(paper10.row_id)].drop(columns=["mtg_ssr", "mtg_pa"]).assign(delta_mh=float("nan"))
+t10 = table3[table3.row_id.isin(paper10.row_id)].drop(columns=["mtg_ssr", "mtg_pa"])
+ref_mh = t10.loc[t10.row_id == "infonce", "dbpp_mh"]     # Table 10: M-H minus InfoNCE's, none for frozen
+t10 = t10.assign(delta_mh=(t10.dbpp_mh - (ref_mh.iloc[0] if len(ref_mh) else float("nan")))
+                 .where(~t10.row_id.isin(["frozen", "infonce"])))
 run.write_table(t10, "05_table10_infonce", seeds=seeds)
 table3[["row", "nearid_ssr", "nearid_ssr_sd", "nearid_pa", "mtg_mo", "mtg_mo_sd", "mtg_ssr"]].round(3)
 

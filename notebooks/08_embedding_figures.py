@@ -32,8 +32,7 @@ from IPython.display import display
 
 from nearid_lib import plots
 from nearid_lib.data import load_profile_data
-from nearid_lib.data.benchmarks import load_dreambenchpp
-from nearid_lib.nearid.dbpp import PROCEDURAL_NOTE, dbpp_human, dbpp_standin
+from nearid_lib.nearid.dbpp import PROCEDURAL_NOTE, dbpp_for_profile, dbpp_standin
 from nearid_lib.nearid.pairs import grid_pairs
 from nearid_lib.nearid.scorers import load_bench_encoders
 from nearid_lib.run import start_run
@@ -171,8 +170,8 @@ if len(m):
 
 # %%
 radar = {}
-if cfg.eval.dbpp_root:
-    run_dbpp = dbpp_human(load_dreambenchpp(cfg.eval.dbpp_root))
+run_dbpp, dbpp_why = dbpp_for_profile(cfg)
+if run_dbpp is not None:
     for b in (frozen, head):
         radar[NAMES[b.name]] = run_dbpp(b)[0]["per_category"].set_index("category")["r"].to_dict()
     kind = "DreamBench++ human ratings"
@@ -188,7 +187,7 @@ if radar:
     fig = plots.radar_plot(radar, title=f"M-H per category\n[{kind}]", reference="NearID (Ours)")
     display(run.figure(fig, "08_fig4_dbpp_radar"))
 else:
-    print("no DB++ data and no stand-in in this profile: radar skipped")
+    print(f"no DB++ data and no stand-in in this profile ({dbpp_why}): radar skipped")
 
 # %%
 sorted(p.name for p in run.figures.glob("08_*.png"))

@@ -105,7 +105,9 @@ def test_registry_and_paper_defaults():
     assert get_backend("flux_fill", resolution=512).resolution == 512
     assert NEARID_SOURCES["SDXL_1024"] == ("sdxl", "native") and NEARID_SOURCES["Qwen"][1] == 512
     cfg = get_profile("paper")
-    assert set(cfg.generate.sources) == set(NEARID_SOURCES) == set(cfg.world.nearid_sources)
+    # the 9 sources are read from the release; regeneration is opt-in (nearid_lib.generate.plan)
+    assert cfg.generate.sources == ()
+    assert set(NEARID_SOURCES) == set(cfg.world.nearid_sources) == set(cfg.world.distractor_sources)
     for k, v in dict(cfg.generate.hub_ids).items():
         assert DEFAULT_HUB_IDS[k] == v
     with pytest.raises(ValueError, match="resolution"):
@@ -200,3 +202,29 @@ def test_offline_clip_tokenizer_matches_open_clip():
     ids = tok("a photo of a red mug").input_ids
     ref = open_clip.get_tokenizer("ViT-B-32")(["a photo of a red mug"])[0].tolist()
     assert ids == ref[:len(ids)] and len(tok) == 49408
+
+
+def test_regeneration_plan_is_opt_in_and_excludes_powerpaint_up_front(tmp_path):
+    from nearid_lib.config import get_profile
+    from nearid_lib.generate.plan import regeneration_plan, regeneration_root, released_source_summary
+
+    cfg = get_profile("paper")
+    assert regeneration_plan(cfg) == ([], {})
+    cfg = get_profile("paper", {"generate.sources": "Flux,PowerPaint,SDXL_1024,Bogus"})
+    runnable, excluded = regeneration_plan(cfg)
+    assert runnable == [("Flux", "flux_fill", 512), ("SDXL_1024", "sdxl", "native")]
+    assert set(excluded) == {"PowerPaint", "Bogus"}
+    assert "BrushNet" in excluded["PowerPaint"] and "valid:" in excluded["Bogus"]
+    # regenerated sources never go into the dataset folder
+    assert regeneration_root(tmp_path / "nearid") == tmp_path / "nearid_regenerated"
+
+    root = tmp_path / "nearid"
+    (root / "distractors").mkdir(parents=True)
+    (root / "sources.json").write_text('{"sources": ["A", "B"], "train_sources": ["A"]}')
+    (root / "positives.csv").write_text("id,split,img1,mask1,img2,mask2,img3,mask3\n"
+                                        "1,train,a,m,b,m,,\n2,test,a,m,b,m,c,m\n")
+    (root / "distractors" / "A.csv").write_text("id,split,nimg1,nimg2,nimg3\n1,train,x,,\n2,test,x,y,z\n")
+    (root / "distractors" / "B.csv").write_text("id,split,nimg1,nimg2,nimg3\n1,train,,,\n2,test,x,,\n")
+    summ = released_source_summary(root).set_index("source")
+    assert summ.loc["A"].tolist() == [2, 5, 4, 3, "train + eval"]
+    assert summ.loc["B"].tolist() == [2, 5, 1, 1, "eval"]

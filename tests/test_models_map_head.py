@@ -141,3 +141,15 @@ def test_token_dropout_keeps_valid_tokens_and_one_per_row():
     assert torch.equal(a, b)
     head.eval()
     assert torch.equal(head(x), head(x))
+
+
+def test_half_tokens_with_float_head_outside_autocast():
+    """Paper caches tokens in float16; a float32 head scores them without autocast (CPU, eval)."""
+    torch.manual_seed(0)
+    head = MAPHead(16, num_heads=2, out_dim=8).eval()
+    x = torch.randn(3, 5, 16)
+    ref = head(x)
+    got = head(x.half())
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, head(x.half().float()))
+    assert (got - ref).abs().max() < 1e-2

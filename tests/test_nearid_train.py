@@ -196,3 +196,21 @@ def test_random_positive_first_draws_among_valid_views(world):
             firsts.setdefault(i, set()).add(r.positives[i][0])
     two = [i for i in range(len(rows)) if (rows.positives[i] != "").sum() == 2]
     assert two and all(len(firsts[i]) == 2 for i in two)   # both views get drawn
+
+
+def test_head_from_a_half_precision_siglip_is_float32():
+    """Paper: backbone.dtype=float16; the trainable head copied from SigLIP's own MAP head must be
+    float32 (Adam on fp16 parameters diverges to NaN; GradScaler refuses fp16 gradients)."""
+    from transformers import SiglipVisionConfig
+    from transformers.models.siglip.modeling_siglip import SiglipMultiheadAttentionPoolingHead
+
+    from nearid_lib.nearid.train import build_head
+
+    sc = SiglipVisionConfig(hidden_size=16, intermediate_size=32, num_attention_heads=2)
+
+    class HalfBackbone:
+        siglip_head = SiglipMultiheadAttentionPoolingHead(sc).half()
+
+    cfg = get_profile("paper")
+    head = build_head(cfg, 16, HalfBackbone())
+    assert {p.dtype for p in head.parameters()} == {torch.float32}

@@ -146,6 +146,11 @@ class MAPHead(nn.Module):
             token_mask = token_mask.to(device=tokens.device, dtype=torch.bool)
             if not token_mask.any(dim=1).all():
                 raise ValueError("MAPHead: a row of token_mask has no valid token")
+        wdt = self.probe.dtype
+        if tokens.dtype != wdt and not torch.is_autocast_enabled(tokens.device.type):
+            # half-precision token caches (paper: backbone.dtype=float16) with a float32 head and
+            # no autocast (CPU, or evaluation outside autocast): compute in the head's dtype
+            tokens = tokens.to(wdt)
         if self.training and self.token_dropout > 0:
             token_mask = drop_tokens(token_mask, tokens.shape[:2], self.token_dropout, tokens.device,
                                      generator)

@@ -145,16 +145,20 @@ class VLMJudge:
     def from_pretrained(cls, name_or_path: str, device: str = "cpu", dtype: str = "bfloat16",
                         trust_remote_code: bool = False, attn_implementation: str | None = None,
                         **kw) -> "VLMJudge":
-        """Load a Qwen3-VL checkpoint (hub id or local folder) with ``AutoModelForImageTextToText``.
+        """Load a Qwen3-VL checkpoint (hub id or local folder, through :func:`nearid_lib.hub.model_source`)
+        with ``AutoModelForImageTextToText``.
         ``trust_remote_code`` stays off unless explicitly requested (Qwen3-VL is native in transformers)."""
         ensure_torchvision()
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
-        mk = {"dtype": getattr(torch, dtype), "trust_remote_code": trust_remote_code}
+        from .. import hub
+
+        path, hk = hub.model_source(name_or_path)     # NEARID_HUB_DIR mirror / pinned revision
+        mk = {"dtype": getattr(torch, dtype), "trust_remote_code": trust_remote_code, **hk}
         if attn_implementation:
             mk["attn_implementation"] = attn_implementation
-        model = AutoModelForImageTextToText.from_pretrained(name_or_path, **mk).to(device).eval()
-        proc = AutoProcessor.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
+        model = AutoModelForImageTextToText.from_pretrained(path, **mk).to(device).eval()
+        proc = AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code, **hk)
         return cls(model, proc, name=name_or_path.split("/")[-1], **kw)
 
     @classmethod

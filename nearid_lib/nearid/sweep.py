@@ -173,6 +173,26 @@ class Sweep:
                 ev.update(nearid_evidence(name, units, mtg, self.sources, self.train_sources))
         return ev
 
+    def dbpp(self, backbone, data: NearIDData, dbpp: Any, profile: str = "") -> pd.DataFrame:
+        """DreamBench++ metric-to-human of every row: each run's head (its checkpoint folder) on
+        ``backbone``, scored by ``dbpp`` (:func:`~nearid_lib.nearid.dbpp.dbpp_for_profile`'s
+        callable); one line per row: ``key``, ``dbpp_mh`` (mean over seeds), ``dbpp_mh_sd``."""
+        from ..models.checkpoint import load_head
+        from ..models.registry import NearIDEncoder
+        from .scorers import EmbeddingBenchEncoder
+
+        out = []
+        for r in self.rows:
+            vals = []
+            for run in self.runs[r.key]:
+                head, _ = load_head(run.directory)
+                enc = NearIDEncoder(backbone, head).eval()
+                benc = EmbeddingBenchEncoder(Embedder(enc, data, profile=profile, progress=False), "nearid", r.label)
+                vals.append(float(dbpp(benc)[0]["m_h"]))
+            out.append({"key": r.key, "dbpp_mh": float(np.mean(vals)),
+                        "dbpp_mh_sd": float(np.std(vals, ddof=1)) if len(vals) > 1 else float("nan")})
+        return pd.DataFrame(out)
+
 
 def _train_in_worker(cfg: Profile, root: str, kw: dict, threads: int) -> str:
     """One run in a worker process (see the module docstring): returns its run folder."""

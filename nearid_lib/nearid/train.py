@@ -65,10 +65,12 @@ ROLE_P = ("mask_p_anchor", "mask_p_positive", "mask_p_distractor")
 # --------------------------------------------------------------------------- model / optim
 def build_head(cfg: Profile, token_dim: int, backbone=None) -> MAPHead:
     """A fresh :class:`MAPHead` from ``cfg.head`` (SigLIP backbones: a copy of their own MAP head when
-    ``head.init_from_backbone``, as in the paper). Initialised from ``(cfg.seed, "head-init")``."""
+    ``head.init_from_backbone``, as in the paper). Initialised from ``(cfg.seed, "head-init")``.
+    The trainable head is float32 whatever the backbone's dtype (paper: float16): mixed precision
+    is autocast over float32 master weights, never half-precision parameters under Adam."""
     hc = cfg.head
     if hc.init_from_backbone and backbone is not None and hasattr(backbone, "siglip_head"):
-        return MAPHead.from_siglip(backbone.siglip_head, token_dropout=hc.token_dropout)
+        return MAPHead.from_siglip(backbone.siglip_head, token_dropout=hc.token_dropout).float()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(make_rng(cfg.seed, "head-init").integers(2**62))
         return MAPHead(token_dim, num_heads=hc.num_heads, mlp_ratio=hc.mlp_ratio, out_dim=hc.out_dim,
