@@ -1,207 +1,287 @@
-"""Released-data loaders on tiny fixture datasets written in the released schemas (no network)."""
+"""The released NearID data in its *published* schema (``Aleksandar/NearID`` + the nine
+``Aleksandar/NearID-<source>`` repos + ``abdo-eldesokey/mtg-dataset``), read through a local hub
+mirror exactly as ``PROFILE=paper`` reads it.
+
+The fixtures are written by :mod:`nearid_lib.dryrun.nearid` in the card's schema (checked column by
+column against the authors' upload script below); error cases edit single rows of it. Masks come
+from a box masker here (any ``masker(images, prompts)`` callable is accepted); the real CLIPSeg
+masker is tested in ``test_masks.py`` and runs in ``make dryrun-paper``."""
 from __future__ import annotations
 
 import io
+import json
 
+import datasets
 import numpy as np
 import pandas as pd
 import pytest
 from PIL import Image
 
-datasets = pytest.importorskip("datasets")
+from nearid_lib import hub
+from nearid_lib.data import load_nearid
+from nearid_lib.data.released import (RELEASED_SOURCES, TABLE5_TRAIN_SOURCES, assign_splits, distractor_features,
+                                      materialise_released, positive_features, read_split_files)
+from nearid_lib.data.schema import DataError
+from nearid_lib.dryrun.nearid import write_nearid_datasets
 
-from nearid_lib.data import DataError, load_nearid  # noqa: E402
-from nearid_lib.data.benchmarks import load_dreambenchpp, load_fpr  # noqa: E402
-from nearid_lib.data.released import materialise_released  # noqa: E402
-
-S = 32
-
-
-def _img(seed, size=S, mode="RGB"):
-    a = np.random.default_rng(seed).integers(0, 255, (size, size, 3), dtype=np.uint8)
-    im = Image.fromarray(a)
-    return im.convert(mode) if mode != "RGB" else im
-
-
-def _mask(size=S, box=(8, 8, 24, 24)):
-    m = np.zeros((size, size), np.uint8)
-    m[box[1]:box[3], box[0]:box[2]] = 255
-    return Image.fromarray(m, "L")
+# The columns of the authors' upload script (scripts/upload_nearid_datasets.py of Gorluxor/NearID):
+# positives and every distractor repo; no mask column, no split column.
+PUBLISHED_POSITIVES = {"id": "int64", "category": "string", "category_description": "string", "img1": "Image",
+                       "img2": "Image", "img3": "Image", "n_images": "int64", "objaverse_id": "string",
+                       "prompts1": "string", "prompts2": "string", "prompts3": "string", "quality": "string"}
 
 
-def _positives(spelling="img", n=3, third=(True, False, True)):
-    icol = {"img": "img{k}", "images": "images{k}"}[spelling]
-    mcol = {"img": "mask{k}", "images": "masks{k}"}[spelling]
-    d = {"id": [f"obj{i}" for i in range(n)], "description": [f"thing {i}" for i in range(n)]}
-    for k in (1, 2, 3):
-        d[icol.format(k=k)] = [(_img(10 * i + k) if (k < 3 or third[i]) else None) for i in range(n)]
-        d[mcol.format(k=k)] = [(_mask() if (k < 3 or third[i]) else None) for i in range(n)]
-    feats = datasets.Features({c: (datasets.Image() if c[:-1] in ("img", "images", "mask", "masks")
-                                   else datasets.Value("string")) for c in d})
-    return datasets.Dataset.from_dict(d, features=feats)
+def _kind(f):
+    return "Image" if isinstance(f, datasets.Image) else f.dtype
 
 
-def _distractors(n=3, third=(True, False, True), col="nimg{k}", size=S, ids=True):
-    d = {}
-    if ids:
-        d["id"] = [f"obj{i}" for i in range(n)]
-    for k in (1, 2, 3):
-        d[col.format(k=k)] = [(_img(100 + 10 * i + k, size) if (k < 3 or third[i]) else None)
-                              for i in range(n)]
-    feats = datasets.Features({c: (datasets.Value("string") if c == "id" else datasets.Image())
-                               for c in d})
-    return datasets.Dataset.from_dict(d, features=feats)
+class BoxMasker:
+    """The centre half of the image: a deterministic stand-in for a segmentation model."""
+    fingerprint = "box-masker-v1"
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, images, prompts):
+        assert len(images) == len(prompts) and all(p.strip() for p in prompts)
+        self.calls += len(images)
+        out = []
+        for im in images:
+            m = np.zeros((im.size[1], im.size[0]), bool)
+            m[im.size[1] // 4: 3 * im.size[1] // 4, im.size[0] // 4: 3 * im.size[0] // 4] = True
+            out.append(m)
+        return out
 
 
-@pytest.mark.parametrize("spelling", ["img", "images"])
-def test_nearid_positives_and_distractors_roundtrip(tmp_path, spelling):
-    pos_dir = tmp_path / "NearID"
-    _positives(spelling).save_to_disk(str(pos_dir))
-    flux = tmp_path / "NearID-Flux"
-    _distractors().save_to_disk(str(flux))
-    # A 1024-style source at another resolution, spelled images1..3 and without ids.
-    big = _distractors(col="images{k}", size=48, ids=False)
-    root = materialise_released(tmp_path / "out", str(pos_dir), {"Flux": str(flux), "Flux_1024": big},
-                                train_sources=["Flux"])
+@pytest.fixture(scope="module")
+def mirror(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hub")
+    write_nearid_datasets(d, n_ids=18)
+    return d
+
+
+@pytest.fixture
+def hub_env(mirror, monkeypatch):
+    monkeypatch.setenv("NEARID_HUB_DIR", str(mirror))
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    return mirror
+
+
+def _load(repo):
+    return hub.load_hub_dataset(repo)
+
+
+def _edited(ds: datasets.Dataset, fn) -> datasets.Dataset:
+    """A copy of a published-schema dataset with ``fn(columns_dict)`` applied (same features)."""
+    raw = ds
+    for c, f in ds.features.items():
+        if isinstance(f, datasets.Image):
+            raw = raw.cast_column(c, datasets.Image(decode=False))
+    cols = raw.to_dict()                                   # images as {"bytes", "path"}
+    fn(cols)
+    return datasets.Dataset.from_dict(cols, features=ds.features)
+
+
+def test_fixture_schema_is_the_published_one(hub_env):
+    assert {c: _kind(f) for c, f in positive_features().items()} == PUBLISHED_POSITIVES
+    dist = {c: _kind(f) for c, f in distractor_features().items()}
+    assert {f"nimg{k}" for k in (1, 2, 3)} <= set(dist) and "id" in dist
+    assert not any("mask" in c or c == "split" for c in [*PUBLISHED_POSITIVES, *dist])
+    pos = _load("Aleksandar/NearID")
+    assert list(pos) == ["train"]                         # one split, as published
+    assert {c: _kind(f) for c, f in pos["train"].features.items()} == PUBLISHED_POSITIVES
+    for s in RELEASED_SOURCES:
+        assert set(_load(f"Aleksandar/NearID-{s}")["train"].column_names) == set(dist)
+
+
+def test_roundtrip_published_schema(hub_env, tmp_path):
+    pos = _load("Aleksandar/NearID")
+    dists = {s: _load(f"Aleksandar/NearID-{s}") for s in RELEASED_SOURCES}
+    masker = BoxMasker()
+    root = materialise_released(tmp_path / "nearid", pos, dists, _load("abdo-eldesokey/mtg-dataset"),
+                                masker=masker, n_val=2, n_test=4)
     d = load_nearid(root, check_images=True)
-    assert list(d.positives.id) == ["obj0", "obj1", "obj2"]
-    assert d.identities.n_views.tolist() == [3, 2, 3]
-    assert d.positives.img3[1] == "" and d.distractors["Flux"].nimg3[1] == ""
-    np.testing.assert_array_equal(np.asarray(d.image(d.positives.img1[2])), np.asarray(_img(21)))
-    assert d.image(d.distractors["Flux_1024"].nimg2[0]).size == (S, S)
-    assert d.sources == ["Flux", "Flux_1024"] and d.train_sources == ["Flux"]
-    assert d.identities.description[1] == "thing 1"
+    raw = pos["train"]
+    n2 = sum(1 for n in raw["n_images"] if n == 2)
+    assert 0 < n2 < len(raw)                                  # the fixture has 2- and 3-view identities
+    # splits by the documented rule, training sources of NearID Table 5
+    assert d.identities.split.value_counts().to_dict() == {"train": 12, "val": 2, "test": 4}
+    assert d.sources == list(RELEASED_SOURCES) and d.train_sources == list(TABLE5_TRAIN_SOURCES)
+    # category_description kept, n_images respected (2-view rows: empty img3 / nimg3)
+    ids = d.identities.set_index("id")
+    for row in raw.select_columns(["id", "category_description", "n_images"]):
+        r = ids.loc[str(row["id"])]
+        assert r.description == row["category_description"] and r.n_views == row["n_images"]
+    p = d.positives.set_index("id")
+    two = [str(r["id"]) for r in raw.select_columns(["id", "n_images"]) if r["n_images"] == 2]
+    assert (p.loc[two, "img3"] == "").all() and (p.loc[two, "mask3"] == "").all()
+    for s in RELEASED_SOURCES:
+        t = d.distractors[s].set_index("id")
+        assert (t.loc[two, "nimg3"] == "").all() and (t.drop(index=two)["nimg3"] != "").all()
+    # distractors are resized to their view's size (Flux_1024 is larger in the release)
+    a = d.positives.img1.iloc[0]
+    b = d.distractors["Flux_1024"].nimg1.iloc[0]
+    assert Image.open(d.path(a)).size == Image.open(d.path(b)).size
+    assert masker.calls == int(d.identities.n_views.sum())
+    man = json.loads((root / "manifest.json").read_text())
+    assert man["split"]["rule"].startswith("assign_splits") and man["masks"]["model"] == "box-masker-v1"
+    assert man["counts"]["identities"] == {"train": 12, "val": 2, "test": 4}
+    assert man["provenance"] == {}
+    assert set(d.mtg.split) == {"train", "test"}
+    # a second call with the same inputs is a no-op (nothing recomputed)
+    materialise_released(tmp_path / "nearid", pos, dists, _load("abdo-eldesokey/mtg-dataset"),
+                         masker=masker, n_val=2, n_test=4)
+    assert masker.calls == int(d.identities.n_views.sum())
 
 
-def test_distractor_dataset_one_row_short(tmp_path):
-    with pytest.raises(DataError, match=r"dataset SDXL: 2 rows but NearID has 3"):
-        materialise_released(tmp_path / "o", _positives(), {"SDXL": _distractors().select(range(2))})
+def test_resume_after_interruption(hub_env, tmp_path):
+    pos = _load("Aleksandar/NearID")
+    dists = {"Flux": _load("Aleksandar/NearID-Flux")}
+
+    class Dies(BoxMasker):
+        def __call__(self, images, prompts):
+            if self.calls >= 10:
+                raise KeyboardInterrupt
+            return super().__call__(images, prompts)
+
+    with pytest.raises(KeyboardInterrupt):
+        materialise_released(tmp_path / "n", pos, dists, masker=Dies(), n_val=2, n_test=4)
+    assert not (tmp_path / "n" / "manifest.json").exists()
+    again = BoxMasker()
+    materialise_released(tmp_path / "n", pos, dists, masker=again, n_val=2, n_test=4)
+    d = load_nearid(tmp_path / "n")
+    assert 0 < again.calls < int(d.identities.n_views.sum())          # only the missing identities
+    assert d.train_sources == ["Flux"]
 
 
-def test_distractor_dataset_misaligned_ids(tmp_path):
-    d = _distractors()
-    d = d.select([1, 0, 2])
-    with pytest.raises(DataError, match=r"dataset Qwen, row 0, field 'id'.*not row-aligned"):
-        materialise_released(tmp_path / "o", _positives(), {"Qwen": d})
+def test_distractors_join_by_id_in_any_order(hub_env, tmp_path):
+    pos = _load("Aleksandar/NearID")
+    flux = _load("Aleksandar/NearID-Flux")["train"]
+    shuffled = flux.select(list(reversed(range(len(flux)))))
+    a = materialise_released(tmp_path / "a", pos, {"Flux": flux}, masker=BoxMasker(), n_val=2, n_test=4)
+    b = materialise_released(tmp_path / "b", pos, {"Flux": shuffled}, masker=BoxMasker(), n_val=2, n_test=4)
+    ta = pd.read_csv(a / "distractors" / "Flux.csv", dtype=str, keep_default_na=False)
+    tb = pd.read_csv(b / "distractors" / "Flux.csv", dtype=str, keep_default_na=False)
+    pd.testing.assert_frame_equal(ta, tb)
+    im_a = np.asarray(Image.open(a / ta.nimg1.iloc[3]))
+    assert np.array_equal(im_a, np.asarray(Image.open(b / tb.nimg1.iloc[3])))
 
 
-def test_bad_inputs_in_released_rows(tmp_path):
-    pos = _positives().to_dict()
-    pos["mask1"][1] = _mask(size=20)
-    feats = _positives().features
-    with pytest.raises(DataError, match=r"dataset NearID, row 1, field 'mask1'.*size"):
-        materialise_released(tmp_path / "a", datasets.Dataset.from_dict(pos, features=feats))
-    pos = _positives().to_dict()
-    pos["mask2"][0] = Image.new("L", (S, S), 0)
-    with pytest.raises(DataError, match=r"row 0, field 'mask2'.*empty"):
-        materialise_released(tmp_path / "b", datasets.Dataset.from_dict(pos, features=feats))
-    pos = _positives().to_dict()
-    pos["img2"][2] = None
-    pos["mask2"][2] = None
-    with pytest.raises(DataError, match=r"row 2, field 'img2'.*fewer than two views"):
-        materialise_released(tmp_path / "c", datasets.Dataset.from_dict(pos, features=feats))
-    # A truncated PNG stored as raw bytes.
-    buf = io.BytesIO()
-    _img(1).save(buf, format="PNG")
-    pos = _positives().to_dict()
-    pos["img1"][1] = {"bytes": buf.getvalue()[:60], "path": None}
-    with pytest.raises(DataError, match=r"row 1, field 'img1'.*corrupt"):
-        materialise_released(tmp_path / "d", datasets.Dataset.from_dict(pos, features=feats))
-    assert not (tmp_path / "d" / "manifest.json").exists()
+def test_misaligned_and_bad_rows_name_repo_row_id_field(hub_env, tmp_path):
+    pos = _load("Aleksandar/NearID")["train"]
+    flux = _load("Aleksandar/NearID-Flux")["train"]
+    ids = pos["id"]
+
+    def run(p=pos, f=flux, sub="x"):
+        return materialise_released(tmp_path / sub, p, {"Flux": f}, masker=BoxMasker(), n_val=2, n_test=4)
+
+    # a distractor row with an id the positives do not have
+    bad = _edited(flux, lambda c: c["id"].__setitem__(5, 999999))
+    with pytest.raises(DataError, match=r"NearID-Flux, row 5, field 'id': id 999999 is not in Aleksandar/NearID"):
+        run(f=bad, sub="a")
+    # a distractor repo one row short: the missing id is named
+    with pytest.raises(DataError, match=rf"NearID-Flux: no row for id {ids[-1]}"):
+        run(f=flux.select(range(len(flux) - 1)), sub="b")
+    # duplicate ids
+    dup = _edited(flux, lambda c: c["id"].__setitem__(2, ids[1]))
+    with pytest.raises(DataError, match=rf"NearID-Flux, row 2, field 'id': duplicate id {ids[1]}"):
+        run(f=dup, sub="c")
+    # n_images that disagrees with the images present
+    three = next(i for i, n in enumerate(pos["n_images"]) if n == 3)
+    wrong = _edited(pos, lambda c: c["n_images"].__setitem__(three, 2))
+    with pytest.raises(DataError, match=rf"row {three} \(id {ids[three]}\), field 'n_images': 2 but 3"):
+        run(p=wrong, sub="d")
+    # an identity with one view
+    one = _edited(pos, lambda c: (c["img2"].__setitem__(0, None), c["n_images"].__setitem__(0, 1)))
+    with pytest.raises(DataError, match=rf"row 0 \(id {ids[0]}\), field 'img2': identity has fewer than two views"):
+        run(p=one, sub="e")
+    # a truncated PNG
+    def trunc(c):
+        c["img1"][4] = {"bytes": c["img1"][4]["bytes"][:40], "path": None}
+    with pytest.raises(DataError, match=rf"row 4 \(id {ids[4]}\), field 'img1'"):
+        run(p=_edited(pos, trunc), sub="f")
+    # a view whose distractor is missing
+    gap = _edited(flux, lambda c: c["nimg1"].__setitem__(7, None))
+    with pytest.raises(DataError, match=rf"NearID-Flux, row 7 \(id {ids[7]}\), field 'nimg1': view 1 .* no distractor"):
+        run(f=gap, sub="g")
+    # a mask model that returns nothing for a view
+    class Empty(BoxMasker):
+        def __call__(self, images, prompts):
+            return [np.zeros((im.size[1], im.size[0]), bool) for im in images]
+    with pytest.raises(DataError, match=r"field 'img1': the mask model returned a mask"):
+        materialise_released(tmp_path / "h", pos, {"Flux": flux}, masker=Empty(), n_val=2, n_test=4)
+    # no masker at all: the release has no masks
+    with pytest.raises(DataError, match="no object masks"):
+        materialise_released(tmp_path / "i", pos, {"Flux": flux}, n_val=2, n_test=4)
 
 
-def test_grayscale_and_16bit_positives_are_converted(tmp_path):
-    pos = _positives().to_dict()
-    pos["img1"][0] = _img(5, mode="L")
-    g = np.asarray(_img(6).convert("L")).astype(np.uint16) * 257
-    pos["img2"][0] = Image.fromarray(g)
-    ds = datasets.Dataset.from_dict(pos, features=_positives().features)
-    d = load_nearid(materialise_released(tmp_path / "o", ds), check_images=True)
-    a = np.asarray(d.image(d.positives.img2[0]))
-    assert a.shape == (S, S, 3)
-    np.testing.assert_array_equal(a[..., 0], (g // 257).astype(np.uint8))
+def test_grayscale_and_rgba_views_are_converted(hub_env, tmp_path):
+    pos = _load("Aleksandar/NearID")["train"]
 
+    def png(mode, size=64):
+        b = io.BytesIO()
+        Image.new(mode, (size, size), 128 if mode == "L" else (10, 20, 30, 255)).save(b, format="PNG")
+        return {"bytes": b.getvalue(), "path": None}
 
-def _mtg(n=2):
-    d = {"id": [f"p{i}" for i in range(n)], "category": ["mug", "car"][:n]}
-    for k in (1, 2):
-        d[f"image_{k}_original"] = [_img(200 + i * 2 + k) for i in range(n)]
-        d[f"image_{k}_inpainted"] = [_img(300 + i * 2 + k) for i in range(n)]
-        d[f"image_{k}_object_mask"] = [_mask(box=(4, 4, 28, 28)) for _ in range(n)]   # 576 px
-        d[f"image_{k}_part_mask"] = [_mask(box=(4, 4, 4 + 6 * (k + i), 28)) for i in range(n)]
-    return datasets.Dataset.from_dict(d)
-
-
-def test_mtg_oracle_from_masks(tmp_path):
-    mtg_dir = tmp_path / "mtg"
-    datasets.DatasetDict({"test": _mtg()}).save_to_disk(str(mtg_dir))
-    root = materialise_released(tmp_path / "o", _positives(), mtg=str(mtg_dir))
-    d = load_nearid(root, check_images=True)
-    assert d.mtg.split.tolist() == ["test", "test"]
-    assert d.mtg.class_name.tolist() == ["mug", "car"]
-    # part masks: 6*(k+i) x 24 pixels inside a 24 x 24 object
-    for i in range(2):
-        for k in (1, 2):
-            assert d.mtg[f"oracle_{k}"][i] == pytest.approx(1 - 6 * (k + i) * 24 / 576)
-    bad = _mtg().remove_columns(["image_2_part_mask"])
-    with pytest.raises(DataError, match=r"missing column.*image_2_part_mask"):
-        materialise_released(tmp_path / "x", _positives(), mtg=bad)
-
-
-def _write_fpr(folder):
-    (folder / "imgs").mkdir(parents=True)
-    rows = {"train": [], "gallery": []}
-    for name, sp in (("a", "birdA"), ("b", "birdA"), ("c", "birdB")):
-        for kind, n in (("train", 2), ("gallery", 3)):
-            for j in range(n):
-                p = f"imgs/{name}_{kind}{j}.png"
-                _img(len(p) + j).save(folder / p)
-                rows[kind].append({"name": name, "species": sp, "file_path": p,
-                                   "ref_path": f"imgs/{name}_train0.png"})
-    for k, r in rows.items():
-        pd.DataFrame(r).to_csv(folder / f"{k}_data.csv", index=False)
-    gen = pd.DataFrame(rows["gallery"][:2]).assign(method="dreambooth")
-    gen.to_csv(folder / "generated_data.csv", index=False)
-
-
-def test_fpr_csvs(tmp_path):
-    f = tmp_path / "fpr"
-    _write_fpr(f)
-    t = load_fpr(f)
-    assert set(t) == {"train", "gallery", "generated"} and len(t["gallery"]) == 9
-    assert (t["generated"].method == "dreambooth").all()
-    root = materialise_released(tmp_path / "o", _positives(), fpr=f)
+    def recolour(c):
+        c["img1"][0], c["img2"][0] = png("L"), png("RGBA")
+    root = materialise_released(tmp_path / "g", _edited(pos, recolour), {}, masker=BoxMasker(), n_val=2, n_test=4)
     d = load_nearid(root)
-    assert len(d.fpr_train) == 6 and d.image(d.fpr_gallery.file_path[0]).size == (S, S)
-    g = pd.read_csv(f / "gallery_data.csv")
-    g.loc[0, "file_path"] = "imgs/a_train0.png"             # a reference leaking into the gallery
-    g.to_csv(f / "gallery_data.csv", index=False)
-    with pytest.raises(DataError, match="also references"):
-        load_fpr(f)
-    g.drop(columns=["species"]).to_csv(f / "gallery_data.csv", index=False)
-    with pytest.raises(DataError, match=r"gallery_data.csv: missing column.*species"):
-        load_fpr(f)
+    first = d.positives.iloc[0]
+    assert Image.open(d.path(first.img1)).mode == "RGB" and Image.open(d.path(first.img2)).mode == "RGB"
 
 
-def test_dreambenchpp_layout(tmp_path):
-    r = tmp_path / "db"
-    (r / "images").mkdir(parents=True)
-    (r / "gen").mkdir()
-    (r / "ratings").mkdir()
-    for s in ("dog", "cup"):
-        _img(len(s)).save(r / "images" / f"{s}.png")
-        _img(len(s) + 1).save(r / "gen" / f"{s}_0.png")
-    pd.DataFrame({"subject": ["dog", "cup"], "image": ["images/dog.png", "images/cup.png"],
-                  "caption": ["a dog", "a cup"], "category": ["animal", "object"]}).to_csv(
-        r / "captions.csv", index=False)
-    for rater, sc in (("gpt", [3, 4]), ("human", [2.5, 4])):
-        pd.DataFrame({"subject": ["dog", "cup"], "image": ["gen/dog_0.png", "gen/cup_0.png"],
-                      "score": sc}).to_csv(r / "ratings" / f"dreambooth_lora_{rater}.csv", index=False)
-    db = load_dreambenchpp(r)
-    assert len(db.subjects) == 2 and len(db.ratings) == 4
-    assert set(db.ratings.method) == {"dreambooth_lora"} and set(db.ratings.rater) == {"gpt", "human"}
-    assert db.ratings.score.tolist() == [3.0, 4.0, 2.5, 4.0]
-    pd.DataFrame({"subject": ["dog"], "image": ["gen/dog_0.png"], "score": ["n/a"]}).to_csv(
-        r / "ratings" / "x_gpt.csv", index=False)
-    with pytest.raises(DataError, match=r"ratings/x_gpt.csv, row 0, field 'score'"):
-        load_dreambenchpp(r)
+# --------------------------------------------------------------------------- the split rule
+def _meta(rows):
+    return pd.DataFrame(rows, columns=["id", "objaverse_id", "category_description"])
+
+
+def test_assign_splits_hand_case():
+    # groups: {1,2} share an asset; {3,4} share a description (case and spaces differ); 5, 6, 7 alone
+    meta = _meta([(1, "a", "mug"), (2, "a", "cup"), (3, "b", "A  red Bowl"), (4, "c", "a red bowl"),
+                  (5, "d", "vase"), (6, "e", "lamp"), (7, "f", "fork")])
+    s = assign_splits(meta, n_val=1, n_test=2, seed=0)
+    assert s.value_counts().to_dict() == {"train": 4, "test": 2, "val": 1}
+    for a, b in ((0, 1), (2, 3)):
+        assert s[a] == s[b]
+    # deterministic, independent of row order
+    perm = [6, 3, 0, 5, 1, 4, 2]
+    s2 = assign_splits(meta.iloc[perm].reset_index(drop=True), 1, 2, seed=0)
+    assert dict(zip(meta.id.iloc[perm], s2)) == dict(zip(meta.id, s))
+    # another seed gives another (still valid) draw for some seed
+    draws = {tuple(assign_splits(meta, 1, 2, seed=k)) for k in range(8)}
+    assert len(draws) > 1
+    with pytest.raises(DataError, match="could be placed"):
+        assign_splits(_meta([(1, "a", "x"), (2, "a", "y"), (3, "a", "z")]), n_val=1, n_test=1)
+
+
+def test_assign_splits_never_straddles_on_random_data():
+    rng = np.random.default_rng(3)
+    n = 400
+    meta = _meta([(i, f"o{rng.integers(0, 300)}", f"d{rng.integers(0, 300)}") for i in range(n)])
+    s = assign_splits(meta, n_val=20, n_test=50, seed=1)
+    assert (s == "val").sum() == 20 and (s == "test").sum() == 50
+    for col in ("objaverse_id", "category_description"):
+        per = pd.DataFrame({"k": meta[col], "s": s}).groupby("k").s.nunique()
+        assert (per == 1).all()
+
+
+def test_authors_split_files(tmp_path, hub_env):
+    (tmp_path / "val.json").write_text("[0, 1]")
+    (tmp_path / "test.json").write_text('{"indices": [2, 3, 4]}')
+    s, digests = read_split_files(tmp_path, 6)
+    assert s.tolist() == ["val", "val", "test", "test", "test", "train"]
+    assert set(digests) == {"val.json", "test.json"} and all(len(v) == 64 for v in digests.values())
+    root = materialise_released(tmp_path / "n", _load("Aleksandar/NearID"), {}, masker=BoxMasker(),
+                                split_dir=tmp_path)
+    d = load_nearid(root)
+    assert d.identities.split.tolist()[:6] == ["val", "val", "test", "test", "test", "train"]
+    assert json.loads((root / "manifest.json").read_text())["split"]["sha256"] == digests
+    for text, msg in (("[0, 0]", "already listed"), ("[9]", "outside the 6"), ("[true]", "not a row index"),
+                      ("{", "not JSON"), ('{"rows": 1}', "list of row indices")):
+        (tmp_path / "test.json").write_text(text)
+        with pytest.raises(DataError, match=msg):
+            read_split_files(tmp_path, 6)
+    (tmp_path / "val.json").unlink()
+    with pytest.raises(DataError, match="val.json missing"):
+        read_split_files(tmp_path, 6)

@@ -1,0 +1,155 @@
+"""The one hub resolver (``nearid_lib.hub``), skipped tables and the dry run's table check."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from nearid_lib import hub
+from nearid_lib.dryrun import SIZE_OVERRIDES, check_tables, overrides_text
+from nearid_lib.io_utils import skip_reason
+
+
+@pytest.fixture(autouse=True)
+def _clean(monkeypatch):
+    monkeypatch.delenv(hub.HUB_DIR_ENV, raising=False)
+    hub.clear_reads()
+    yield
+    hub.clear_reads()
+
+
+def _repo(mirror, repo_id, commit=None):
+    d = mirror / repo_id
+    d.mkdir(parents=True)
+    (d / "config.json").write_text("{}")
+    if commit:
+        meta = d / ".cache" / "huggingface" / "download"
+        meta.mkdir(parents=True)
+        (meta / "config.json.metadata").write_text(f"{commit}\netag\n1700000000.0\n")
+    return d
+
+
+def test_mirror_layout_revision_and_reads(tmp_path, monkeypatch):
+    monkeypatch.setenv(hub.HUB_DIR_ENV, str(tmp_path))
+    d = _repo(tmp_path, "org/model", commit="abc123")
+    r = hub.resolve("org/model")
+    assert r.local and r.path == d.resolve() and r.revision == "abc123"
+    path, kw = hub.model_source("org/model")
+    assert path == str(d.resolve()) and kw == {}              # a mirror folder needs no revision
+    assert hub.reads() == {"org/model": {"repo_type": "model", "source": "mirror", "path": str(d.resolve()),
+                                         "revision": "abc123"}}
+    # a folder without download metadata: revision unknown (None), never invented
+    _repo(tmp_path, "org/plain")
+    assert hub.resolve("org/plain").revision is None
+    assert hub.is_available("org/plain") and not hub.is_available("org/absent")
+
+
+def test_missing_repo_names_the_download_command(tmp_path, monkeypatch):
+    monkeypatch.setenv(hub.HUB_DIR_ENV, str(tmp_path))
+    with pytest.raises(hub.HubError) as err:
+        hub.resolve("Aleksandar/NearID", "dataset")
+    msg = str(err.value)
+    assert "Aleksandar/NearID" in msg and str(tmp_path) in msg
+    assert f"huggingface-cli download Aleksandar/NearID --repo-type dataset --local-dir {tmp_path}/Aleksandar/NearID" in msg
+    (tmp_path / "org" / "empty").mkdir(parents=True)           # an empty folder is not a download
+    with pytest.raises(hub.HubError, match="org/empty"):
+        hub.resolve("org/empty")
+    assert hub.reads() == {}
+    with pytest.raises(ValueError, match="repo_type"):
+        hub.resolve("org/x", "space")
+
+
+def test_without_mirror_the_hub_id_and_pinned_revision(monkeypatch, tmp_path):
+    monkeypatch.setitem(hub.REVISIONS, "org/pinned", "deadbeef")
+    r = hub.resolve("org/pinned")
+    assert not r.local and r.source == "org/pinned" and r.revision == "deadbeef"
+    assert hub.model_source("org/pinned") == ("org/pinned", {"revision": "deadbeef"})
+    assert "--revision deadbeef" in hub.download_command("org/pinned")
+    assert hub.model_source("org/free") == ("org/free", {})
+    # an existing local path is taken as it is, mirror or not
+    own = _repo(tmp_path, "mine/ckpt")
+    monkeypatch.setenv(hub.HUB_DIR_ENV, str(tmp_path / "elsewhere"))
+    assert hub.resolve(str(own)).source == str(own.resolve())
+
+
+def test_paper_repos_are_unique_and_typed():
+    ids = [r[0] for r in hub.PAPER_REPOS]
+    assert len(ids) == len(set(ids))
+    assert {r[1] for r in hub.PAPER_REPOS} <= {"model", "dataset"}
+    assert all(r[2] for r in hub.PAPER_REPOS)
+
+
+def test_dataset_mirror_read_and_recorded(tmp_path, monkeypatch):
+    from nearid_lib.dryrun.nearid import write_nearid_datasets
+
+    write_nearid_datasets(tmp_path, n_ids=4, n_mtg=(2, 2))
+    monkeypatch.setenv(hub.HUB_DIR_ENV, str(tmp_path))
+    ds = hub.load_hub_dataset("abdo-eldesokey/mtg-dataset")
+    assert set(ds) == {"train", "test"} and len(ds["test"]) == 2
+    assert hub.reads()["abdo-eldesokey/mtg-dataset"]["revision"] == "dryrun-fixture"
+
+
+def test_run_provenance_and_skipped_tables(tmp_path, monkeypatch):
+    from nearid_lib.report import render_report
+    from nearid_lib.run import start_run
+
+    monkeypatch.setenv("NEARID_FIGURES", str(tmp_path / "figs"))
+    monkeypatch.setenv("NEARID_OUT", str(tmp_path / "out"))
+    monkeypatch.setenv(hub.HUB_DIR_ENV, str(tmp_path / "hub"))
+    _repo(tmp_path / "hub", "org/model", commit="c0ffee")
+    hub.resolve("org/model")
+    run = start_run("smoke", 0, "test_hub")
+    path = run.write_table(pd.DataFrame({"a": [1]}), "04_table1_main")
+    meta = json.loads(path.with_name("04_table1_main.meta.json").read_text())
+    assert meta["hub"]["org/model"]["revision"] == "c0ffee"
+    with pytest.raises(ValueError, match="reason"):
+        run.skip_table("04_table2_dbpp", "  ")
+    run.skip_table("04_table2_dbpp", "DreamBench++ not found at /x")
+    assert skip_reason(run.tables / "04_table2_dbpp.csv") == "DreamBench++ not found at /x"
+    text = render_report(run.figures)
+    assert "_Ours: skipped in this run (`tables/04_table2_dbpp.csv`): DreamBench++ not found at /x_" in text
+    # writing the table later removes the marker
+    run.write_table(pd.DataFrame({"a": [1]}), "04_table2_dbpp")
+    assert skip_reason(run.tables / "04_table2_dbpp.csv") is None
+
+
+def test_dryrun_overrides_are_sizes_only(monkeypatch):
+    from nearid_lib.config import env_overrides, get_profile
+
+    text = overrides_text()
+    assert all(f"{k}={v}" in text for k, v in SIZE_OVERRIDES.items())
+    base = get_profile("paper")
+    small = get_profile("paper", SIZE_OVERRIDES)
+    assert small.world.source == base.world.source == "released"
+    # no override names a model, a repository, a code path or a switch
+    for k, v in SIZE_OVERRIDES.items():
+        assert not any(w in k for w in ("source", "repo", "model", "name", "judge", "standin", "tiny", "loss")), k
+        assert v.replace(",", "").replace(".", "").replace("[", "").replace("]", "").replace("-", "").isdigit(), (k, v)
+    monkeypatch.setenv("NEARID_SET", text)                    # what make dryrun-paper passes
+    assert get_profile("paper", env_overrides()) == small
+
+
+def test_check_tables_finds_missing_nan_and_accepts_skips(tmp_path):
+    from nearid_lib.report import load_specs
+
+    figs = tmp_path / "figs"
+    problems = check_tables(figs)
+    def produced_in(s):
+        return json.loads(s.paper_csv.with_name(f"{s.key}.meta.json").read_text()).get("produced_in") or []
+
+    paper_specs = [s for s in load_specs() if s.ours and "paper" in produced_in(s)]
+    assert len(problems) == len(paper_specs) and all("neither written nor skipped" in p for p in problems)
+    spec = next(s for s in paper_specs if s.key == "nearid_table1_main")
+    ours = figs / spec.ours
+    ours.parent.mkdir(parents=True)
+    paper = pd.read_csv(spec.paper_csv)
+    metric = next(c for c in spec.metrics if c in paper and pd.to_numeric(paper[c], errors="coerce").notna().any())
+    pd.DataFrame({metric: [np.nan, np.nan]}).to_csv(ours, index=False)
+    assert any(f"column '{metric}'" in p and "no finite value" in p for p in check_tables(figs))
+    pd.DataFrame({**{m: [0.5] for m in spec.metrics}}).to_csv(ours, index=False)
+    assert not any(spec.key in p for p in check_tables(figs))
+    ours.unlink()
+    ours.with_name(ours.name[:-4] + ".skipped.json").write_text(json.dumps({"reason": "no data"}))
+    assert not any(spec.key in p for p in check_tables(figs))
