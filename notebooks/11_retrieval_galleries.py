@@ -28,6 +28,12 @@
 # Encoders: `efficientnet-lite0` (frozen GAP, the general-purpose role of CLIP/DINO here) and the
 # NearID head trained by notebook 03 (the identity-specialised role of MiewID / BioCLIP 2 /
 # SP-Cars). CLIP-T is not reported in `mini`: no text encoder is available offline.
+#
+# In `paper` the nine galleries are built from the published sources (`nearid_lib.fpr.downloads`:
+# CUB-200-2011 and WildlifeReID-10k unpacked under `NEARID_DOWNLOADS`, Stanford Cars from the hub
+# dataset `Donghyun99/Stanford-Cars`) and the methods are the user's generated images
+# (`<downloads>/fpr_generated/<method>/<dataset>/<identity>/`). A table whose data or encoder is
+# absent is skipped with the reason (what to download, and where), never left empty.
 
 # %% tags=["parameters"]
 PROFILE = "mini"
@@ -37,6 +43,7 @@ SEED = 0
 import time
 
 import pandas as pd
+from IPython.display import display
 
 from nearid_lib import make_rng
 from nearid_lib.fpr import EmbeddingCache, ablations as A, experiments as X, figures as F, tables as T
@@ -70,26 +77,40 @@ models = X.load_encoders(specs)
 pd.DataFrame([{"encoder": s.name, "role": s.role, "available": s.available, "note": s.note} for s in specs])
 
 # %% [markdown]
+# Tables this run cannot produce (absent downloads, no generated images, no encoder), each with its reason.
+
+# %%
+skips = X.skip_reasons(split, generated, specs)
+for table_name, why in skips.items():
+    run.skip_table(table_name, why)
+HAVE_REFS, HAVE_GEN = "11_fpr_oracle" not in skips, "11_fpr_generated" not in skips
+
+# %% [markdown]
 # ## Oracle: real reference images as queries (paper Table 1)
 
 # %%
-oracle, oracle_pq = X.oracle_table(models, split.train, split.gallery, cfg, cache, DATASET, per_query=True)
-run.write_table(oracle, "11_fpr_oracle")
+oracle, oracle_pq = (X.oracle_table(models, split.train, split.gallery, cfg, cache, DATASET, per_query=True)
+                     if HAVE_REFS else (None, None))
+if HAVE_REFS:
+    run.write_table(oracle, "11_fpr_oracle")
 oracle
 
 # %% [markdown]
 # ## Main comparison: methods x encoders, similarity and mAP side by side (Figure 3, Tables 5-13)
 
 # %%
-main, per_query, extras = X.main_comparison(models, generated, split.gallery, cfg, cache, DATASET)
-run.write_table(main, "11_fpr_generated_long")
-write_csv(per_query, run.results / "per_query.csv")
-agreement = X.per_identity_agreement(per_query)
-run.write_table(agreement.drop(columns=["names", "rhos"]), "11_fpr_drift_agreement")
-main[["method", "drift", "context", "encoder", "sim", "map", "top1", "auc", "ndcg"]]
+if HAVE_GEN:
+    main, per_query, extras = X.main_comparison(models, generated, split.gallery, cfg, cache, DATASET)
+    run.write_table(main, "11_fpr_generated_long")
+    write_csv(per_query, run.results / "per_query.csv")
+    agreement = X.per_identity_agreement(per_query)
+    run.write_table(agreement.drop(columns=["names", "rhos"], errors="ignore"), "11_fpr_drift_agreement")
+    display(main[[c for c in ("method", "drift", "context", "encoder", "sim", "map", "top1", "auc", "ndcg")
+                  if c in main.columns]])
 
 # %%
-run.figure(F.plot_main(main, PROFILE), "11_fpr_main")
+if HAVE_GEN:
+    display(run.figure(F.plot_main(main, PROFILE), "11_fpr_main"))
 
 # %% [markdown]
 # ## Per-dataset tables in the paper's columns (Tables 5-13)
@@ -103,58 +124,61 @@ run.figure(F.plot_main(main, PROFILE), "11_fpr_main")
 # (the `paper` profile). DB++ and CLIP-T need a GPT judge / a CLIP text tower: not in `mini`.
 
 # %%
-generated_wide = T.generated_table(T.dataset_view(per_query, DATASET))
-run.write_table(generated_wide, "11_fpr_generated")
-for table_name, rows in T.split_by_dataset(generated_wide).items():
-    run.write_table(rows, table_name)
-generated_wide
+if HAVE_GEN:
+    generated_wide = T.generated_table(T.dataset_view(per_query, DATASET))
+    run.write_table(generated_wide, "11_fpr_generated")
+    for table_name, rows in T.split_by_dataset(generated_wide).items():
+        run.write_table(rows, table_name)
+    display(generated_wide)
 
 # %%
-agreement
+if HAVE_GEN:
+    display(agreement)
 
 # %% [markdown]
 # ## Gallery ablations: images per subject and number of subjects (Figure 5)
 
 # %%
-abl = pd.concat([A.gallery_size_ablation(models, split.train, split.gallery, generated, cfg, cache, SEED),
-                 A.subject_count_ablation(models, split.train, split.gallery, generated, cfg, cache, SEED)],
-                ignore_index=True)
-run.write_table(abl, "11_fpr_gallery_ablation")
-abl
-
-# %%
-run.figure(F.plot_gallery_ablation(abl, PROFILE), "11_fpr_gallery_ablation")
+if HAVE_GEN:
+    abl = pd.concat([A.gallery_size_ablation(models, split.train, split.gallery, generated, cfg, cache, SEED),
+                     A.subject_count_ablation(models, split.train, split.gallery, generated, cfg, cache, SEED)],
+                    ignore_index=True)
+    run.write_table(abl, "11_fpr_gallery_ablation")
+    display(abl)
+    display(run.figure(F.plot_gallery_ablation(abl, PROFILE), "11_fpr_gallery_ablation"))
 
 # %% [markdown]
 # ## Gallery sampling: random vs k-means vs curated (Table 2, percent)
 # k-means runs in the specialised encoder's space when it is available (the paper used MiewID).
 
 # %%
-embed_with = "nearid" if "nearid" in models else next(iter(models))
-n_pick = max(1, cfg.world.gallery_per_id // 2)
-sampling = A.sampling_ablation(models, split.train, split.gallery, generated, cfg, cache, embed_with, n_pick, SEED)
-run.write_table(sampling, "11_fpr_gallery_sampling")
-sampling
+if HAVE_GEN:
+    embed_with = "nearid" if "nearid" in models else next(iter(models))
+    sampling = A.sampling_ablation(models, split.train, split.gallery, generated, cfg, cache, embed_with,
+                                   X.sampling_size(cfg), SEED)
+    run.write_table(sampling, "11_fpr_gallery_sampling")
+    display(sampling)
 
 # %% [markdown]
 # ## Background removal with the object masks (Figure 7, Table 14)
 
 # %%
-bg, bg_pq = A.background_ablation(models, split.train, split.gallery, cfg, cache, DATASET, per_query=True)
-run.write_table(bg, "11_fpr_bg_removal")
-bg
-
-# %%
-run.figure(F.plot_background(bg, PROFILE), "11_fpr_bg_removal")
+bg, bg_pq = (A.background_ablation(models, split.train, split.gallery, cfg, cache, DATASET, per_query=True)
+             if HAVE_REFS else (None, None))
+if HAVE_REFS:
+    run.write_table(bg, "11_fpr_bg_removal", **A.background_note(split.train, split.gallery))
+    display(bg)
+    display(run.figure(F.plot_background(bg, PROFILE), "11_fpr_bg_removal"))
 
 # %% [markdown]
 # ## Retrieval lists (Figure 4)
 
 # %%
-show_enc = "nearid" if "nearid" in models else next(iter(models))
-cases = X.qualitative_cases(extras[show_enc], per_query, show_enc, ["faithful", "drift_high", "copy_paste"],
-                            rc.n_qualitative, rc.top_k, rc.group_by, SEED)
-run.figure(F.plot_retrieval_lists(cases, PROFILE), "11_fpr_retrieval_lists")
+if HAVE_GEN:
+    show_enc = "nearid" if "nearid" in models else next(iter(models))
+    cases = X.qualitative_cases(extras[show_enc], per_query, show_enc, ["faithful", "drift_high", "copy_paste"],
+                                rc.n_qualitative, rc.top_k, rc.group_by, SEED)
+    display(run.figure(F.plot_retrieval_lists(cases, PROFILE), "11_fpr_retrieval_lists"))
 
 # %% [markdown]
 # ## Claims
@@ -163,8 +187,9 @@ run.figure(F.plot_retrieval_lists(cases, PROFILE), "11_fpr_retrieval_lists")
 # paired 95% bootstrap intervals over subjects from the per-query APs.
 
 # %%
-claims = retrieval_claims(main, agreement, specs, PROFILE, per_query, oracle_pq=oracle_pq, bg_pq=bg_pq,
-                          rng=make_rng(SEED, "claims", "11"))
-run.write_claims(claims, "11_retrieval")
+if HAVE_GEN:
+    claims = retrieval_claims(main, agreement, specs, PROFILE, per_query, oracle_pq=oracle_pq, bg_pq=bg_pq,
+                              rng=make_rng(SEED, "claims", "11"))
+    run.write_claims(claims, "11_retrieval")
+    display(claims[["claim", "ours", "verdict"]])
 print(f"notebook 11 ran in {time.time() - t0:.1f} s")
-claims[["claim", "ours", "verdict"]]

@@ -5,8 +5,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nearid_lib.fpr import (CUB_GROUPS, FPRLayoutError, build_cars_split, build_cub_split,
+from nearid_lib.fpr import (CUB_GROUPS, N_CARS_MODELS, FPRLayoutError, build_cars_split, build_cub_split,
                             build_wildlife_split, sample_gallery)
+from nearid_lib.fpr.datasets import CARS_MODELS, FPRSizeError
 
 
 def _group(n=30, d=4, seed=0):
@@ -70,17 +71,30 @@ def test_cub_builder_three_groups_of_five():
 
 
 def test_cars_and_wildlife_builders():
-    lux = [f"Audi S{i} Sedan 2012" for i in range(10)] + [f"BMW M{i} Sedan 2012" for i in range(8)]
-    meta = pd.DataFrame([{"class_name": c, "file_path": f"{c}/{k}.jpg"} for c in lux + ["Ford F-150"]
+    # the authors' 15 car models (load_cars_data.py labels) among other classes of the dataset;
+    # only those 15 are identities, every other class is ignored
+    others = ["AM General Hummer SUV 2000", "Acura Integra Type R 2001", "Audi R8 Coupe 2012", "Ford F-150"]
+    meta = pd.DataFrame([{"class_name": c, "file_path": f"{c}/{k}.jpg"} for c in list(CARS_MODELS) + others
                          for k in range(16)])
     tr, ga = build_cars_split(meta, seed=1)
-    assert tr.name.nunique() == 15 and ga.name.nunique() == 15 and (tr.species == "car").all()
+    assert set(tr.name) == set(ga.name) == set(CARS_MODELS) and N_CARS_MODELS == 15
+    assert (tr.species == "car").all() and (ga.groupby("name").size() == 10).all()
+    assert tr.groupby("name").size().between(5, 10).all() and not set(tr.file_path) & set(ga.file_path)
+    with pytest.raises(FPRLayoutError, match="BMW M5 Sedan 2010.*not found"):
+        build_cars_split(meta[meta.class_name != "BMW M5 Sedan 2010"])
+    tr2, _ = build_cars_split(meta, models=others[:3], seed=1, n_gallery=5)   # explicit models
+    assert set(tr2.name) == set(others[:3])
+    # WildlifeReID-10k: the identities with the most images are taken (the authors' rule); the one
+    # with too few images for gallery + references is never drawn, whatever its rank
     wl = pd.DataFrame([{"identity": f"{sp}_{i}", "species": sp.capitalize(), "path": f"{sp}/{i}/{k}.jpg"}
                        for sp in ("cow", "zebra", "tiger", "giraffe", "leopard") for i in range(12)
-                       for k in range(16 if i < 11 else 3)])
+                       for k in range(16 + i % 3 if i < 11 else 3)])
     emb = np.random.default_rng(0).normal(size=(len(wl), 5))
     out = build_wildlife_split(wl, species=("cow", "zebra", "tiger", "giraffe", "leopard"), seed=0,
                                sampling="kmeans", embeddings=emb, ids_per_species=3)
     for sp, (tr, ga) in out.items():
         assert tr.name.nunique() == 3 and (ga.groupby("name").size() == 10).all()
-        assert not any(n.endswith("_11") for n in tr.name)      # too few images: never drawn
+        # 18 images: identities 2, 5, 8 (ids 2 and 5 and 8 have i % 3 == 2)
+        assert set(tr.name) == {f"{sp}_2", f"{sp}_5", f"{sp}_8"}
+    with pytest.raises(FPRSizeError, match="species 'cow' has 11 identities"):
+        build_wildlife_split(wl, species=("cow",), ids_per_species=12)

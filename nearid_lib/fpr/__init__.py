@@ -8,7 +8,8 @@ One call scores a user's generator::
     res.summary        # per method: map, sim, top1, auc, ndcg, n_queries
 
 Modules: :mod:`.layout` (the CSV layout: reading, validation, writing), :mod:`.datasets` (the paper's
-dataset builders, gallery sampling), :mod:`.encoders` (evaluation encoders, embedding cache, the
+dataset builders, gallery sampling), :mod:`.downloads` (the paper's galleries from the published
+CUB-200-2011 / WildlifeReID-10k / Stanford Cars layouts and the user's generated-image folders), :mod:`.encoders` (evaluation encoders, embedding cache, the
 feature classifier), :mod:`.protocol` (scoring), :mod:`.methods` (simulated personalization methods
 with known drift, ``mini``), :mod:`.analysis` (agreement with the true drift), :mod:`.experiments`
 and :mod:`.ablations` (the notebook's tables), :mod:`.claims`, :mod:`.figures`.

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from ..config import Profile
 
 __all__ = ["gallery_size_ablation", "subject_count_ablation", "sampling_ablation", "background_ablation",
-           "SAMPLING_LABELS"]
+           "background_note", "SAMPLING_LABELS"]
 
 
 def _emb(model, df, cache, bs, background="kept"):
@@ -146,3 +146,16 @@ def background_ablation(models, train, gallery, cfg: Profile, cache, dataset: st
                          "sim": float(t.sim.iloc[0]), "map": float(t["map"].iloc[0])})
             pqs.append(pq.assign(encoder=name, background=bg))
     return (pd.DataFrame(rows), pd.concat(pqs, ignore_index=True)) if per_query else pd.DataFrame(rows)
+
+
+def _has_masks(*tables) -> bool:
+    return all("mask_path" in t.columns and t.mask_path.astype(str).str.len().gt(0).all() for t in tables)
+
+
+def background_note(train, gallery) -> dict:
+    """Sidecar note of the background table: ``{}`` when both tables carry object masks (kept and
+    removed rows), else why only the "kept" rows are there (the released galleries ship no masks)."""
+    if _has_masks(train, gallery):
+        return {}
+    return {"note": "backgrounds kept only: these galleries carry no object masks (mask_path); the "
+                    "paper's 'removed' rows need a segmenter's masks, which this pipeline does not compute"}

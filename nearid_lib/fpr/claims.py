@@ -85,10 +85,11 @@ def retrieval_claims(main: pd.DataFrame, agreement: pd.DataFrame, specs, profile
     avail = set(main.encoder)
     rows = []
     if "drift" not in main.columns or general not in avail:
-        # real generators have no known drift: the drift claims cannot be computed
-        return pd.DataFrame([claim("Gallery mAP orders methods by true drift (simulated methods only)", "Fig. 3",
-                                   "not measured", False, "no true drift in generated_data.csv (real generators) "
-                                   f"or general encoder {general!r} unavailable", profile)])
+        # real generators have no known drift (nor a copy-paste method): the claims cannot be computed
+        row = claim("Gallery mAP orders methods by true drift (simulated methods only)", "Fig. 3",
+                    "not measured", False, "no true drift in generated_data.csv (real generators) "
+                    f"or general encoder {general!r} unavailable", profile)
+        return pd.DataFrame([{**row, "verdict": "not testable"}])
     # 1. similarity rates methods alike, mAP separates them in the order of true drift (general encoder,
     #    methods that differ only in drift)
     new_ctx = main[main.context == "new"] if "context" in main.columns else main

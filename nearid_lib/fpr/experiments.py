@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from ..config import Profile
 
 __all__ = ["EncoderSpec", "encoder_specs", "load_encoders", "main_comparison", "per_identity_agreement",
-           "oracle_table", "qualitative_cases", "prepare_data"]
+           "oracle_table", "qualitative_cases", "prepare_data", "skip_reasons", "sampling_size", "GLOBAL_TABLES"]
 
 
 @dataclass
@@ -41,6 +41,7 @@ class EncoderSpec:
 
 
 _SPECIALISED = {"nearid", "bioclip2", "miewid", "classifier"}
+NEARID_RELEASE = "Aleksandar/nearid-siglip2"
 
 
 
@@ -54,14 +55,20 @@ def encoder_specs(cfg: Profile, checkpoint_root: Path | None = None) -> list[Enc
         spec = EncoderSpec(name, kw, role="specialised" if name in _SPECIALISED else "general")
         if name == "nearid":
             ck = Path(checkpoint_root or checkpoint_dir(cfg.name)) / "nearid"
-            if not ck.exists():
+            kw["checkpoint"] = str(ck)
+            if not ck.exists() and cfg.world.source == "released":
+                # the paper profile without notebook 03's head: the authors' released weights
+                kw["checkpoint"] = NEARID_RELEASE
+                spec.note = (f"no trained NearID head at {ck}: scoring the released weights "
+                             f"{NEARID_RELEASE}")
+            elif not ck.exists():
                 spec.available = False
                 spec.note = f"no trained NearID head at {ck} (run notebook 03 first); skipped"
-            kw["checkpoint"] = str(ck)
         if name == "miewid":
             if not cfg.retrieval.allow_remote_code:
                 spec.available = False
-                spec.note = "MiewID needs trust_remote_code: set retrieval.allow_remote_code=True; skipped"
+                spec.note = ("MiewID runs code from its hub repo (trust_remote_code): opt in with "
+                             "NEARID_SET='retrieval.allow_remote_code=true'; its rows are skipped")
             kw["allow_remote_code"] = bool(cfg.retrieval.allow_remote_code)
         if name in ("efficientnet-lite0", "frozen-gap") and not cfg.backbone.tiny:
             kw["image_size"] = cfg.backbone.image_size
@@ -78,7 +85,7 @@ def load_encoders(specs: Sequence[EncoderSpec]) -> dict[str, Any]:
             continue
         try:
             models[s.name] = get_encoder(s.name, **s.kwargs)[0]
-        except (OSError, RemoteCodeError, ValueError, KeyError) as err:
+        except (OSError, RemoteCodeError, ValueError, KeyError, RuntimeError) as err:
             s.available, s.note = False, f"could not load: {type(err).__name__}: {str(err)[:200]}"
     return models
 
@@ -173,31 +180,68 @@ def prepare_data(cfg: Profile, root: Path | None = None, progress: bool = False)
 
     - procedural world (``smoke``/``mini``): build (or reuse) the world, simulate the methods of
       ``cfg.retrieval.methods`` (:func:`~nearid_lib.fpr.methods.simulate_methods`);
-    - released data (``paper``): every folder under ``root`` (default ``data_dir(profile)/"fpr"``)
-      holding ``train_data.csv`` + ``gallery_data.csv`` is one gallery (e.g. ``cub_sparrow``,
-      ``reid_zebra``, ``cars``); its generated images are ``<folder>/generated_data.csv`` and
-      ``<folder>/generated/<method>/generated_data.csv``. Names and species are prefixed with the
-      folder so galleries never mix (``group_by="species"`` keeps each query in its gallery)."""
+    - released data (``paper``): the paper's nine galleries are built from the published sources
+      (:func:`~nearid_lib.fpr.downloads.build_paper_galleries`) into ``root`` (default
+      ``data_dir(profile)/"fpr"``), one folder per paper dataset key (``leopard``, ...,
+      ``cub_sparrow``, ``stanford_cars``), with the user's generated images where they exist.
+      Names and species are prefixed with the key so galleries never mix (``group_by="species"``
+      keeps each query in its gallery). ``split.skipped`` says which per-dataset table cannot be
+      produced and why; ``generated`` may be empty."""
     if cfg.world.source == "procedural":
         r = build_world(cfg, root, progress=progress)
         split = load_fpr_split(r / "fpr")
         gen = read_generated(simulate_methods(cfg, r, cfg.retrieval.methods, cfg.retrieval.n_generated_per_id))
         return split, gen, "NearID-mini"
+    from .downloads import build_paper_galleries
+
     base = Path(root or data_dir(cfg.name) / "fpr")
-    folders = sorted(p.parent for p in base.glob("*/train_data.csv"))
-    if not folders:
-        raise FileNotFoundError(f"{base}: no <dataset>/train_data.csv (FPR layout) found")
+    built = build_paper_galleries(cfg, out=base)
     trains, gals, gens = [], [], []
-    for f in folders:
+    for key, f in built.folders.items():
         sp = load_fpr_split(f)
-        csvs = ([f / "generated_data.csv"] if (f / "generated_data.csv").exists() else []) + \
-            sorted(f.glob("generated/*/generated_data.csv"))
         for t, lst in ((sp.train, trains), (sp.gallery, gals)):
-            lst.append(t.assign(name=f.name + "/" + t.name, species=f.name + "/" + t.species, dataset=f.name))
-        for c in csvs:
-            g = read_generated(c)
-            gens.append(g.assign(name=f.name + "/" + g.name, species=f.name + "/" + g.species, dataset=f.name))
-    if not gens:
-        raise FileNotFoundError(f"{base}: no generated_data.csv for any gallery")
-    split = FPRSplit(pd.concat(trains, ignore_index=True), pd.concat(gals, ignore_index=True), base)
-    return split, pd.concat(gens, ignore_index=True), "FPR-released"
+            lst.append(t.assign(name=key + "/" + t.name.astype(str), species=key + "/" + t.species.astype(str),
+                                dataset=key))
+        if (f / "generated_data.csv").exists():
+            g = read_generated(f / "generated_data.csv")
+            gens.append(g.assign(name=key + "/" + g.name.astype(str), species=key + "/" + g.species.astype(str),
+                                 dataset=key))
+    empty = pd.DataFrame(columns=["name", "species", "file_path", "ref_path", "dataset"])
+    split = FPRSplit(pd.concat(trains, ignore_index=True) if trains else empty.copy(),
+                     pd.concat(gals, ignore_index=True) if gals else empty.copy(), base,
+                     skipped={f"11_fpr_{k}": why for k, why in built.reasons().items()})
+    gen = pd.concat(gens, ignore_index=True) if gens else empty.assign(method=[])
+    return split, gen, "FPR-released"
+
+
+# tables of notebook 11 that every profile writes, and what each needs
+GLOBAL_TABLES = {"11_fpr_oracle": "refs", "11_fpr_bg_removal": "refs", "11_fpr_generated_long": "gen",
+                 "11_fpr_drift_agreement": "gen", "11_fpr_generated": "gen", "11_fpr_gallery_ablation": "gen",
+                 "11_fpr_gallery_sampling": "gen", "claims_11_retrieval": "gen"}
+
+
+def skip_reasons(split: FPRSplit, generated: pd.DataFrame, specs: Sequence[EncoderSpec]) -> dict[str, str]:
+    """``{table: reason}`` for the notebook's tables that this run cannot produce: the per-dataset
+    reasons of a released split (absent downloads, no generated images), and the whole-run tables
+    when no gallery, no generated image or no encoder is there (empty for the procedural world,
+    which always has all three)."""
+    out = dict(split.skipped)
+    why = {}
+    if not any(s.available for s in specs):
+        notes = "; ".join(f"{s.name}: {s.note}" for s in specs)
+        why = {"refs": f"no retrieval encoder could be loaded ({notes})"}
+        why["gen"] = why["refs"]
+    elif len(split.train) == 0:
+        why = {"refs": "no FPR gallery could be built: " + "; ".join(sorted(set(split.skipped.values())))}
+        why["gen"] = why["refs"]
+    elif len(generated) == 0:
+        why = {"gen": "no generated images for any gallery: " + " | ".join(dict.fromkeys(split.skipped.values()))}
+    out.update({t: why[need] for t, need in GLOBAL_TABLES.items() if need in why})
+    return out
+
+
+def sampling_size(cfg: Profile) -> int:
+    """Images per subject of the sampled galleries of Table 2: half of the subject's gallery pool
+    (the world's ``gallery_per_id``, or the released galleries' ``retrieval.gallery_per_id``)."""
+    pool = cfg.world.gallery_per_id if cfg.world.source == "procedural" else cfg.retrieval.gallery_per_id
+    return max(1, pool // 2)

@@ -18,7 +18,7 @@ the tables; the paper's dataset builders and gallery sampling live in :mod:`near
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -165,6 +165,9 @@ class FPRSplit:
     train: pd.DataFrame
     gallery: pd.DataFrame
     root: Path
+    # table name -> why this run cannot produce it (the paper profile's absent downloads); empty
+    # for the procedural world
+    skipped: dict = field(default_factory=dict)
 
 
 def load_fpr_split(folder: str | os.PathLike, check_files: bool = True) -> FPRSplit:

@@ -1,9 +1,10 @@
 """The specialised encoders of Finer-Personalization Rank, registered with the one encoder registry.
 
-- ``bioclip2``: BioCLIP 2 through open_clip, hub id ``hf-hub:imageomics/bioclip-2`` (CUB). The
-  loading path only; weights are never downloaded in ``smoke``/``mini``.
+- ``bioclip2``: BioCLIP 2 through open_clip, hub id ``hf-hub:imageomics/bioclip-2`` (CUB), read
+  through :mod:`nearid_lib.hub` (a local mirror folder is given to open_clip as ``local-dir:``);
+  weights are never downloaded in ``smoke``/``mini``.
 - ``miewid``: MiewID (``conservationxlabs/miewid-msv3``) through transformers ``AutoModel`` with
-  ``trust_remote_code=True`` -- remote code runs only when the caller opts in
+  ``trust_remote_code=True``, read through :mod:`nearid_lib.hub` -- remote code runs only when the caller opts in
   (``allow_remote_code=True``, i.e. ``RetrievalConfig.allow_remote_code``); otherwise a clear error.
 - ``classifier``: the pooled features of a fine-grained classifier (the paper's SP-Cars is an
   EfficientNetV2 trained on all of Stanford Cars): a frozen backbone followed by a
@@ -26,16 +27,31 @@ from .classifier import FeatureClassifier
 from .registry import StackedEncoder, load_encoder, register_encoder
 
 __all__ = ["OpenClipEncoder", "RemoteCodeEncoder", "ClassifierEncoder", "RemoteCodeError",
-           "MIEWID_HUB_ID", "BIOCLIP2_HUB_ID"]
+           "MIEWID_HUB_ID", "BIOCLIP2_HUB_ID", "open_clip_source", "TINY_OPEN_CLIP"]
 
 MIEWID_HUB_ID = "conservationxlabs/miewid-msv3"
 BIOCLIP2_HUB_ID = "hf-hub:imageomics/bioclip-2"
 
 # Random-init tiny ViT of open_clip's own class (offline), for tests only.
-_TINY_OPEN_CLIP = {"embed_dim": 16, "vision_cfg": {"image_size": 32, "layers": 2, "width": 32,
+TINY_OPEN_CLIP = {"embed_dim": 16, "vision_cfg": {"image_size": 32, "layers": 2, "width": 32,
                                                    "patch_size": 8, "head_width": 16},
                    "text_cfg": {"context_length": 8, "vocab_size": 64, "width": 32, "heads": 2,
                                 "layers": 1}}
+
+
+def open_clip_source(name: str) -> str:
+    """open_clip's model name for ``name`` through the hub resolver (:mod:`nearid_lib.hub`):
+    ``hf-hub:<org>/<repo>`` (or a bare ``<org>/<repo>``) becomes ``local-dir:<mirror>/<org>/<repo>``
+    when ``NEARID_HUB_DIR`` is set (a missing repo is a :class:`~nearid_lib.hub.HubError` with its
+    download command), stays ``hf-hub:<org>/<repo>`` otherwise; other names (open_clip's built-in
+    configs, ``local-dir:``) pass unchanged."""
+    from ..hub import resolve
+
+    repo = name[len("hf-hub:"):] if name.startswith("hf-hub:") else name
+    if name.startswith("local-dir:") or repo.count("/") != 1 and not name.startswith("hf-hub:"):
+        return name
+    r = resolve(repo, "model")
+    return f"local-dir:{r.source}" if r.local else f"hf-hub:{repo}"
 
 
 class RemoteCodeError(PermissionError):
@@ -49,10 +65,10 @@ class OpenClipEncoder(Encoder):
         import open_clip
 
         if tiny:
-            model = open_clip.CLIP(**copy.deepcopy(_TINY_OPEN_CLIP))
+            model = open_clip.CLIP(**copy.deepcopy(TINY_OPEN_CLIP))
             size = 32
         else:
-            model, _, _ = open_clip.create_model_and_transforms(weights or hub_id)
+            model, _, _ = open_clip.create_model_and_transforms(open_clip_source(weights or hub_id))
             size = model.visual.image_size
             size = size[0] if isinstance(size, (tuple, list)) else int(size)
         super().__init__(name, Preprocess(size, CLIP_MEAN, CLIP_STD, "shorter_crop", 1.0, "bicubic"),
@@ -76,7 +92,10 @@ class RemoteCodeEncoder(Encoder):
                 f"allow_remote_code=True) or RetrievalConfig.allow_remote_code=True.")
         from transformers import AutoModel
 
-        model = AutoModel.from_pretrained(weights or hub_id, trust_remote_code=True)
+        from ..hub import model_source
+
+        path, kw_src = model_source(weights or hub_id)      # the local mirror (NEARID_HUB_DIR) or the hub
+        model = AutoModel.from_pretrained(path, trust_remote_code=True, **kw_src)
         super().__init__(name, Preprocess(image_size, IMAGENET_MEAN, IMAGENET_STD, "squash", 1.0, "bilinear"),
                          tiny=False, frozen=frozen, weights=weights or hub_id)
         self.model = model
