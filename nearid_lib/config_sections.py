@@ -288,9 +288,12 @@ class IDSimConfig:
     # public ID-Sim benchmarks (nearid_lib.idsim.released; paper)
     source: str = "world"
     released_model: str = "chaenayo/id-sim_dinov3_vitl16_cls_patch"   # hub repo of the released adapter + heads
-    frozen_rows: tuple[str, ...] = ("dinov3-vitl16", "dinov2-large")   # "released": frozen backbone rows
+    # "released": the frozen rows scored on Subjects2k / DreamBench++ (registry names; DINOv3 and CLIP
+    # have Figure 25 rows, DINOv2 and SigLIP2 are extra frozen baselines)
+    frozen_rows: tuple[str, ...] = ("dinov3-vitl16", "clip-vit-l14", "dinov2-large", "siglip2-so400m-patch14-384")
     subjects2k_repo: str = "chaenayo/Subjects2k"                       # hub dataset of the Subjects2k benchmark
     max_pairs: int | None = None        # "released": score at most the first N pairs per benchmark (dry runs)
+    mllm_max_new_tokens: int = 128      # "released": generation budget of the hub MLLM judge (a ~30-token JSON answer)
     eval_batch_size: int = 16
 
 

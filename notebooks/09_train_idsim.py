@@ -23,6 +23,12 @@
 # cached once, "CLS" = global average of the final 7x7 tokens. See `nearid_lib/models/idsim.py` and
 # `nearid_lib/idsim/` for every deviation. Benchmarks are the mini world's analogue of each
 # benchmark kind of ID-Sim Figure 25 (`nearid_lib/idsim/bench.py`).
+#
+# `paper` (`idsim.source = "released"`): ID-Sim's curated training set is not public, so nothing is
+# trained (never on NearID data). The public benchmarks (Subjects2k from the hub, DreamBench++ from
+# its hand download) are scored with what can be had: the frozen rows (DINOv3, CLIP, DINOv2,
+# SigLIP2), the NearID head of notebook 03 and the datasets' own GPT-4o annotations; every table
+# that needs a trained or the released ID-Sim is skipped with its reason (`nearid_lib/idsim/released.py`).
 
 # %% tags=["parameters"]
 PROFILE = "mini"
@@ -33,6 +39,7 @@ import time
 
 import matplotlib.pyplot as plt
 import pandas as pd
+from IPython.display import display
 
 from nearid_lib import make_rng
 from nearid_lib.claims import claim, evaluate_claims
@@ -46,6 +53,8 @@ from nearid_lib.idsim.embed import model_embeddings, token_maps
 from nearid_lib.idsim.mllm import idsim_judge, judge_graded, mllm_table
 from nearid_lib.idsim.persam import mask_predictor, mini_persam_queries, persam_benchmark, persam_table
 from nearid_lib.idsim.prefix import PrefixStore
+from nearid_lib.idsim.released import (not_scored, released_mllm_table, released_patch_table, released_table,
+                                       score_released, world_only_tables)
 from nearid_lib.idsim.train import train_idsim
 from nearid_lib.io_utils import write_csv
 from nearid_lib.models import load_encoder
@@ -55,36 +64,94 @@ from nearid_lib.run import start_run
 
 run = start_run(PROFILE, SEED, "09_train_idsim")
 cfg = run.cfg
-data = load_profile_data(cfg, build=False)
+WORLD = cfg.idsim.source == "world"     # "released" (paper): no training, the public benchmarks only
+data = load_profile_data(cfg, build=False) if WORLD else None
 t_start = time.time()
 cfg.idsim
+
+# %% [markdown]
+# ## Public benchmarks (`paper`: `idsim.source = "released"`)
+# Subjects2k (AP / ROC-AUC against the released `binary_label`) and DreamBench++ (Spearman / Kendall
+# with the mean human concept-preservation rating over the two rater groups) for every scorer that
+# does not need ID-Sim's unpublished training set. PODS, DeepFashion2, AerialCattle, PetFace and CUTE
+# are not scored: ID-Sim's evaluation subsets of them are not published (reasons in the tables'
+# provenance, `not_scored`).
+
+# %%
+if not WORLD:
+    nearid_dir = checkpoint_dir(PROFILE) / "nearid"
+    nearid = load_encoder("nearid", checkpoint=nearid_dir)[0] if nearid_dir.exists() else None
+    print("NearID head:", nearid_dir if nearid is not None else "absent (run notebook 03) - no NearID row")
+    scores = score_released(cfg, nearid=nearid)
+    skipped = not_scored(cfg, scores)
+    for what, why in skipped.items():
+        print(f"not scored - {what}: {why}")
+    if scores.any_benchmark and scores.results:
+        table = released_table(scores, PROFILE)
+        run.write_table(table, "09_idsim_benchmarks", not_scored=skipped)
+        mllm = released_mllm_table(scores, PROFILE)
+        run.write_table(mllm, "09_idsim_mllm", not_scored=skipped)
+        if scores.answers is not None and len(scores.answers):
+            write_csv(scores.answers, run.results / "mllm_answers.csv")
+        display(table.pivot(index=["benchmark", "metric_id"], columns="model", values="value"))
+        display(mllm)
+    else:
+        why = "; ".join(skipped[k] for k in ("Subjects2k", "DreamBench++") + tuple(cfg.idsim.frozen_rows)
+                        if k in skipped)
+        for name in ("09_idsim_benchmarks", "09_idsim_mllm"):
+            run.skip_table(name, f"no public ID-Sim benchmark could be scored: {why}")
+    patch = released_patch_table(scores, PROFILE) if scores.any_benchmark else None
+    if patch is not None:
+        run.write_table(patch, "09_idsim_patch", not_scored=skipped,
+                        not_produced={"ours_no_patch, ours": skipped["ID-Sim (released checkpoint)"]})
+        display(patch)
+    else:
+        run.skip_table("09_idsim_patch", f"the frozen {cfg.idsim.backbone} patch column needs the backbone and a "
+                                         f"public benchmark: {skipped.get(cfg.idsim.backbone, '')} "
+                                         f"{skipped.get('Subjects2k', '')} {skipped.get('DreamBench++', '')}")
+    for name, why in world_only_tables(cfg).items():
+        run.skip_table(name, why)
+
+# %%
+if not WORLD and scores.any_benchmark and scores.results:
+    wide = table.pivot(index="metric_id", columns="model", values="value")
+    fig, ax = plt.subplots(figsize=(8, 3))
+    wide.plot.bar(ax=ax)
+    ax.set_ylabel("value")
+    ax.set_title(f"ID-Sim public benchmarks, frozen rows ({PROFILE}; "
+                 f"{scores.n_s2k} Subjects2k / {scores.n_dbpp} DreamBench++ pairs)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    run.figure(fig, "09_idsim_benchmarks")
 
 # %% [markdown]
 # ## Train
 # Frozen prefix features are cached under `cache_dir(PROFILE)/idsim` (reused on a rerun).
 
 # %%
-train_prefix = cache_dir(PROFILE) / "idsim" / f"train_prefix_s{SEED}.safetensors"
-res = train_idsim(cfg, data, store_path=train_prefix)
-model, hist, trip = res["model"], res["history"], res["triplets"]
-ckpt = save_idsim(model, checkpoint_dir(PROFILE) / "idsim",
-                  extra={"profile": PROFILE, "seed": SEED, "n_steps": res["n_steps"],
-                         "n_triplets": len(trip), "timings": res["timings"]})
-write_csv(hist, run.results / "history.csv")
-write_csv(trip, run.results / "triplets.csv")
-print(trip.groupby(["subset", "neg_kind"]).size())
-res["timings"], ckpt
+if WORLD:
+    train_prefix = cache_dir(PROFILE) / "idsim" / f"train_prefix_s{SEED}.safetensors"
+    res = train_idsim(cfg, data, store_path=train_prefix)
+    model, hist, trip = res["model"], res["history"], res["triplets"]
+    ckpt = save_idsim(model, checkpoint_dir(PROFILE) / "idsim",
+                      extra={"profile": PROFILE, "seed": SEED, "n_steps": res["n_steps"],
+                             "n_triplets": len(trip), "timings": res["timings"]})
+    write_csv(hist, run.results / "history.csv")
+    write_csv(trip, run.results / "triplets.csv")
+    print(trip.groupby(["subset", "neg_kind"]).size())
+    display((res["timings"], ckpt))
 
 # %%
-fig, ax = plt.subplots(figsize=(5, 3))
-for col in ("loss", "cls", "patch"):
-    ax.plot(hist.step, hist[col].rolling(5, min_periods=1).mean(), label=col)
-ax.set_xlabel("optimizer step")
-ax.set_ylabel("loss (rolling mean 5)")
-ax.set_title(f"ID-Sim training ({PROFILE})")
-ax.legend()
-fig.tight_layout()
-run.figure(fig, "09_idsim_loss")
+if WORLD:
+    fig, ax = plt.subplots(figsize=(5, 3))
+    for col in ("loss", "cls", "patch"):
+        ax.plot(hist.step, hist[col].rolling(5, min_periods=1).mean(), label=col)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("loss (rolling mean 5)")
+    ax.set_title(f"ID-Sim training ({PROFILE})")
+    ax.legend()
+    fig.tight_layout()
+    run.figure(fig, "09_idsim_loss")
 
 # %% [markdown]
 # ## Mini benchmarks
@@ -93,32 +160,34 @@ run.figure(fig, "09_idsim_loss")
 # the test split.
 
 # %%
-sets = mini_benchmark_sets(data, "test", seed=SEED)
-keys = bench_keys(sets)
-nearid_dir = checkpoint_dir(PROFILE) / "nearid"
-nearid = load_encoder("nearid", checkpoint=nearid_dir)[0] if nearid_dir.exists() else None
-print("NearID head:", nearid_dir if nearid is not None else "absent (run notebook 03) - skipped")
-store = PrefixStore(model, data, n_variants=0, seed=SEED,
-                    path=cache_dir(PROFILE) / "idsim" / f"eval_prefix_s{SEED}.safetensors")
-emb = embed_encoders(model, store, keys, nearid=nearid)
-emb["colour_hist"] = histogram_embeddings(data, keys, seed=SEED)      # pixel-space floor
-store.save()
-results = {enc: evaluate_sets(sets, e) for enc, e in emb.items()}
-labels = encoder_labels(cfg)
-table = benchmark_table(results, labels, PROFILE)
-run.write_table(table, "09_idsim_benchmarks")
-table.pivot(index=["benchmark", "metric_id"], columns="model", values="value")
+if WORLD:
+    sets = mini_benchmark_sets(data, "test", seed=SEED)
+    keys = bench_keys(sets)
+    nearid_dir = checkpoint_dir(PROFILE) / "nearid"
+    nearid = load_encoder("nearid", checkpoint=nearid_dir)[0] if nearid_dir.exists() else None
+    print("NearID head:", nearid_dir if nearid is not None else "absent (run notebook 03) - skipped")
+    store = PrefixStore(model, data, n_variants=0, seed=SEED,
+                        path=cache_dir(PROFILE) / "idsim" / f"eval_prefix_s{SEED}.safetensors")
+    emb = embed_encoders(model, store, keys, nearid=nearid)
+    emb["colour_hist"] = histogram_embeddings(data, keys, seed=SEED)      # pixel-space floor
+    store.save()
+    results = {enc: evaluate_sets(sets, e) for enc, e in emb.items()}
+    labels = encoder_labels(cfg)
+    table = benchmark_table(results, labels, PROFILE)
+    run.write_table(table, "09_idsim_benchmarks")
+    display(table.pivot(index=["benchmark", "metric_id"], columns="model", values="value"))
 
 # %%
-wide = (table.assign(model=table.model.replace({"DINOv3": f"frozen {cfg.idsim.backbone}"}))
-        .pivot(index="metric_id", columns="model", values="value"))
-fig, ax = plt.subplots(figsize=(8, 3))
-wide.plot.bar(ax=ax)
-ax.set_ylabel("value")
-ax.set_title(f"ID-Sim mini benchmarks ({PROFILE})")
-ax.legend(fontsize=7)
-fig.tight_layout()
-run.figure(fig, "09_idsim_benchmarks")
+if WORLD:
+    wide = (table.assign(model=table.model.replace({"DINOv3": f"frozen {cfg.idsim.backbone}"}))
+            .pivot(index="metric_id", columns="model", values="value"))
+    fig, ax = plt.subplots(figsize=(8, 3))
+    wide.plot.bar(ax=ax)
+    ax.set_ylabel("value")
+    ax.set_title(f"ID-Sim mini benchmarks ({PROFILE})")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    run.figure(fig, "09_idsim_benchmarks")
 
 # %% [markdown]
 # ## Patch embeddings (Table 2b)
@@ -127,16 +196,17 @@ run.figure(fig, "09_idsim_benchmarks")
 # patch loss (`lam = 0`, same seed and triplets recipe) and the full ID-Sim.
 
 # %%
-no_patch = train_idsim(row_profile(cfg, {"lam": 0.0}, SEED), data, store=res["store"], log=lambda m: None)["model"]
-patch_emb = model_embeddings(model, store, keys, kinds=("patch", "frozen_patch"))
-store.model = no_patch
-no_patch_emb = model_embeddings(no_patch, store, keys, kinds=("patch",))["patch"]
-store.model = model
-patch = patch_table({"dinov3": evaluate_sets(sets, patch_emb["frozen_patch"]),
-                     "ours_no_patch": evaluate_sets(sets, no_patch_emb),
-                     "ours": evaluate_sets(sets, patch_emb["patch"])}, PROFILE)
-run.write_table(patch, "09_idsim_patch")
-patch
+if WORLD:
+    no_patch = train_idsim(row_profile(cfg, {"lam": 0.0}, SEED), data, store=res["store"], log=lambda m: None)["model"]
+    patch_emb = model_embeddings(model, store, keys, kinds=("patch", "frozen_patch"))
+    store.model = no_patch
+    no_patch_emb = model_embeddings(no_patch, store, keys, kinds=("patch",))["patch"]
+    store.model = model
+    patch = patch_table({"dinov3": evaluate_sets(sets, patch_emb["frozen_patch"]),
+                         "ours_no_patch": evaluate_sets(sets, no_patch_emb),
+                         "ours": evaluate_sets(sets, patch_emb["patch"])}, PROFILE)
+    run.write_table(patch, "09_idsim_patch")
+    display(patch)
 
 # %% [markdown]
 # ## Comparison with MLLM judges (Table 2a)
@@ -147,21 +217,22 @@ patch
 # Gemini) are hosted APIs; the offline `mini` profile has no MLLM weights, so it has no judge row.
 
 # %%
-mllm_results = dict(results)
-mllm_labels = {enc: ({"idsim": "Ours (ViT-L)"}.get(enc, ""), labels[enc][1]) for enc in results}
-if cfg.idsim.mllm_judge:
-    judge = idsim_judge(cfg.idsim.mllm_judge)
-    mllm_results["judge"], judged = judge_graded(judge, sets["graded"], data.image,
-                                                 max_pairs=cfg.idsim.mllm_max_pairs)
-    mllm_labels["judge"] = ("", f"MLLM judge {judge.name}, identity prompt (coverage "
-                                f"{mllm_results['judge']['coverage']:.0%})")
-    write_csv(judged, run.results / "mllm_answers.csv")
-    for enc in ("idsim", "frozen"):
-        mllm_results[f"{enc}@judged"] = {**evaluate_sets({"graded": judged}, emb[enc]), "n_pairs": len(judged)}
-        mllm_labels[f"{enc}@judged"] = ("", f"{labels[enc][1]} on the judged pairs")
-mllm = mllm_table(mllm_results, mllm_labels, PROFILE)
-run.write_table(mllm, "09_idsim_mllm")
-mllm
+if WORLD:
+    mllm_results = dict(results)
+    mllm_labels = {enc: ({"idsim": "Ours (ViT-L)"}.get(enc, ""), labels[enc][1]) for enc in results}
+    if cfg.idsim.mllm_judge:
+        judge = idsim_judge(cfg.idsim.mllm_judge)
+        mllm_results["judge"], judged = judge_graded(judge, sets["graded"], data.image,
+                                                     max_pairs=cfg.idsim.mllm_max_pairs)
+        mllm_labels["judge"] = ("", f"MLLM judge {judge.name}, identity prompt (coverage "
+                                    f"{mllm_results['judge']['coverage']:.0%})")
+        write_csv(judged, run.results / "mllm_answers.csv")
+        for enc in ("idsim", "frozen"):
+            mllm_results[f"{enc}@judged"] = {**evaluate_sets({"graded": judged}, emb[enc]), "n_pairs": len(judged)}
+            mllm_labels[f"{enc}@judged"] = ("", f"{labels[enc][1]} on the judged pairs")
+    mllm = mllm_table(mllm_results, mllm_labels, PROFILE)
+    run.write_table(mllm, "09_idsim_mllm")
+    display(mllm)
 
 # %% [markdown]
 # ## Personalized segmentation with PerSAM (Table 2c)
@@ -173,20 +244,21 @@ mllm
 # `mini` has no pretrained SAM offline and thresholds the similarity map instead (labelled in the table).
 
 # %%
-queries = mini_persam_queries(data, "test", seed=SEED)
-pkeys = list(dict.fromkeys(queries.reference.tolist() + queries["query"].tolist()))
-tok_sets = {"dinov3": token_maps(model, store, pkeys, frozen=True), "ours": token_maps(model, store, pkeys)}
-store.model = no_patch
-tok_sets["ours_no_patch"] = token_maps(no_patch, store, pkeys)
-store.model = model
-predictor = mask_predictor(cfg.idsim.persam_sam)
-seg, seg_preds = persam_benchmark(queries, {k: dict(zip(pkeys, v)) for k, v in tok_sets.items()},
-                                  data.image, data.mask, predictor)
-write_csv(seg_preds, run.results / "persam_predictions.csv")
-persam = persam_table(seg, {"dinov3": f"frozen {cfg.idsim.backbone} tokens", "ours_no_patch": "ID-Sim, lam = 0",
-                            "ours": "ID-Sim"}, predictor.name, PROFILE)
-run.write_table(persam, "09_idsim_persam")
-persam
+if WORLD:
+    queries = mini_persam_queries(data, "test", seed=SEED)
+    pkeys = list(dict.fromkeys(queries.reference.tolist() + queries["query"].tolist()))
+    tok_sets = {"dinov3": token_maps(model, store, pkeys, frozen=True), "ours": token_maps(model, store, pkeys)}
+    store.model = no_patch
+    tok_sets["ours_no_patch"] = token_maps(no_patch, store, pkeys)
+    store.model = model
+    predictor = mask_predictor(cfg.idsim.persam_sam)
+    seg, seg_preds = persam_benchmark(queries, {k: dict(zip(pkeys, v)) for k, v in tok_sets.items()},
+                                      data.image, data.mask, predictor)
+    write_csv(seg_preds, run.results / "persam_predictions.csv")
+    persam = persam_table(seg, {"dinov3": f"frozen {cfg.idsim.backbone} tokens", "ours_no_patch": "ID-Sim, lam = 0",
+                                "ours": "ID-Sim"}, predictor.name, PROFILE)
+    run.write_table(persam, "09_idsim_persam")
+    display(persam)
 
 # %% [markdown]
 # ## Training ablations (Table 3, Supp. Tables 5-9)
@@ -200,14 +272,15 @@ persam
 # (S7) swaps in EfficientNet-Lite0 at half resolution, Lite1 and Lite2 (`idsim.backbone_rows`).
 
 # %%
-abl_runs = ablation_runs(cfg, data, list(cfg.idsim.ablation_tables), train_store_path=train_prefix,
-                         eval_store_path=cache_dir(PROFILE) / "idsim" / f"val_prefix_s{SEED}.safetensors",
-                         log=lambda m: None)
-write_csv(abl_runs.drop(columns="units"), run.results / "ablation_runs.csv")
-abl_tables = {key: ablation_table(abl_runs, key, seed=SEED) for key in cfg.idsim.ablation_tables}
-for key, t in abl_tables.items():
-    run.write_table(t.assign(profile=PROFILE), OUTPUTS[key])
-pd.concat(abl_tables.values(), keys=list(abl_tables), names=["table"])
+if WORLD:
+    abl_runs = ablation_runs(cfg, data, list(cfg.idsim.ablation_tables), train_store_path=train_prefix,
+                             eval_store_path=cache_dir(PROFILE) / "idsim" / f"val_prefix_s{SEED}.safetensors",
+                             log=lambda m: None)
+    write_csv(abl_runs.drop(columns="units"), run.results / "ablation_runs.csv")
+    abl_tables = {key: ablation_table(abl_runs, key, seed=SEED) for key in cfg.idsim.ablation_tables}
+    for key, t in abl_tables.items():
+        run.write_table(t.assign(profile=PROFILE), OUTPUTS[key])
+    display(pd.concat(abl_tables.values(), keys=list(abl_tables), names=["table"]))
 
 # %% [markdown]
 # ## Claims
@@ -218,16 +291,17 @@ pd.concat(abl_tables.values(), keys=list(abl_tables), names=["table"])
 # ablations follow.
 
 # %%
-evidence = benchmark_evidence(sets, {k: emb[k] for k in ("frozen", "idsim")})
-claims = evaluate_claims(IDSIM_CLAIMS, evidence, make_rng(SEED, "claims", "09"), n_boot=cfg.idsim.n_bootstrap,
-                         profile=PROFILE, keys=CLAIMS_BY_NOTEBOOK["09_train_idsim"])
-fz, ids_ = results["frozen"], results["idsim"]
-wins = [m for m in fz if ids_[m] > fz[m]]
-rows = [claim("ID-Sim beats the frozen backbone on the mini benchmarks (all metrics, point values)",
-              "48/49 setups won", f"{len(wins)}/{len(fz)} metrics won", len(wins) == len(fz),
-              detail="won: " + ", ".join(wins), profile=PROFILE)]
-rows += ablation_claims(abl_tables, PROFILE)
-claims = pd.concat([claims, pd.DataFrame(rows)], ignore_index=True)
-run.write_claims(claims, "09_idsim")
+if WORLD:
+    evidence = benchmark_evidence(sets, {k: emb[k] for k in ("frozen", "idsim")})
+    claims = evaluate_claims(IDSIM_CLAIMS, evidence, make_rng(SEED, "claims", "09"), n_boot=cfg.idsim.n_bootstrap,
+                             profile=PROFILE, keys=CLAIMS_BY_NOTEBOOK["09_train_idsim"])
+    fz, ids_ = results["frozen"], results["idsim"]
+    wins = [m for m in fz if ids_[m] > fz[m]]
+    rows = [claim("ID-Sim beats the frozen backbone on the mini benchmarks (all metrics, point values)",
+                  "48/49 setups won", f"{len(wins)}/{len(fz)} metrics won", len(wins) == len(fz),
+                  detail="won: " + ", ".join(wins), profile=PROFILE)]
+    rows += ablation_claims(abl_tables, PROFILE)
+    claims = pd.concat([claims, pd.DataFrame(rows)], ignore_index=True)
+    run.write_claims(claims, "09_idsim")
+    display(claims[["claim", "ours", "verdict"]])
 print(f"notebook 09 total {time.time() - t_start:.1f}s")
-claims[["claim", "ours", "verdict"]]

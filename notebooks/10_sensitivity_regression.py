@@ -18,13 +18,17 @@
 # anchors (1,000 resamples, seeded) for 95% percentile intervals. Encoders: the frozen backbone
 # (EfficientNet-Lite0 GAP in mini), ID-Sim (notebook 09's checkpoint) and the NearID head
 # (notebook 03's checkpoint; skipped with a note when absent). Similarities are raw cosines.
+#
+# `paper`: ID-Sim's selective-sensitivity edit grids are not published and the released NearID data
+# has no world grids, so this notebook's tables are skipped with that reason
+# (`nearid_lib.idsim.released.SENSITIVITY_REASON`).
 
 # %% tags=["parameters"]
 PROFILE = "mini"
 SEED = 0
 
 # %%
-import pandas as pd
+from IPython.display import display
 
 from nearid_lib import make_rng
 from nearid_lib.claims import evaluate_claims
@@ -32,6 +36,7 @@ from nearid_lib.data import load_profile_data
 from nearid_lib.idsim.bench import embed_encoders, encoder_labels
 from nearid_lib.idsim.claims import CLAIMS_BY_NOTEBOOK, IDSIM_CLAIMS, sensitivity_evidence
 from nearid_lib.idsim.prefix import PrefixStore
+from nearid_lib.idsim.released import SENSITIVITY_REASON
 from nearid_lib.idsim.sensitivity import (grid_similarities, per_anchor_sensitivity, plot_sensitivity_bars,
                                           plot_similarity_curves, sensitivity_summary, similarity_curves)
 from nearid_lib.io_utils import write_csv
@@ -44,49 +49,58 @@ run = start_run(PROFILE, SEED, "10_sensitivity_regression")
 cfg = run.cfg
 data = load_profile_data(cfg, build=False)
 grids = data.grids
-print(grids.groupby("grid").anchor_id.nunique(), grids.groupby("grid").size())
+GRIDS = grids is not None               # the released data (paper) has no edit grids
+if GRIDS:
+    print(grids.groupby("grid").anchor_id.nunique(), grids.groupby("grid").size())
+else:
+    for name in ("10_sensitivity", "claims_10_sensitivity"):
+        run.skip_table(name, SENSITIVITY_REASON)
 
 # %%
-model, meta = load_idsim(checkpoint_dir(PROFILE) / "idsim")
-nearid_dir = checkpoint_dir(PROFILE) / "nearid"
-nearid = load_encoder("nearid", checkpoint=nearid_dir)[0] if nearid_dir.exists() else None
-notes = [] if nearid is not None else [f"NearID head skipped: {nearid_dir} absent (run notebook 03)"]
-print(notes or "NearID head loaded")
-store = PrefixStore(model, data, n_variants=0, seed=SEED,
-                    path=cache_dir(PROFILE) / "idsim" / f"eval_prefix_s{SEED}.safetensors")
-emb = embed_encoders(model, store, grids.path.tolist(), nearid=nearid)
-store.save()
-sims = grid_similarities(grids, emb)
-write_csv(sims, run.results / "grid_similarities.csv")
+if GRIDS:
+    model, meta = load_idsim(checkpoint_dir(PROFILE) / "idsim")
+    nearid_dir = checkpoint_dir(PROFILE) / "nearid"
+    nearid = load_encoder("nearid", checkpoint=nearid_dir)[0] if nearid_dir.exists() else None
+    notes = [] if nearid is not None else [f"NearID head skipped: {nearid_dir} absent (run notebook 03)"]
+    print(notes or "NearID head loaded")
+    store = PrefixStore(model, data, n_variants=0, seed=SEED,
+                        path=cache_dir(PROFILE) / "idsim" / f"eval_prefix_s{SEED}.safetensors")
+    emb = embed_encoders(model, store, grids.path.tolist(), nearid=nearid)
+    store.save()
+    sims = grid_similarities(grids, emb)
+    write_csv(sims, run.results / "grid_similarities.csv")
 
 # %% [markdown]
 # ## Per-anchor regressions and bootstrap over anchors
 
 # %%
-fits, wide = per_anchor_sensitivity(sims)
-write_csv(fits, run.results / "per_anchor_fits.csv")
-# the rng key keeps this notebook's former number: the same bootstrap draws as before the renumbering
-summary = sensitivity_summary(wide, cfg.idsim.n_bootstrap, make_rng(SEED, "09_sensitivity_bootstrap"))
-labels = encoder_labels(cfg)
-table = summary.assign(
-    model=[labels[e][0] for e in summary.encoder], ours_label=[labels[e][1] for e in summary.encoder],
-    claim_id=[f"{labels[e][0]}/{f}" for e, f in zip(summary.encoder, summary.factor)])
-table = table[["claim_id", "model", "factor", "estimate", "mean", "std", "low", "high", "n", "n_boot",
-               "r2_mean", "ours_label", "encoder"]]
-run.write_table(table, "10_sensitivity")
-table
+if GRIDS:
+    fits, wide = per_anchor_sensitivity(sims)
+    write_csv(fits, run.results / "per_anchor_fits.csv")
+    # the rng key keeps this notebook's former number: the same bootstrap draws as before the renumbering
+    summary = sensitivity_summary(wide, cfg.idsim.n_bootstrap, make_rng(SEED, "09_sensitivity_bootstrap"))
+    labels = encoder_labels(cfg)
+    table = summary.assign(
+        model=[labels[e][0] for e in summary.encoder], ours_label=[labels[e][1] for e in summary.encoder],
+        claim_id=[f"{labels[e][0]}/{f}" for e, f in zip(summary.encoder, summary.factor)])
+    table = table[["claim_id", "model", "factor", "estimate", "mean", "std", "low", "high", "n", "n_boot",
+                   "r2_mean", "ours_label", "encoder"]]
+    run.write_table(table, "10_sensitivity")
+    display(table)
 
 # %%
-short = {"frozen": f"frozen {cfg.idsim.backbone}", "idsim": "ID-Sim", "nearid": "NearID head"}
-fig = plot_sensitivity_bars(summary, short, title=f"Selective sensitivity, bootstrap mean and 95% CI ({PROFILE}, "
-                                                  f"{wide.anchor_id.nunique()} anchors)")
-run.figure(fig, "10_sensitivity_bars")
+if GRIDS:
+    short = {"frozen": f"frozen {cfg.idsim.backbone}", "idsim": "ID-Sim", "nearid": "NearID head"}
+    fig = plot_sensitivity_bars(summary, short, title=f"Selective sensitivity, bootstrap mean and 95% CI ({PROFILE}, "
+                                                      f"{wide.anchor_id.nunique()} anchors)")
+    run.figure(fig, "10_sensitivity_bars")
 
 # %%
-curves = similarity_curves(sims)
-write_csv(curves, run.results / "similarity_curves.csv")
-fig = plot_similarity_curves(curves, short, title=f"Similarity to the anchor vs change level ({PROFILE})")
-run.figure(fig, "10_similarity_curves")
+if GRIDS:
+    curves = similarity_curves(sims)
+    write_csv(curves, run.results / "similarity_curves.csv")
+    fig = plot_similarity_curves(curves, short, title=f"Similarity to the anchor vs change level ({PROFILE})")
+    run.figure(fig, "10_similarity_curves")
 
 # %% [markdown]
 # ## Claims
@@ -96,8 +110,9 @@ run.figure(fig, "10_similarity_curves")
 # not run is "not testable").
 
 # %%
-claims = evaluate_claims(IDSIM_CLAIMS, sensitivity_evidence(wide), make_rng(SEED, "claims", "10"),
-                         n_boot=cfg.idsim.n_bootstrap, profile=PROFILE,
-                         keys=CLAIMS_BY_NOTEBOOK["10_sensitivity_regression"])
-run.write_claims(claims, "10_sensitivity")
-claims[["claim", "ours", "verdict"]]
+if GRIDS:
+    claims = evaluate_claims(IDSIM_CLAIMS, sensitivity_evidence(wide), make_rng(SEED, "claims", "10"),
+                             n_boot=cfg.idsim.n_bootstrap, profile=PROFILE,
+                             keys=CLAIMS_BY_NOTEBOOK["10_sensitivity_regression"])
+    run.write_claims(claims, "10_sensitivity")
+    display(claims[["claim", "ours", "verdict"]])

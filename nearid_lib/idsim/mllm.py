@@ -57,7 +57,12 @@ def idsim_judge(name: str, device: str = "cpu", **kw) -> VLMJudge:
     opts = dict(prompt=IDSIM_JUDGE_PROMPT, answer_key="similarity", answer_max=1.0, **kw)
     if name == "tiny":
         return VLMJudge.tiny(**opts)
-    return VLMJudge.from_pretrained(name, device=device, **opts)
+    from ..hub import resolve
+
+    # through the hub resolver: the NEARID_HUB_DIR mirror folder, or the repo id (hub / its cache)
+    judge = VLMJudge.from_pretrained(resolve(name, "model").source, device=device, **opts)
+    judge.name = name.rstrip("/").split("/")[-1]
+    return judge
 
 
 def judge_graded(judge, graded: pd.DataFrame, image: Callable, max_pairs: int | None = None

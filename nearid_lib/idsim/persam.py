@@ -146,8 +146,12 @@ class SAMMaskPredictor:
     def from_pretrained(cls, name_or_path: str = "facebook/sam-vit-huge", device: str = "cpu") -> "SAMMaskPredictor":
         from transformers import SamModel, SamProcessor
 
-        return cls(SamModel.from_pretrained(name_or_path).to(device), SamProcessor.from_pretrained(name_or_path),
-                   name=name_or_path.split("/")[-1])
+        from ..hub import model_source
+
+        # through the hub resolver: the NEARID_HUB_DIR mirror folder, or the repo id at its pinned revision
+        src, kw = model_source(name_or_path)
+        return cls(SamModel.from_pretrained(src, **kw).to(device), SamProcessor.from_pretrained(src, **kw),
+                   name=name_or_path.rstrip("/").split("/")[-1])
 
     @torch.no_grad()
     def __call__(self, image, points, labels, sim_up: np.ndarray) -> np.ndarray:

@@ -25,6 +25,12 @@ What the authors publish (read from their package, ``JuliaChae/id_sim``, June 20
 * The selective-sensitivity edit grids (App. F) are not published ("coming soon" in the authors'
   README): :data:`SENSITIVITY_REASON`.
 
+What notebook 09 produces from public data (:func:`score_released`): Figure 25's Subjects2k and
+DreamBench++ columns for the frozen rows (``idsim.frozen_rows``) and the NearID head; Table 2a's
+embedding rows, its ``MLLM*`` row from the datasets' own GPT-4o annotations (Subjects2k
+``gpt_score``, DreamBench++ ``data_gpt_rating``) and an open MLLM judge row; Table 2b's frozen
+DINOv3 patch column on S2k / DB++.
+
 The released ID-Sim rows are not produced here (:func:`released_idsim_reason`): the LoRA keys of
 ``adapter_model.safetensors`` address modules of the native torch.hub DINOv3 model inside the
 package's ``ViTExtractor`` (``feature_extraction/extractor.py``), code that is neither on PyPI nor
@@ -33,7 +39,9 @@ module names) would be a guess, and a guessed format is not a reproduction.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -45,12 +53,15 @@ from ..data.schema import DataError
 
 if TYPE_CHECKING:
     from ..config import Profile
-    from ..data.benchmarks import DreamBenchPP
+
+from ..data.benchmarks import DreamBenchPP
 
 __all__ = ["RELEASED_FILES", "DINOV3_NATIVE_WEIGHTS", "SUBJECTS2K_COLUMNS", "UNPUBLISHED_BENCHMARKS",
            "SENSITIVITY_REASON", "PAPER_MODEL_KEYS", "released_idsim_reason", "load_subjects2k",
-           "pair_scores", "subjects2k_metrics", "dbpp_metrics", "load_frozen_rows", "released_table",
-           "world_only_tables"]
+           "pair_scores", "subjects2k_metrics", "subjects2k_gpt_metrics", "dbpp_metrics", "dbpp_gpt_metrics",
+           "judge_pairs", "judge_metrics", "load_frozen_row", "load_frozen_rows", "ReleasedScores",
+           "load_benchmarks", "score_released", "released_table", "released_mllm_table", "released_patch_table",
+           "not_scored", "world_only_tables"]
 
 RELEASED_FILES = ("adapter_config.json", "adapter_model.safetensors", "mlp_cls.pth", "mlp_patch.pth")
 DINOV3_NATIVE_WEIGHTS = "dinov3_vitl16_pretrain_lvd1689m-8aa4cbdd.pth"
@@ -121,84 +132,369 @@ def load_subjects2k(repo_id: str = "chaenayo/Subjects2k", max_pairs: int | None 
     return ds
 
 
-def pair_scores(encoder, first: Sequence[Any], second: Sequence[Any], batch_size: int = 16) -> np.ndarray:
-    """Cosine similarity of ``encoder.embed`` of ``first[i]`` and ``second[i]`` (images or paths), in
-    batches of ``batch_size`` pairs (the encoder's embeddings are L2-normalised)."""
+def _pair_embed(encoder, images: Sequence[Any], kind: str, batch_size: int) -> torch.Tensor:
+    """L2-normalised ``kind`` embeddings: ``"pooled"`` (the encoder's own: CLS / MAP head / GAP) or
+    ``"patch"`` (mean of the L2-normalised patch tokens, the aggregated patch embedding of Table 2b)."""
+    if kind == "pooled":
+        return encoder.embed(list(images), batch_size=batch_size)
+    if kind == "patch":
+        tok = encoder.encode(list(images), batch_size=batch_size).tokens      # [B, N, D]
+        if tok is None:
+            raise ValueError(f"encoder {encoder.name}: no patch tokens for a patch embedding")
+        return torch.nn.functional.normalize(torch.nn.functional.normalize(tok, dim=-1).mean(1), dim=-1)
+    raise ValueError(f"pair_scores: kind must be 'pooled' or 'patch', got {kind!r}")
+
+
+def pair_scores(encoder, first: Sequence[Any], second: Sequence[Any], batch_size: int = 16,
+                kind: str = "pooled") -> np.ndarray:
+    """Cosine similarity of the ``kind`` embeddings (:func:`_pair_embed`) of ``first[i]`` and
+    ``second[i]`` (PIL images or paths), in batches of ``batch_size`` pairs."""
     if len(first) != len(second):
         raise ValueError(f"pair_scores: {len(first)} first images vs {len(second)} second images")
     out = []
     with torch.no_grad():
         for i in range(0, len(first), batch_size):
-            a = encoder.embed(list(first[i:i + batch_size]))
-            b = encoder.embed(list(second[i:i + batch_size]))
+            a = _pair_embed(encoder, first[i:i + batch_size], kind, batch_size)
+            b = _pair_embed(encoder, second[i:i + batch_size], kind, batch_size)
             out.append((a * b).sum(-1).double().cpu().numpy())
     return np.concatenate(out) if out else np.zeros(0)
 
 
-def subjects2k_metrics(encoder, ds, batch_size: int = 16) -> tuple[dict[str, float], np.ndarray]:
+def _binary_metrics(scores: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    y = np.asarray(labels, dtype=int)
+    if not len(scores) or not 0 < y.sum() < len(y):
+        return {}
+    return {"subjects2k_ap": M.verification_ap(scores, y), "subjects2k_auc": M.verification_auc(scores, y)}
+
+
+def subjects2k_metrics(encoder, ds, batch_size: int = 16, kind: str = "pooled"
+                       ) -> tuple[dict[str, float], np.ndarray]:
     """``({subjects2k_ap, subjects2k_auc, n_pairs}, scores)``: AP (the paper's main metric) and
-    ROC-AUC of the reference-test cosine against ``binary_label``; images streamed in batches."""
+    ROC-AUC of the reference-test cosine against the released ``binary_label`` (both metrics absent
+    when the pairs hold one class only); images streamed in batches."""
     scores = []
     for i in range(0, len(ds), batch_size):
         rows = ds[i:i + batch_size]
-        scores.append(pair_scores(encoder, rows["reference_image"], rows["test_image"], batch_size))
+        scores.append(pair_scores(encoder, rows["reference_image"], rows["test_image"], batch_size, kind))
     s = np.concatenate(scores) if scores else np.zeros(0)
-    y = np.asarray(ds["binary_label"], dtype=int)
-    res = {"n_pairs": int(len(s))}
-    if len(s) and 0 < y.sum() < len(y):
-        res["subjects2k_ap"] = M.verification_ap(s, y)
-        res["subjects2k_auc"] = M.verification_auc(s, y)
-    return res, s
+    return {"n_pairs": int(len(s)), **_binary_metrics(s, np.asarray(ds["binary_label"]))}, s
 
 
-def dbpp_metrics(encoder, pairs: pd.DataFrame, batch_size: int = 16) -> tuple[dict[str, float], np.ndarray]:
+def subjects2k_gpt_metrics(ds) -> dict[str, float]:
+    """Table 2a's MLLM* row on Subjects2k: the released ``gpt_score`` (Subjects200K's own GPT-4o
+    identity-preservation score, 0-5) ranked against ``binary_label``."""
+    s = np.asarray(ds["gpt_score"], dtype=float)
+    return {"n_pairs": int(len(s)), **_binary_metrics(s, np.asarray(ds["binary_label"]))}
+
+
+def _rank_metrics(scores: np.ndarray, ratings: np.ndarray) -> dict[str, float]:
+    ok = np.isfinite(scores) & np.isfinite(ratings)
+    if ok.sum() < 3:
+        return {}
+    rc = M.rank_correlations(scores[ok], ratings[ok])
+    return {"dreambench_spearman": rc["spearman"], "dreambench_kendall": rc["kendall"]}
+
+
+def dbpp_metrics(encoder, pairs: pd.DataFrame, batch_size: int = 16, kind: str = "pooled"
+                 ) -> tuple[dict[str, float], np.ndarray]:
     """``({dreambench_spearman, dreambench_kendall, n_pairs, n_subjects}, scores)`` over
     :func:`nearid_lib.nearid.dbpp.dbpp_mean_ratings` rows: rank correlations of the reference-image
-    cosine with the mean human rating (NaN under 3 pairs)."""
-    s = pair_scores(encoder, pairs["reference"].tolist(), pairs["image"].tolist(), batch_size)
+    cosine with the mean human rating (absent under 3 pairs)."""
+    s = pair_scores(encoder, pairs["reference"].tolist(), pairs["image"].tolist(), batch_size, kind)
     res = {"n_pairs": int(len(s)), "n_subjects": int(pairs["subject"].nunique())}
-    if len(s) >= 3:
-        rc = M.rank_correlations(s, pairs["rating"].to_numpy(dtype=float))
-        res["dreambench_spearman"], res["dreambench_kendall"] = rc["spearman"], rc["kendall"]
-    return res, s
+    return {**res, **_rank_metrics(s, pairs["rating"].to_numpy(dtype=float))}, s
+
+
+def dbpp_gpt_metrics(db: DreamBenchPP, pairs: pd.DataFrame) -> dict[str, float]:
+    """Table 2a's MLLM* row on DreamBench++: the release's own GPT-4o concept-preservation ratings
+    (``data_gpt_rating/concept_preservation_full``) against the mean human rating, on the pairs of
+    ``pairs`` that GPT rated (``n_pairs``; no metric when fewer than 3)."""
+    gpt = db.ratings[db.ratings["rater"] == "gpt"]
+    g = gpt.groupby(["method", "subject", "prompt_index"])["score"].mean()
+    key = pd.MultiIndex.from_frame(pairs[["method", "subject", "prompt_index"]])
+    s = g.reindex(key).to_numpy(dtype=float)
+    ok = np.isfinite(s)
+    res = {"n_pairs": int(ok.sum())}
+    return {**res, **_rank_metrics(s[ok], pairs["rating"].to_numpy(dtype=float)[ok])}
+
+
+def judge_pairs(judge, first: Sequence[Any], second: Sequence[Any], batch_size: int = 16
+                ) -> tuple[np.ndarray, pd.DataFrame]:
+    """An MLLM judge's 0-1 identity similarity of each pair (NaN where its answer cannot be read),
+    and the per-pair answers (``similarity``, ``status``, ``answer``)."""
+    from ..imageio import load_images
+
+    scores, status, raw = [], [], []
+    for i in range(0, len(first), batch_size):
+        res = judge.score_pairs(load_images(list(first[i:i + batch_size])),
+                                load_images(list(second[i:i + batch_size])))
+        scores += list(res.scores)
+        status += list(res.status)
+        raw += list(res.raw)
+    return np.asarray(scores, dtype=float), pd.DataFrame({"similarity": scores, "status": status, "answer": raw})
+
+
+def judge_metrics(judge, s2k=None, dbpp_pairs: pd.DataFrame | None = None, max_pairs: int | None = None,
+                  batch_size: int = 16) -> tuple[dict[str, float], pd.DataFrame]:
+    """Table 2a's open-judge row: the judge on the first ``max_pairs`` pairs of Subjects2k and of
+    the DreamBench++ mean-rating pairs; metrics on the pairs it answered (``coverage`` = answered
+    share over both benchmarks). Returns the metrics and the per-pair answers."""
+    res: dict[str, float] = {}
+    answers = []
+    n = lambda k: k if max_pairs is None else min(int(max_pairs), k)     # noqa: E731
+    if s2k is not None and len(s2k):
+        sub = s2k.select(range(n(len(s2k))))
+        s, per = judge_pairs(judge, sub["reference_image"], sub["test_image"], batch_size)
+        ok = np.isfinite(s)
+        res.update(_binary_metrics(s[ok], np.asarray(sub["binary_label"])[ok]))
+        res["n_subjects2k"] = int(len(sub))
+        answers.append(per.assign(benchmark="Subjects2k", pair=list(sub["pair_id"])))
+    if dbpp_pairs is not None and len(dbpp_pairs):
+        sub = dbpp_pairs.iloc[:n(len(dbpp_pairs))]
+        s, per = judge_pairs(judge, sub["reference"].tolist(), sub["image"].tolist(), batch_size)
+        res.update(_rank_metrics(s, sub["rating"].to_numpy(dtype=float)))
+        res["n_dreambench"] = int(len(sub))
+        answers.append(per.assign(benchmark="DreamBench++", pair=sub["image"].tolist()))
+    per = pd.concat(answers, ignore_index=True) if answers else pd.DataFrame()
+    res["n_pairs"] = int(len(per))
+    res["coverage"] = float(np.isfinite(per["similarity"].to_numpy(float)).mean()) if len(per) else float("nan")
+    return res, per
 
 
 # ----------------------------------------------------------------------------- frozen rows
-def load_frozen_rows(cfg: Profile) -> tuple[dict[str, Any], dict[str, str]]:
-    """``(encoders, skipped)``: each of ``cfg.idsim.frozen_rows`` loaded through the registry (its
-    weights through :mod:`nearid_lib.hub`) at ``idsim.image_size``, or its reason (not in the mirror
-    with the download command, or the load error)."""
+def load_frozen_row(cfg: Profile, name: str, device=None):
+    """One of ``cfg.idsim.frozen_rows`` through the encoder registry (weights through
+    :mod:`nearid_lib.hub`; DINO rows at ``idsim.image_size``, the others at their native size)."""
     from ..models import load_encoder, resolve_device
 
-    device = resolve_device(cfg.device)
+    kw = {"image_size": cfg.idsim.image_size} if cfg.idsim.image_size and name.startswith("dino") else {}
+    return load_encoder(name, device=resolve_device(cfg.device) if device is None else device, **kw)[0]
+
+
+def load_frozen_rows(cfg: Profile) -> tuple[dict[str, Any], dict[str, str]]:
+    """``(encoders, skipped)``: each of ``cfg.idsim.frozen_rows`` loaded (:func:`load_frozen_row`),
+    or its reason (not in the mirror with the download command, or the load error)."""
     encs, skipped = {}, {}
     for name in cfg.idsim.frozen_rows:
-        kw = {"image_size": cfg.idsim.image_size} if cfg.idsim.image_size and name.startswith("dino") else {}
         try:
-            encs[name] = load_encoder(name, device=device, **kw)[0]
+            encs[name] = load_frozen_row(cfg, name)
         except (OSError, ValueError, KeyError) as err:     # HubError is an OSError
             skipped[name] = f"frozen row {name} not loaded: {err}"
     return encs, skipped
 
 
-def released_table(results: Mapping[str, Mapping[str, float]], labels: Mapping[str, str], profile: str,
-                   counts: Mapping[str, Mapping[str, int]]) -> pd.DataFrame:
+@dataclass
+class ReleasedScores:
+    """Everything notebook 09 scores on the public ID-Sim benchmarks in the ``released`` source.
+
+    ``results``: scorer -> {metric_id: value, n_pairs...} for pooled embeddings (frozen rows by
+    registry name, ``nearid``); ``patch``: the frozen ID-Sim backbone's aggregated patch embedding
+    (Table 2b's DINOv3 column); ``gpt``: the datasets' own GPT-4o annotations (Table 2a MLLM*);
+    ``judge``: the open MLLM judge (``idsim.mllm_judge``) and its per-pair ``answers``;
+    ``missing``: benchmark or scorer -> why it is absent."""
+
+    results: dict[str, dict[str, float]] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    patch: dict[str, float] | None = None
+    patch_label: str = ""
+    gpt: dict[str, float] = field(default_factory=dict)
+    judge: dict[str, float] | None = None
+    judge_label: str = ""
+    answers: pd.DataFrame | None = None
+    missing: dict[str, str] = field(default_factory=dict)
+    n_s2k: int = 0
+    n_dbpp: int = 0
+    n_dbpp_subjects: int = 0
+
+    @property
+    def any_benchmark(self) -> bool:
+        return bool(self.n_s2k or self.n_dbpp)
+
+
+def load_benchmarks(cfg: Profile) -> tuple[Any, DreamBenchPP | None, pd.DataFrame | None, dict[str, str]]:
+    """``(subjects2k, dreambenchpp, dbpp_pairs, missing)``: Subjects2k from the hub resolver
+    (``idsim.subjects2k_repo``), DreamBench++ from ``eval.dbpp_root`` or
+    ``downloads_dir()/"dreambenchpp"`` in its publishers' layout with its mean-rating pairs; a
+    benchmark that cannot be read is None with its reason in ``missing``. At most
+    ``idsim.max_pairs`` pairs of each."""
+    from ..data.benchmarks import load_dreambenchpp
+    from ..nearid.dbpp import DBPP_DIRNAME, DOWNLOAD_STEPS, dbpp_mean_ratings
+    from ..paths import downloads_dir
+
+    missing: dict[str, str] = {}
+    try:
+        s2k = load_subjects2k(cfg.idsim.subjects2k_repo, max_pairs=cfg.idsim.max_pairs)
+    except (OSError, DataError, ValueError) as err:      # HubError is an OSError
+        s2k = None
+        missing["Subjects2k"] = f"Subjects2k ({cfg.idsim.subjects2k_repo}) not read: {err}"
+    root = Path(cfg.eval.dbpp_root).expanduser() if cfg.eval.dbpp_root else downloads_dir() / DBPP_DIRNAME
+    db = pairs = None
+    if not root.is_dir():
+        missing["DreamBench++"] = f"DreamBench++ not found at {root}: download it by hand: {DOWNLOAD_STEPS}"
+    else:
+        try:
+            db = load_dreambenchpp(root)
+            pairs = dbpp_mean_ratings(db, max_rows=cfg.idsim.max_pairs)
+        except DataError as err:
+            missing["DreamBench++"] = f"DreamBench++ at {root} cannot be read: {err}"
+            db = None
+    return s2k, db, pairs, missing
+
+
+def score_released(cfg: Profile, nearid=None, log=print) -> ReleasedScores:
+    """Score every public ID-Sim benchmark (:func:`load_benchmarks`) with every scorer that can be
+    had without ID-Sim's unpublished training set: the frozen rows (``idsim.frozen_rows``, one
+    loaded at a time), the NearID head ``nearid`` (notebook 03's, when given), the datasets' own
+    GPT-4o annotations, and the open MLLM judge ``idsim.mllm_judge`` (on at most
+    ``idsim.mllm_max_pairs`` pairs per benchmark)."""
+    from ..models import resolve_device, resolve_name
+
+    bs = cfg.idsim.eval_batch_size
+    s2k, db, pairs, missing = load_benchmarks(cfg)
+    out = ReleasedScores(missing=dict(missing), n_s2k=len(s2k) if s2k is not None else 0,
+                         n_dbpp=len(pairs) if pairs is not None else 0,
+                         n_dbpp_subjects=int(pairs["subject"].nunique()) if pairs is not None else 0)
+    if not out.any_benchmark:
+        return out
+    backbone = resolve_name(cfg.idsim.backbone)
+
+    def score(name, enc, kind="pooled"):
+        res = {}
+        if s2k is not None:
+            res.update(subjects2k_metrics(enc, s2k, bs, kind)[0])
+        if pairs is not None:
+            m = dbpp_metrics(enc, pairs, bs, kind)[0]
+            res.update({k: v for k, v in m.items() if k.startswith("dreambench")})
+        return {k: v for k, v in res.items() if k in _DATA}
+
+    for name in cfg.idsim.frozen_rows:
+        try:
+            enc = load_frozen_row(cfg, name)
+        except (OSError, ValueError, KeyError) as err:     # HubError is an OSError
+            out.missing[name] = f"frozen row {name} not loaded: {err}"
+            log(out.missing[name])
+            continue
+        out.results[name] = score(name, enc)
+        out.labels[name] = f"{name} pooled embedding (frozen; {enc.weights}, {enc.preprocess.image_size} px)"
+        if resolve_name(name) == backbone:
+            out.patch = score(name, enc, "patch")
+            out.patch_label = f"{name} mean of L2-normalised patch tokens (frozen; {enc.weights})"
+        del enc
+    if nearid is not None:
+        nearid = nearid.to(resolve_device(cfg.device))
+        out.results["nearid"] = score("nearid", nearid)
+        out.labels["nearid"] = f"NearID MAP head ({nearid.weights})"
+    else:
+        out.missing["nearid"] = "NearID head absent (notebook 03's checkpoint): no NearID row"
+    if s2k is not None:
+        out.gpt.update({k: v for k, v in subjects2k_gpt_metrics(s2k).items() if k in _DATA})
+    if db is not None:
+        g = dbpp_gpt_metrics(db, pairs)
+        out.gpt.update({k: v for k, v in g.items() if k in _DATA})
+        if g["n_pairs"] < 3:
+            out.missing["gpt_dreambench"] = ("DreamBench++ GPT-4o ratings (data_gpt_rating/concept_preservation_full) "
+                                             f"cover {g['n_pairs']} of the rated pairs: no MLLM* DreamBench++ value")
+    if cfg.idsim.mllm_judge:
+        try:
+            from .mllm import idsim_judge
+            judge = idsim_judge(cfg.idsim.mllm_judge, device=str(resolve_device(cfg.device)),
+                                max_new_tokens=cfg.idsim.mllm_max_new_tokens)
+        except (OSError, ValueError) as err:
+            out.missing["judge"] = f"MLLM judge {cfg.idsim.mllm_judge} not loaded: {err}"
+        else:
+            out.judge, out.answers = judge_metrics(judge, s2k, pairs, cfg.idsim.mllm_max_pairs,
+                                                   batch_size=max(1, min(bs, 4)))
+            out.judge_label = (f"MLLM judge {judge.name}, identity prompt (coverage {out.judge['coverage']:.0%} "
+                               f"of {out.judge['n_pairs']} pairs)")
+    else:
+        out.missing["judge"] = "idsim.mllm_judge is None: no open MLLM judge row"
+    return out
+
+
+def _data_note(mid: str, sc: ReleasedScores) -> tuple[str, int]:
+    if mid.startswith("subjects2k"):
+        return _DATA[mid], sc.n_s2k
+    return f"{_DATA[mid]} ({sc.n_dbpp_subjects} subjects)", sc.n_dbpp
+
+
+def released_table(sc: ReleasedScores, profile: str) -> pd.DataFrame:
     """Long table beside ``paper_values/idsim_fig25_full_results`` (keys model, metric_id): one row
-    per (encoder, public metric) with ``data`` (what was scored) and ``n`` (pairs scored).
-    ``results``: encoder -> {metric_id: value}; ``labels``: encoder -> ours_label; ``counts``:
-    benchmark ("subjects2k" | "dreambench") -> {encoder: n}."""
+    per (scorer, public metric) with ``data`` (what was scored) and ``n`` (pairs scored). Frozen
+    rows with a paper counterpart take its model key (:data:`PAPER_MODEL_KEYS`)."""
     from .bench import BENCH_INFO
 
     rows = []
-    for enc, res in results.items():
+    for enc, res in sc.results.items():
         for mid, v in res.items():
-            if mid not in BENCH_INFO:
-                continue
             bench, metric, _ = BENCH_INFO[mid]
-            rows.append({"model": PAPER_MODEL_KEYS.get(enc, enc), "metric_id": mid, "benchmark": bench,
-                         "metric": metric, "value": float(v), "ours_label": labels[enc], "data": _DATA[mid],
-                         "n": int(counts[mid.split("_")[0]].get(enc, 0)), "profile": profile})
+            data, n = _data_note(mid, sc)
+            rows.append({"model": PAPER_MODEL_KEYS.get(enc, "NearID head" if enc == "nearid" else enc),
+                         "metric_id": mid, "benchmark": bench, "metric": metric, "value": float(v),
+                         "ours_label": sc.labels[enc], "data": data, "n": n, "profile": profile})
     return pd.DataFrame(rows)
+
+
+def released_mllm_table(sc: ReleasedScores, profile: str) -> pd.DataFrame:
+    """ID-Sim Table 2a from public data: the embedding rows, ``MLLM* (GPT-4o)`` = the datasets' own
+    GPT-4o annotations (Subjects2k ``gpt_score``, DreamBench++ GPT ratings) and the open judge; a
+    NaN cell says why in ``note``."""
+    from .mllm import mllm_table
+
+    results = {k: {**v, "n_pairs": None} for k, v in sc.results.items()}
+    labels = {k: ("", sc.labels[k]) for k in sc.results}
+    notes = {k: "" for k in sc.results}
+    if sc.gpt:
+        results["gpt_annotations"] = {**sc.gpt, "n_pairs": None}
+        labels["gpt_annotations"] = ("MLLM* (GPT-4o)", "the datasets' own GPT-4o annotations: Subjects2k gpt_score "
+                                     "(0-5), DreamBench++ data_gpt_rating/concept_preservation_full (0-4)")
+        notes["gpt_annotations"] = sc.missing.get("gpt_dreambench", "")
+    if sc.judge is not None:
+        results["judge"] = sc.judge
+        labels["judge"] = ("", sc.judge_label)
+        notes["judge"] = "a metric is NaN where the judge answered too few pairs to define it"
+    t = mllm_table(results, labels, profile)
+    counts = {"subjects2k_ap": sc.n_s2k, "dreambench_spearman": sc.n_dbpp}
+    for col, n in counts.items():
+        if not n:
+            notes = {k: (v + "; " if v else "") + sc.missing.get(_BENCH_OF[col], "") for k, v in notes.items()}
+    # pairs each row was scored on (the judge: its first idsim.mllm_max_pairs of each benchmark)
+    judged = sc.judge or {}
+    t["n_subjects2k"] = [int(judged.get("n_subjects2k", 0)) if k == "judge" else sc.n_s2k for k in t.scorer]
+    t["n_dreambench"] = [int(judged.get("n_dreambench", 0)) if k == "judge" else sc.n_dbpp for k in t.scorer]
+    t["n_pairs"] = t["n_subjects2k"] + t["n_dreambench"]
+    t["note"] = [notes[k] for k in t.scorer]
+    return t
+
+
+def released_patch_table(sc: ReleasedScores, profile: str) -> pd.DataFrame | None:
+    """ID-Sim Table 2b's ``dinov3`` column on the public benchmarks (S2k AP, DB++ Spearman): the
+    frozen backbone's aggregated patch embedding; ``ours_no_patch`` / ``ours`` need trained ID-Sim
+    models (not produced, :func:`released_idsim_reason`). None when the backbone was not scored."""
+    if not sc.patch:
+        return None
+    rows = []
+    for ds, metric, mid in (("S2k", "AP", "subjects2k_ap"), ("DB++", "Spearman", "dreambench_spearman")):
+        if mid in sc.patch:
+            data, n = _data_note(mid, sc)
+            rows.append({"dataset": ds, "metric": metric, "metric_id": mid, "dinov3": float(sc.patch[mid]),
+                         "ours_label": sc.patch_label, "data": data, "n": n, "profile": profile})
+    return pd.DataFrame(rows) if rows else None
+
+
+_BENCH_OF = {"subjects2k_ap": "Subjects2k", "dreambench_spearman": "DreamBench++"}
+
+
+def not_scored(cfg: Profile, sc: ReleasedScores | None = None) -> dict[str, str]:
+    """What the released-source benchmark tables leave out and why (recorded in their provenance):
+    the unpublished benchmarks, the released ID-Sim checkpoint, and any benchmark / scorer that
+    could not be read in this run."""
+    out = {f"benchmark {k}": v for k, v in UNPUBLISHED_BENCHMARKS.items()}
+    out["ID-Sim (released checkpoint)"] = released_idsim_reason(cfg.idsim.released_model)
+    out["ID-Sim (trained here)"] = ("ID-Sim's curated training set (real instance pairs + generative edits, "
+                                    "App. A) is not public; the paper profile does not train ID-Sim on NearID data")
+    if sc is not None:
+        out.update(sc.missing)
+    return out
 
 
 def world_only_tables(cfg: Profile) -> dict[str, str]:
@@ -210,11 +506,6 @@ def world_only_tables(cfg: Profile) -> dict[str, str]:
                 "training set (real instance pairs + generative edits, App. A) is not public")
     out = {OUTPUTS[k]: f"training ablation ({k}): {no_train}" for k in cfg.idsim.ablation_tables}
     rel = released_idsim_reason(cfg.idsim.released_model)
-    out["09_idsim_patch"] = (f"Table 2b compares ID-Sim with and without patch supervision: the no-patch model "
-                             f"{no_train}; {rel}")
     out["09_idsim_persam"] = f"Table 2c runs PerSAM on PODS: {UNPUBLISHED_BENCHMARKS['PODS']}; {rel}"
-    out["09_idsim_mllm"] = ("Table 2a's MLLM rows (GPT-4o/GPT-5/Gemini via hosted APIs, or the profile's "
-                            "open judge) are not run on the released Subjects2k / DreamBench++ pairs in this "
-                            f"profile, and its ID-Sim row is missing: {rel}")
-    out["claims_09_idsim"] = f"the claims compare ID-Sim with its frozen backbone: {rel}"
+    out["claims_09_idsim"] = f"the claims compare ID-Sim with its frozen backbone, and no ID-Sim is scored: {rel}"
     return out

@@ -1,0 +1,178 @@
+"""ID-Sim part of the dry-run mirror: the public ID-Sim benchmarks in their publishers' layouts.
+
+- :func:`write_idsim_downloads`: DreamBench++ as its publishers lay it out (the evaluation data zip,
+  the methods' samples, the human and GPT rating zips unpacked side by side, exactly what
+  :func:`nearid_lib.data.benchmarks.load_dreambenchpp` reads and the release's own ``pearson.py``
+  reads): ``data/images/<category>/<NN>.jpg``, ``data/captions/<category>/<NN>.txt``,
+  ``samples/<method folder>/tgt_image/<collection_id>/<k>_0.jpg``,
+  ``data_human_rating/merged_data/group{1,2}/<method>-{cp,pf}.json`` and
+  ``data_gpt_rating/concept_preservation_full/<method>.json``.
+- :func:`write_idsim_models`: the Subjects2k hub dataset (``chaenayo/Subjects2k``) in its published
+  schema (:func:`subjects2k_features`: ``reference_image``, ``test_image``, ``pair_id``,
+  ``human_votes``, ``human_agreement``, ``binary_label``, ``num_human_votes``, ``gpt_score``) and a
+  tiny random-init ``DINOv3ViTModel`` under ``facebook/dinov3-vitl16-pretrain-lvd1689m`` (the
+  frozen DINOv3 row of ID-Sim's tables). DINOv2, CLIP, SigLIP2 and the Qwen3-VL judge come from
+  :mod:`.nearid`.
+
+Images are tiny procedural scenes (:mod:`.nearid`'s shapes): a "generated" image of a subject keeps
+its shape and colour with a probability that falls with the method's drift, and the human ratings
+follow that (with rater noise), so the metrics have something to find.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from .nearid import _COLOURS, _SHAPES, _background, _draw, _png, _view_box, write_dataset_repo
+
+__all__ = ["DBPP_FIXTURE_SUBJECTS", "DBPP_FIXTURE_METHODS", "subjects2k_features", "write_dreambenchpp",
+           "write_idsim_downloads", "write_subjects2k", "write_idsim_models"]
+
+PX = 48
+# (category folder, NN, subject name) of the fixture's reference images
+DBPP_FIXTURE_SUBJECTS = (("animal", "00", "dog"), ("animal", "01", "grey cat"), ("object", "00", "backpack"),
+                         ("object", "01", "red mug"))
+# rating key of three of the release's methods -> how far its samples drift from the subject
+DBPP_FIXTURE_METHODS = {"dreambooth_sd": 0.2, "blip_diffusion": 0.5, "emu2": 0.8}
+N_PROMPTS = 3
+
+
+def _save_jpg(im: Image.Image, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    im.save(path, format="JPEG", quality=90)
+
+
+def _scene(rng: np.random.Generator, shape: str, colour: str, stripes: int) -> Image.Image:
+    im = _background(rng, PX)
+    _draw(im, _view_box(rng, PX), shape, _COLOURS[colour], stripes)
+    return im
+
+
+def write_dreambenchpp(root: Path, seed: int = 0) -> Path:
+    """A tiny DreamBench++ in its publishers' layout under ``root``; returns ``root``."""
+    from ..data.benchmarks import DBPP_METHOD_DIRS, dbpp_collection_id
+
+    root = Path(root)
+    rng = np.random.default_rng([seed, 21])
+    colours = list(_COLOURS)
+    human = {g: {m: {} for m in DBPP_FIXTURE_METHODS} for g in ("group1", "group2")}
+    gpt = {m: {} for m in DBPP_FIXTURE_METHODS}
+    for si, (cat, nn, name) in enumerate(DBPP_FIXTURE_SUBJECTS):
+        shape, colour, stripes = _SHAPES[si % len(_SHAPES)], colours[si % len(colours)], 1 + si % 3
+        _save_jpg(_scene(rng, shape, colour, stripes), root / "data" / "images" / cat / f"{nn}.jpg")
+        prompts = [f"a photo of {name} {w}" for w in ("on a beach", "in the snow", "on a table", "in a forest",
+                                                        "at night", "in a city", "on grass", "under water",
+                                                        "in a kitchen")]
+        cap = root / "data" / "captions" / cat / f"{nn}.txt"
+        cap.parent.mkdir(parents=True, exist_ok=True)
+        cap.write_text("\n".join([name, *prompts]) + "\n", encoding="utf-8")
+        cid = dbpp_collection_id(cat, nn, name)
+        for mi, (method, drift) in enumerate(DBPP_FIXTURE_METHODS.items()):
+            for k in range(N_PROMPTS):
+                keep = 1.0 - drift * rng.random()         # how much of the subject survives, in [1 - drift, 1]
+                s_shape = shape if keep > 0.5 else _SHAPES[(si + 1) % len(_SHAPES)]
+                s_colour = colour if keep > 0.35 else colours[(si + 2) % len(colours)]
+                s_str = stripes if keep > 0.7 else 1 + (stripes + 1) % 3
+                img = root / "samples" / DBPP_METHOD_DIRS[method] / "tgt_image" / cid / f"{k}_0.jpg"
+                _save_jpg(_scene(rng, s_shape, s_colour, s_str), img)
+                key = f"{cid}-{k}"
+                for g in human:
+                    cp = int(np.clip(round(4 * keep + rng.normal(0, 0.6)), 0, 4))
+                    human[g][method][key] = [cp, int(rng.integers(0, 5))]
+                gpt[method][key] = int(np.clip(round(4 * keep + rng.normal(0, 1.0)), 0, 4))
+    for g, per in human.items():
+        d = root / "data_human_rating" / "merged_data" / g
+        d.mkdir(parents=True, exist_ok=True)
+        for method, rows in per.items():
+            rows = dict(sorted(rows.items()))
+            (d / f"{method}-cp.json").write_text(json.dumps({k: v[0] for k, v in rows.items()}, indent=4))
+            (d / f"{method}-pf.json").write_text(json.dumps({k: v[1] for k, v in rows.items()}, indent=4))
+    d = root / "data_gpt_rating" / "concept_preservation_full"
+    d.mkdir(parents=True, exist_ok=True)
+    for method, rows in gpt.items():
+        (d / f"{method}.json").write_text(json.dumps(dict(sorted(rows.items())), indent=4))
+    return root
+
+
+def write_idsim_downloads(downloads_dir: str | Path, seed: int = 0) -> list[str]:
+    """The hand-downloaded ID-Sim benchmarks into ``downloads_dir`` (DreamBench++ under
+    ``dreambenchpp/``, the folder the paper profile reads); returns what was written."""
+    from ..nearid.dbpp import DBPP_DIRNAME
+
+    write_dreambenchpp(Path(downloads_dir) / DBPP_DIRNAME, seed=seed)
+    return [DBPP_DIRNAME]
+
+
+def subjects2k_features():
+    """The published features of ``chaenayo/Subjects2k`` (its dataset viewer's schema)."""
+    import datasets
+
+    return datasets.Features({
+        "reference_image": datasets.Image(), "test_image": datasets.Image(), "pair_id": datasets.Value("string"),
+        "human_votes": datasets.Sequence(datasets.Value("int64")), "human_agreement": datasets.Value("float32"),
+        "binary_label": datasets.Value("int8"), "num_human_votes": datasets.Value("int16"),
+        "gpt_score": datasets.Value("int16")})
+
+
+def _s2k_card(n: int) -> str:
+    dtypes = {"reference_image": "image", "test_image": "image", "pair_id": "string", "human_agreement": "float32",
+              "binary_label": "int8", "num_human_votes": "int16", "gpt_score": "int16"}
+    lines = ["---", "dataset_info:", "  features:"]
+    for name in ("reference_image", "test_image", "pair_id", "human_votes", "human_agreement", "binary_label",
+                 "num_human_votes", "gpt_score"):
+        if name == "human_votes":
+            lines += [f"    - name: {name}", "      sequence: int64"]
+        else:
+            lines += [f"    - name: {name}", f"      dtype: {dtypes[name]}"]
+    lines += ["  splits:", "    - name: train", f"      num_examples: {n}", "configs:", "  - config_name: default",
+              "    data_files:", "      - split: train", "        path: data/train-*", "---", "", "# Subjects2k", "",
+              "Dry-run fixture in the published schema of Subjects2k (tiny procedural pairs).", ""]
+    return "\n".join(lines)
+
+
+def write_subjects2k(repo_dir: Path, n_pairs: int = 16, seed: int = 0) -> Path:
+    """``chaenayo/Subjects2k`` as ``huggingface-cli download --local-dir`` leaves it: one split of
+    ``n_pairs`` pairs, a quarter of them "same" (the release: 473 of 2,000); votes follow the pair
+    (same: mostly 1) and ``binary_label`` = agreement >= 0.8 as in the release's rows."""
+    rng = np.random.default_rng([seed, 22])
+    colours = list(_COLOURS)
+    cols = {c: [] for c in subjects2k_features()}
+    for i in range(n_pairs):
+        shape, colour, stripes = _SHAPES[i % 3], colours[i % len(colours)], 1 + i % 3
+        same = i % 4 == 0 or i % 7 == 3
+        ref = _scene(rng, shape, colour, stripes)
+        test = _scene(rng, shape, colour, stripes) if same else \
+            _scene(rng, shape, colours[(i + 1 + i % 2) % len(colours)] if i % 2 else colour, 1 + (stripes % 3))
+        n_votes = int(rng.integers(3, 9))
+        p = 0.9 if same else 0.2
+        votes = [int(v) for v in (rng.random(n_votes) < p)]
+        agree = sum(votes) / n_votes
+        cols["reference_image"].append(_png(ref))
+        cols["test_image"].append(_png(test))
+        cols["pair_id"].append(f"{37 * i + 28:06d}")
+        cols["human_votes"].append(votes)
+        cols["human_agreement"].append(agree)
+        cols["binary_label"].append(int(agree >= 0.8))
+        cols["num_human_votes"].append(n_votes)
+        cols["gpt_score"].append(int(np.clip(round(5 * agree + rng.normal(0, 1.2)), 0, 5)))
+    if not any(cols["binary_label"]):                      # AP needs both classes: pair 0 is a "same" pair
+        n0 = cols["num_human_votes"][0]
+        cols["human_votes"][0], cols["human_agreement"][0], cols["binary_label"][0] = [1] * n0, 1.0, 1
+    return write_dataset_repo(repo_dir, {"train": cols}, subjects2k_features(), _s2k_card(n_pairs))
+
+
+def write_idsim_models(hub_dir: str | Path) -> list[str]:
+    """The Subjects2k dataset repo and a tiny random-init DINOv3 under the paper's ids in ``hub_dir``."""
+    import torch
+    from transformers import DINOv3ViTConfig, DINOv3ViTModel
+
+    hub_dir = Path(hub_dir)
+    write_subjects2k(hub_dir / "chaenayo" / "Subjects2k")
+    torch.manual_seed(6)
+    DINOv3ViTModel(DINOv3ViTConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                   image_size=32, patch_size=8, num_register_tokens=2)).save_pretrained(
+        hub_dir / "facebook" / "dinov3-vitl16-pretrain-lvd1689m")
+    return ["chaenayo/Subjects2k", "facebook/dinov3-vitl16-pretrain-lvd1689m"]
