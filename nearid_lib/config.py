@@ -98,7 +98,7 @@ def _paper() -> Profile:
         train=TrainConfig(mixed_precision="fp16"),
         eval=EvalConfig(
             n_seeds=1,      # 6.5 A100-hours a head: the paper reports one run per row
-            encoders=("clip-vit-l14", "dinov2-large", "siglip2-so400m-patch14-384", "nearid"),
+            encoders=("clip-vit-l14", "dinov2-large", "siglip2-so400m-patch14-384", "nearid", "nearid-release"),
             vlm_judge="Qwen/Qwen3-VL-30B-A3B-Instruct", dbpp_root=None, dbpp_human=True, dbpp_standin=False,
         ),
         generate=GenerateConfig(

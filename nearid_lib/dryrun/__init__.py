@@ -43,6 +43,17 @@ SIZE_OVERRIDES: dict[str, str] = {
     "eval.vlm_max_new_tokens": "16",
     "eval.kpca_ids": "4",
     "eval.qualitative_rows": "2",
+    # ID-Sim on the public benchmarks: the tiny DINO rows at their native 32 px, a few judged pairs
+    "idsim.image_size": "32",
+    "idsim.eval_batch_size": "8",
+    "idsim.mllm_max_pairs": "2",
+    "idsim.mllm_max_new_tokens": "16",
+    "retrieval.gallery_per_id": "3",
+    "retrieval.refs_per_id": "[1,2]",
+    "retrieval.ids_per_species": "2",
+    "retrieval.gallery_sizes": "[1,2,3]",
+    "retrieval.subject_counts": "[2,3]",
+    "retrieval.n_qualitative": "2",
 }
 
 

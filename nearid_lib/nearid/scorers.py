@@ -210,6 +210,23 @@ def _frozen_label(name: str, tiny: bool) -> str:
     return ("tiny random-init " + base) if tiny else base
 
 
+def _release_encoder(cfg: Profile, data: NearIDData):
+    """The authors' released NearID model (``Aleksandar/nearid-siglip2``: their SigLIP2 tower and
+    trained MAP head, through the hub resolver) as a bench encoder, or None with the reason printed
+    when the local mirror lacks it."""
+    from .. import hub
+    from ..models.registry import RELEASE_REPO
+
+    if not hub.is_available(RELEASE_REPO):
+        print(f"nearid-release: row skipped, {RELEASE_REPO} is not in the local hub mirror; fetch it with\n  "
+              + hub.download_command(RELEASE_REPO, "model", hub.hub_dir()))
+        return None
+    enc, _ = load_encoder("nearid", checkpoint=RELEASE_REPO)
+    enc.eval()
+    label = f"NearID released weights ({RELEASE_REPO}: tower {enc.backbone.weights or enc.backbone.name} + head)"
+    return EmbeddingBenchEncoder(Embedder(enc, data, profile=cfg.name, progress=False), "nearid-release", label)
+
+
 def load_bench_encoders(cfg: Profile, data: NearIDData, checkpoint=None, judge=None,
                         checkpoints: Sequence[tuple[int, str | Path]] | None = None) -> list:
     """The bench encoders of ``cfg.eval.encoders`` (+ the VLM judge of ``cfg.eval.vlm_judge``).
@@ -217,7 +234,8 @@ def load_bench_encoders(cfg: Profile, data: NearIDData, checkpoint=None, judge=N
     ``nearid`` loads the trained head of every ``(seed, folder)`` in ``checkpoints`` (one bench
     encoder per seed, ``.seed`` set; default: the single ``checkpoint``, else ``checkpoint_dir(profile)
     / "nearid"``); the heads share one backbone object, and a frozen encoder with the same backbone
-    reuses it too, so all read the same feature caches. ``judge`` overrides the judge object (tests)."""
+    reuses it too, so all read the same feature caches. ``nearid-release`` is the authors' released
+    model (their tower and head, :func:`_release_encoder`). ``judge`` overrides the judge object (tests)."""
     out = []
     heads = []
     if "nearid" in cfg.eval.encoders:
@@ -233,6 +251,11 @@ def load_bench_encoders(cfg: Profile, data: NearIDData, checkpoint=None, judge=N
             heads.append((seed, enc))
     nearid_enc = heads[0][1] if heads else None
     for name in cfg.eval.encoders:
+        if name == "nearid-release":
+            rel = _release_encoder(cfg, data)
+            if rel is not None:
+                out.append(rel)
+            continue
         if name == "nearid":
             bb = nearid_enc.backbone
             label = (f"NearID MAP head (loss {cfg.train.loss}) on frozen "

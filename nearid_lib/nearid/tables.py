@@ -32,6 +32,9 @@ PAPER_KEYS: dict[str, tuple[str, str, str, str | None]] = {
     "dinov2-large": ("DINOv2", "DINOv2", "DINOv2 ViT-L/14", "dino"),
     "dinov2-base": ("DINOv2 ViT-B/14", "DINOv2 ViT-B/14", "DINOv2 ViT-B/14", None),
     "nearid": ("NearID (Ours)", "NearID (Ours)", "NearID (Ours)", "nearid"),
+    # the authors' released head (Aleksandar/nearid-siglip2) scored by our protocol: an ours-only
+    # row to read beside the paper's "NearID (Ours)" numbers
+    "nearid-release": ("NearID, released weights", "NearID, released weights", "NearID, released weights", None),
     "vlm": ("Qwen3VL30B", "Qwen3-VL", "Qwen3-VL 30B", None),
 }
 
