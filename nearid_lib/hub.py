@@ -19,13 +19,14 @@ downloaded in ``.cache/huggingface/download/*.metadata``).
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 __all__ = ["HUB_DIR_ENV", "REVISIONS", "PAPER_REPOS", "HubError", "Resolved", "hub_dir", "resolve",
            "model_source", "is_available", "load_hub_dataset", "reads", "clear_reads",
-           "download_command", "mirror_revision"]
+           "download_command", "mirror_revision", "parquet_splits"]
 
 HUB_DIR_ENV = "NEARID_HUB_DIR"
 
@@ -49,8 +50,14 @@ PAPER_REPOS: tuple[tuple[str, str, str], ...] = (
     ("facebook/dinov2-base", "model", "FPR general encoder"),
     ("CIDAS/clipseg-rd64-refined", "model", "object masks of the released NearID views (not released)"),
     ("Qwen/Qwen3-VL-30B-A3B-Instruct", "model", "VLM judge rows (NearID Table 1, ID-Sim Table 2a)"),
-    ("facebook/sam-vit-huge", "model", "PerSAM (ID-Sim Table 2c)"),
+    ("facebook/sam-vit-huge", "model", "PerSAM (ID-Sim Table 2c; the table is skipped in paper, see README)"),
+    ("chaenayo/Subjects2k", "dataset", "ID-Sim Subjects2k (Fig. 25, Tables 2a/2b)"),
+    ("facebook/dinov3-vitl16-pretrain-lvd1689m", "model", "frozen DINOv3 row of the ID-Sim tables (gated: accept the licence)"),
+    ("Donghyun99/Stanford-Cars", "dataset", "FPR Stanford Cars gallery (FPR Table 13), the hub copy the authors use"),
+    ("imageomics/bioclip-2", "model", "FPR specialised encoder for CUB (FPR Tables 10-12)"),
+    ("conservationxlabs/miewid-msv3", "model", "FPR specialised Re-ID encoder (remote code: opt in, README)"),
 )
+# Only when regenerating distractor sources (opt-in, notebook 02): nearid_lib.generate.specs.DEFAULT_HUB_IDS.
 
 
 class HubError(OSError):
@@ -158,8 +165,32 @@ def load_hub_dataset(repo_id: str, revision: str | None = None):
     if r.local:
         # The NearID cards declare their split by name only (no num_examples), which the default
         # split-size verification rejects; the loaders check columns, ids and views themselves.
+        # The shards are named by path: ``load_dataset(<folder>)`` keys its cache by the folder's
+        # *name*, so two folders called Aleksandar/NearID (a fixture, a real download) would share it.
+        files = parquet_splits(r.source)
+        if files:
+            return datasets.load_dataset("parquet", data_files=files, verification_mode="no_checks")
         return datasets.load_dataset(r.source, verification_mode="no_checks")
     return datasets.load_dataset(repo_id, revision=r.revision)
+
+
+_SHARD = re.compile(r"^(?P<split>[A-Za-z0-9_.]+?)-\d{5}-of-\d{5}\.parquet$")
+
+
+def parquet_splits(folder: str | os.PathLike) -> dict[str, list[str]]:
+    """``{split: [parquet shard paths]}`` of a dataset folder in the hub's layout
+    (``data/<split>-00000-of-00001.parquet``, or ``<split>/*.parquet``); empty when it has none."""
+    root = Path(folder)
+    out: dict[str, list[str]] = {}
+    for f in sorted(root.rglob("*.parquet")):
+        rel = f.relative_to(root)
+        if rel.parts[0].startswith("."):
+            continue                                 # .cache/huggingface of huggingface-cli
+        m = _SHARD.match(f.name)
+        split = m.group("split") if m else (f.parent.name if f.parent != root and f.parent.name != "data"
+                                            else f.stem.split("-")[0])
+        out.setdefault(split, []).append(str(f.resolve()))
+    return out
 
 
 def reads() -> dict[str, dict[str, Any]]:

@@ -153,3 +153,20 @@ def test_check_tables_finds_missing_nan_and_accepts_skips(tmp_path):
     ours.unlink()
     ours.with_name(ours.name[:-4] + ".skipped.json").write_text(json.dumps({"reason": "no data"}))
     assert not any(spec.key in p for p in check_tables(figs))
+
+
+def test_two_mirrors_with_the_same_repo_name_never_share_a_cache(tmp_path, monkeypatch):
+    """``load_dataset(<folder>)`` keys its cache by the folder name; the resolver reads shards by path."""
+    from nearid_lib.dryrun.nearid import write_nearid_datasets
+
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    write_nearid_datasets(tmp_path / "a", n_ids=4, n_mtg=(2, 2))
+    write_nearid_datasets(tmp_path / "b", n_ids=6, n_mtg=(3, 1))
+    monkeypatch.setenv(hub.HUB_DIR_ENV, str(tmp_path / "a"))
+    a = hub.load_hub_dataset("abdo-eldesokey/mtg-dataset")
+    monkeypatch.setenv(hub.HUB_DIR_ENV, str(tmp_path / "b"))
+    b = hub.load_hub_dataset("abdo-eldesokey/mtg-dataset")
+    assert (len(a["train"]), len(a["test"])) == (2, 2) and (len(b["train"]), len(b["test"])) == (3, 1)
+    assert hub.parquet_splits(tmp_path / "b" / "Aleksandar" / "NearID") == {
+        "train": [str((tmp_path / "b" / "Aleksandar" / "NearID" / "data" / "train-00000-of-00001.parquet").resolve())]}
+    assert hub.parquet_splits(tmp_path / "empty") == {}
