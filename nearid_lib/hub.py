@@ -202,3 +202,21 @@ def reads() -> dict[str, dict[str, Any]]:
 def clear_reads() -> None:
     """Forget the recorded reads (tests)."""
     _READS.clear()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m nearid_lib.hub [MIRROR]``: print the download command of every repository of the
+    paper profile (:data:`PAPER_REPOS`) into ``MIRROR`` (default ``$NEARID_HUB_DIR``); pipe it to
+    ``bash`` on a machine with internet."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    mirror = args[0] if args else (os.environ.get(HUB_DIR_ENV) or None)
+    for repo_id, repo_type, used_for in PAPER_REPOS:
+        print(f"# {used_for}")
+        print(download_command(repo_id, repo_type, mirror))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

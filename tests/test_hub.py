@@ -170,3 +170,21 @@ def test_two_mirrors_with_the_same_repo_name_never_share_a_cache(tmp_path, monke
     assert hub.parquet_splits(tmp_path / "b" / "Aleksandar" / "NearID") == {
         "train": [str((tmp_path / "b" / "Aleksandar" / "NearID" / "data" / "train-00000-of-00001.parquet").resolve())]}
     assert hub.parquet_splits(tmp_path / "empty") == {}
+
+
+def test_download_command_list_and_readme(capsys):
+    from pathlib import Path
+
+    assert hub.main(["/mirror"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    cmds = [ln for ln in out if ln.startswith("huggingface-cli")]
+    assert len(cmds) == len(hub.PAPER_REPOS)
+    assert "huggingface-cli download Aleksandar/NearID --repo-type dataset --local-dir /mirror/Aleksandar/NearID" in cmds
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    import re
+
+    listed = set(re.findall(r"`([\w.-]+/[\w.-]+)`", readme))
+    for org_name, alts in re.findall(r"`([\w.-]+/[\w.-]+-)\{([\w.,-]+)\}`", readme):   # NearID-{Flux,...}
+        listed |= {org_name + a for a in alts.split(",")}
+    missing = [r for r, _, _ in hub.PAPER_REPOS if r not in listed]
+    assert not missing, f"README's paper section does not list {missing}"
