@@ -27,6 +27,15 @@ export PYTHONHASHSEED := 0
 # torch's CPU thread count changes float summation order, hence the last bits of a trained head:
 # one fixed count makes every machine regenerate the committed tables exactly (override for speed,
 # e.g. NEARID_THREADS=8 make reproduce, at the price of last-digit differences).
+# PROFILE=paper runs on GPUs: one sweep worker per visible GPU and the node's cores shared among them.
+N_GPUS := $(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+N_CORES := $(shell nproc 2>/dev/null || echo 2)
+ifeq ($(PROFILE),paper)
+ifneq ($(N_GPUS),0)
+NEARID_WORKERS ?= $(N_GPUS)
+NEARID_THREADS ?= $(shell echo $$(( $(N_CORES) / $(N_GPUS) > 0 ? $(N_CORES) / $(N_GPUS) : 1 )))
+endif
+endif
 NEARID_THREADS ?= 1
 export NEARID_THREADS
 # Independent head trainings of a sweep (notebooks 03-07) run in this many processes, each with
@@ -47,10 +56,16 @@ help:
 	@echo "make lab                             - JupyterLab on the notebooks (jupytext-paired, repo kernel)"
 	@echo "make $(NB_OUT)/NN_name.ipynb           - one notebook (and what it depends on)"
 
-install: $(STAMP)
+# TORCH=cpu | cu128 | ... picks the torch build (the wheel index https://download.pytorch.org/whl/$(TORCH));
+# default: cu128 where `nvidia-smi` lists a GPU, else the registry's default (CPU) build.
+# `make install TORCH=cu128` reinstalls torch as asked even when the venv exists.
+TORCH ?=
+install:
+	PYTHON=$(PYTHON) TORCH=$(TORCH) bash scripts/bootstrap.sh $(VENV)
+	@touch $(STAMP)
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh scripts/torchvision_cpu_fix.py scripts/constraints.txt scripts/jupyterlab_overrides.json
-	PYTHON=$(PYTHON) bash scripts/bootstrap.sh $(VENV)
+	PYTHON=$(PYTHON) TORCH=$(TORCH) bash scripts/bootstrap.sh $(VENV)
 	@touch $@
 
 reproduce: notebooks
@@ -108,7 +123,7 @@ DRYRUN_ENV = NEARID_HUB_DIR=$(abspath $(or $(DRYRUN_HUB),$(DRYRUN_DIR)/hub)) \
 	NEARID_DOWNLOADS=$(abspath $(DRYRUN_DOWNLOADS)) NEARID_DATA=$(abspath $(DRYRUN_DIR)/data) \
 	NEARID_CACHE=$(abspath $(DRYRUN_DIR)/cache) NEARID_OUT=$(abspath $(DRYRUN_DIR)/out) \
 	NEARID_FIGURES=$(abspath $(DRYRUN_DIR)/figures) HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
-	TRANSFORMERS_OFFLINE=1 NEARID_WORKERS=1
+	TRANSFORMERS_OFFLINE=1 NEARID_WORKERS=1 NEARID_ALLOW_CPU=1
 
 $(DRYRUN_MIRROR): $(wildcard nearid_lib/dryrun/*.py) nearid_lib/data/released.py $(STAMP)
 	rm -rf $(DRYRUN_DIR)/hub $(DRYRUN_DIR)/downloads

@@ -130,12 +130,32 @@ class Run:
         return save(fig, self.figures / f"{name}.png", dpi=dpi)
 
 
+ALLOW_CPU_ENV = "NEARID_ALLOW_CPU"
+
+
+def require_gpu(cfg) -> None:
+    """``PROFILE=paper`` is sized for GPUs: without a visible CUDA device it stops at once (rather
+    than silently running ~1,000 GPU-hours on the CPU), unless ``NEARID_ALLOW_CPU=1`` says so by
+    name (the dry run does). Other profiles run anywhere."""
+    if cfg.name != "paper" or os.environ.get(ALLOW_CPU_ENV, "") == "1":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        build = f"CUDA {torch.version.cuda} build" if torch.version.cuda else "CPU-only build"
+        raise RuntimeError(
+            f"PROFILE=paper needs a CUDA GPU and none is visible (torch {torch.__version__}, {build}). "
+            f"On a GPU node: `make install TORCH=cu128` installs a CUDA build of torch; check "
+            f"`nvidia-smi` and CUDA_VISIBLE_DEVICES. To run on the CPU anyway: {ALLOW_CPU_ENV}=1.")
+
+
 def start_run(profile: str, seed: int, notebook: str, *, overrides: Mapping[str, Any] | None = None,
               **params: Any) -> Run:
     """Set a notebook up: ``cfg = get_profile(profile, seed=seed, **overrides)``, seed everything,
     torch threads from the environment, the results folder and its ``run.json`` (``params``: the
     notebook's other parameters, recorded there). Returns the :class:`Run`."""
     cfg = get_profile(profile, overrides, seed=seed)
+    require_gpu(cfg)
     seed_everything(seed)
     threads = set_torch_threads()
     recorded = {"PROFILE": profile, "SEED": seed, **params}

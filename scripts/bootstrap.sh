@@ -14,8 +14,23 @@ PY="$VENV/bin/python"
 # bounds only); every pip call below gets them, so nothing can resolve to a CUDA build.
 CONSTRAINTS="$(dirname "$0")/constraints.txt"
 "$PY" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
-echo "[bootstrap] installing torch and torchvision pinned by $CONSTRAINTS"
-"$PY" -m pip install --quiet -c "$CONSTRAINTS" torch torchvision
+# TORCH=cu128 (or another wheel index name) installs that build of the same pinned versions;
+# unset: cu128 when nvidia-smi lists a GPU, else the registry's default (CPU) build.
+TORCH="${TORCH:-}"
+if [ -z "$TORCH" ] && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+  TORCH=cu128
+  echo "[bootstrap] nvidia-smi lists a GPU: installing the CUDA build (TORCH=cu128; TORCH=cpu to refuse)"
+fi
+if [ -n "$TORCH" ] && [ "$TORCH" != "default" ]; then
+  echo "[bootstrap] installing torch and torchvision pinned by $CONSTRAINTS from the $TORCH wheel index"
+  "$PY" -m pip install --quiet --force-reinstall --no-deps -c "$CONSTRAINTS" torch torchvision \
+    --index-url "https://download.pytorch.org/whl/$TORCH"
+  "$PY" -m pip install --quiet -c "$CONSTRAINTS" torch torchvision \
+    --index-url "https://download.pytorch.org/whl/$TORCH" --extra-index-url https://pypi.org/simple
+else
+  echo "[bootstrap] installing torch and torchvision pinned by $CONSTRAINTS"
+  "$PY" -m pip install --quiet -c "$CONSTRAINTS" torch torchvision
+fi
 echo "[bootstrap] installing nearid_lib[paper,dev] (editable)"
 "$PY" -m pip install --quiet -c "$CONSTRAINTS" -e ".[paper,dev]"
 SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"

@@ -3,6 +3,7 @@ and a sweep trains every row at every seed with the row's overrides on top of th
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -116,3 +117,22 @@ def test_worker_processes_train_the_same_runs_as_the_main_process(world, tmp_pat
         wa = {k: v for f in sorted(a.directory.glob("*.safetensors")) for k, v in load_file(f).items()}
         wb = {k: v for f in sorted(b.directory.glob("*.safetensors")) for k, v in load_file(f).items()}
         assert wa and wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_one_gpu_per_sweep_worker(monkeypatch):
+    """Sweep workers are dealt the visible GPUs round-robin, each seeing only its own."""
+    import queue
+
+    assert sw.worker_devices(3, visible="", count=0) == [None, None, None]
+    assert sw.worker_devices(4, visible="", count=2) == ["0", "1", "0", "1"]
+    # the parent's own restriction is respected (physical ids, not 0..n-1)
+    assert sw.worker_devices(3, visible="2,5,7", count=3) == ["2", "5", "7"]
+    assert sw.worker_devices(2, visible="2,5,7", count=2) == ["2", "5"]
+    q = queue.Queue()
+    for d in ("5", None):
+        q.put(d)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5,7")
+    sw._pin_device(q)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "5"
+    sw._pin_device(q)                      # no GPU dealt: the environment is left alone
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "5"

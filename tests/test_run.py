@@ -69,3 +69,22 @@ def test_figure_is_saved_and_returned(tmp_path, monkeypatch):
     png = tmp_path / "figs" / "08_line.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not plt.fignum_exists(fig.number)                        # closed: shown once, inline
+
+
+def test_paper_profile_stops_without_a_gpu_unless_allowed(monkeypatch):
+    import torch
+
+    from nearid_lib.config import get_profile
+    from nearid_lib.run import require_gpu
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv("NEARID_ALLOW_CPU", raising=False)
+    with pytest.raises(RuntimeError, match="NEARID_ALLOW_CPU=1") as err:
+        require_gpu(get_profile("paper"))
+    assert "TORCH=cu" in str(err.value)
+    require_gpu(get_profile("mini"))            # other profiles run anywhere
+    monkeypatch.setenv("NEARID_ALLOW_CPU", "1")
+    require_gpu(get_profile("paper"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.delenv("NEARID_ALLOW_CPU")
+    require_gpu(get_profile("paper"))

@@ -47,7 +47,8 @@ if TYPE_CHECKING:
     from ..config import Profile
     from ..data import NearIDData
 
-__all__ = ["RowSpec", "RunResult", "Sweep", "seeds_of", "train_and_score", "train_missing", "run_rows", "METRICS"]
+__all__ = ["RowSpec", "RunResult", "Sweep", "seeds_of", "train_and_score", "train_missing", "run_rows", "METRICS",
+           "worker_devices"]
 
 METRICS = ("nearid_ssr", "nearid_pa", "mtg_mo", "mtg_mopair", "mtg_ssr", "mtg_pa", "train_ssr", "train_pa",
            "unseen_ssr", "unseen_pa")
@@ -205,6 +206,32 @@ def _train_in_worker(cfg: Profile, root: str, kw: dict, threads: int) -> str:
     return str(res.directory)
 
 
+def worker_devices(n_workers: int, visible: str | None = None, count: int | None = None) -> list[str | None]:
+    """The GPU each of ``n_workers`` sweep workers gets (as a ``CUDA_VISIBLE_DEVICES`` value): the
+    visible GPUs (``visible``: the parent's ``CUDA_VISIBLE_DEVICES``; else ``0..count-1``,
+    ``count`` = ``torch.cuda.device_count()``) dealt round-robin; ``[None] * n_workers`` without a GPU."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    count = torch.cuda.device_count() if count is None else count
+    if visible is not None and visible.strip():
+        ids = [v.strip() for v in visible.split(",") if v.strip()][:count] if count else []
+    else:
+        ids = [str(i) for i in range(count)]
+    return [ids[k % len(ids)] if ids else None for k in range(n_workers)]
+
+
+def _pin_device(queue) -> None:
+    """Sweep worker initializer: this process sees only the GPU it takes from ``queue`` (before CUDA
+    is initialised in it), so ``device="auto"`` puts its run on that GPU."""
+    import queue as _q
+
+    try:
+        dev = queue.get(timeout=10)
+    except _q.Empty:                     # a replacement worker after all devices were dealt
+        dev = None
+    if dev is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = dev
+
+
 def train_missing(configs: Sequence[Profile], data: NearIDData, workers: int, **kw: Any) -> int:
     """Train the configurations whose run is not finished in ``workers`` processes (spawned);
     returns how many were trained. ``kw``: :func:`train_and_score` options (``run_root``,
@@ -216,8 +243,15 @@ def train_missing(configs: Sequence[Profile], data: NearIDData, workers: int, **
     todo = [c for d, c in dirs.items() if not (d / "scores.json").exists()]
     if workers <= 1 or len(todo) <= 1:
         return 0
-    print(f"training {len(todo)} runs in {min(workers, len(todo))} worker processes", flush=True)
-    with ProcessPoolExecutor(min(workers, len(todo)), mp_context=get_context("spawn")) as ex:
+    n = min(workers, len(todo))
+    devices = worker_devices(n)
+    ctx = get_context("spawn")
+    queue = ctx.Queue()
+    for d in devices:
+        queue.put(d)
+    where = f" on GPUs {','.join(devices)}" if devices[0] is not None else ""
+    print(f"training {len(todo)} runs in {n} worker processes{where}", flush=True)
+    with ProcessPoolExecutor(n, mp_context=ctx, initializer=_pin_device, initargs=(queue,)) as ex:
         futs = [ex.submit(_train_in_worker, c, str(data.root), kw, torch.get_num_threads()) for c in todo]
         for f in as_completed(futs):
             f.result()                      # a failed run raises here, with the worker's error
