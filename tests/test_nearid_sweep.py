@@ -136,3 +136,31 @@ def test_one_gpu_per_sweep_worker(monkeypatch):
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "5"
     sw._pin_device(q)                      # no GPU dealt: the environment is left alone
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "5"
+
+
+def test_cli_training_is_reused_by_the_notebook_run(smoke_world, tmp_path, monkeypatch):
+    """``python -m nearid_lib.nearid.train`` (e.g. under accelerate launch) trains into the run folder
+    of its configuration, so notebook 03's ``train_and_score`` of the same configuration reuses it."""
+    from nearid_lib.nearid import train as tr
+
+    monkeypatch.setenv("NEARID_OUT", str(tmp_path / "out"))
+    monkeypatch.setenv("NEARID_CACHE", str(tmp_path / "cache"))
+    over = {"train.max_steps": "2", "train.batch_size": "4"}
+    argv = ["--profile", "smoke", "--data", str(smoke_world.root)] + [x for k, v in over.items() for x in ("--set", f"{k}={v}")]
+    assert tr.main(argv) == 0
+    cfg = get_profile("smoke", over)
+    d = sw.run_dir(cfg, smoke_world)
+    assert d.parent.name == "head_runs" and d.is_relative_to(tmp_path / "out")
+    head = (d / "head.safetensors").read_bytes()
+    calls = []
+    real = sw.train_head
+
+    def spy(*a, **k):
+        calls.append(k.get("resume"))
+        return real(*a, **k)
+
+    monkeypatch.setattr(sw, "train_head", spy)
+    res = sw.train_and_score(cfg, smoke_world)
+    assert res.directory == d and res.steps == 2 and not res.reused
+    assert calls == [True]                             # resumed at its last step: nothing retrained
+    assert (d / "head.safetensors").read_bytes() == head

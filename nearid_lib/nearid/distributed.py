@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn.functional as dist_nn
 from torch import Tensor
 
 from .loss_terms import Pool
@@ -43,29 +44,15 @@ def _check_equal_rows(x: Tensor) -> None:
                          "pad with fully masked rows (masked slots are inert in every loss)")
 
 
-class _AllGatherGrad(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: Tensor) -> Tensor:
-        ws, rk = dist.get_world_size(), dist.get_rank()
-        out = [torch.empty_like(x) for _ in range(ws)]
-        dist.all_gather(out, x.contiguous())
-        ctx.rank, ctx.n = rk, x.shape[0]
-        return torch.cat(out, dim=0)                            # [ws*n, ...] in rank order
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> Tensor:
-        grad = grad.contiguous().clone()
-        dist.all_reduce(grad, op=dist.ReduceOp.SUM)            # every rank's loss depends on every shard
-        return grad[ctx.rank * ctx.n:(ctx.rank + 1) * ctx.n]
-
-
 def all_gather_with_grad(x: Tensor) -> Tensor:
     """Concatenate ``x`` [n,...] from every rank in rank order, differentiably (identity on one process).
     All ranks must call it (and later run backward) with the same n."""
     if not is_distributed():
         return x
     _check_equal_rows(x)
-    return _AllGatherGrad.apply(x)
+    # torch's differentiable all_gather: its backward sums every rank's gradient of the
+    # gathered tensor and returns this rank's slice (reduce-scatter; all-to-all on gloo)
+    return torch.cat(dist_nn.all_gather(x.contiguous()), dim=0)
 
 
 def all_gather_nograd(x: Tensor) -> Tensor:

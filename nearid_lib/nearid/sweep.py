@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from ..data import NearIDData
 
 __all__ = ["RowSpec", "RunResult", "Sweep", "seeds_of", "train_and_score", "train_missing", "run_rows", "METRICS",
-           "worker_devices"]
+           "worker_devices", "run_dir"]
 
 METRICS = ("nearid_ssr", "nearid_pa", "mtg_mo", "mtg_mopair", "mtg_ssr", "mtg_pa", "train_ssr", "train_pa",
            "unseen_ssr", "unseen_pa")
@@ -100,8 +100,15 @@ def _load(d: Path, key: str, seed: int, label: str) -> RunResult:
                      s["scores"], units, mtg)
 
 
-def _run_dir(cfg: Profile, data: NearIDData, run_root) -> Path:
+def run_dir(cfg: Profile, data: NearIDData, run_root: str | os.PathLike | None = None) -> Path:
+    """The folder of the run ``cfg`` on ``data`` (``<out>/head_runs/<run key>``): where
+    :func:`train_and_score` trains and looks for a finished run, and where
+    ``python -m nearid_lib.nearid.train`` (e.g. under ``accelerate launch``) trains by default, so the
+    notebooks reuse that training."""
     return (Path(run_root) if run_root is not None else out_dir(cfg.name) / "head_runs") / run_key(cfg, data)
+
+
+_run_dir = run_dir
 
 
 def train_and_score(cfg: Profile, data: NearIDData, encoder=None, label: str = "", split: str = "test",

@@ -43,7 +43,6 @@ from ..config import Profile, get_profile, profile_to_dict
 from ..data import load_nearid, nearid_root
 from ..io_utils import write_json
 from ..models import MAPHead, load_backbone, resolve_device, save_head
-from ..paths import checkpoint_dir
 from ..run import set_torch_threads
 from ..seeding import make_rng, torch_generator
 from . import distributed
@@ -343,7 +342,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="dotted config override, e.g. train.lr=3e-4 (repeatable)")
     ap.add_argument("--data", default=None, help="dataset root (default data_dir(profile)/nearid)")
-    ap.add_argument("--out", default=None, help="checkpoint folder (default checkpoint_dir(profile)/nearid)")
+    ap.add_argument("--out", default=None, help="checkpoint folder (default: the run folder of this configuration, "
+                                                "<out>/head_runs/<run key>, which notebooks 03-07 then reuse)")
     ap.add_argument("--no-resume", action="store_true")
     ap.add_argument("--stop-after", type=int, default=None)
     args = ap.parse_args(argv)
@@ -356,7 +356,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = get_profile(args.profile, overrides=over)
     set_torch_threads()
     data = load_nearid(args.data or nearid_root(cfg.name))
-    out = Path(args.out) if args.out else checkpoint_dir(cfg.name) / "nearid"
+    if args.out:
+        out = Path(args.out)
+    else:
+        from .sweep import run_dir   # the folder notebook 03's run of this configuration uses
+
+        out = run_dir(cfg, data)
     res = train_head(cfg, data, out_dir=out, resume=not args.no_resume, stop_after=args.stop_after)
     if res.evals:
         print(json.dumps(res.evals[-1], indent=1, default=float))
