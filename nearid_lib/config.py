@@ -95,7 +95,7 @@ def _paper() -> Profile:
                           train_sources=("Flux", "Flux_1024", "Qwen", "Qwen_1328")),
         backbone=BackboneConfig(name="siglip2-so400m-patch14-384", image_size=384, dtype="float16"),
         head=HeadConfig(num_heads=16, mlp_ratio=3.7361111, out_dim=1152, token_dropout=0.0),
-        train=TrainConfig(mixed_precision="fp16"),
+        train=TrainConfig(mixed_precision="fp16", token_store="int8"),
         eval=EvalConfig(
             n_seeds=1,      # 6.5 A100-hours a head: the paper reports one run per row
             encoders=("clip-vit-l14", "dinov2-large", "siglip2-so400m-patch14-384", "nearid", "nearid-release"),

@@ -125,6 +125,10 @@ class TrainConfig:
     sources: tuple[str, ...] = ()       # training distractor sources; () = the dataset's train_sources
     token_crop: float = 0.0             # cached mode: p of a random (g-1)x(g-1) token-window crop
     use_cache: bool = True
+    # where training reads backbone tokens from (with use_cache): "cache" = the float16 TokenCache
+    # built up front (smoke, mini); "int8" / "fp8" = the sharded store filled lazily by the ranks
+    # that need a grid (nearid_lib.nearid.stream; paper: ~400 GB instead of ~800 GB)
+    token_store: str = "cache"
     checkpoint_every: int = 200
     eval_every: int = 0
 

@@ -57,12 +57,15 @@ print(data.manifest.get("counts"), "| training sources:", data.train_sources, "|
 # Training reads the train split of the training sources and MTG, in both variants (role-aware foreground
 # masking); evaluation reads val/test of every source, full and foreground-only. Built once, reused by
 # notebooks 04-11. The missing caches are built in `NEARID_WORKERS` processes (the Makefile sets 2).
+# `paper` (`train.token_store = "int8"`): training grids go to the int8 sharded store instead, filled
+# lazily by the trainings themselves (each grid encoded once, by the rank that first needs it).
 
 # %%
 t0 = time.time()
 backbone = load_backbone(cfg)[0]
 frozen = Embedder(backbone, data, profile=PROFILE, batch_size=cfg.backbone.batch_size, store_tokens=True)
-frozen.build(train_groups(data, cfg) + image_groups(data, ("val", "test")), variants=("full", "fg"))
+train_cached = train_groups(data, cfg) if cfg.train.token_store == "cache" else []
+frozen.build(train_cached + image_groups(data, ("val", "test")), variants=("full", "fg"))
 cache_seconds = time.time() - t0
 print(f"caches ready in {cache_seconds:.1f}s: {backbone.n_tokens} tokens x {backbone.token_dim}")
 

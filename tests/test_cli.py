@@ -30,7 +30,7 @@ def fresh(tmp_path, monkeypatch, smoke_world):
     return tmp_path
 
 
-@pytest.mark.parametrize("command", ["score", "rank", "train", "report"])
+@pytest.mark.parametrize("command", ["score", "sim", "rank", "train", "report"])
 def test_every_subcommand_has_help_and_profile(command, capsys):
     with pytest.raises(SystemExit) as exc:
         main([command, "--help"])
@@ -43,7 +43,7 @@ def test_python_dash_m_is_the_same_command():
     res = subprocess.run([sys.executable, "-m", "nearid_lib", "--help"], capture_output=True, text=True, cwd=ROOT,
                          timeout=120)
     assert res.returncode == 0 and res.stdout.startswith("usage: nearid ")
-    assert "{score,rank,train,report}" in res.stdout
+    assert "{score,sim,rank,train,report}" in res.stdout
 
 
 def test_score_a_callable_from_a_file(fresh, capsys):
@@ -106,9 +106,16 @@ def test_set_without_equals_is_a_usage_error(capsys):
 
 
 def test_train_then_report_on_a_fresh_clone(fresh, capsys):
+    # training goes to its configuration's run folder (notebook 03 reuses it); an unfinished run
+    # (--stop-after) keeps its resume state there and publishes no head
     assert main(["train", "--profile", "smoke", "--stop-after", "1"]) == 0
     ck = fresh / "build" / "smoke" / "checkpoints" / "nearid"
-    assert "trained 1 steps" in capsys.readouterr().out and any(ck.iterdir())
+    runs = list((fresh / "build" / "smoke" / "head_runs").iterdir())
+    assert "trained 1 steps" in capsys.readouterr().out and len(runs) == 1 and (runs[0] / "resume").is_dir()
+    assert not ck.exists()
+    assert main(["train", "--profile", "smoke"]) == 0             # resumes and finishes
+    assert "published the head" in capsys.readouterr().out
+    assert (ck / "head.safetensors").exists() and not (ck / "resume").exists()
     assert main(["report", "--profile", "smoke"]) == 0
     text = (fresh / "figures" / "README.md").read_text()          # NEARID_FIGURES
     assert text.startswith("# Reproduced results") and "Profile: **smoke**" in text

@@ -36,7 +36,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..features import apply_variant
-from ..features.shards import ShardedTokenStore
+from ..features.shards import ShardedTokenStore, decode_tokens, encode_tokens
 from .embedder import group_items, image_groups
 from .rows import train_groups
 
@@ -125,9 +125,13 @@ class StreamFeatures:
                 inv.append(first[k])
             uniq, inv = np.asarray(uniq, dtype=np.int64), np.asarray(inv, dtype=np.int64)
             tok = self.encode([rels[i] for i in uniq], [masks[i] for i in uniq], fg[uniq], rng)
-            out[torch.from_numpy(miss).to(self.device)] = tok[torch.from_numpy(inv).to(tok.device)].to(self.out_dtype)
             if self.store is not None:
                 self.stats["written"] += self.store.put([keys[i] for i in uniq], tok)
+                # what a step sees does not depend on whether the grid was already stored (a warm
+                # store, another rank, a resumed run): always the store's precision
+                st = self.store
+                tok = decode_tokens(encode_tokens(tok, st.dtype), st.n_tokens, st.token_dim, st.dtype)
+            out[torch.from_numpy(miss).to(self.device)] = tok[torch.from_numpy(inv).to(tok.device)].to(self.out_dtype)
         self.stats["slots"] += len(keys)
         self.stats["hits"] += int(hit.sum())
         return out

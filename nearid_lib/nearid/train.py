@@ -41,6 +41,7 @@ from tqdm.auto import tqdm
 
 from ..config import Profile, get_profile, profile_to_dict
 from ..data import load_nearid, nearid_root
+from ..paths import checkpoint_dir
 from ..io_utils import write_json
 from ..models import MAPHead, load_backbone, resolve_device, save_head
 from ..run import set_torch_threads
@@ -56,7 +57,7 @@ from .train_inputs import TrainFeatures, crop_masks
 if TYPE_CHECKING:
     from ..data import NearIDData
 
-__all__ = ["build_head", "make_scheduler", "TrainResult", "train_head", "main"]
+__all__ = ["build_head", "make_scheduler", "TrainResult", "train_head", "train_features", "main"]
 
 ROLE_P = ("mask_p_anchor", "mask_p_positive", "mask_p_distractor")
 
@@ -142,7 +143,14 @@ def _accelerator(cfg: Profile):
         return None
     from accelerate import Accelerator
 
-    return Accelerator(mixed_precision=cfg.train.mixed_precision if torch.cuda.is_available() else "no")
+    cuda = torch.cuda.is_available()
+    # cpu=True on CPU-only ranks: otherwise accelerate sees no multi-CPU launcher variables under
+    # torchrun, reports DistributedType.NO and never wraps the head in DDP (ranks silently diverge)
+    accel = Accelerator(mixed_precision=cfg.train.mixed_precision if cuda else "no", cpu=not cuda)
+    if accel.num_processes <= 1 or accel.distributed_type.name == "NO":
+        raise RuntimeError(f"WORLD_SIZE={os.environ.get('WORLD_SIZE')} but accelerate set up no distributed "
+                           f"training ({accel.distributed_type}); launch with `accelerate launch` or `torchrun`")
+    return accel
 
 
 def _setup(cfg: Profile, data: NearIDData, encoder, cache_root, progress: bool) -> _Setup:
@@ -155,7 +163,7 @@ def _setup(cfg: Profile, data: NearIDData, encoder, cache_root, progress: bool) 
         encoder = load_backbone(cfg, device=dev)[0]
     backbone = getattr(encoder, "backbone", encoder)
     world, rank = distributed.world_size(), distributed.rank()
-    feats = TrainFeatures(backbone, data, cfg, cfg.name, cache_root=cache_root, progress=progress and rank == 0)
+    feats = train_features(cfg, data, backbone, rank, cache_root, progress=progress and rank == 0)
     rows0 = epoch_rows(data, cfg, 0)
     B = min(int(tc.batch_size), len(rows0))
     if B % world:
@@ -169,6 +177,24 @@ def _setup(cfg: Profile, data: NearIDData, encoder, cache_root, progress: bool) 
     sched = make_scheduler(opt, int(tc.warmup_steps), total)
     return _Setup(cfg, backbone, feats, dev, accel, world, rank, rows0, B, spe, total, head, loss_params, opt, sched,
                   key=run_key(cfg, data))
+
+
+def train_features(cfg: Profile, data: NearIDData, backbone, rank: int = 0, cache_root=None, progress: bool = False):
+    """Training's token source: the float16 :class:`TrainFeatures` cache (``train.token_store =
+    "cache"``, or ``use_cache=False``: streaming), or the lazily filled int8/fp8
+    :class:`~nearid_lib.nearid.stream.StreamFeatures` store, in which each rank writes its own shards
+    (``writer = rank<k>``) of the grids its batches ask for and reads the others'."""
+    tc = cfg.train
+    if not tc.use_cache or tc.token_store == "cache":
+        return TrainFeatures(backbone, data, cfg, cfg.name, cache_root=cache_root, progress=progress)
+    from ..paths import cache_dir
+    from .stream import StreamFeatures, open_train_store
+
+    store = open_train_store(backbone, data, cache_root or cache_dir(cfg.name), dtype=tc.token_store,
+                             writer=f"rank{rank}")
+    cuda = getattr(backbone, "device", torch.device("cpu")).type == "cuda"
+    return StreamFeatures(backbone, data, store=store, batch_size=cfg.backbone.batch_size,
+                          amp_dtype=torch.bfloat16 if cuda else None)
 
 
 def _resume(s: _Setup, ckpt: Path | None, resume: bool) -> tuple[int, list[dict], list[dict]]:
@@ -308,7 +334,9 @@ def train_head(cfg: Profile, data: NearIDData, encoder=None, out_dir: str | os.P
             rows, cur_epoch = (s.rows0 if epoch == 0 else epoch_rows(data, cfg, epoch)), epoch
         loss, parts = _train_step(s, rows, b, step)
         step += 1
-        rec = {"step": step, "epoch": epoch, "loss": float(loss.detach()), "lr": float(s.sched.get_last_lr()[0]),
+        # the logged loss is the global batch's (the mean of the ranks' losses), as on one process
+        gl = distributed.all_reduce_sum(loss.detach().reshape(1)) / s.world
+        rec = {"step": step, "epoch": epoch, "loss": float(gl), "lr": float(s.sched.get_last_lr()[0]),
                **{k: float(v) for k, v in parts.items()}, "seconds": time.perf_counter() - t_step}
         history.append(rec)
         if bar is not None:
@@ -366,6 +394,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if res.evals:
         print(json.dumps(res.evals[-1], indent=1, default=float))
     print(f"trained {res.steps} steps in {res.seconds:.1f}s -> {out}")
+    if not args.out and distributed.rank() == 0 and (out / "head.safetensors").exists():
+        # the profile's trained head (what `nearid score` / `nearid sim` and notebooks 09-11 load),
+        # as notebook 03 publishes it
+        ck = checkpoint_dir(cfg.name) / "nearid"
+        shutil.rmtree(ck, ignore_errors=True)
+        shutil.copytree(out, ck, ignore=shutil.ignore_patterns("resume", "units_*", "mtg_*"))
+        print(f"published the head to {ck}")
     return 0
 
 
