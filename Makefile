@@ -75,8 +75,10 @@ reproduce: notebooks
 # bootstrap sets JupyterLab's default viewer for Python files to "Jupytext Notebook"); jupytext.toml
 # pairs it with build/lab/NN_name.ipynb, which keeps the session's outputs. LAB_ARGS: extra options,
 # e.g. LAB_ARGS="--no-browser --port 8899". The profile is the notebook's PROFILE parameter.
+# As root (uid 0, how most containers run) Jupyter refuses to start without --allow-root.
+LAB_ROOT = $(if $(filter 0,$(shell id -u)),--allow-root)
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" --LabApp.default_url=/lab/tree/notebooks $(LAB_ARGS)
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" --LabApp.default_url=/lab/tree/notebooks $(LAB_ROOT) $(LAB_ARGS)
 
 notebooks: $(EXECUTED)
 

@@ -13,6 +13,8 @@ Public entry points:
 
 - ``score_encoder(encoder, profile=...)`` - your encoder on all three protocols, beside the baselines
   and the papers, with a report card (``nearid_lib.score``)
+- ``similarity(a, b, encoder=None)`` - cosine similarity of two images, two folders of same-named
+  files or a CSV of pairs (``nearid_lib.sim``; the command is ``nearid sim``)
 - ``get_profile(name)`` - typed profiles ``smoke`` / ``mini`` / ``paper`` (``nearid_lib.config``)
 - ``load_encoder(name)`` - ``model, preprocess`` for every backbone and head (``nearid_lib.models``)
 - ``nearid_loss`` and the ablation losses (``nearid_lib.nearid.losses``)
@@ -31,6 +33,7 @@ __version__ = "0.1.0"
 # Heavy submodules are imported lazily so `import nearid_lib` stays fast (no torch import).
 _LAZY = {
     "score_encoder": ("nearid_lib.score", "score_encoder"),
+    "similarity": ("nearid_lib.sim", "similarity"),
     "ScoreReport": ("nearid_lib.score", "ScoreReport"),
     "load_encoder": ("nearid_lib.models", "load_encoder"),
     "MAPHead": ("nearid_lib.models", "MAPHead"),

@@ -3,12 +3,16 @@
 ::
 
     nearid score ENCODER [--profile mini] [--protocols nearid,idsim,fpr] [--name N] [--out DIR]
+    nearid sim A B [--encoder NAME] [--out sims.csv]                   # cosine similarity of images / pairs
     nearid rank GENERATED GALLERY [--encoder efficientnet-lite0] [--group-by species] [--out CSV]
     nearid train [--profile mini] [--set train.lr=3e-4 ...]          # the NearID head (notebook 03)
     nearid report [--profile mini]                                   # figures/README.md (notebook 99)
 
-``ENCODER`` is a registered name, a hub identifier (``timm:...``, ``open_clip:...``, ``org/repo``) or
-``module:function`` / ``file.py:function`` naming your callable ``list[PIL.Image] -> [N, D]``. Every
+``ENCODER`` is, in this order of precedence, ``package.module:function`` or ``file.py:function``
+naming your callable ``list[PIL.Image] -> [N, D]``, a registered name, a ``timm:...`` /
+``open_clip:...`` identifier or a hub id ``org/repo``. It is resolved, loaded and probed on two
+small images before any data is built or read, so a wrong one exits with status 2 and one line
+(listing what was tried) in seconds. Every
 command takes ``--profile`` and ``--set KEY=VALUE`` (dotted config overrides), sets torch's threads
 from the environment (``NEARID_THREADS``, ``OMP_NUM_THREADS``) and shows progress bars.
 """
@@ -46,10 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     ap = argparse.ArgumentParser(prog="nearid", description="NearID / ID-Sim / FPR: score your encoder or "
                                  "generator, train the NearID head, render the report.")
-    sub = ap.add_subparsers(dest="command", required=True, metavar="{score,rank,train,report}")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="{score,sim,rank,train,report}")
 
     s = sub.add_parser("score", help="score an encoder on NearID, ID-Sim and FPR beside the baselines and papers")
-    s.add_argument("encoder", help="registered name, timm:/open_clip:/org/repo identifier, or module:function")
+    s.add_argument("encoder", help="module:function, file.py:function, registered name, timm:/open_clip: "
+                   "identifier or org/repo (tried in that order)")
     s.add_argument("--protocols", default="nearid,idsim,fpr", help="comma-separated subset (default all)")
     s.add_argument("--name", default=None, help="label of your row (default: the encoder)")
     s.add_argument("--out", default=None, help="folder of the table and report card (default build/<profile>/score/<name>)")
@@ -60,10 +65,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0)
     _common(s)
 
+    m = sub.add_parser("sim", help="cosine similarity of two images, two folders of same-named files, or a CSV "
+                       "of pairs")
+    m.add_argument("a", help="an image, a folder, or a CSV of pairs (columns a, b) when B is left out")
+    m.add_argument("b", nargs="?", default=None, help="an image or a folder (same file names as A)")
+    m.add_argument("--encoder", default=None, help="registered name, module:function, file.py:function or hub id "
+                   "(default: the released NearID model in paper, the trained NearID head or else the frozen "
+                   "backbone offline)")
+    m.add_argument("--checkpoint", default=None, help="checkpoint of a named encoder (e.g. a NearID head folder)")
+    m.add_argument("--out", default=None, help="write the pairs and their similarity here (CSV)")
+    m.add_argument("--batch-size", type=int, default=32)
+    _common(m)
+
     r = sub.add_parser("rank", help="Finer-Personalization Rank of generated images against a gallery")
     r.add_argument("generated", help="generated_data.csv or a folder of <identity>/<file> images")
     r.add_argument("gallery", help="gallery_data.csv or the folder holding it (and train_data.csv)")
-    r.add_argument("--encoder", default="efficientnet-lite0", help="registered evaluation encoder")
+    r.add_argument("--encoder", default="efficientnet-lite0",
+                   help="evaluation encoder: registered name, module:function, file.py:function or hub id")
     r.add_argument("--references", default=None, help="train_data.csv (default: beside the gallery)")
     r.add_argument("--method", default=None, help="score only this method's rows")
     r.add_argument("--group-by", default="species", help="column each query's gallery is restricted to; 'none': all")
@@ -99,15 +117,43 @@ def _score(args, over) -> int:
     return 0
 
 
+def _sim(args, over) -> int:
+    import pandas as pd
+
+    from .sim import describe, similarity
+
+    if over:
+        from .config import get_profile
+
+        get_profile(args.profile, over)        # a bad --set fails loudly (sim reads no other setting)
+    kw = {"checkpoint": args.checkpoint} if args.checkpoint else None
+    df = similarity(args.a, args.b, args.encoder, profile=args.profile, batch_size=args.batch_size, encoder_kw=kw)
+    with pd.option_context("display.width", 200, "display.max_colwidth", 80, "display.max_rows", 50):
+        print(df.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    print(describe(df))
+    if args.out:
+        from .io_utils import write_csv
+
+        print(f"wrote {write_csv(df, Path(args.out))}")
+    return 0
+
+
 def _rank(args, over) -> int:
     import pandas as pd
 
     from .config import get_profile
     from .fpr import rank_generator
 
+    from .fpr.encoders import get_encoder
+    from .user_encoders import resolve_encoder
+
     cfg = get_profile(args.profile, over)
     kw = {"checkpoint": args.checkpoint} if args.checkpoint else {}
-    res = rank_generator(args.generated, args.gallery, args.encoder, references=args.references, method=args.method,
+    # resolve and probe the encoder before reading a single image: a wrong name fails in seconds
+    enc = resolve_encoder(args.encoder, encoder_kw=kw,
+                          loader=lambda canon, **k: get_encoder(canon, tiny=cfg.backbone.tiny, **k))
+    encoder = args.encoder if enc.canon is not None else enc.model
+    res = rank_generator(args.generated, args.gallery, encoder, references=args.references, method=args.method,
                          group_by=None if args.group_by.lower() == "none" else args.group_by, sim_to=args.sim_to,
                          background=args.background, tiny=cfg.backbone.tiny, encoder_kw=kw,
                          batch_size=cfg.retrieval.batch_size)
@@ -166,7 +212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     set_torch_threads()
     try:
-        return {"score": _score, "rank": _rank, "train": _train, "report": _report}[args.command](args, over)
+        commands = {"score": _score, "sim": _sim, "rank": _rank, "train": _train, "report": _report}
+        return commands[args.command](args, over)
     except (ConfigError, FileNotFoundError, ValueError, OSError, KeyError) as err:
         print(f"nearid {args.command}: error: {err}", file=sys.stderr)
         return 2

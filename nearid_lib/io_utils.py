@@ -12,13 +12,30 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write", "atomic_save_image",
+__all__ = ["current_umask", "atomic_write_bytes", "atomic_write_text", "atomic_write", "atomic_save_image",
            "Manifest", "write_csv", "write_json", "table_meta_path", "read_table_meta", "skipped_path",
            "skip_reason"]
 
 
+def current_umask() -> int:
+    """The process's umask (read without changing it where /proc says it; else set and restored)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str | os.PathLike, writer: Callable[[Path], None]) -> Path:
-    """Call ``writer(tmp_path)`` then rename ``tmp_path`` onto ``path`` (same folder, atomic)."""
+    """Call ``writer(tmp_path)`` then rename ``tmp_path`` onto ``path`` (same folder, atomic).
+
+    The file gets the mode a plain ``open(path, "w")`` would give it (0666 filtered by the umask,
+    so 0644 under the usual 022): ``mkstemp``'s private 0600 would hide results from the group."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp" + path.suffix, dir=path.parent)
@@ -26,6 +43,7 @@ def atomic_write(path: str | os.PathLike, writer: Callable[[Path], None]) -> Pat
     tmp_path = Path(tmp)
     try:
         writer(tmp_path)
+        os.chmod(tmp_path, 0o666 & ~current_umask())
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():

@@ -45,7 +45,7 @@ from .io_utils import atomic_write
 from .nearid.embedder import Embedder
 from .nearid.scorers import EmbeddingBenchEncoder
 from .paths import cache_dir, checkpoint_dir, out_dir as out_root
-from .user_encoders import UserEncoder, as_user_encoder
+from .user_encoders import ResolvedEncoder, UserEncoder, resolve_encoder
 
 __all__ = ["score_encoder", "ScoreReport", "Participant", "PROTOCOLS", "StoreEmbedder", "StoreBenchEncoder"]
 
@@ -144,29 +144,25 @@ class Participant:
         return self.model.embed([data.path(r) for r in rels], progress=True).numpy().astype(np.float64)
 
 
-def _registered(name: str) -> str | None:
-    from .models import resolve_name
+def _resolve(encoder, cfg, name, device, encoder_kw) -> ResolvedEncoder:
+    """The user's encoder resolved, loaded and probed (before any data is built): a registered name
+    the way this profile loads encoders (``load_backbone``), anything else as a :class:`UserEncoder`."""
+    from .models import load_backbone
 
-    try:
-        return resolve_name(name)
-    except KeyError:
-        return None
+    return resolve_encoder(encoder, name=name, device=device, encoder_kw=encoder_kw,
+                           loader=lambda canon, **kw: load_backbone(cfg, name=canon, **kw))
 
 
-def _user(encoder, cfg, data, name, store_folder, batch_size, progress, device, encoder_kw) -> Participant:
+def _user(res: ResolvedEncoder, cfg, data, name, store_folder, batch_size, progress) -> Participant:
     """The user's participant: a registered name through the library's caches, anything else
     through a :class:`StoreEmbedder`."""
-    canon = _registered(encoder) if isinstance(encoder, str) else None
-    if canon is not None:
-        from .models import load_backbone
-
-        model, _ = load_backbone(cfg, name=canon, **(encoder_kw or {}))
+    if res.canon is not None:
         # pooled outputs only (a head needs tokens): the same cache key as the frozen baselines'
-        emb = Embedder(model, data, profile=cfg.name, progress=progress,
-                       store_tokens=None if canon == "nearid" else False)
-        label = name or canon
-        return Participant("yours", label, "yours", EmbeddingBenchEncoder(emb, canon, label), model)
-    ue = as_user_encoder(encoder, name=name, device=device, **(encoder_kw or {}))
+        emb = Embedder(res.model, data, profile=cfg.name, progress=progress,
+                       store_tokens=None if res.canon == "nearid" else False)
+        label = name or res.canon
+        return Participant("yours", label, "yours", EmbeddingBenchEncoder(emb, res.canon, label), res.model)
+    ue = res.model
     emb = StoreEmbedder(ue, data, store_folder, batch_size, progress)
     return Participant("yours", ue.name, "yours", StoreBenchEncoder(emb, ue.name, ue.name), ue)
 
@@ -246,6 +242,39 @@ def _profile_data(cfg, progress: bool) -> NearIDData:
     return load_nearid(nearid_root(cfg.name))
 
 
+def _named(df: pd.DataFrame | None, parts: Sequence[Participant]) -> pd.DataFrame | None:
+    """A per-protocol table as the user reads it: ``encoder`` is each participant's own name (the
+    protocols key their results by ``Participant.key``, e.g. "yours"), ``kind`` says which one was
+    scored. NearID Table 5's ``method`` (the paper row a participant is compared with) becomes
+    ``paper_row``: empty for encoders without one (yours included), ``"SigLIP2 (stand-in)"`` for the
+    frozen EfficientNet-Lite0 of ``mini``, which stands in for the paper's SigLIP2, so a Lite0 row
+    never reads as SigLIP2."""
+    if df is None or "encoder" not in df.columns:
+        return df
+    from .nearid.tables import PAPER_KEYS
+
+    lab, kind = {p.key: p.label for p in parts}, {p.key: p.kind for p in parts}
+    keys = df["encoder"]
+    out = df.drop(columns=[c for c in ("ours_label", "label") if c in df.columns])
+    out["encoder"] = keys.map(lab).fillna(keys)
+    out.insert(int(out.columns.get_loc("encoder")) + 1, "kind", keys.map(kind))
+    if "method" in out.columns and "source_label" in out.columns:      # NearID per-source (Table 5 form)
+        first: dict[tuple, str] = {}
+        for canon, v in PAPER_KEYS.items():
+            first.setdefault(v, canon)          # the paper's own model; later entries stand in for it
+        name = {p.key: getattr(p.bench, "name", None) for p in parts}
+
+        def row(k: str) -> str:
+            v = PAPER_KEYS.get(name.get(k) or "")
+            if v is None or kind.get(k) == "yours":
+                return ""
+            return v[1] if first[v] == name[k] else f"{v[1]} (stand-in)"
+
+        out = out.drop(columns="method")
+        out.insert(int(out.columns.get_loc("kind")) + 1, "paper_row", [row(k) for k in keys])
+    return out
+
+
 def _slug(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("_")[:60] or "encoder"
 
@@ -258,9 +287,14 @@ def score_encoder(encoder: Any, protocols: Sequence[str] = PROTOCOLS, profile: s
     """Score ``encoder`` on the NearID, ID-Sim and FPR protocols of ``profile`` (see the module
     docstring) and write its table and report card.
 
+    The encoder is resolved, loaded and probed on two small images first
+    (:func:`~nearid_lib.user_encoders.resolve_encoder`), so a wrong argument fails in seconds with a
+    message listing what was tried, before any data is built.
+
     Args:
-        encoder: a registered name, a hub identifier (``"timm:..."``, ``"open_clip:..."``,
-            ``"<org>/<repo>"``), ``"module:function"``, or a callable ``list[PIL] -> [N, D]``.
+        encoder: ``"package.module:function"``, ``"file.py:function"``, a registered name, a hub
+            identifier (``"timm:..."``, ``"open_clip:..."``, ``"<org>/<repo>"``), or a callable
+            ``list[PIL] -> [N, D]`` (strings are tried in that order).
         protocols: any of ``"nearid"``, ``"idsim"``, ``"fpr"``.
         profile: ``"smoke"`` (seconds), ``"mini"`` (offline reproduction, the default), ``"paper"``.
         name: the label of your row (default: the name or the callable's name).
@@ -277,10 +311,12 @@ def score_encoder(encoder: Any, protocols: Sequence[str] = PROTOCOLS, profile: s
 
     protocols = _check_protocols(protocols)
     cfg = get_profile(profile, overrides, seed=seed)
+    # a wrong encoder argument fails here, in seconds, before the data is built
+    resolved = _resolve(encoder, cfg, name, device, encoder_kw)
     data = data if data is not None else _profile_data(cfg, progress)
     folder = cache_dir(cfg.name) / "score" if cache else None
     notes: list[str] = []
-    user = _user(encoder, cfg, data, name, folder, batch_size, progress, device, encoder_kw)
+    user = _user(resolved, cfg, data, name, folder, batch_size, progress)
     parts = [user] + (_baselines(cfg, data, progress, notes) if baselines else [])
     results: dict[str, Any] = {}
     if "nearid" in protocols:
@@ -291,8 +327,9 @@ def score_encoder(encoder: Any, protocols: Sequence[str] = PROTOCOLS, profile: s
         results["fpr"] = run_fpr([p for p in parts if p.model is not None], cfg, data, batch_size, progress,
                                  cache, notes)
     rep = ScoreReport(encoder=user.label, profile=cfg.name, table=assemble_table(parts, results, cfg.name),
-                      nearid=results.get("nearid", {}).get("per_source"), idsim=results.get("idsim", {}).get("summary"),
-                      fpr=results.get("fpr", {}).get("methods"), notes=notes, data=data, extra=results)
+                      nearid=_named(results.get("nearid", {}).get("per_source"), parts),
+                      idsim=_named(results.get("idsim", {}).get("summary"), parts),
+                      fpr=_named(results.get("fpr", {}).get("methods"), parts), notes=notes, data=data, extra=results)
     if write:
         rep.files = write_card(rep, Path(out_dir) if out_dir else out_root(cfg.name) / "score" / _slug(user.label),
                                cfg, seed)

@@ -31,7 +31,7 @@ from .report import paper_values_dir, render_markdown_table
 if TYPE_CHECKING:
     from .score import Participant, ScoreReport
 
-__all__ = ["assemble_table", "paper_rows", "write_card", "summary_markdown", "CARD_COLUMNS"]
+__all__ = ["assemble_table", "paper_rows", "write_card", "summary_markdown", "participant_colours", "CARD_COLUMNS"]
 
 CARD_COLUMNS = ["row", "kind", "source", "nearid_ssr", "nearid_pa", "nearid_fg_ssr", "nearid_fg_pa", "mtg_mo",
                 "idsim_identity", "idsim_identity_low", "idsim_identity_high", "idsim_background",
@@ -125,41 +125,107 @@ def summary_markdown(rep: ScoreReport) -> str:
 
 def _figures(rep: ScoreReport) -> dict[str, Any]:
     """name -> matplotlib figure for each protocol that ran."""
-    from . import plots
     from .fpr.figures import plot_main
     from .idsim.sensitivity import plot_sensitivity_bars
 
     figs: dict[str, Any] = {}
     t = rep.table
+    colours = participant_colours(t)
     cols = {"nearid_ssr": "SSR", "nearid_pa": "PA", "nearid_fg_ssr": "SSR (fg only)", "nearid_fg_pa": "PA (fg only)"}
     have = [c for c in cols if c in t.columns and t[c].notna().any()]
     if have:
-        figs["score_nearid"] = _nearid_bars(t[t[have].notna().any(axis=1)], {c: cols[c] for c in have}, rep.profile)
+        figs["score_nearid"] = _nearid_bars(t[t[have].notna().any(axis=1)], {c: cols[c] for c in have}, rep.profile,
+                                            colours)
     idsim = rep.extra.get("idsim", {})
     if "summary" in idsim:
         labels = dict(zip(t.key[t.kind != "paper"], t.row[t.kind != "paper"]))
-        figs["score_idsim"] = plot_sensitivity_bars(idsim["summary"], labels, f"Selective sensitivity ({rep.profile})")
-        figs["score_idsim_anchors"] = plots.anchor_distributions(idsim["wide"], _FACTORS, labels,
-                                                                 title=f"Per-anchor sensitivity ({rep.profile})")
+        figs["score_idsim"] = _recolour_bars(
+            plot_sensitivity_bars(idsim["summary"], labels, f"Selective sensitivity ({rep.profile})"),
+            [colours.get(labels.get(k, k), PAPER_COLOUR) for k in dict.fromkeys(idsim["summary"].encoder)])
+        figs["score_idsim_anchors"] = _anchor_figure(idsim["wide"], labels, colours,
+                                                     f"Per-anchor sensitivity ({rep.profile})")
     if rep.fpr is not None and len(rep.fpr) and "drift" in rep.fpr.columns:
         figs["score_fpr"] = plot_main(rep.fpr.sort_values(["encoder", "drift"], kind="stable"), rep.profile)
     return figs
 
 
-_KIND_COLOURS = {"yours": "#D55E00", "frozen": "#E69F00", "nearid": "#0072B2", "idsim": "#009E73",
-                 "paper": "#BBBBBB"}
+PAPER_COLOUR = "#BBBBBB"
+YOURS_COLOUR = "#D55E00"
 
 
-def _nearid_bars(t: pd.DataFrame, cols: Mapping[str, str], profile: str):
-    """Horizontal bars, one panel per NearID metric, one bar per row, coloured by kind (yours,
-    frozen baseline, NearID head, ID-Sim, paper)."""
+def participant_colours(t: pd.DataFrame) -> dict[str, str]:
+    """``{row label: colour}``, one distinct colour per participant of this run, used by every figure
+    of the card: a baseline keeps the project's colour of its family
+    (:func:`nearid_lib.plots.method_color`, as in the notebooks' figures), the scored encoder gets
+    vermillion; a colour already taken passes to the next free Okabe-Ito colour."""
+    from .plots import OKABE_ITO, method_color
+
+    rows = t[t.kind != "paper"]
+    order = list(rows[rows.kind == "yours"].row) + list(rows[rows.kind != "yours"].row)
+    out: dict[str, str] = {}
+    for label in dict.fromkeys(order):
+        want = YOURS_COLOUR if label in set(rows[rows.kind == "yours"].row) else method_color(label)
+        free = [c for c in [want, *OKABE_ITO] if c.lower() not in {v.lower() for v in out.values()}]
+        out[label] = free[0] if free else want
+    return out
+
+
+def _anchor_figure(wide: pd.DataFrame, labels: Mapping[str, str], colours: Mapping[str, str], title: str):
+    """Per-anchor sensitivities (box + strip, as :func:`nearid_lib.plots.anchor_distributions`) in the
+    card's participant colours."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    factors = [f for f in _FACTORS if f in wide.columns]
+    long = wide.melt(id_vars=["encoder", "anchor_id"], value_vars=factors, var_name="factor",
+                     value_name="sensitivity")
+    long["encoder"] = long.encoder.map(lambda e: labels.get(e, e))
+    encs = list(dict.fromkeys(long.encoder))
+    palette = {e: colours.get(e, PAPER_COLOUR) for e in encs}
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.8 * len(factors) * max(1, len(encs)) + 2), 3.6))
+    sns.boxplot(data=long, x="factor", y="sensitivity", hue="encoder", hue_order=encs, palette=palette,
+                showfliers=False, saturation=1, ax=ax)      # exact colours: the same as the other figures
+    sns.stripplot(data=long, x="factor", y="sensitivity", hue="encoder", hue_order=encs, palette=palette,
+                  dodge=True, size=3, alpha=0.6, edgecolor="black", linewidth=0.3, legend=False, ax=ax)
+    ax.axhline(0, color="grey", lw=0.5)
+    ax.set_ylabel("sensitivity (-slope), per anchor")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def _recolour_bars(fig, colours: Sequence[str]):
+    """Give the i-th bar of every panel the i-th participant's colour (the library figure colours
+    bars by position)."""
+    for ax in fig.axes:
+        bars = [p for p in ax.patches if type(p).__name__ == "Rectangle"]
+        if len(bars) == len(colours):
+            for b, c in zip(bars, colours):
+                b.set_facecolor(c)
+    return fig
+
+
+def _nearid_bars(t: pd.DataFrame, cols: Mapping[str, str], profile: str, colours: Mapping[str, str] | None = None):
+    """Horizontal bars, one panel per NearID metric, one bar per row: this run's participants in
+    their own colours, the papers' rows grey. Every bar carries its value, and a zero (a frozen
+    encoder fooled on every identity) is drawn as a tick at 0 so it is not mistaken for a missing bar."""
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(cols), figsize=(2.6 * len(cols) + 2.5, 0.32 * len(t) + 1.2), sharey=True,
                              squeeze=False)
     y = np.arange(len(t))[::-1]
+    own = dict(colours) if colours is not None else participant_colours(t)
+    colours = [PAPER_COLOUR if k == "paper" else own.get(r, PAPER_COLOUR) for k, r in zip(t.kind, t.row)]
     for ax, (c, title) in zip(axes[0], cols.items()):
-        ax.barh(y, t[c].to_numpy(float), color=[_KIND_COLOURS.get(k, "#777777") for k in t.kind])
+        v = t[c].to_numpy(float)
+        ax.barh(y, v, color=colours)
+        for yi, vi, col in zip(y, v, colours):
+            if np.isnan(vi):
+                continue
+            if vi == 0:
+                ax.plot([0], [yi], marker="|", markersize=9, markeredgewidth=2.5, color=col, clip_on=False)
+            ax.text(vi + 1.5, yi, f"{vi:.1f}", va="center", fontsize=6)
         ax.set_xlim(0, 100)
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("percent")

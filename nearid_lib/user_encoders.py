@@ -17,13 +17,23 @@ images through :mod:`nearid_lib.imageio`), ``name``, ``cache_key()`` and ``finge
 has no weights to hash, so its fingerprint is *behavioural*: its name and its outputs (rounded to
 1e-4) on two fixed probe images; editing the model changes them, so cached embeddings are never
 served for another model (a non-deterministic callable just never hits the cache).
+
+:func:`resolve_encoder` is what every entry point (``score_encoder``, ``similarity``, the ``nearid``
+commands) calls first, before building or reading any data: it reads a string as a module path, a
+file path, a registered name, a ``timm:``/``open_clip:`` identifier, then a hub id, loads it and
+probes it on the two images, so a wrong argument fails in seconds with a one-line
+:class:`EncoderSpecError` listing what was tried.
 """
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib
 import importlib.util
 import os
+import re
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -34,13 +44,19 @@ from PIL import Image
 
 from .imageio import as_sequence, load_images
 
-__all__ = ["UserEncoder", "as_user_encoder", "probe_images", "hub_encoder", "import_callable", "EncoderOutputError"]
+__all__ = ["UserEncoder", "as_user_encoder", "probe_images", "hub_encoder", "import_callable", "EncoderOutputError",
+           "EncoderSpecError", "ResolvedEncoder", "resolve_encoder"]
 
 _HUB_PREFIXES = ("timm:", "open_clip:", "hf-hub:")
 
 
 class EncoderOutputError(ValueError):
     """A user encoder returned something that is not one finite, non-zero [N, D] row per image."""
+
+
+class EncoderSpecError(ValueError):
+    """An encoder argument that names nothing loadable, or whose callable fails on the probe
+    images; the message (one line) says what was tried."""
 
 
 def probe_images(size: int = 64) -> list[Image.Image]:
@@ -63,7 +79,13 @@ class UserEncoder:
 
     def __init__(self, fn: Callable[[list[Image.Image]], Any], name: str):
         self.fn, self.name = fn, name
-        probe = self._call(probe_images(), "the probe images")
+        try:
+            probe = self._call(probe_images(), "the probe images")
+        except EncoderOutputError:
+            raise
+        except Exception as err:     # the user's code raised: say so in one line (the cause is chained)
+            raise EncoderSpecError(f"encoder {name!r} failed on the two probe images (64x64 RGB PIL): "
+                                   f"{type(err).__name__}: {_one_line(err)}") from err
         self.embed_dim = int(probe.shape[1])
         h = hashlib.sha1(name.encode())
         h.update(np.round(probe.astype(np.float64), 4).tobytes())
@@ -105,28 +127,81 @@ class UserEncoder:
         return F.normalize(torch.from_numpy(np.concatenate(rows)), dim=-1)
 
 
-def import_callable(spec: str) -> Callable:
-    """``"package.module:attr"`` or ``"path/to/file.py:attr"`` -> the callable it names."""
-    mod_name, _, attr = spec.rpartition(":")
-    if not mod_name or not attr:
-        raise ValueError(f"{spec!r}: expected 'module:attribute' or 'file.py:attribute'")
-    if mod_name.endswith(".py"):
-        path = Path(mod_name)
-        if not path.exists():
-            raise FileNotFoundError(f"{spec!r}: no such file {path}")
-        loader_spec = importlib.util.spec_from_file_location(path.stem, path)
-        module = importlib.util.module_from_spec(loader_spec)
-        loader_spec.loader.exec_module(module)
-    else:
-        module = importlib.import_module(mod_name)
-    obj = module
+def _one_line(err: BaseException, limit: int = 300) -> str:
+    text = " ".join(str(err).split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+_MODULE_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+_RESERVED = ("timm", "open_clip", "hf-hub")          # `timm:...` etc. are hub prefixes, never module paths
+
+
+def _attr(spec: str, where: str, obj: Any, attr: str) -> Callable:
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise AttributeError(f"{spec!r}: {mod_name} has no attribute {attr!r}")
+            have = sorted(k for k in getattr(obj, "__dict__", {}) if not k.startswith("_")
+                          and callable(getattr(obj, k)) and not isinstance(getattr(obj, k), type(sys)))
+            hint = f"; its callables: {', '.join(have[:12])}" if have else ""
+            raise EncoderSpecError(f"encoder {spec!r}: {where} has no attribute {attr!r}{hint}")
         obj = getattr(obj, part)
     if not callable(obj):
-        raise TypeError(f"{spec!r} is not callable ({type(obj).__name__})")
+        raise EncoderSpecError(f"encoder {spec!r}: {attr} in {where} is not callable ({type(obj).__name__})")
     return obj
+
+
+def _find_module(name: str) -> bool:
+    # a package/module in the current folder is found as `python -m` would find it, also when the
+    # console script runs with its own bin folder first on sys.path
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):          # a missing parent package
+        return False
+
+
+def _import_spec(spec: str) -> tuple[str, Callable] | None:
+    """``"package.module:attr"`` or ``"path/to/file.py:attr"`` -> ``(how, callable)``; None when
+    ``spec`` has no ``:`` (or starts with a hub prefix). Module path first, then file path."""
+    left, sep, attr = spec.rpartition(":")
+    if not sep or left.split(":")[0] in _RESERVED:
+        return None
+    if not left or not attr:
+        raise EncoderSpecError(f"encoder {spec!r}: expected 'package.module:function' or 'file.py:function'")
+    tried = []
+    if _MODULE_RE.match(left) and left.split(".")[0] not in _RESERVED:
+        if _find_module(left):
+            try:
+                module = importlib.import_module(left)
+            except Exception as err:
+                raise EncoderSpecError(f"encoder {spec!r}: importing module {left!r} failed: "
+                                       f"{type(err).__name__}: {_one_line(err)}") from err
+            return "module", _attr(spec, f"module {left!r}", module, attr)
+        tried.append(f"module path: no module {left!r} on sys.path (nor in {os.getcwd()})")
+    else:
+        tried.append(f"module path: {left!r} is not a dotted module name")
+    path = Path(left).expanduser()
+    if path.suffix == ".py" and path.is_file():
+        loader_spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(loader_spec)
+        try:
+            loader_spec.loader.exec_module(module)
+        except Exception as err:
+            raise EncoderSpecError(f"encoder {spec!r}: running file {str(path)!r} failed: "
+                                   f"{type(err).__name__}: {_one_line(err)}") from err
+        return "file", _attr(spec, f"file {str(path)!r}", module, attr)
+    tried.append(f"file path: no file {str(path)!r}" if path.suffix == ".py" else
+                 f"file path: {left!r} does not end in .py")
+    raise EncoderSpecError(f"encoder {spec!r} names no callable; tried " + "; ".join(tried))
+
+
+def import_callable(spec: str) -> Callable:
+    """``"package.module:attr"`` or ``"path/to/file.py:attr"`` -> the callable it names (module
+    path first, then file path); :class:`EncoderSpecError` says what was tried."""
+    got = _import_spec(spec)
+    if got is None:
+        raise EncoderSpecError(f"encoder {spec!r}: expected 'package.module:function' or 'file.py:function'")
+    return got[1]
 
 
 def _offline_hint(ident: str, err: Exception) -> OSError:
@@ -192,12 +267,120 @@ def as_user_encoder(encoder: Any, name: str | None = None, device: str = "cpu", 
         return encoder
     if isinstance(encoder, (str, os.PathLike)):
         ident = str(encoder)
-        is_import = ":" in ident and not ident.startswith(_HUB_PREFIXES) and (
-            ident.rpartition(":")[0].endswith(".py") or importlib.util.find_spec(ident.rpartition(":")[0].split(".")[0])
-            is not None)
-        fn = import_callable(ident) if is_import else hub_encoder(ident, device=device, **kw)
+        got = _import_spec(ident)
+        fn = got[1] if got is not None else hub_encoder(ident, device=device, **kw)
         return UserEncoder(fn, name or ident)
     if not callable(encoder):
         raise TypeError(f"encoder must be a registered name, a hub identifier or a callable "
                         f"list[PIL] -> [N, D]; got {type(encoder).__name__}")
     return UserEncoder(encoder, name or _label(encoder))
+
+
+# --------------------------------------------------------------------------- resolve before working
+@dataclass
+class ResolvedEncoder:
+    """What an encoder argument resolved to, loaded and probed: ``how`` is ``"callable"``,
+    ``"module"``, ``"file"``, ``"registered"``, ``"timm"``, ``"open_clip"`` or ``"hub"``; ``model`` is
+    a library :class:`~nearid_lib.models.Encoder` (registered; ``canon`` its name) or a
+    :class:`UserEncoder`; ``label`` names it in tables and figures."""
+
+    spec: str
+    how: str
+    label: str
+    model: Any
+    canon: str | None = None
+
+
+_HUB_ID_RE = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
+
+
+def _registered_names() -> tuple[list[str], Callable[[str], str]]:
+    from .models import list_encoders, resolve_name
+    from .models.registry import _ALIASES
+
+    return sorted({*list_encoders(), *_ALIASES}), resolve_name
+
+
+def _probe_library_encoder(spec: str, model: Any) -> None:
+    try:
+        out = model.embed(probe_images())
+    except Exception as err:
+        raise EncoderSpecError(f"encoder {spec!r} failed on the two probe images: {type(err).__name__}: "
+                               f"{_one_line(err)}") from err
+    out = out.detach().float().cpu().numpy() if isinstance(out, torch.Tensor) else np.asarray(out, np.float32)
+    if out.ndim != 2 or out.shape[0] != 2 or not np.isfinite(out).all():
+        raise EncoderOutputError(f"encoder {spec!r} returned shape {tuple(out.shape)} (or non-finite values) "
+                                 f"for the two probe images; expected [2, D]")
+
+
+def _hub(spec: str, what: str, device: str, kw: dict) -> Callable:
+    try:
+        return hub_encoder(spec, device=device, **kw)
+    except OSError as err:
+        raise OSError(f"{_one_line(err, 600)} [read as {what}]") from err
+    except Exception as err:            # e.g. timm's "Unknown model", open_clip's unknown architecture
+        raise EncoderSpecError(f"encoder {spec!r} (read as {what}) failed to load: {type(err).__name__}: "
+                               f"{_one_line(err)}") from err
+
+
+def resolve_encoder(encoder: Any, *, name: str | None = None, device: str = "cpu",
+                    loader: Callable[..., Any] | None = None, encoder_kw: dict | None = None,
+                    probe: bool = True) -> ResolvedEncoder:
+    """Resolve, load and probe an encoder argument **before** any data is built, so a wrong
+    argument fails in seconds.
+
+    A string is read, in this order of precedence, as
+
+    1. a module path ``package.module:function`` (the current folder is searched too);
+    2. a file path ``path/to/file.py:function``;
+    3. a registered name (:func:`nearid_lib.models.list_encoders`, aliases included), loaded with
+       ``loader(name, **encoder_kw)`` (default :func:`~nearid_lib.models.load_encoder`);
+    4. ``timm:<model>``, ``open_clip:<arch>[:<tag>]`` or ``hf-hub:<repo>`` (these prefixes are
+       never module paths);
+    5. a Hugging Face hub id ``org/repo`` or a local model folder.
+
+    A callable is wrapped as it is. Every failure is an :class:`EncoderSpecError` (or the hub's
+    ``OSError``) whose one-line message lists what was tried; the loaded encoder then embeds two
+    small probe images (``probe=False`` skips that for registered encoders)."""
+    kw = dict(encoder_kw or {})
+    if isinstance(encoder, UserEncoder):
+        return ResolvedEncoder(encoder.name, "callable", name or encoder.name, encoder)
+    if not isinstance(encoder, (str, os.PathLike)):
+        if not callable(encoder):
+            raise EncoderSpecError(f"encoder must be a name, 'module:function', 'file.py:function', a hub id or a "
+                                   f"callable list[PIL] -> [N, D]; got {type(encoder).__name__}")
+        ue = UserEncoder(encoder, name or _label(encoder))
+        return ResolvedEncoder(ue.name, "callable", ue.name, ue)
+    spec = str(encoder)
+    if not spec.strip():
+        raise EncoderSpecError("encoder: empty name")
+    got = _import_spec(spec)                                              # 1-2
+    if got is not None:
+        ue = UserEncoder(got[1], name or spec)
+        return ResolvedEncoder(spec, got[0], ue.name, ue)
+    names, resolve_name = _registered_names()
+    if ":" not in spec and spec in names:                                 # 3
+        canon = resolve_name(spec)
+        if loader is None:
+            from .models import load_encoder as loader
+        model = loader(canon, **kw)
+        model = model[0] if isinstance(model, tuple) else model
+        if probe:
+            _probe_library_encoder(spec, model)
+        return ResolvedEncoder(spec, "registered", name or spec, model, canon)
+    prefix = spec.split(":", 1)[0] if ":" in spec else ""
+    if prefix in _RESERVED:                                               # 4
+        ue = UserEncoder(_hub(spec, f"a {prefix}: identifier", device, kw), name or spec)
+        return ResolvedEncoder(spec, "open_clip" if prefix == "hf-hub" else prefix, ue.name, ue)
+    local = Path(spec).expanduser()
+    if local.is_dir() or (_HUB_ID_RE.match(spec) and not local.exists()):   # 5
+        what = "a local model folder" if local.is_dir() else \
+            "a Hugging Face hub id (it is no module path, file path or registered name)"
+        ue = UserEncoder(_hub(spec, what, device, kw), name or spec)
+        return ResolvedEncoder(spec, "hub", ue.name, ue)
+    close = difflib.get_close_matches(spec, names, n=3, cutoff=0.6)
+    hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
+    raise EncoderSpecError(
+        f"unknown encoder {spec!r}{hint}; tried: module path (needs 'package.module:function'), file path "
+        f"(needs 'file.py:function'), registered name (valid: {', '.join(names)}), timm:/open_clip:/hf-hub: "
+        f"prefix (none), hub id (needs 'org/repo' or a local model folder)")

@@ -29,3 +29,24 @@ def test_manifest_resumes_and_ignores_torn_line(tmp_path):
     m2 = io_utils.Manifest(tmp_path / "m.jsonl")
     assert "a" in m2 and "b" in m2 and "c" not in m2 and len(m2) == 2
     assert m2.pending(["a", "c", "d"]) == ["c", "d"]
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_atomic_files_get_the_mode_of_a_plain_open(tmp_path, umask, mode):
+    """mkstemp creates 0600; results must be readable by the group unless the umask says otherwise."""
+    import os
+    import stat
+
+    old = os.umask(umask)
+    try:
+        assert io_utils.current_umask() == umask
+        paths = [io_utils.atomic_write_text(tmp_path / "t.txt", "x"),
+                 io_utils.atomic_write_bytes(tmp_path / "b.bin", b"x"),
+                 io_utils.write_json({"a": 1}, tmp_path / "sub" / "j.json")]
+        with open(tmp_path / "plain.txt", "w") as f:
+            f.write("x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "plain.txt").stat().st_mode) == mode
+    for p in paths:
+        assert stat.S_IMODE(p.stat().st_mode) == mode, p

@@ -65,7 +65,7 @@ def test_callable_ssr_pa_equal_the_hand_computed_ones(smoke_world, tmp_env):
     for variant in ("full", "fg"):
         want = _by_hand(colour_hist, smoke_world, variant)
         for s, w in want.items():
-            got = t5[(t5.encoder == "yours") & (t5.variant == variant) & (t5.source_label == s)].iloc[0]
+            got = t5[(t5.kind == "yours") & (t5.variant == variant) & (t5.source_label == s)].iloc[0]
             assert got.ssr == pytest.approx(100 * w["ssr"], abs=1e-9), (variant, s)
             assert got.pa == pytest.approx(100 * w["pa"], abs=1e-9), (variant, s)
             assert got.n_trials == w["n_trials"]

@@ -124,14 +124,19 @@ class EmbeddingCache:
         return arr
 
 
-def remove_background(image, mask, fill: tuple[int, int, int] = BG_FILL):
+def remove_background(image, mask, fill: tuple[int, int, int] = BG_FILL, where: str = ""):
     """The image with every pixel outside ``mask`` (bool [H,W] or mode-L PIL, 255 = object) set
-    to a neutral grey (paper Section 5.2 / Fig. 7)."""
+    to a neutral grey (paper Section 5.2 / Fig. 7).
+
+    A mask whose size differs from its image's is an error naming ``where`` (the image file or
+    row), the rule of the dataset loader (:func:`nearid_lib.data.schema.read_mask`): resizing it
+    would silently misplace the object."""
     img = np.asarray(image.convert("RGB")).copy()
     m = np.asarray(mask)
     m = m > 127 if m.dtype != bool else m
     if m.shape != img.shape[:2]:
-        m = np.asarray(Image.fromarray(m.astype(np.uint8) * 255).resize(img.shape[1::-1], Image.NEAREST)) > 127
+        tag = f"{where}: " if where else ""
+        raise ValueError(f"{tag}mask size {m.shape[1::-1]} differs from its image size {img.shape[1::-1]} (W, H)")
     img[~m] = fill
     return Image.fromarray(img)
 
@@ -164,7 +169,7 @@ def embed_images(model, paths: Sequence[str | os.PathLike], cache: EmbeddingCach
             for j in range(i, min(i + batch_size, len(paths))):
                 im = load_image(paths[j])          # the one loader (nearid_lib.imageio)
                 if background == "removed":
-                    im = remove_background(im, load_mask(masks[j]))
+                    im = remove_background(im, load_mask(masks[j]), where=f"{paths[j]} (mask {masks[j]})")
                 ims.append(im)
             out.append(model.embed(ims, batch_size=batch_size).numpy())
         return np.concatenate(out)

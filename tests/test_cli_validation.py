@@ -1,0 +1,124 @@
+"""Validate before working (issue 25, item 1): every encoder argument is resolved, loaded and
+probed before any data is built. Strings are read as a module path, a file path, a registered
+name, a timm:/open_clip: identifier, then a hub id; a wrong one exits the command with status 2
+and one line listing what was tried, in seconds, and no data folder appears."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nearid_lib.user_encoders import EncoderOutputError, EncoderSpecError, resolve_encoder
+
+ROOT = Path(__file__).resolve().parents[1]
+
+ENC = "import numpy as np\ndef embed(images):\n    return np.ones((len(images), 3)) + np.arange(len(images))[:, None]\n"
+
+
+@pytest.fixture
+def clone(tmp_path, monkeypatch):
+    """Empty data/cache/build folders of a fresh clone in tmp, cwd = tmp, with user encoders in it."""
+    for var, sub in (("NEARID_DATA", "data"), ("NEARID_CACHE", "cache"), ("NEARID_OUT", "build"),
+                     ("NEARID_FIGURES", "figures")):
+        monkeypatch.setenv(var, str(tmp_path / sub))
+    monkeypatch.delenv("NEARID_SET", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "enc_file.py").write_text(ENC)
+    (tmp_path / "enc_pkg").mkdir()
+    (tmp_path / "enc_pkg" / "__init__.py").write_text("")
+    (tmp_path / "enc_pkg" / "encoders.py").write_text(ENC + "NOT_CALLABLE = 3\n")
+    (tmp_path / "enc_broken.py").write_text("import no_such_dependency_xyz\n")
+    (tmp_path / "enc_raises.py").write_text("def embed(images):\n    raise RuntimeError('shapes do not match')\n")
+    yield tmp_path
+    sys.modules.pop("enc_pkg", None), sys.modules.pop("enc_pkg.encoders", None)
+
+
+def _cli(clone, *argv):
+    t0 = time.perf_counter()
+    res = subprocess.run([sys.executable, "-m", "nearid_lib", *argv], cwd=clone, env=dict(os.environ),
+                         capture_output=True, text=True, timeout=300)
+    return res, time.perf_counter() - t0
+
+
+@pytest.mark.parametrize("argv, pattern", [
+    (["score", "file.py:nope"], r"encoder 'file.py:nope' names no callable; tried module path: no module "
+                                r"'file.py' on sys.path .*; file path: no file 'file.py'$"),
+    (["score", "enc_file.py:nope"], r"encoder 'enc_file.py:nope': file 'enc_file.py' has no attribute 'nope'; "
+                                    r"its callables: embed$"),
+    (["score", "my_package.encoders:embed"], r"encoder 'my_package.encoders:embed' names no callable; tried module "
+                                             r"path: no module 'my_package.encoders' .*does not end in .py$"),
+    (["score", "enc_pkg.encoders:nope"], r"module 'enc_pkg.encoders' has no attribute 'nope'"),
+    (["score", "enc_pkg.encoders:NOT_CALLABLE"], r"NOT_CALLABLE in module 'enc_pkg.encoders' is not callable \(int\)"),
+    (["score", "enc_broken:embed"], r"importing module 'enc_broken' failed: ModuleNotFoundError: No module named "
+                                    r"'no_such_dependency_xyz'"),
+    (["score", "enc_raises.py:embed"], r"encoder 'enc_raises.py:embed' failed on the two probe images .*RuntimeError: "
+                                       r"shapes do not match$"),
+    (["score", "efficientnet-lite00"], r"unknown encoder 'efficientnet-lite00' \(did you mean 'efficientnet-lite0'.*"
+                                       r"registered name \(valid: .*frozen-gap.*hub id \(needs 'org/repo'"),
+    (["score", "timm:no_such_model_xyz"], r"'timm:no_such_model_xyz' \(read as a timm: identifier\) failed to load: "
+                                          r"RuntimeError: Unknown model"),
+    (["score", "nobody-here/no-such-model"], r"encoder 'nobody-here/no-such-model': cannot load its weights .*"
+                                             r"\[read as a Hugging Face hub id \(it is no module path, file path or "
+                                             r"registered name\)\]$"),
+    (["score", "nearid"], r"nearid: cannot load the head 'Aleksandar/nearid-siglip2'"),   # mini: no head, offline
+    (["rank", "no/gen.csv", "no/gallery.csv", "--encoder", "clip-vit-b3"],
+     r"unknown encoder 'clip-vit-b3' \(did you mean 'clip-vit-b32'"),
+])
+def test_bad_encoder_exits_2_in_seconds_before_any_data(clone, argv, pattern):
+    res, took = _cli(clone, *argv)
+    assert res.returncode == 2, res.stderr[-2000:]
+    err = res.stderr
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    cmd = argv[0]
+    assert err.startswith(f"nearid {cmd}: error: "), err
+    assert re.search(pattern, err.strip()), err
+    # nothing was built: the mini world takes ~12 minutes, so its folder is the witness
+    assert not (clone / "data").exists() and not (clone / "cache").exists()
+    assert took < 60, took
+
+
+def test_precedence_module_then_file_then_registered_then_prefix_then_hub(clone):
+    # module path: found on the current folder (also for the console script, whose sys.path lacks it)
+    r = resolve_encoder("enc_pkg.encoders:embed")
+    assert (r.how, r.label, r.model.embed_dim) == ("module", "enc_pkg.encoders:embed", 3)
+    # "enc_file:embed" is a module path (the file is importable as a module from cwd) ...
+    assert resolve_encoder("enc_file:embed").how == "module"
+    # ... and "enc_file.py:embed" is not (no package enc_file with a submodule py): a file path
+    assert resolve_encoder("enc_file.py:embed").how == "file"
+    assert resolve_encoder(str(clone / "enc_file.py") + ":embed").how == "file"
+    # a registered name (alias too) is loaded by the library, probed on two images
+    r = resolve_encoder("frozen-gap", encoder_kw={"tiny": True})
+    assert (r.how, r.canon) == ("registered", "efficientnet-lite0") and r.model.embed_dim > 0
+    # the timm: prefix is never a module path, although a module `timm` exists
+    assert resolve_encoder("timm:resnet18", encoder_kw={"pretrained": False}).how == "timm"
+    # a local model folder is read as a hub model (the last resort), never as a registered name
+    with pytest.raises(OSError, match=r"\[read as a local model folder\]$"):
+        (clone / "emptymodel").mkdir()
+        resolve_encoder("emptymodel")
+    # a callable is wrapped and probed
+    r = resolve_encoder(lambda ims: np.ones((len(ims), 2)), name="mine")
+    assert (r.how, r.label) == ("callable", "mine")
+    with pytest.raises(EncoderOutputError):
+        resolve_encoder(lambda ims: np.ones((1, 2)))
+    with pytest.raises(EncoderSpecError, match="got int"):
+        resolve_encoder(42)
+
+
+def test_score_encoder_validates_before_building_data(clone):
+    from nearid_lib import score_encoder
+
+    t0 = time.perf_counter()
+    with pytest.raises(EncoderSpecError, match="unknown encoder 'no-such-encoder'"):
+        score_encoder("no-such-encoder", profile="mini")
+    with pytest.raises(EncoderSpecError, match="failed on the two probe images.*ZeroDivisionError"):
+        score_encoder(lambda ims: 1 / 0, profile="mini")
+    with pytest.raises(EncoderSpecError, match="names no callable"):
+        score_encoder("enc_pkg.nothing_here:embed", profile="mini")
+    assert time.perf_counter() - t0 < 60
+    assert not (clone / "data").exists() and not (clone / "cache").exists()

@@ -1,0 +1,103 @@
+"""The report card a reader understands (issue 25, item 4): the scored encoder's own name in every
+table and figure (never the internal key "yours"), the frozen EfficientNet-Lite0 rows never labelled
+as SigLIP2, zero values visible in the bars, and one colour per participant across figures."""
+from __future__ import annotations
+
+import matplotlib
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.colors import to_hex
+
+from nearid_lib import score_encoder
+from nearid_lib.score_card import _figures, _nearid_bars, participant_colours
+
+matplotlib.use("Agg")
+
+
+def colour_hist(images):
+    return np.stack([np.concatenate([np.histogram(np.asarray(im)[..., c], bins=8, range=(0, 256))[0]
+                                     for c in range(3)]) + 1.0 for im in images])
+
+
+@pytest.fixture(scope="module")
+def rep(smoke_world, tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    tmp = tmp_path_factory.mktemp("card")
+    for var in ("NEARID_CACHE", "NEARID_OUT", "NEARID_FIGURES"):
+        mp.setenv(var, str(tmp / var.lower()))
+    mp.delenv("NEARID_SET", raising=False)
+    try:
+        yield score_encoder(colour_hist, profile="smoke", data=smoke_world, name="colour histogram", progress=False)
+    finally:
+        mp.undo()
+
+
+def _texts(fig) -> list[str]:
+    out = [t.get_text() for t in fig.findobj(matplotlib.text.Text)]
+    for ax in fig.axes:
+        out += [t.get_text() for t in ax.get_xticklabels() + ax.get_yticklabels()]
+        leg = ax.get_legend()
+        if leg is not None:
+            out += [t.get_text() for t in leg.get_texts()]
+    return out
+
+
+def test_own_name_everywhere_and_no_lite0_row_called_siglip2(rep):
+    per_source = pd.read_csv(rep.files["nearid_per_source"], keep_default_na=False)
+    fpr = pd.read_csv(rep.files["fpr_methods"])
+    idsim = pd.read_csv(rep.files["idsim_sensitivity"])
+    labels = set(rep.table.row[rep.table.kind != "paper"])
+    for t in (per_source, fpr, idsim):
+        assert "yours" not in set(t.encoder) and set(t.encoder) <= labels and "colour histogram" in set(t.encoder)
+        assert set(t[t.encoder == "colour histogram"].kind) == {"yours"}
+    assert "method" not in per_source.columns and "ours_label" not in per_source.columns
+    frozen = per_source[per_source.kind == "frozen"]
+    assert len(frozen) and (frozen.paper_row == "SigLIP2 (stand-in)").all()      # efficientnet-lite0 (smoke)
+    assert (per_source[per_source.kind == "yours"].paper_row == "").all()
+    figs = _figures(rep)
+    for name, fig in figs.items():
+        texts = " ".join(_texts(fig))
+        assert "yours" not in texts, name
+    assert any("colour histogram" in t for t in _texts(figs["score_fpr"]))
+
+
+def test_one_colour_per_participant_across_figures(rep):
+    figs = _figures(rep)
+    t = rep.table[rep.table.kind != "paper"]
+    colour = participant_colours(rep.table)
+    want = [colour[r] for r in t.row]
+    assert len(set(want)) == len(want)                          # distinct participants, distinct colours
+    # NearID bars: the first len(t) bars of each panel are this run's rows, in table order
+    for ax in figs["score_nearid"].axes:
+        bars = [to_hex(p.get_facecolor()) for p in ax.patches][:len(t)]
+        assert bars == [to_hex(c) for c in want]
+    # sensitivity bars (the library colours them by position): recoloured to the same colours
+    for ax in figs["score_idsim"].axes:
+        if ax.patches:
+            names = [x.get_text() for x in ax.get_xticklabels()]
+            assert sorted(names) == sorted(t.row)
+            assert [to_hex(p.get_facecolor()) for p in ax.patches] == [to_hex(colour[n]) for n in names]
+    # per-anchor boxes: the legend names each participant in its colour
+    leg = figs["score_idsim_anchors"].axes[0].get_legend()
+    got = {tx.get_text(): to_hex(h.get_facecolor()) for tx, h in zip(leg.get_texts(), leg.legend_handles)}
+    assert got == {r: to_hex(colour[r]) for r in t.row}
+
+
+def test_colours_stay_distinct_when_names_share_a_family():
+    """A user encoder named like a baseline family ("frozen ...", "NearID ...") still gets its own colour."""
+    t = pd.DataFrame({"row": ["my frozen nearid variant", "EfficientNet-Lite0 (frozen)", "NearID head", "x (paper)"],
+                      "kind": ["yours", "frozen", "nearid", "paper"]})
+    c = participant_colours(t)
+    assert set(c) == {"my frozen nearid variant", "EfficientNet-Lite0 (frozen)", "NearID head"}
+    assert len(set(c.values())) == 3 and c["my frozen nearid variant"] == "#D55E00"
+
+
+def test_zero_values_are_visible(rep):
+    t = pd.DataFrame({"row": ["frozen encoder", "head", "paper row"], "kind": ["frozen", "nearid", "paper"],
+                      "nearid_ssr": [0.0, 42.0, 30.7]})
+    fig = _nearid_bars(t, {"nearid_ssr": "SSR"}, "smoke")
+    ax = fig.axes[0]
+    ticks = [ln for ln in ax.get_lines() if ln.get_marker() == "|"]
+    assert len(ticks) == 1 and ticks[0].get_xdata()[0] == 0 and ticks[0].get_ydata()[0] == 2   # top row
+    assert {"0.0", "42.0", "30.7"} <= {x.get_text() for x in ax.texts}

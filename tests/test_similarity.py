@@ -1,0 +1,142 @@
+"""Similarity API and command (issue 25, item 3): ``nearid_lib.similarity(a, b)`` and ``nearid sim``
+give the cosine of the encoder's embeddings for two images, two folders of same-named files or a
+CSV of pairs; the default encoder is the released NearID model in ``paper`` (read through the hub
+resolver, here from a local mirror), the profile's trained NearID head offline when it exists, else
+the frozen backbone, and a line always says which model answered."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+import nearid_lib
+from nearid_lib.cli import main
+from nearid_lib.config import get_profile
+from nearid_lib.sim import SimilarityInputError
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    for var, sub in (("NEARID_DATA", "data"), ("NEARID_CACHE", "cache"), ("NEARID_OUT", "build"),
+                     ("NEARID_FIGURES", "figures")):
+        monkeypatch.setenv(var, str(tmp_path / sub))
+    monkeypatch.delenv("NEARID_SET", raising=False)
+    monkeypatch.delenv("NEARID_HUB_DIR", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(0)
+    for side in ("A", "B"):
+        (tmp_path / side).mkdir()
+    for i, n in enumerate(["cat.png", "dog.png", "owl.png"]):
+        im = rng.integers(0, 255, (40, 56, 3), dtype=np.uint8)
+        Image.fromarray(im).save(tmp_path / "A" / n)
+        other = np.clip(im.astype(int) + rng.integers(-60, 60, im.shape), 0, 255) if i else im[:, ::-1]
+        Image.fromarray(other.astype(np.uint8)).save(tmp_path / "B" / n)
+    return tmp_path
+
+
+def _by_hand(model, a, b):
+    ea, eb = model.embed(a).double().numpy(), model.embed(b).double().numpy()
+    return (ea * eb).sum(1), ea @ eb.T
+
+
+def test_folders_lists_csv_equal_the_hand_computed_cosines(env, capsys):
+    from nearid_lib.models import load_backbone
+
+    names = ["cat.png", "dog.png", "owl.png"]
+    a, b = [str(env / "A" / n) for n in names], [str(env / "B" / n) for n in names]
+    model, _ = load_backbone(get_profile("smoke"))
+    want, m = _by_hand(model, a, b)
+
+    df = nearid_lib.similarity(env / "A", env / "B", encoder="efficientnet-lite0", profile="smoke")
+    assert capsys.readouterr().out.startswith("similarity: answered by efficientnet-lite0 (registered, as profile "
+                                              "'smoke' loads it) (tiny random-init)")
+    assert df.a.tolist() == a and df.b.tolist() == b
+    assert df.similarity.to_numpy() == pytest.approx(want, abs=1e-5)
+    assert df.attrs["unpaired_mean"] == pytest.approx((m.sum() - np.trace(m)) / 6, abs=1e-5)
+    # lists of PIL images and paths, one pair, a CSV of pairs with paths relative to its folder
+    pil = nearid_lib.similarity([Image.open(p) for p in a], b, encoder="efficientnet-lite0", profile="smoke",
+                                verbose=False)
+    assert pil.similarity.to_numpy() == pytest.approx(want, abs=1e-5)
+    one = nearid_lib.similarity(a[1], b[1], encoder="efficientnet-lite0", profile="smoke", verbose=False)
+    assert one.similarity.item() == pytest.approx(want[1], abs=1e-5) and "unpaired_mean" not in one.attrs
+    sub = env / "lists"
+    sub.mkdir()
+    pd.DataFrame({"a": ["../A/owl.png", str(env / "A" / "cat.png")], "b": ["../B/owl.png", "../B/dog.png"]}).to_csv(
+        sub / "pairs.csv", index=False)
+    csv = nearid_lib.similarity(sub / "pairs.csv", encoder="efficientnet-lite0", profile="smoke", verbose=False)
+    assert csv.similarity.to_numpy() == pytest.approx([want[2], m[0, 1]], abs=1e-5)
+
+
+def test_bad_pairs_are_errors_naming_them(env):
+    (env / "B" / "dog.png").rename(env / "B" / "dogg.png")
+    with pytest.raises(SimilarityInputError, match=r"paired by file name; 1 image\(s\) only in .*\['dog.png'\].*"
+                                                   r"1 only in .*\['dogg.png'\]"):
+        nearid_lib.similarity(env / "A", env / "B", encoder="efficientnet-lite0", profile="smoke")
+    with pytest.raises(SimilarityInputError, match="2 images in a but 1 in b"):
+        nearid_lib.similarity(["x.png", "y.png"], ["z.png"], profile="smoke")
+    with pytest.raises(SimilarityInputError, match="no such image file 'A/nope.png'"):
+        nearid_lib.similarity("A/nope.png", "A/cat.png", profile="smoke")
+    with pytest.raises(SimilarityInputError, match="one CSV of pairs"):
+        nearid_lib.similarity("A/cat.png", profile="smoke")
+
+
+def test_default_offline_is_the_trained_head_else_the_frozen_backbone(env, capsys):
+    from nearid_lib.models import MAPHead, load_backbone, load_encoder, save_head
+    from nearid_lib.paths import checkpoint_dir
+
+    a, b = str(env / "A" / "dog.png"), str(env / "B" / "dog.png")
+    cfg = get_profile("smoke")
+    frozen = nearid_lib.similarity(a, b, profile="smoke")
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("similarity: answered by frozen efficientnet-lite0 backbone of profile 'smoke' (tiny "
+                           "random-init); no trained NearID head at ") and line.count("\n") == 0
+    assert frozen.similarity.item() == pytest.approx(_by_hand(load_backbone(cfg)[0], [a], [b])[0][0], abs=1e-5)
+    # a head in the profile's checkpoint folder (what `nearid train` writes) answers from then on
+    bb = load_backbone(cfg)[0]
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    head = MAPHead(bb.token_dim, num_heads=1, out_dim=16)
+    ck = checkpoint_dir("smoke") / "nearid"
+    save_head(head, ck, backbone={"name": cfg.backbone.name, "tiny": True, "image_size": cfg.backbone.image_size})
+    got = nearid_lib.similarity(a, b, profile="smoke")
+    assert capsys.readouterr().out.strip() == f"similarity: answered by NearID head trained in profile 'smoke' ({ck})"
+    want = _by_hand(load_encoder("nearid", tiny=True, checkpoint=str(ck))[0], [a], [b])[0][0]
+    assert got.similarity.item() == pytest.approx(want, abs=1e-5)
+    assert abs(got.similarity.item() - frozen.similarity.item()) > 1e-4          # another model answered
+
+
+def test_default_in_paper_is_the_released_nearid_model(env, monkeypatch, capsys):
+    from nearid_lib.dryrun.nearid import _save_release, _save_siglip2
+    from nearid_lib.models import load_encoder
+
+    hub = env / "hub"
+    _save_release(hub / "Aleksandar" / "nearid-siglip2", _save_siglip2(hub / "google" / "siglip2-so400m-patch14-384"))
+    monkeypatch.setenv("NEARID_HUB_DIR", str(hub))
+    monkeypatch.setenv("NEARID_ALLOW_CPU", "1")
+    a, b = [str(env / "A" / n) for n in ("cat.png", "owl.png")], [str(env / "B" / n) for n in ("cat.png", "owl.png")]
+    got = nearid_lib.similarity(a, b, profile="paper")
+    assert capsys.readouterr().out.strip() == ("similarity: answered by NearID, the released model "
+                                               "Aleksandar/nearid-siglip2")
+    want = _by_hand(load_encoder("nearid", checkpoint="Aleksandar/nearid-siglip2")[0], a, b)[0]
+    assert got.similarity.to_numpy() == pytest.approx(want, abs=1e-4)
+
+
+def test_nearid_sim_prints_and_writes(env, capsys):
+    rc = main(["sim", "A", "B", "--profile", "smoke", "--encoder", "efficientnet-lite0", "--out", "s.csv"])
+    assert rc == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("similarity: answered by efficientnet-lite0")
+    assert out[1].split() == ["a", "b", "similarity"] and out[2].startswith("A/cat.png")
+    assert out[5].startswith("mean similarity ") and out[6].startswith("unpaired images (a_i vs b_j, i != j) score ")
+    assert out[-1] == "wrote s.csv"
+    want = nearid_lib.similarity("A", "B", encoder="efficientnet-lite0", profile="smoke", verbose=False)
+    got = pd.read_csv(env / "s.csv")
+    assert got.similarity.to_numpy() == pytest.approx(want.similarity.to_numpy()) and got.a.tolist() == want.a.tolist()
+    # a wrong encoder is one line and status 2, as for every command
+    assert main(["sim", "A", "B", "--profile", "smoke", "--encoder", "efficientnet-lite9"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("nearid sim: error: unknown encoder 'efficientnet-lite9'") and err.count("\n") == 1
+    assert main(["sim", "A", "--profile", "smoke"]) == 2
+    assert "one CSV of pairs" in capsys.readouterr().err
