@@ -136,3 +136,77 @@ def test_prompt_reaches_the_model(tiny_judge):
     # the processor expanded each image placeholder into its patch tokens
     n_img = int((inp["input_ids"] == tiny_judge.model.config.image_token_id).sum())
     assert n_img > 2 and inp["image_grid_thw"].shape[0] == 2
+
+
+def test_sharded_one_process_equals_plain_call_and_resumes(tiny_judge, tmp_path):
+    """score_pairs_sharded on one process with an answers folder: the plain score_pairs result; a
+    second call judges nothing; a call over more pairs judges only the new batches."""
+    from nearid_lib.nearid.judge import score_pairs_sharded
+
+    a, b = _images(3, 0), _images(3, 1)
+    keys = [f"p{i}" for i in range(3)]
+    plain = tiny_judge.score_pairs(a, b)
+    calls = []
+
+    def load(idx):
+        calls.append(list(idx))
+        return [a[i] for i in idx], [b[i] for i in idx]
+
+    res = score_pairs_sharded(tiny_judge, keys, load, answers_dir=tmp_path / "ans", state=None)
+    assert calls == [[0, 1], [2]]                          # whole batches of batch_size
+    assert res.raw == plain.raw and res.status == plain.status
+    np.testing.assert_array_equal(res.hit_limit, plain.hit_limit)
+    np.testing.assert_array_equal(res.scores, plain.scores)
+    calls.clear()
+    again = score_pairs_sharded(tiny_judge, keys, load, answers_dir=tmp_path / "ans", state=None)
+    assert calls == [] and again.raw == plain.raw
+    # without an answers folder and on one process: one plain call, nothing written
+    assert score_pairs_sharded(tiny_judge, keys, load, state=None).raw == plain.raw and calls == [[0, 1, 2]]
+
+
+class _Fake:
+    """A scripted judge: answers '{"score": <k>}' for pair k; raises on call ``die_at``."""
+
+    name, batch_size = "fake", 2
+
+    def __init__(self, die_at=None):
+        self.n_calls, self.die_at = 0, die_at
+
+    def fingerprint(self):
+        return {"name": self.name}
+
+    def score_pairs(self, a, b):
+        self.n_calls += 1
+        if self.n_calls == self.die_at:
+            raise KeyboardInterrupt
+        return JudgeScores.from_answers([f'{{"score": {x}}}' for x in a])
+
+
+def test_sharded_kill_resume_torn_line_and_judge_check(tmp_path):
+    from nearid_lib.nearid.judge import score_pairs_sharded
+
+    keys = [f"k{i}" for i in range(7)]
+
+    def load(idx):
+        return list(idx), list(idx)
+
+    ref = score_pairs_sharded(_Fake(), keys, load, answers_dir=tmp_path / "ref", state=None)
+    np.testing.assert_allclose(ref.scores, np.arange(7) / 10)
+    with pytest.raises(KeyboardInterrupt):                 # killed in its third batch
+        score_pairs_sharded(_Fake(die_at=3), keys, load, answers_dir=tmp_path / "run", state=None)
+    f = tmp_path / "run" / "answers_rank0.jsonl"
+    assert len(f.read_text().splitlines()) == 4
+    f.write_text(f.read_text() + '{"key": "k4", "sco')     # a line torn by the kill
+    fake = _Fake()
+    res = score_pairs_sharded(fake, keys, load, answers_dir=tmp_path / "run", state=None)
+    assert fake.n_calls == 2                               # batches [4, 5] and [6] only
+    assert res.raw == ref.raw and res.status == ref.status
+    again = _Fake()
+    assert score_pairs_sharded(again, keys, load, answers_dir=tmp_path / "run", state=None).raw == ref.raw
+    assert again.n_calls == 0                              # the record after the torn line was kept
+    other = _Fake()
+    other.fingerprint = lambda: {"name": "another judge"}
+    with pytest.raises(ValueError, match="another judge"):
+        score_pairs_sharded(other, keys, load, answers_dir=tmp_path / "run", state=None)
+    with pytest.raises(ValueError, match="unique"):
+        score_pairs_sharded(_Fake(), ["a", "a"], load, state=None)

@@ -87,12 +87,15 @@ def item_seed(item_id: str, seed: int, attempt: int = 0) -> int:
 
 
 def shard_items(items: Sequence[GenItem], rank: int, world_size: int) -> list[GenItem]:
-    """Rank ``rank``'s share: every ``world_size``-th item of the id-sorted list (balanced, and
-    independent of the order the items were listed in)."""
+    """Rank ``rank``'s share of the id-sorted items (independent of the order they were listed in):
+    the contiguous block ``accelerate.PartialState.split_between_processes`` gives that rank (sizes
+    differ by at most one, the first ranks take the extra items)."""
     if not (0 <= rank < world_size):
         raise ValueError(f"shard rank {rank} not in [0, {world_size})")
     ordered = sorted(items, key=lambda it: it.item_id)
-    return ordered[rank::world_size]
+    per, extra = divmod(len(ordered), world_size)
+    start = rank * per + min(rank, extra)
+    return ordered[start:start + per + (1 if rank < extra else 0)]
 
 
 def work_dir(out_root: str | Path, source_name: str) -> Path:
@@ -116,7 +119,12 @@ def load_manifest_records(out_root: str | Path, source_name: str) -> list[tuple[
 def append_record(path: Path, rec: dict) -> None:
     """Append one record to a manifest (fsynced: a finished item survives a kill)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
+    with open(path, "a+") as fh:
+        fh.seek(0, os.SEEK_END)
+        if fh.tell():                   # after a line torn by a kill: start a new line, or this
+            fh.seek(fh.tell() - 1)      # record would be glued to the torn one and lost
+            if fh.read(1) != "\n":
+                fh.write("\n")
         fh.write(json.dumps(rec, sort_keys=True) + "\n")
         fh.flush()
         os.fsync(fh.fileno())

@@ -20,11 +20,14 @@ Guarantees:
 - :func:`~nearid_lib.generate.merge.merge_source` assembles the row-aligned CSV only when every
   item was done exactly once.
 
-Scale-out: run the module under ``accelerate launch --num_processes N``; each process takes
-``items[rank::N]`` of the id-sorted item list (``accelerate.PartialState``), and the main process
-merges after everyone finished::
+Scale-out (diffusers' distributed-inference pattern): run the module under ``torchrun
+--nproc_per_node N`` or ``accelerate launch --num_processes N``; each process takes its contiguous
+block of the id-sorted item list from ``PartialState().split_between_processes`` (in-process callers
+name a block with ``shard=(rank, N)``, :func:`~nearid_lib.generate.items.shard_items`: the same
+blocks), writes its own manifest, and after a barrier rank 0 gathers the summaries and merges the
+manifests into the table. Outputs are byte-identical whatever ``N`` (per-item seeds)::
 
-    accelerate launch --num_processes 8 -m nearid_lib.generate.runner --profile paper --source SDXL
+    torchrun --nproc_per_node 8 -m nearid_lib.generate.runner --profile paper --source SDXL
 """
 from __future__ import annotations
 
@@ -78,11 +81,14 @@ def _check_items(items: Sequence[GenItem], source_name: str, batch_size: int) ->
         seen.add(it.item_id)
 
 
-def _accelerate_shard() -> tuple[int, int]:
-    from accelerate import PartialState
 
-    state = PartialState()
-    return state.process_index, state.num_processes
+
+def launched_state():
+    """accelerate's ``PartialState`` under a multi-process launch, else ``None`` (imported lazily:
+    :func:`nearid_lib.nearid.judge.launched_state` needs torch)."""
+    from ..nearid.judge import launched_state as _ls
+
+    return _ls()
 
 
 def _request(job: _Job, it: GenItem, inputs, attempt: int) -> FillRequest:
@@ -153,7 +159,8 @@ def generate_source(backend: FillBackend, items: Sequence[GenItem], out_root: st
         items: from :func:`~nearid_lib.generate.items.items_from_dataset` (all ranks pass the same list).
         out_root: dataset root; images go to ``distractors/<source>/``.
         seed: base seed; item seeds are ``derive_seed(item_id, base=seed)``.
-        shard: ``(rank, world_size)``; ``None`` asks ``accelerate.PartialState``.
+        shard: ``(rank, world_size)``; ``None``: this process's block from
+            ``PartialState().split_between_processes`` under a multi-process launch, else everything.
         batch_size: requests per ``backend.fill_batch`` call.
         settings: backend settings added to every request.
         quality: a :class:`QualityFilter` or ``None`` (accept everything).
@@ -169,8 +176,18 @@ def generate_source(backend: FillBackend, items: Sequence[GenItem], out_root: st
     out_root = Path(out_root)
     in_root = Path(input_root) if input_root is not None else out_root
     _check_items(items, source_name, batch_size)
-    rank, world = shard if shard is not None else _accelerate_shard()
-    mine = shard_items(items, rank, world)
+    if shard is not None:
+        rank, world = shard
+        mine = shard_items(items, rank, world)
+    else:
+        state = launched_state()
+        ordered = sorted(items, key=lambda it: it.item_id)
+        rank, world = (state.process_index, state.num_processes) if state is not None else (0, 1)
+        if state is None:
+            mine = ordered
+        else:
+            with state.split_between_processes(ordered) as block:
+                mine = list(block)
     done = {rec["id"] for _, rec in load_manifest_records(out_root, source_name)}
     pending = [it for it in mine if it.item_id not in done]
     # Pre-flight: every pending input is checked before the first output is written.
@@ -219,14 +236,15 @@ def _parse(argv: Iterable[str] | None):
     p.add_argument("--retries", type=int, default=None)
     p.add_argument("--settings", default="{}", help="JSON dict of backend settings")
     p.add_argument("--no-merge", action="store_true")
+    p.add_argument("--no-progress", action="store_true")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="profile override, e.g. generate.mixed_precision=bf16")
     return p.parse_args(list(argv) if argv is not None else None)
 
 
 def main(argv: Iterable[str] | None = None) -> dict[str, Any]:
-    """CLI entry point; under accelerate each process generates its shard, rank 0 merges."""
-    from accelerate import PartialState
+    """CLI entry point; under torchrun / accelerate each process generates its block, rank 0 merges."""
+    import torch
 
     args = _parse(argv)
     cfg = get_profile(args.profile, **dict(kv.split("=", 1) for kv in args.set))
@@ -239,24 +257,33 @@ def main(argv: Iterable[str] | None = None) -> dict[str, Any]:
         resolution = args.resolution if args.resolution == "native" else int(args.resolution)
     root = Path(args.root) if args.root else data_dir(cfg.name) / "nearid"
     seed = cfg.seed if args.seed is None else args.seed
-    state = PartialState()
+    state = launched_state()
+    device = str(state.device) if state is not None else ("cuda" if torch.cuda.is_available() else "cpu")
     kw: dict[str, Any] = {}
     if backend_name != "procedural":
         kw = dict(resolution=resolution, mixed_precision=g.mixed_precision,
-                  hub_ids=dict(g.hub_ids), device=str(state.device))
+                  hub_ids=dict(g.hub_ids), device=device)
     backend = get_backend(backend_name, **kw)
     items = items_from_dataset(root, seed=seed)
     summary = generate_source(
-        backend, items, root, args.source, seed=seed,
-        shard=(state.process_index, state.num_processes),
+        backend, items, root, args.source, seed=seed, shard=None,
         batch_size=args.batch_size or g.batch_size, settings=json.loads(args.settings),
         quality=QualityFilter(g.reject_unchanged_below, g.reject_drift_above),
-        retries=g.retries if args.retries is None else args.retries)
-    print(json.dumps(summary))
-    state.wait_for_everyone()
-    if state.is_main_process and not args.no_merge:
-        _, report = merge_source(root, args.source, items, profile=cfg.name, backend=backend_name)
-        print(report.to_string(index=False))
+        retries=g.retries if args.retries is None else args.retries, progress=not args.no_progress)
+    summaries = [summary]
+    if state is not None:
+        from accelerate.utils import gather_object
+
+        state.wait_for_everyone()           # every manifest is complete before the merge
+        summaries = gather_object([summary])
+    if state is None or state.is_main_process:
+        for s in summaries:
+            print(json.dumps(s))
+        if not args.no_merge:
+            _, report = merge_source(root, args.source, items, profile=cfg.name, backend=backend_name)
+            print(report.to_string(index=False))
+    if state is not None:
+        state.wait_for_everyone()           # no rank exits before the table is written
     return summary
 
 

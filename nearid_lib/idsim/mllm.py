@@ -22,7 +22,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..nearid.judge import VLMJudge
+from ..nearid.judge import VLMJudge, score_pairs_sharded
 from ..nearid.judge_answers import JudgeScores
 from .bench import graded_metrics
 
@@ -78,7 +78,10 @@ def judge_graded(judge, graded: pd.DataFrame, image: Callable, max_pairs: int | 
         # round-robin over rating levels, so a small cap still spans the labels
         rank = g.groupby("rating", sort=True).cumcount()
         g = g.assign(_r=rank).sort_values(["_r", "rating"], kind="stable").head(int(max_pairs)).drop(columns="_r")
-    res = judge.score_pairs([image(k) for k in g.img1], [image(k) for k in g.img2])
+    a, b = list(g.img1), list(g.img2)
+    # over every process of a torchrun / accelerate launch (one plain score_pairs call otherwise)
+    res = score_pairs_sharded(judge, [f"{x}|{y}|{i}" for i, (x, y) in enumerate(zip(a, b))],
+                              lambda idx: ([image(a[i]) for i in idx], [image(b[i]) for i in idx]))
     per = g.assign(similarity=res.scores, status=res.status, answer=res.raw)
     cov = per[np.isfinite(per.similarity)]
     m = graded_metrics(cov.similarity.to_numpy(float), cov) if len(cov) else {}

@@ -17,18 +17,37 @@ Public API::
                                                   #   .status, .raw, .coverage, .summary()
     parse_judge_answer(text) -> ParsedAnswer  # the robust parser, usable on saved answers
                                               #   (nearid_lib.nearid.judge_answers)
+    score_pairs_sharded(judge, keys, load, answers_dir=...)   # over every process of a launch
+
+Scale-out (diffusers' / accelerate's distributed-inference pattern): under ``torchrun`` or ``accelerate
+launch`` :func:`score_pairs_sharded` deals whole batches of pairs to the processes with
+``PartialState().split_between_processes``, each process appends its answers to its own
+``answers_rank<r>.jsonl`` (a killed run resumes from them, whatever its number of processes), and
+the answers are gathered to every process; a batch holds the same pairs whatever the number of
+processes, so the scores equal one process's. On one process without an answers folder it is one
+plain ``judge.score_pairs`` call. The CLI judges a CSV of pairs and rank 0 writes the table::
+
+    torchrun --nproc_per_node 8 -m nearid_lib.nearid.judge --pairs pairs.csv --root DATA \
+        --answers work/judge --out judged.csv --judge Qwen/Qwen3-VL-30B-A3B-Instruct
 """
 from __future__ import annotations
 
-from typing import Sequence
+import argparse
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
 
+import numpy as np
 import torch
 
 from ..models._compat import ensure_torchvision
 from .judge_answers import PARSED_STATUSES, STATUSES, JudgeScores, ParsedAnswer, parse_judge_answer
 
 __all__ = ["JUDGE_PROMPT", "ParsedAnswer", "JudgeScores", "VLMJudge", "parse_judge_answer",
-           "PARSED_STATUSES", "STATUSES", "build_tiny_qwen3vl"]
+           "PARSED_STATUSES", "STATUSES", "build_tiny_qwen3vl", "launched_state", "score_pairs_sharded",
+           "main"]
 
 JUDGE_PROMPT = """You judge INSTANCE identity: whether two images show the same physical object, not merely the same kind of object.
 
@@ -211,5 +230,236 @@ class VLMJudge:
         answers, hit = self.generate(images_a, images_b)
         return JudgeScores.from_answers(answers, hit, key=self.answer_key, hi=self.answer_max)
 
+    def fingerprint(self) -> dict[str, Any]:
+        """What decides its answers besides the images: an answers folder is only reused by the
+        same judge (:func:`score_pairs_sharded`)."""
+        return {"name": self.name, "max_new_tokens": self.max_new_tokens, "image_size": self.image_size,
+                "answer_key": self.answer_key, "answer_max": self.answer_max,
+                "prompt_sha1": hashlib.sha1(self.prompt.encode()).hexdigest()[:12]}
+
     def __repr__(self) -> str:
         return f"VLMJudge({self.name!r}, max_new_tokens={self.max_new_tokens}, batch_size={self.batch_size})"
+
+
+# ------------------------------------------------------------------------------------ scale-out
+def launched_state():
+    """accelerate's ``PartialState`` when this process belongs to a multi-process launch
+    (``torchrun``, ``accelerate launch``), else ``None`` (a notebook, a plain script).
+
+    ``cpu=True`` without CUDA: otherwise accelerate reports ``DistributedType.NO`` under torchrun on
+    CPU ranks and every rank would believe it is alone."""
+    dist = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 and not dist:
+        return None
+    from accelerate import PartialState
+
+    return PartialState(cpu=not torch.cuda.is_available())
+
+
+def _answers_files(answers_dir: Path) -> list[Path]:
+    return sorted(answers_dir.glob("answers_rank*.jsonl"))
+
+
+def _load_answers(answers_dir: Path | None) -> dict[str, dict]:
+    """Every recorded answer of every rank (a line torn by a kill is skipped: that batch is redone)."""
+    out: dict[str, dict] = {}
+    if answers_dir is None:
+        return out
+    for f in _answers_files(answers_dir):
+        for line in f.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            out[rec["key"]] = rec
+    return out
+
+
+def _append_answers(path: Path, recs: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fh.seek(0, os.SEEK_END)
+        if fh.tell():                       # a torn last line must not swallow the next record
+            fh.seek(fh.tell() - 1)
+            if fh.read(1) != "\n":
+                fh.write("\n")
+        fh.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in recs))
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _check_fingerprint(answers_dir: Path, fp: dict | None, is_main: bool) -> None:
+    """An answers folder holds one judge's answers: a different judge (prompt, budget, ...) fails."""
+    path = answers_dir / "judge.json"
+    if path.exists():
+        old = json.loads(path.read_text())
+        if fp is not None and old != json.loads(json.dumps(fp)):
+            raise ValueError(f"{answers_dir} holds the answers of another judge ({old}), not of {fp}; "
+                             "use another answers folder")
+    elif is_main and fp is not None:
+        from ..io_utils import atomic_write_text
+
+        answers_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(fp, sort_keys=True))
+
+
+def _records(keys: Sequence[str], res) -> list[dict]:
+    """One JSON record per pair of a ``score_pairs`` result (JudgeScores or a plain array)."""
+    sc = np.asarray(getattr(res, "scores", res), dtype=np.float64)
+    if len(sc) != len(keys):
+        raise RuntimeError(f"the judge returned {len(sc)} scores for {len(keys)} pairs")
+    st, raw = getattr(res, "status", None), getattr(res, "raw", None)
+    hit = getattr(res, "hit_limit", None)
+    return [{"key": k, "score": float(s) if np.isfinite(s) else None,
+             "status": st[i] if st is not None else None, "raw": raw[i] if raw is not None else None,
+             "hit": bool(hit[i]) if hit is not None and len(hit) == len(keys) else False}
+            for i, (k, s) in enumerate(zip(keys, sc))]
+
+
+def score_pairs_sharded(scorer, keys: Sequence[str], load: Callable[[Sequence[int]], tuple[list, list]],
+                        answers_dir: str | os.PathLike | None = None, batch_size: int | None = None,
+                        state: Any = "auto", progress: bool = False):
+    """Score pairs ``0..len(keys)-1`` with ``scorer.score_pairs`` over every process of a launch.
+
+    Args:
+        scorer: a :class:`VLMJudge` or anything with ``score_pairs(images_a, images_b)`` returning
+            a :class:`JudgeScores` or an array.
+        keys: one unique string per pair (what the answers folder is keyed on, e.g. the two relpaths).
+        load: ``load(indices) -> (images_a, images_b)``; called on a process for its batches only.
+        answers_dir: where each process appends ``answers_rank<r>.jsonl`` (fsynced per batch); pairs
+            found there (from any rank of any earlier run) are not judged again. ``None``: no store.
+        batch_size: pairs per ``score_pairs`` call (default ``scorer.batch_size``). Batches are cut
+            from the full list of pairs and dealt whole to processes, so a pair meets the same batch
+            companions (the same padding) whatever the number of processes.
+        state: ``"auto"`` (:func:`launched_state`), ``None`` (one process) or a ``PartialState``.
+
+    Returns the scorer's kind of result over all pairs, on every process: a :class:`JudgeScores`
+    when the scorer answers with statuses, else a float array. On one process without
+    ``answers_dir`` this is exactly one ``scorer.score_pairs(*load(all))`` call."""
+    keys = list(keys)
+    n = len(keys)
+    if len(set(keys)) != n:
+        raise ValueError("score_pairs_sharded: pair keys must be unique")
+    state = launched_state() if state == "auto" else state
+    world = state.num_processes if state is not None else 1
+    if world == 1 and answers_dir is None:
+        return scorer.score_pairs(*load(list(range(n))))
+    rank = state.process_index if state is not None else 0
+    is_main = rank == 0
+    adir = Path(answers_dir) if answers_dir is not None else None
+    if adir is not None:
+        fp = scorer.fingerprint() if hasattr(scorer, "fingerprint") else None
+        _check_fingerprint(adir, fp, is_main)
+    bs = int(batch_size or getattr(scorer, "batch_size", 16) or 16)
+    done = _load_answers(adir)
+    batches = [list(range(b, min(b + bs, n))) for b in range(0, n, bs)]
+    pending = [b for b in batches if any(keys[i] not in done for i in b)]
+    if state is not None:
+        # every rank has read the answers (and so agrees on `pending`) before any rank appends
+        state.wait_for_everyone()
+        if adir is not None:
+            _check_fingerprint(adir, fp, False)
+    new: list[dict] = []
+    mine_ctx = state.split_between_processes(pending) if state is not None else _nullctx(pending)
+    with mine_ctx as mine:
+        from tqdm.auto import tqdm
+
+        for idx in tqdm(mine, desc=f"judge rank {rank}/{world}", disable=not progress, position=rank):
+            recs = _records([keys[i] for i in idx], scorer.score_pairs(*load(idx)))
+            if adir is not None:
+                _append_answers(adir / f"answers_rank{rank}.jsonl", recs)
+            new += recs
+    if state is not None and world > 1:
+        from accelerate.utils import gather_object
+
+        new = gather_object(new)            # a flat list: every rank's records, on every rank
+    done.update({r["key"]: r for r in new})
+    recs = [done[k] for k in keys]
+    scores = np.array([np.nan if r["score"] is None else r["score"] for r in recs], dtype=np.float64)
+    if n and all(r.get("status") is not None for r in recs):
+        return JudgeScores(scores, [r["status"] for r in recs], [r["raw"] for r in recs],
+                           np.array([bool(r.get("hit")) for r in recs], dtype=bool))
+    return scores
+
+
+class _nullctx:
+    def __init__(self, v):
+        self.v = v
+
+    def __enter__(self):
+        return self.v
+
+    def __exit__(self, *exc):
+        return False
+
+
+# --------------------------------------------------------------------------------------------- CLI
+def _parse(argv: Iterable[str] | None):
+    p = argparse.ArgumentParser(
+        prog="python -m nearid_lib.nearid.judge",
+        description="Judge a CSV of image pairs (columns img_a, img_b) with the VLM judge, sharded over "
+                    "the processes of `torchrun` / `accelerate launch`; rank 0 writes the table.")
+    p.add_argument("--pairs", required=True, help="CSV with columns img_a, img_b (paths, relative to --root)")
+    p.add_argument("--root", default=".", help="folder the image paths are relative to")
+    p.add_argument("--out", required=True, help="output CSV: the pairs + similarity, status, answer, hit_limit")
+    p.add_argument("--answers", default=None, help="answers folder (resumable; default: <out>.answers)")
+    p.add_argument("--judge", default="tiny", help="'tiny' (random-init, offline) or a hub id / folder")
+    p.add_argument("--prompt", choices=("nearid", "idsim"), default="nearid",
+                   help="NearID's 0-10 score rubric or ID-Sim's 0-1 similarity")
+    p.add_argument("--max-new-tokens", type=int, default=None)
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--progress", action="store_true")
+    return p.parse_args(list(argv) if argv is not None else None)
+
+
+def main(argv: Iterable[str] | None = None):
+    """CLI entry point; returns the judged table (on every rank; rank 0 writes it)."""
+    import pandas as pd
+    from PIL import Image
+
+    from ..io_utils import write_csv
+
+    args = _parse(argv)
+    state = launched_state()
+    kw: dict[str, Any] = {}
+    if args.max_new_tokens is not None:
+        kw["max_new_tokens"] = args.max_new_tokens
+    if args.batch_size is not None:
+        kw["batch_size"] = args.batch_size
+    if args.prompt == "idsim":
+        from ..idsim.mllm import IDSIM_JUDGE_PROMPT
+
+        kw.update(prompt=IDSIM_JUDGE_PROMPT, answer_key="similarity", answer_max=1.0)
+    if args.judge == "tiny":
+        judge = VLMJudge.tiny(**kw)
+    else:
+        device = str(state.device) if state is not None else ("cuda" if torch.cuda.is_available() else "cpu")
+        judge = VLMJudge.from_pretrained(args.judge, device=device, dtype=args.dtype, **kw)
+    pairs = pd.read_csv(args.pairs, dtype=str, keep_default_na=False)
+    for col in ("img_a", "img_b"):
+        if col not in pairs.columns:
+            raise SystemExit(f"{args.pairs}: missing column {col!r}")
+    root = Path(args.root)
+
+    def load(idx):
+        def im(rel):
+            with Image.open(root / rel) as f:
+                return f.convert("RGB")
+        return [im(pairs.img_a[i]) for i in idx], [im(pairs.img_b[i]) for i in idx]
+
+    keys = [f"{a}|{b}" for a, b in zip(pairs.img_a, pairs.img_b)]
+    answers = Path(args.answers) if args.answers else Path(str(args.out) + ".answers")
+    res = score_pairs_sharded(judge, keys, load, answers_dir=answers, progress=args.progress, state=state)
+    table = pairs.assign(similarity=res.scores, status=res.status, answer=res.raw, hit_limit=res.hit_limit)
+    if state is None or state.is_main_process:
+        write_csv(table, args.out)
+        print(json.dumps({"out": str(args.out), "n": int(len(table)), **{
+            k: v for k, v in res.summary().items() if k in ("n_covered", "coverage", "n_hit_limit")}}))
+    if state is not None:
+        state.wait_for_everyone()
+    return table
+
+
+if __name__ == "__main__":
+    main()

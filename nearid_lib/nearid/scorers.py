@@ -11,6 +11,9 @@ embeds images (frozen backbones, the NearID head: :class:`EmbeddingBenchEncoder`
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
@@ -21,10 +24,10 @@ import torch.nn.functional as F
 
 from ..features import TokenCache, apply_variant
 from ..models import NearIDEncoder, load_backbone, load_encoder, resolve_name
-from ..paths import checkpoint_dir
+from ..paths import cache_dir, checkpoint_dir
 from .embedder import Embedder
 from .evaluate import embed_split, nearid_bench
-from .judge import VLMJudge
+from .judge import VLMJudge, score_pairs_sharded
 from .pairs import mtg_from_scores, mtg_pairs, nearid_from_pair_scores, nearid_pairs
 
 if TYPE_CHECKING:
@@ -55,14 +58,22 @@ class PairBenchEncoder:
     ``scorer.score_pairs(images_a, images_b)`` returns a :class:`~nearid_lib.nearid.judge.JudgeScores` or a
     plain array; with ``load_images=True`` it receives PIL images (after the full/FG variant), else
     the relpaths. Judge answers with no score are NaN, their trials are dropped, and ``coverage``
-    keeps, per (benchmark, variant), how many pairs were scored."""
+    keeps, per (benchmark, variant), how many pairs were scored.
+
+    Under ``torchrun`` / ``accelerate launch`` the pairs are judged by every process
+    (:func:`~nearid_lib.nearid.judge.score_pairs_sharded`: whole batches per process, answers gathered to
+    every process, so the tables rank 0 writes equal one process's); ``answers_dir`` keeps every
+    answer (one file per rank) so that a killed run resumes and a rerun over the same pairs reads
+    them instead of judging again (:func:`load_bench_encoders` gives a real judge one under the
+    profile's cache, keyed by the judge's fingerprint)."""
 
     kind = "pairs"
 
     def __init__(self, scorer, name: str = "vlm", label: str | None = None, load_images: bool = True,
-                 max_ids: int | None = None):
+                 max_ids: int | None = None, answers_dir: str | Path | None = None):
         self.scorer, self.name, self.label = scorer, name, label or getattr(scorer, "name", name)
         self.load_images, self.max_ids = load_images, max_ids
+        self.answers_dir = answers_dir
         self.coverage: dict[str, dict] = {}
         self._memo: dict[tuple, float] = {}
 
@@ -76,9 +87,12 @@ class PairBenchEncoder:
         """Scores of (img_a, mask_a, img_b, mask_b) pairs; repeated pairs are scored once."""
         todo = [p for p in dict.fromkeys((p[0], p[1], p[2], p[3], variant) for p in pairs) if p not in self._memo]
         if todo:
-            a = [self._prep(data, p[0], p[1], variant) for p in todo]
-            b = [self._prep(data, p[2], p[3], variant) for p in todo]
-            res = self.scorer.score_pairs(a, b)
+            def load(idx):     # only the pairs of this process's batches are read
+                return ([self._prep(data, todo[i][0], todo[i][1], variant) for i in idx],
+                        [self._prep(data, todo[i][2], todo[i][3], variant) for i in idx])
+
+            res = score_pairs_sharded(self.scorer, ["|".join(map(str, p)) for p in todo], load,
+                                      answers_dir=self.answers_dir)
             sc = np.asarray(getattr(res, "scores", res), dtype=np.float64)
             for p, s in zip(todo, sc):
                 self._memo[p] = float(s)
@@ -287,5 +301,11 @@ def load_bench_encoders(cfg: Profile, data: NearIDData, checkpoint=None, judge=N
         label = f"VLM judge {judge.name} (score/10)"
         if cfg.eval.vlm_max_ids:
             label += f", first {cfg.eval.vlm_max_ids} ids/pairs only"
-        out.append(PairBenchEncoder(judge, "vlm", label, max_ids=cfg.eval.vlm_max_ids))
+        answers = None
+        if cfg.eval.vlm_judge not in (None, "tiny") and hasattr(judge, "fingerprint"):
+            # a real judge's answers are kept (per pair, per judge): a killed evaluation resumes,
+            # and a rerun reads them instead of judging again (hours for a 30B judge)
+            fp = hashlib.sha1(json.dumps(judge.fingerprint(), sort_keys=True).encode()).hexdigest()[:10]
+            answers = cache_dir(cfg.name) / "judge_answers" / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', judge.name)}-{fp}"
+        out.append(PairBenchEncoder(judge, "vlm", label, max_ids=cfg.eval.vlm_max_ids, answers_dir=answers))
     return out
