@@ -7,8 +7,10 @@
 
 ``encoder`` is a registered name (``nearid_lib.models.list_encoders()``), a Hugging Face / open_clip /
 timm identifier (paper profile; :mod:`nearid_lib.user_encoders`) or any callable
-``list[PIL.Image] -> array [N, D]``. The profile's data is built once or reused (the procedural
-world of ``smoke``/``mini``, the released data of ``paper``), then every protocol runs:
+``list[PIL.Image] -> array [N, D]``. The profile's data is built once or reused: of the procedural
+world of ``smoke``/``mini`` only what the protocols read (the test split's identities, distractors
+and MTG pairs, the edit grids and FPR galleries: ``build_world(cfg, splits=("test",))``, never
+mistaken for the whole world), the released data of ``paper``; then every protocol runs:
 
 * ``"nearid"``: NearID SSR/PA per distractor source, pooled over the main sources (Table 1) and
   foreground-only (Table 7), MTG M-O/M-Opair, the DB++ stand-in (:mod:`nearid_lib.nearid.evaluate`);
@@ -20,7 +22,7 @@ world of ``smoke``/``mini``, the released data of ``paper``), then every protoco
 
 Registered encoders go through the same feature caches as the notebooks (identical numbers). A
 callable is embedded image by image (batched, with a progress bar) and its embeddings are cached
-under ``cache_dir(profile)/"score"``, keyed by its behavioural fingerprint
+in chunks (a killed run resumes) under ``cache_dir(profile)/"score"``, keyed by its behavioural fingerprint
 (:class:`~nearid_lib.user_encoders.UserEncoder`) and the dataset; ``cache=False`` turns that off.
 The report card (:mod:`nearid_lib.score_card`) lands in ``out_dir`` (default
 ``build/<profile>/score/<encoder>``).
@@ -56,40 +58,57 @@ PROTOCOLS = ("nearid", "idsim", "fpr")
 class StoreEmbedder(Embedder):
     """An :class:`~nearid_lib.nearid.embedder.Embedder` whose embeddings come from a
     :class:`UserEncoder` run on the images themselves (a callable has no tokens to cache): kept in
-    memory per variant and, with ``folder``, in one ``.npz`` per (encoder fingerprint, dataset, variant)."""
+    memory per variant and, with ``folder``, on disk per (encoder fingerprint, dataset, variant) in
+    chunks of ``chunk_images`` (``<key>/<n>.npz``), each written atomically as soon as it is
+    embedded: a killed run loses at most one chunk and the next run embeds only the rest."""
+
+    chunk_images = 256
 
     def __init__(self, encoder: UserEncoder, data: NearIDData, folder: Path | None = None,
                  batch_size: int = 32, progress: bool = True):
         super().__init__(encoder, data, use_cache=False, store_tokens=False, batch_size=batch_size,
                          progress=progress)
-        self.folder, self._table = folder, {}
+        self.folder, self._table, self._chunks = folder, {}, {}
         ident = json.dumps(data.manifest, sort_keys=True) + str(Path(data.root).resolve())
         self._data_fp = hashlib.sha1(ident.encode()).hexdigest()[:16]
 
     def _file(self, variant: str) -> Path | None:
+        """The variant's chunk folder (None without ``folder``)."""
         if self.folder is None:
             return None
         key = hashlib.sha1(f"{self.encoder.fingerprint}|{self._data_fp}|{variant}".encode()).hexdigest()[:20]
-        return self.folder / f"{key}.npz"
+        return self.folder / key
 
     def _memo(self, variant: str) -> dict[str, np.ndarray]:
         if variant not in self._table:
-            f, tab = self._file(variant), {}
-            if f is not None and f.exists():
+            d, tab = self._file(variant), {}
+            files = sorted(d.glob("*.npz")) if d is not None and d.is_dir() else []
+            for f in files:
                 with np.load(f) as z:
-                    tab = dict(zip(z["keys"].tolist(), z["emb"]))
-            self._table[variant] = tab
+                    tab.update(zip(z["keys"].tolist(), z["emb"]))
+            self._table[variant], self._chunks[variant] = tab, len(files)
         return self._table[variant]
 
+    def _save_chunk(self, variant: str, keys: list[str]) -> None:
+        d = self._file(variant)
+        if d is None or not keys:
+            return
+        tab, n = self._table[variant], self._chunks[variant]
+        emb = np.stack([tab[k] for k in keys]).astype(np.float32)
+        arr = np.array(keys, dtype=str)
+        atomic_write(d / f"{n:05d}.npz", lambda p: np.savez(open(p, "wb"), keys=arr, emb=emb))
+        self._chunks[variant] = n + 1
+
     def ensure(self, rels: Sequence[str], masks: Sequence[str], variant: str = "full") -> None:
-        """Embed every image of ``rels`` (with its ``masks`` for a masked variant) not embedded yet."""
+        """Embed every image of ``rels`` (with its ``masks`` for a masked variant) not embedded yet,
+        saving a chunk every ``chunk_images`` images."""
         tab = self._memo(variant)
         todo = [(r, m) for r, m in dict.fromkeys(zip(rels, masks)) if r not in tab]
         if not todo:
             return
         from tqdm.auto import tqdm
 
-        bs = self.batch_size
+        bs, pending = self.batch_size, []
         for i in tqdm(range(0, len(todo), bs), desc=f"embed {self.encoder.name} [{variant}]", unit="batch",
                       disable=not self.progress):
             chunk = todo[i:i + bs]
@@ -97,11 +116,11 @@ class StoreEmbedder(Embedder):
                    for r, m in chunk]
             for (r, _), e in zip(chunk, self.encoder.embed(ims, batch_size=bs).numpy()):
                 tab[r] = e
-        f = self._file(variant)
-        if f is not None:
-            keys = np.array(list(tab), dtype=str)
-            emb = np.stack([tab[k] for k in keys]).astype(np.float32)
-            atomic_write(f, lambda p: np.savez(open(p, "wb"), keys=keys, emb=emb))
+                pending.append(r)
+            if len(pending) >= self.chunk_images:
+                self._save_chunk(variant, pending)
+                pending = []
+        self._save_chunk(variant, pending)
 
     def lookup(self, rels: Sequence[str], variant: str = "full") -> np.ndarray:
         """``[n, D]`` embeddings of already embedded images (L2-normalised)."""
@@ -235,10 +254,13 @@ def _check_protocols(protocols) -> tuple[str, ...]:
 
 
 def _profile_data(cfg, progress: bool) -> NearIDData:
-    """The profile's NearID-schema data: the procedural world (built once, then reused) or the
-    released data already materialised at ``nearid_root(profile)``."""
+    """The profile's NearID-schema data, only what the protocols read: the procedural world's
+    evaluation split (``cfg.eval.split``: its identities with their distractors and MTG pairs, plus
+    the edit grids and FPR galleries), built once and reused (a full world already on disk is used
+    as it is), or the released data already materialised at ``nearid_root(profile)``."""
     if cfg.world.source == "procedural":
-        return load_nearid(build_world(cfg, progress=progress))
+        splits = tuple(dict.fromkeys((cfg.eval.split, "test")))     # grids and galleries come with test
+        return load_nearid(build_world(cfg, progress=progress, splits=splits), splits=splits)
     return load_nearid(nearid_root(cfg.name))
 
 

@@ -31,7 +31,8 @@ from .report import paper_values_dir, render_markdown_table
 if TYPE_CHECKING:
     from .score import Participant, ScoreReport
 
-__all__ = ["assemble_table", "paper_rows", "write_card", "summary_markdown", "participant_colours", "CARD_COLUMNS"]
+__all__ = ["assemble_table", "paper_rows", "write_card", "summary_markdown", "participant_colours", "CARD_COLUMNS",
+           "chance_levels", "headline_table", "HEADLINE"]
 
 CARD_COLUMNS = ["row", "kind", "source", "nearid_ssr", "nearid_pa", "nearid_fg_ssr", "nearid_fg_pa", "mtg_mo",
                 "idsim_identity", "idsim_identity_low", "idsim_identity_high", "idsim_background",
@@ -121,6 +122,95 @@ def summary_markdown(rep: ScoreReport) -> str:
     """The card's table: the columns that were scored, rounded."""
     cols = [c for c in CARD_COLUMNS if c in rep.table.columns and rep.table[c].notna().any() or c == "row"]
     return render_markdown_table(rep.table[cols].round(3))
+
+
+# --------------------------------------------------------------------------- the short table on top
+# (column, what, better): the metrics of the card's first table, one row each
+HEADLINE = (
+    ("nearid_ssr", "NearID SSR %, full image (Table 1)", "higher"),
+    ("nearid_pa", "NearID PA %, full image (Table 1)", "higher"),
+    ("nearid_fg_ssr", "NearID SSR %, foreground only (Table 7)", "higher"),
+    ("mtg_mo", "MTG M-O, Pearson r with the part-edit oracle", "higher"),
+    ("idsim_identity", "ID-Sim sensitivity to identity (-slope)", "higher"),
+    ("idsim_background", "ID-Sim sensitivity to background (-slope)", "lower"),
+    ("fpr_map", "FPR gallery mAP of the real references", "higher"),
+    ("fpr_rho_map", "FPR: mAP's agreement with true drift (rho)", "higher"),
+)
+
+
+def _p_all_pairs_win(n_views: int) -> float:
+    """P(an identity with ``n_views`` views passes every NearID trial) when all of its similarities
+    (pairs of views, view-distractor) are exchangeable: counted over every ordering of them."""
+    from itertools import combinations, permutations
+
+    pairs = list(combinations(range(n_views), 2))
+    n = len(pairs) + n_views                     # pair similarities, then one per view's distractor
+    wins = total = 0
+    for order in permutations(range(n)):
+        rank = dict(zip(range(n), order))
+        ok = all(rank[k] > rank[len(pairs) + v] for k, (i, j) in enumerate(pairs) for v in (i, j))
+        wins += ok
+        total += 1
+    return wins / total
+
+
+def chance_levels(data, split: str = "test", group_by: str = "species") -> dict[str, tuple[float, str]]:
+    """``{column: (level, basis)}``: the analytic chance level of each headline metric on ``data``
+    (an encoder whose similarities carry no information: exchangeable, i.e. a random ranking).
+
+    SSR: an identity with 2 views passes with probability 1/3, with 3 views (every ordering
+    of its similarities counted: 1/15), averaged over the split's identities; PA: 1/2 per trial; MTG M-O,
+    ID-Sim sensitivities and the drift agreement rho: 0; FPR mAP: the expected average precision of
+    a random ranking of each reference's gallery scope (R relevant of N: (H_N (N-R) / (N-1) + N (R-1)
+    / (N-1)) / N), averaged over the references."""
+    out: dict[str, tuple[float, str]] = {}
+    if data is not None and data.positives is not None:
+        pos = data.positives[data.positives.split == split]
+        nv = (pos[["img1", "img2", "img3"]] != "").sum(axis=1).to_numpy()
+        if len(nv):
+            p = {k: _p_all_pairs_win(k) for k in set(nv.tolist())}
+            ssr = 100 * float(np.mean([p[k] for k in nv]))
+            out["nearid_ssr"] = out["nearid_fg_ssr"] = (ssr, "analytic: random ranking (1/3 for 2 views, 1/15 for 3)")
+            out["nearid_pa"] = (50.0, "analytic: 1/2 per trial")
+    for c in ("mtg_mo", "idsim_identity", "idsim_background", "fpr_rho_map"):
+        out[c] = (0.0, "analytic: no dependence")
+    if data is not None and data.fpr_train is not None and data.fpr_gallery is not None and len(data.fpr_gallery):
+        g = data.fpr_gallery
+        aps = []
+        for _, q in data.fpr_train.iterrows():
+            scope = g[g[group_by] == q[group_by]] if group_by in g.columns else g
+            n, r = len(scope), int((scope["name"] == q["name"]).sum())
+            if n and r:
+                h = float(np.sum(1.0 / np.arange(1, n + 1)))
+                aps.append((h * (n - r) / max(n - 1, 1) + n * (r - 1) / max(n - 1, 1)) / n)
+        if aps:
+            out["fpr_map"] = (float(np.mean(aps)), "analytic: random ranking of the gallery")
+    return out
+
+
+def headline_table(rep: ScoreReport) -> pd.DataFrame:
+    """The card's short table: one row per headline metric that was scored, with which way is
+    better, the scored encoder, the frozen reference (the profile's frozen encoder), the trained
+    heads of this run when present, and the chance level with its basis."""
+    t = rep.table
+    run = t[t.kind != "paper"]
+    yours = run[run.kind == "yours"]
+    ref = run[run.kind == "frozen"]
+    heads = run[run.kind.isin(["nearid", "idsim"])]
+    chance = chance_levels(rep.data, getattr(rep, "split", "test"))
+    rows = []
+    for col, what, better in HEADLINE:
+        if col not in t.columns or not run[col].notna().any():
+            continue
+        row = {"metric": what, "better": better,
+               f"{yours.row.iloc[0]} (yours)" if len(yours) else "yours":
+                   float(yours[col].iloc[0]) if len(yours) else np.nan}
+        for _, r in pd.concat([ref, heads]).iterrows():
+            row[f"reference: {r['row']}" if r["kind"] == "frozen" else f"trained: {r['row']}"] = r[col]
+        level, basis = chance.get(col, (np.nan, "-"))
+        row["chance"], row["chance basis"] = level, basis
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def _figures(rep: ScoreReport) -> dict[str, Any]:
@@ -247,7 +337,8 @@ def write_card(rep: ScoreReport, out: Path, cfg, seed: int) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     run = Run(cfg=cfg, notebook="score_encoder", seed=int(seed), params={"encoder": rep.encoder},
               threads=torch.get_num_threads(), results=out, figures=out, meta={"git": git_state()})
-    files = {"table": run.write_table(rep.table, "score_table")}
+    head = headline_table(rep)
+    files = {"table": run.write_table(rep.table, "score_table"), "headline": run.write_table(head, "score_headline")}
     for name, df in (("nearid_per_source", rep.nearid), ("idsim_sensitivity", rep.idsim), ("fpr_methods", rep.fpr)):
         if df is not None and len(df):
             files[name] = run.write_table(df, f"score_{name}")
@@ -262,7 +353,12 @@ def write_card(rep: ScoreReport, out: Path, cfg, seed: int) -> dict[str, Path]:
              "Rows *this run* were scored now, on the same images; *paper* rows are the papers' numbers "
              "(their encoders and data). `mini` reproduces the papers' claims at small scale on a procedural "
              "world, not their absolute numbers: compare your row with the rows of this run first.", "",
-             "## Scores", "", summary_markdown(rep), "",
+             "## At a glance", "", render_markdown_table(head.round(3)) if len(head) else "(nothing scored)", "",
+             "*frozen reference*: the profile's frozen encoder, scored now on the same images; *chance*: the "
+             "level of an encoder whose similarities carry no information (a random ranking), computed "
+             "analytically on this dataset (`nearid_lib.score_card.chance_levels`), not measured with a "
+             "random-init network. The long tables follow.", "",
+             "## All scores", "", summary_markdown(rep), "",
              "NearID SSR/PA in %, pooled over the main distractor sources (higher is better); MTG M-O: Pearson r; "
              "ID-Sim: sensitivity = -slope of similarity vs change (identity: higher is better, background: "
              "lower), 95% bootstrap interval over anchors; FPR: gallery mAP and pairwise similarity of the "

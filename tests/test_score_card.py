@@ -101,3 +101,22 @@ def test_zero_values_are_visible(rep):
     ticks = [ln for ln in ax.get_lines() if ln.get_marker() == "|"]
     assert len(ticks) == 1 and ticks[0].get_xdata()[0] == 0 and ticks[0].get_ydata()[0] == 2   # top row
     assert {"0.0", "42.0", "30.7"} <= {x.get_text() for x in ax.texts}
+
+
+def test_short_table_on_top_with_chance_and_frozen_reference(rep):
+    from nearid_lib.score_card import _p_all_pairs_win, chance_levels
+
+    assert _p_all_pairs_win(2) == pytest.approx(1 / 3) and _p_all_pairs_win(3) == pytest.approx(1 / 15)
+    head = pd.read_csv(rep.files["headline"])
+    assert list(head.columns[:3]) == ["metric", "better", "colour histogram (yours)"]
+    assert any(c.startswith("reference: ") and "(frozen)" in c for c in head.columns)
+    assert {"chance", "chance basis"} <= set(head.columns) and head["chance"].notna().all()
+    ch = chance_levels(rep.data)
+    pa = head[head.metric.str.startswith("NearID PA %, full")]
+    assert float(pa["chance"].iloc[0]) == 50.0
+    # SSR chance: 1/3 per 2-view identity, 1/15 per 3-view one, over the test split
+    nv = (rep.data.positives.query("split == 'test'")[["img1", "img2", "img3"]] != "").sum(axis=1)
+    assert ch["nearid_ssr"][0] == pytest.approx(100 * np.mean([1 / 3 if k == 2 else 1 / 15 for k in nv]))
+    assert 0 < ch["fpr_map"][0] < 1
+    card = rep.files["card"].read_text()
+    assert card.index("## At a glance") < card.index("## All scores")      # the short table comes first

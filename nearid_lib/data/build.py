@@ -12,6 +12,15 @@ end and ``manifest.json`` last; it is deleted before any work starts, so a parti
 dataset never looks complete. A build whose world config differs from the one on disk starts
 from scratch (the old progress is discarded).
 
+Split selection (``splits=("test",)``, what :func:`nearid_lib.score_encoder` builds): only the jobs
+of those splits run (identities of the splits with their distractors, MTG pairs of the splits)
+plus, with ``"test"``, the evaluation-only sets (edit grids, FPR galleries). Since every item is
+seeded by its id, those files are byte-identical to a full build's and the tables hold exactly the
+full build's rows of those splits, in the same order. Such a dataset's manifest says
+``"complete": false, "partial": true, "splits": [...]``, so nothing that expects the whole world
+takes it for one (``load_nearid`` refuses it unless asked for those splits); a later full build
+resumes from its progress logs and renders only the rest.
+
 This module is the driver (stages, progress logs, tables, manifest); the per-item draws it shares
 with the generators live in :mod:`.draws`, the jobs in :mod:`.jobs`. Their public names are
 re-exported here.
@@ -35,10 +44,10 @@ from ..paths import data_dir
 from . import backgrounds as B
 from .draws import (_SPLITS, MAX_PERTURB_TRIES, _identity_list, background_for, distractor_instance,
                     fpr_view, parse_source, positive_view, source_splits)
-from .jobs import GRID_FACTORS, _job_fpr, _job_fpr_key, _job_grid, _job_identity, _job_mtg
+from .jobs import GRID_FACTORS, _job_fpr, _job_fpr_key, _job_grid, _job_identity, _job_mtg, _mtg_split
 from .schema import COLUMNS, SCHEMA_VERSION
 
-__all__ = ["build_world", "parse_source", "world_fingerprint", "GRID_FACTORS", "positive_view",
+__all__ = ["build_world", "manifest_splits", "parse_source", "world_fingerprint", "GRID_FACTORS", "positive_view",
            "fpr_view", "background_for", "distractor_instance", "MAX_PERTURB_TRIES", "source_splits"]
 
 # The code that decides the world's bytes: a change to any of it rebuilds the world.
@@ -95,14 +104,39 @@ def _run_stage(name: str, fn: Callable, jobs: list[tuple[str, Any]], prog: Path,
     return man
 
 
+def _selected_splits(splits) -> tuple[str, ...]:
+    """``splits`` in the canonical order (train, val, test); None = all three."""
+    if splits is None:
+        return _SPLITS
+    splits = (splits,) if isinstance(splits, str) else tuple(splits)
+    bad = sorted(set(splits) - set(_SPLITS))
+    if bad or not splits:
+        raise ValueError(f"build_world: splits {list(splits)}: unknown {bad}; choose from {', '.join(_SPLITS)}")
+    return tuple(s for s in _SPLITS if s in splits)
+
+
+def manifest_splits(manifest: dict) -> tuple[str, ...]:
+    """The splits a dataset's manifest says it holds: all three for a complete dataset, the listed
+    ones for a finished split-selected build (``partial``), none otherwise."""
+    if manifest.get("complete"):
+        return _SPLITS
+    if manifest.get("partial"):
+        return tuple(manifest.get("splits", ()))
+    return ()
+
+
 def build_world(cfg, root: str | os.PathLike | None = None, n_workers: int | None = None,
-                progress: bool = True, force: bool = False) -> Path:
+                progress: bool = True, force: bool = False, splits=None) -> Path:
     """Build (or finish building) the NearID-mini world for profile ``cfg`` into ``root``
     (default ``data_dir(cfg.name) / "nearid"``) and return ``root``.
 
     A complete dataset with the same world fingerprint is returned untouched (unless ``force``).
-    ``n_workers`` defaults to ``cfg.world.n_workers``; the output bytes do not depend on it."""
+    ``n_workers`` defaults to ``cfg.world.n_workers``; the output bytes do not depend on it.
+    ``splits`` (e.g. ``("test",)``): build only those splits' items (see the module docstring);
+    a dataset on disk that already holds them (a full one included) is returned untouched."""
     root = Path(root) if root is not None else data_dir(cfg.name) / "nearid"
+    sel = _selected_splits(splits)
+    full = sel == _SPLITS
     wc = cfg.world
     if wc.source != "procedural":
         raise ValueError(f"build_world builds the procedural world; profile {cfg.name!r} has "
@@ -118,8 +152,12 @@ def build_world(cfg, root: str | os.PathLike | None = None, n_workers: int | Non
     if man_path.exists() and not force:
         try:
             m = json.loads(man_path.read_text())
-            if m.get("complete") and m.get("fingerprint") == fp:
-                return root
+            if m.get("fingerprint") == fp:
+                if set(sel) <= set(manifest_splits(m)):
+                    return root
+                # a split-selected world grows: its tables keep the splits it already holds
+                sel = _selected_splits(set(sel) | set(manifest_splits(m)))
+                full = sel == _SPLITS
         except json.JSONDecodeError:
             pass
     # From here on the dataset is incomplete: remove the marker first.
@@ -136,7 +174,7 @@ def build_world(cfg, root: str | os.PathLike | None = None, n_workers: int | Non
     t0 = time.time()
     B.photo_pool()                                   # load once before forking
 
-    idents = _identity_list(cfg)
+    idents = [r for r in _identity_list(cfg) if r["split"] in sel]
     man = _run_stage("identities", _job_identity,
                      [(r["id"], (cfg, root, r)) for r in idents], prog, n_workers, progress)
     recs = {r["id"]: r for r in man.records()}
@@ -155,20 +193,23 @@ def build_world(cfg, root: str | os.PathLike | None = None, n_workers: int | Non
                                        else wc.image_size) for s in wc.distractor_sources}},
                root / "sources.json")
 
+    mtg_ids = [i for i in range(wc.n_mtg_pairs) if _mtg_split(cfg, i) in sel]
     man = _run_stage("mtg", _job_mtg, [(f"mtg_{i:05d}", (cfg, root, i))
-                                       for i in range(wc.n_mtg_pairs)], prog, n_workers, progress)
+                                       for i in mtg_ids], prog, n_workers, progress)
     recs = {r["id"]: r for r in man.records()}
-    write_csv(_df([recs[f"mtg_{i:05d}"]["row"] for i in range(wc.n_mtg_pairs)],
+    write_csv(_df([recs[f"mtg_{i:05d}"]["row"] for i in mtg_ids],
                   COLUMNS["mtg.csv"] + ["part"]), root / "mtg.csv")
 
+    # edit grids and FPR galleries are evaluation-only sets: they come with the test split
+    n_grids = wc.n_grid_anchors if "test" in sel else 0
     man = _run_stage("grids", _job_grid, [(f"grid_{i:04d}", (cfg, root, i))
-                                          for i in range(wc.n_grid_anchors)], prog, n_workers, progress)
+                                          for i in range(n_grids)], prog, n_workers, progress)
     recs = {r["id"]: r for r in man.records()}
-    write_csv(_df([row for i in range(wc.n_grid_anchors) for row in recs[f"grid_{i:04d}"]["rows"]],
+    write_csv(_df([row for i in range(n_grids) for row in recs[f"grid_{i:04d}"]["rows"]],
                   COLUMNS["grids.csv"]), root / "grids.csv")
 
     fjobs = []
-    for si in range(wc.n_species):
+    for si in range(wc.n_species if "test" in sel else 0):
         for j in range(wc.ids_per_species):
             res = _job_fpr_key(cfg, si, j)
             fjobs.append((res, (cfg, root, (si, j))))
@@ -184,12 +225,14 @@ def build_world(cfg, root: str | os.PathLike | None = None, n_workers: int | Non
         "identities": {s: int((ids.split == s).sum()) for s in _SPLITS},
         "positive_images": int(ids.n_views.sum()),
         "distractor_images": int(ids.n_views.sum()) * len(wc.distractor_sources),
-        "mtg_pairs": int(wc.n_mtg_pairs),
-        "grid_images": int(wc.n_grid_anchors * len(GRID_FACTORS) * wc.grid_levels ** 2),
+        "mtg_pairs": len(mtg_ids),
+        "grid_images": int(n_grids * len(GRID_FACTORS) * wc.grid_levels ** 2),
         "fpr_identities": len(fjobs),
         "fpr_images": len(fjobs) * (wc.refs_per_id + wc.gallery_per_id),
     }
-    write_json({"complete": True, "schema_version": SCHEMA_VERSION, "profile": cfg.name,
+    # a full build's manifest is unchanged; a split-selected one is never "complete"
+    head = {"complete": True} if full else {"complete": False, "partial": True, "splits": list(sel)}
+    write_json({**head, "schema_version": SCHEMA_VERSION, "profile": cfg.name,
                 "seed": int(cfg.seed), "counts": counts, "fingerprint": fp, "generator": "procedural",
                 "build_seconds": round(time.time() - t0, 2), "n_workers": n_workers}, man_path)
     return root

@@ -189,8 +189,12 @@ class NearIDData:
 
 
 def load_nearid(root: str | os.PathLike, check_images: bool | int = False,
-                require_complete: bool = True) -> NearIDData:
+                require_complete: bool = True, splits: Sequence[str] | None = None) -> NearIDData:
     """Load and validate a NearID dataset at ``root``.
+
+    ``splits`` (e.g. ``("test",)``, what scoring reads): also accept a finished split-selected
+    build (``build_world(..., splits=...)``, manifest ``"partial": true``) that holds those splits;
+    by default such a dataset is refused, so nothing mistakes it for the whole world.
 
     Checks: manifest complete (unless ``require_complete=False``), required columns, splits,
     every identity has at least two views (img1 and img2) with masks, distractor tables have the
@@ -201,7 +205,7 @@ def load_nearid(root: str | os.PathLike, check_images: bool | int = False,
     if not root.exists():
         raise DataError(f"dataset root {root} does not exist (build it with "
                         f"nearid_lib.data.build_world or a released loader)")
-    manifest = _read_manifest(root, require_complete)
+    manifest = _read_manifest(root, require_complete, splits)
     ids = _read_identities(root)
     pos = _read_positives(root, ids)
     sources, train_sources, source_splits = _read_sources(root)
@@ -217,7 +221,7 @@ def load_nearid(root: str | os.PathLike, check_images: bool | int = False,
     return data
 
 
-def _read_manifest(root: Path, require_complete: bool) -> dict:
+def _read_manifest(root: Path, require_complete: bool, splits: Sequence[str] | None = None) -> dict:
     manifest: dict = {}
     mpath = root / "manifest.json"
     if mpath.exists():
@@ -225,7 +229,14 @@ def _read_manifest(root: Path, require_complete: bool) -> dict:
             manifest = json.loads(mpath.read_text())
         except json.JSONDecodeError as e:
             raise DataError(f"{_where('manifest.json')}: invalid JSON: {e}") from None
-    if require_complete and not manifest.get("complete"):
+    held = list(manifest.get("splits", ())) if manifest.get("partial") else []
+    partial_ok = bool(held) and splits is not None and set(splits) <= set(held)
+    if require_complete and held and not manifest.get("complete") and not partial_ok:
+        raise DataError(f"dataset at {root} holds only the split(s) {', '.join(held)} (built for scoring, "
+                        f"manifest.json 'partial'): build the whole world with "
+                        f"nearid_lib.data.build_world(get_profile({manifest.get('profile', '...')!r})), "
+                        f"which resumes it")
+    if require_complete and not manifest.get("complete") and not partial_ok:
         raise DataError(f"dataset at {root} is incomplete (manifest.json missing or not complete):"
                         f" a build was interrupted; rerun it to resume")
     if manifest and manifest.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
