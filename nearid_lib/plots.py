@@ -253,10 +253,12 @@ def bar_compare(df, x: str, y: str, hue: str, title: str = "", ylabel: str = "",
     return fig
 
 
-def anchor_distributions(wide, factors: Sequence[str], labels: Mapping[str, str] | None = None, title: str = ""):
+def anchor_distributions(wide, factors: Sequence[str], labels: Mapping[str, str] | None = None, title: str = "",
+                         colours: Mapping[str, str] | None = None):
     """Seaborn box + strip plot of per-anchor sensitivities (``wide``: one row per encoder and anchor,
     one column per factor, as :func:`nearid_lib.idsim.sensitivity.per_anchor_sensitivity` returns):
-    the spread behind each bootstrap interval, one box per factor and encoder."""
+    the spread behind each bootstrap interval, one box per factor and encoder. ``colours`` (label ->
+    colour) fixes each encoder's colour exactly (unsaturated), e.g. to match other figures."""
     import seaborn as sns
 
     factors = [f for f in factors if f in wide.columns]
@@ -264,10 +266,11 @@ def anchor_distributions(wide, factors: Sequence[str], labels: Mapping[str, str]
                      value_name="sensitivity")
     long["encoder"] = long.encoder.map(lambda e: (labels or {}).get(e, e))
     encs = list(dict.fromkeys(long.encoder))
-    palette = {e: method_color(e) for e in encs}
+    palette = {e: (colours or {}).get(e) or method_color(e) for e in encs}
+    exact = {"saturation": 1} if colours else {}
     fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(factors) * max(1, len(encs)) * 0.5 + 2), 3.6))
     sns.boxplot(data=long, x="factor", y="sensitivity", hue="encoder", hue_order=encs, palette=palette,
-                showfliers=False, ax=ax)
+                showfliers=False, ax=ax, **exact)
     sns.stripplot(data=long, x="factor", y="sensitivity", hue="encoder", hue_order=encs, palette=palette,
                   dodge=True, size=3, alpha=0.6, edgecolor="black", linewidth=0.3, legend=False, ax=ax)
     ax.axhline(0, color="grey", lw=0.5)

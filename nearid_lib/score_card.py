@@ -261,28 +261,13 @@ def participant_colours(t: pd.DataFrame) -> dict[str, str]:
 
 
 def _anchor_figure(wide: pd.DataFrame, labels: Mapping[str, str], colours: Mapping[str, str], title: str):
-    """Per-anchor sensitivities (box + strip, as :func:`nearid_lib.plots.anchor_distributions`) in the
-    card's participant colours."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
+    """Per-anchor sensitivities (:func:`nearid_lib.plots.anchor_distributions`) in the card's
+    participant colours."""
+    from .plots import anchor_distributions
 
-    factors = [f for f in _FACTORS if f in wide.columns]
-    long = wide.melt(id_vars=["encoder", "anchor_id"], value_vars=factors, var_name="factor",
-                     value_name="sensitivity")
-    long["encoder"] = long.encoder.map(lambda e: labels.get(e, e))
-    encs = list(dict.fromkeys(long.encoder))
-    palette = {e: colours.get(e, PAPER_COLOUR) for e in encs}
-    fig, ax = plt.subplots(figsize=(max(5.0, 0.8 * len(factors) * max(1, len(encs)) + 2), 3.6))
-    sns.boxplot(data=long, x="factor", y="sensitivity", hue="encoder", hue_order=encs, palette=palette,
-                showfliers=False, saturation=1, ax=ax)      # exact colours: the same as the other figures
-    sns.stripplot(data=long, x="factor", y="sensitivity", hue="encoder", hue_order=encs, palette=palette,
-                  dodge=True, size=3, alpha=0.6, edgecolor="black", linewidth=0.3, legend=False, ax=ax)
-    ax.axhline(0, color="grey", lw=0.5)
-    ax.set_ylabel("sensitivity (-slope), per anchor")
-    ax.set_title(title)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+    encs = {labels.get(e, e) for e in wide.encoder}
+    return anchor_distributions(wide, [f for f in _FACTORS if f in wide.columns], labels, title,
+                                colours={e: colours.get(e, PAPER_COLOUR) for e in encs})
 
 
 def _recolour_bars(fig, colours: Sequence[str]):
