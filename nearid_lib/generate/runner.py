@@ -85,8 +85,8 @@ def _check_items(items: Sequence[GenItem], source_name: str, batch_size: int) ->
 
 def launched_state():
     """accelerate's ``PartialState`` under a multi-process launch, else ``None`` (imported lazily:
-    :func:`nearid_lib.nearid.judge.launched_state` needs torch)."""
-    from ..nearid.judge import launched_state as _ls
+    :func:`nearid_lib.nearid.distributed.launched_state` needs torch)."""
+    from ..nearid.distributed import launched_state as _ls
 
     return _ls()
 

@@ -1,0 +1,148 @@
+"""The VLM judge over every process of a launch, resumable (:func:`score_pairs_sharded`).
+
+Whole batches of pairs are dealt to the processes with accelerate's
+``PartialState().split_between_processes`` (diffusers' distributed-inference pattern); each process
+appends its answers to its own ``answers_rank<r>.jsonl`` (a killed run resumes from them, whatever
+its number of processes) and the answers are gathered to every process. A batch holds the same
+pairs whatever the number of processes, so the scores equal one process's; on one process without
+an answers folder it is one plain ``scorer.score_pairs`` call."""
+from __future__ import annotations
+
+import json
+from contextlib import nullcontext
+import os
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .distributed import launched_state
+from .judge_answers import JudgeScores
+
+__all__ = ["score_pairs_sharded"]
+
+
+def _answers_files(answers_dir: Path) -> list[Path]:
+    return sorted(answers_dir.glob("answers_rank*.jsonl"))
+
+
+def _load_answers(answers_dir: Path | None) -> dict[str, dict]:
+    """Every recorded answer of every rank (a line torn by a kill is skipped: that batch is redone)."""
+    out: dict[str, dict] = {}
+    if answers_dir is None:
+        return out
+    for f in _answers_files(answers_dir):
+        for line in f.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            out[rec["key"]] = rec
+    return out
+
+
+def _append_answers(path: Path, recs: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fh.seek(0, os.SEEK_END)
+        if fh.tell():                       # a torn last line must not swallow the next record
+            fh.seek(fh.tell() - 1)
+            if fh.read(1) != "\n":
+                fh.write("\n")
+        fh.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in recs))
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _check_fingerprint(answers_dir: Path, fp: dict | None, is_main: bool) -> None:
+    """An answers folder holds one judge's answers: a different judge (prompt, budget, ...) fails."""
+    path = answers_dir / "judge.json"
+    if path.exists():
+        old = json.loads(path.read_text())
+        if fp is not None and old != json.loads(json.dumps(fp)):
+            raise ValueError(f"{answers_dir} holds the answers of another judge ({old}), not of {fp}; "
+                             "use another answers folder")
+    elif is_main and fp is not None:
+        from ..io_utils import atomic_write_text
+
+        answers_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(fp, sort_keys=True))
+
+
+def _records(keys: Sequence[str], res) -> list[dict]:
+    """One JSON record per pair of a ``score_pairs`` result (JudgeScores or a plain array)."""
+    sc = np.asarray(getattr(res, "scores", res), dtype=np.float64)
+    if len(sc) != len(keys):
+        raise RuntimeError(f"the judge returned {len(sc)} scores for {len(keys)} pairs")
+    st, raw = getattr(res, "status", None), getattr(res, "raw", None)
+    hit = getattr(res, "hit_limit", None)
+    return [{"key": k, "score": float(s) if np.isfinite(s) else None,
+             "status": st[i] if st is not None else None, "raw": raw[i] if raw is not None else None,
+             "hit": bool(hit[i]) if hit is not None and len(hit) == len(keys) else False}
+            for i, (k, s) in enumerate(zip(keys, sc))]
+
+
+def score_pairs_sharded(scorer, keys: Sequence[str], load: Callable[[Sequence[int]], tuple[list, list]],
+                        answers_dir: str | os.PathLike | None = None, batch_size: int | None = None,
+                        state: Any = "auto", progress: bool = False):
+    """Score pairs ``0..len(keys)-1`` with ``scorer.score_pairs`` over every process of a launch.
+
+    Args:
+        scorer: a :class:`VLMJudge` or anything with ``score_pairs(images_a, images_b)`` returning
+            a :class:`JudgeScores` or an array.
+        keys: one unique string per pair (what the answers folder is keyed on, e.g. the two relpaths).
+        load: ``load(indices) -> (images_a, images_b)``; called on a process for its batches only.
+        answers_dir: where each process appends ``answers_rank<r>.jsonl`` (fsynced per batch); pairs
+            found there (from any rank of any earlier run) are not judged again. ``None``: no store.
+        batch_size: pairs per ``score_pairs`` call (default ``scorer.batch_size``). Batches are cut
+            from the full list of pairs and dealt whole to processes, so a pair meets the same batch
+            companions (the same padding) whatever the number of processes.
+        state: ``"auto"`` (:func:`launched_state`), ``None`` (one process) or a ``PartialState``.
+
+    Returns the scorer's kind of result over all pairs, on every process: a :class:`JudgeScores`
+    when the scorer answers with statuses, else a float array. On one process without
+    ``answers_dir`` this is exactly one ``scorer.score_pairs(*load(all))`` call."""
+    keys = list(keys)
+    n = len(keys)
+    if len(set(keys)) != n:
+        raise ValueError("score_pairs_sharded: pair keys must be unique")
+    state = launched_state() if state == "auto" else state
+    world = state.num_processes if state is not None else 1
+    if world == 1 and answers_dir is None:
+        return scorer.score_pairs(*load(list(range(n))))
+    rank = state.process_index if state is not None else 0
+    is_main = rank == 0
+    adir = Path(answers_dir) if answers_dir is not None else None
+    if adir is not None:
+        fp = scorer.fingerprint() if hasattr(scorer, "fingerprint") else None
+        _check_fingerprint(adir, fp, is_main)
+    bs = int(batch_size or getattr(scorer, "batch_size", 16) or 16)
+    done = _load_answers(adir)
+    batches = [list(range(b, min(b + bs, n))) for b in range(0, n, bs)]
+    pending = [b for b in batches if any(keys[i] not in done for i in b)]
+    if state is not None:
+        # every rank has read the answers (and so agrees on `pending`) before any rank appends
+        state.wait_for_everyone()
+        if adir is not None:
+            _check_fingerprint(adir, fp, False)
+    new: list[dict] = []
+    mine_ctx = state.split_between_processes(pending) if state is not None else nullcontext(pending)
+    with mine_ctx as mine:
+        from tqdm.auto import tqdm
+
+        for idx in tqdm(mine, desc=f"judge rank {rank}/{world}", disable=not progress, position=rank):
+            recs = _records([keys[i] for i in idx], scorer.score_pairs(*load(idx)))
+            if adir is not None:
+                _append_answers(adir / f"answers_rank{rank}.jsonl", recs)
+            new += recs
+    if state is not None and world > 1:
+        from accelerate.utils import gather_object
+
+        new = gather_object(new)            # a flat list: every rank's records, on every rank
+    done.update({r["key"]: r for r in new})
+    recs = [done[k] for k in keys]
+    scores = np.array([np.nan if r["score"] is None else r["score"] for r in recs], dtype=np.float64)
+    if n and all(r.get("status") is not None for r in recs):
+        return JudgeScores(scores, [r["status"] for r in recs], [r["raw"] for r in recs],
+                           np.array([bool(r.get("hit")) for r in recs], dtype=bool))
+    return scores
