@@ -52,7 +52,7 @@ from .embedder import Embedder
 from .evaluate import evaluate_split
 from .losses import compute_loss, make_loss_parameters
 from .rows import TrainRows, epoch_rows, random_positive_first, steps_per_epoch
-from .train_inputs import TrainFeatures, crop_masks
+from .train_inputs import TrainFeatures, crop_masks, train_features
 
 if TYPE_CHECKING:
     from ..data import NearIDData
@@ -177,24 +177,6 @@ def _setup(cfg: Profile, data: NearIDData, encoder, cache_root, progress: bool) 
     sched = make_scheduler(opt, int(tc.warmup_steps), total)
     return _Setup(cfg, backbone, feats, dev, accel, world, rank, rows0, B, spe, total, head, loss_params, opt, sched,
                   key=run_key(cfg, data))
-
-
-def train_features(cfg: Profile, data: NearIDData, backbone, rank: int = 0, cache_root=None, progress: bool = False):
-    """Training's token source: the float16 :class:`TrainFeatures` cache (``train.token_store =
-    "cache"``, or ``use_cache=False``: streaming), or the lazily filled int8/fp8
-    :class:`~nearid_lib.nearid.stream.StreamFeatures` store, in which each rank writes its own shards
-    (``writer = rank<k>``) of the grids its batches ask for and reads the others'."""
-    tc = cfg.train
-    if not tc.use_cache or tc.token_store == "cache":
-        return TrainFeatures(backbone, data, cfg, cfg.name, cache_root=cache_root, progress=progress)
-    from ..paths import cache_dir
-    from .stream import StreamFeatures, open_train_store
-
-    store = open_train_store(backbone, data, cache_root or cache_dir(cfg.name), dtype=tc.token_store,
-                             writer=f"rank{rank}")
-    cuda = getattr(backbone, "device", torch.device("cpu")).type == "cuda"
-    return StreamFeatures(backbone, data, store=store, batch_size=cfg.backbone.batch_size,
-                          amp_dtype=torch.bfloat16 if cuda else None)
 
 
 def _resume(s: _Setup, ckpt: Path | None, resume: bool) -> tuple[int, list[dict], list[dict]]:

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ..config import Profile
     from ..data import NearIDData
 
-__all__ = ["augment_image", "crop_masks", "TrainFeatures"]
+__all__ = ["augment_image", "crop_masks", "TrainFeatures", "train_features"]
 
 
 def augment_image(img: Image.Image, rng: np.random.Generator, jitter: float = 0.2, flip: bool = True,
@@ -95,3 +95,21 @@ class TrainFeatures:
             imgs.append(im)
         with torch.no_grad():
             return self.backbone(self.backbone.preprocess.batch(imgs)).tokens.float().cpu()
+
+
+def train_features(cfg: Profile, data: NearIDData, backbone, rank: int = 0, cache_root=None, progress: bool = False):
+    """Training's token source: the float16 :class:`TrainFeatures` cache (``train.token_store =
+    "cache"``, or ``use_cache=False``: streaming), or the lazily filled int8/fp8
+    :class:`~nearid_lib.nearid.stream.StreamFeatures` store, in which each rank writes its own shards
+    (``writer = rank<k>``) of the grids its batches ask for and reads the others'."""
+    tc = cfg.train
+    if not tc.use_cache or tc.token_store == "cache":
+        return TrainFeatures(backbone, data, cfg, cfg.name, cache_root=cache_root, progress=progress)
+    from ..paths import cache_dir
+    from .stream import StreamFeatures, open_train_store
+
+    store = open_train_store(backbone, data, cache_root or cache_dir(cfg.name), dtype=tc.token_store,
+                             writer=f"rank{rank}")
+    cuda = getattr(backbone, "device", torch.device("cpu")).type == "cuda"
+    return StreamFeatures(backbone, data, store=store, batch_size=cfg.backbone.batch_size,
+                          amp_dtype=torch.bfloat16 if cuda else None)
