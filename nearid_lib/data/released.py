@@ -34,23 +34,25 @@ Every hub read goes through :mod:`nearid_lib.hub` (a local mirror with ``NEARID_
 """
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import os
-import re
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
-from ..io_utils import Manifest, atomic_write, write_csv, write_json
+from ..io_utils import Manifest, write_csv, write_json
 from ..paths import data_dir
 from .benchmarks import load_fpr
-from .schema import SCHEMA_VERSION, DataError, read_rgb
+from .released_schema import (DISTRACTOR_COLUMNS, MTG_COLUMNS, POSITIVE_COLUMNS, RELEASED_SOURCES,
+                              TABLE5_TRAIN_SOURCES, _SPLIT_NAMES, _check_columns, _first_col, _no_decode,
+                              _one_split, _open_dataset, _save, _save_mask, _to_mask, _to_rgb, distractor_features,
+                              mtg_features, pil_from_value, positive_features)
+from .schema import SCHEMA_VERSION, DataError
+from .splits import assign_splits, read_split_files
 
 if TYPE_CHECKING:
     from ..config import Profile
@@ -58,254 +60,6 @@ if TYPE_CHECKING:
 __all__ = ["materialise_released", "load_released_from_hub", "assign_splits", "read_split_files",
            "pil_from_value", "POSITIVE_COLUMNS", "DISTRACTOR_COLUMNS", "RELEASED_SOURCES",
            "TABLE5_TRAIN_SOURCES", "positive_features", "distractor_features", "mtg_features"]
-
-RELEASED_SOURCES = ("Flux", "Flux_1024", "FluxC", "FluxC_1024", "PowerPaint", "Qwen", "Qwen_1328",
-                    "SDXL", "SDXL_1024")
-TABLE5_TRAIN_SOURCES = ("Flux", "Flux_1024", "Qwen", "Qwen_1328")
-_META = ["id", "category", "category_description", "n_images", "objaverse_id",
-         "prompts1", "prompts2", "prompts3", "quality"]
-POSITIVE_COLUMNS = ["id", "category", "category_description", "img1", "img2", "img3", "n_images",
-                    "objaverse_id", "prompts1", "prompts2", "prompts3", "quality"]
-DISTRACTOR_COLUMNS = ["id", "category", "category_description", "nimg1", "nimg2", "nimg3", "n_images",
-                      "objaverse_id", "prompts1", "prompts2", "prompts3", "quality"]
-MTG_COLUMNS = [f"image_{k}_{f}" for k in (1, 2) for f in ("original", "inpainted", "object_mask", "part_mask")]
-_SPLIT_NAMES = {"train": "train", "validation": "val", "valid": "val", "val": "val", "test": "test"}
-
-
-def _features(image_prefix: str):
-    import datasets
-
-    v = datasets.Value
-    cols = POSITIVE_COLUMNS if image_prefix == "img" else DISTRACTOR_COLUMNS
-    types = {"id": v("int64"), "n_images": v("int64")}
-    return datasets.Features({c: (datasets.Image() if c.startswith(image_prefix) and c[-1].isdigit()
-                                  else types.get(c, v("string"))) for c in cols})
-
-
-def positive_features():
-    """The ``datasets.Features`` of ``Aleksandar/NearID`` as its dataset card declares them."""
-    return _features("img")
-
-
-def distractor_features():
-    """The ``datasets.Features`` of every ``Aleksandar/NearID-<source>`` repo (dataset card)."""
-    return _features("nimg")
-
-
-def mtg_features():
-    """The image columns of ``abdo-eldesokey/mtg-dataset``."""
-    import datasets
-
-    return datasets.Features({c: datasets.Image() for c in MTG_COLUMNS})
-
-
-# --------------------------------------------------------------------------- values -> PIL
-def pil_from_value(value: Any, where: str) -> Image.Image | None:
-    """A dataset cell (PIL image, ``{"bytes", "path"}`` dict, bytes, path, array) -> PIL image
-    (not yet mode-converted), ``None`` for a missing value. Corrupt data raises DataError."""
-    if value is None:
-        return None
-    try:
-        if isinstance(value, Image.Image):
-            value.load()
-            return value
-        if isinstance(value, dict):
-            if value.get("bytes"):
-                value = value["bytes"]
-            elif value.get("path"):
-                value = value["path"]
-            else:
-                return None
-        if isinstance(value, (bytes, bytearray)):
-            im = Image.open(io.BytesIO(value))
-            im.load()
-            return im
-        if isinstance(value, (str, os.PathLike)):
-            if not str(value):
-                return None
-            im = Image.open(value)
-            im.load()
-            return im
-        if isinstance(value, np.ndarray):
-            return Image.fromarray(value)
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
-        raise DataError(f"{where}: cannot decode image (corrupt or truncated?): {e}") from None
-    raise DataError(f"{where}: unsupported image value of type {type(value).__name__}")
-
-
-def _to_rgb(im: Image.Image, where: str) -> Image.Image:
-    """The schema's documented mode rule (the one of ``read_rgb``, :mod:`nearid_lib.imageio`),
-    applied to an open image: 16-bit and float modes scaled to 8 bit, alpha onto black."""
-    return im if im.mode == "RGB" else read_rgb(im, where)
-
-
-def _to_mask(im: Image.Image, where: str, size: tuple[int, int]) -> np.ndarray:
-    if im.size != size:
-        raise DataError(f"{where}: mask size {im.size} differs from its image size {size}")
-    arr = (np.asarray(im).astype(np.float64) / 257.0 if im.mode in ("I;16", "I;16B", "I;16L", "I")
-           else np.asarray(im.convert("L")))
-    m = arr >= 128
-    if not m.any():
-        raise DataError(f"{where}: mask is empty (no pixel >= 128)")
-    return m
-
-
-def _save(root: Path, rel: str, im: Image.Image) -> str:
-    atomic_write(root / rel, lambda p: im.save(p, format="PNG", compress_level=1))
-    return rel
-
-
-def _save_mask(root: Path, rel: str, m: np.ndarray) -> str:
-    return _save(root, rel, Image.fromarray(m.astype(np.uint8) * 255, "L"))
-
-
-# --------------------------------------------------------------------------- datasets
-def _open_dataset(obj: Any, name: str):
-    """``Dataset``/``DatasetDict`` object or a ``save_to_disk`` folder -> list of (split, Dataset)."""
-    import datasets
-
-    if isinstance(obj, (str, os.PathLike)):
-        if not Path(obj).exists():
-            raise DataError(f"dataset {name}: path {obj} does not exist")
-        obj = datasets.load_from_disk(str(obj))
-    if isinstance(obj, datasets.DatasetDict):
-        out = []
-        for k, ds in obj.items():
-            if k not in _SPLIT_NAMES:
-                raise DataError(f"dataset {name}: unknown split {k!r}; valid: {sorted(_SPLIT_NAMES)}")
-            out.append((_SPLIT_NAMES[k], _no_decode(ds)))
-        return out
-    if isinstance(obj, datasets.Dataset):
-        return [(None, _no_decode(obj))]
-    raise DataError(f"dataset {name}: expected a datasets.Dataset/DatasetDict or a folder, "
-                    f"got {type(obj).__name__}")
-
-
-def _no_decode(ds):
-    """Image columns as raw ``{"bytes", "path"}``: we decode ourselves, so that a corrupt cell
-    raises a DataError naming its row and field instead of an anonymous PIL error."""
-    import datasets
-
-    for c, f in ds.features.items():
-        if isinstance(f, datasets.Image) and f.decode:
-            ds = ds.cast_column(c, datasets.Image(decode=False))
-    return ds
-
-
-def _first_col(cols, names):
-    return next((c for c in names if c in cols), None)
-
-
-def _one_split(obj: Any, name: str):
-    """The single ``train`` split the NearID repos publish (a Dataset, a DatasetDict or a folder)."""
-    splits = _open_dataset(obj, name)
-    if len(splits) != 1:
-        raise DataError(f"dataset {name}: expected the one published split 'train', found "
-                        f"{[k for k, _ in splits]}")
-    return splits[0][1]
-
-
-def _check_columns(ds, name: str, required: Sequence[str]) -> None:
-    cols = list(ds.column_names)
-    missing = [c for c in required if c not in cols]
-    if missing:
-        raise DataError(f"dataset {name}: missing column(s) {missing} of the published schema; has {cols}")
-
-
-# --------------------------------------------------------------------------- splits
-def _norm_text(t: Any) -> str:
-    return re.sub(r"\s+", " ", str(t or "")).strip().lower()
-
-
-def assign_splits(meta: pd.DataFrame, n_val: int, n_test: int, seed: int = 0) -> pd.Series:
-    """The deterministic split rule used when the authors' split files are absent.
-
-    Identities that share an ``objaverse_id`` or a (normalised) ``category_description`` form one
-    group (connected components), so no asset and no description is ever in two splits. Groups are
-    ordered by ``sha256("nearid-split:<seed>:<smallest id of the group>")``, which depends neither on
-    the row order nor on the machine; test takes whole groups in that order until it holds
-    ``n_test`` identities (a group that would overshoot is passed over), then val takes ``n_val``;
-    every other identity is train. Returns the split per row of ``meta`` (index aligned)."""
-    ids = meta["id"].astype(str).tolist()
-    parent = list(range(len(ids)))
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    for col in ("objaverse_id", "category_description"):
-        first: dict[str, int] = {}
-        for i, v in enumerate(meta[col].tolist() if col in meta else []):
-            key = _norm_text(v)
-            if not key:
-                continue
-            if key in first:
-                a, b = find(first[key]), find(i)
-                if a != b:
-                    parent[b] = a
-            else:
-                first[key] = i
-    groups: dict[int, list[int]] = {}
-    for i in range(len(ids)):
-        groups.setdefault(find(i), []).append(i)
-
-    def order(members: list[int]) -> str:
-        smallest = min(ids[i] for i in members)
-        return hashlib.sha256(f"nearid-split:{seed}:{smallest}".encode()).hexdigest()
-
-    out = ["train"] * len(ids)
-    want = {"test": int(n_test), "val": int(n_val)}
-    got = {"test": 0, "val": 0}
-    for members in sorted(groups.values(), key=order):
-        # test first, then val; a group that would overshoot the split stays in train
-        split = next((sp for sp in ("test", "val") if got[sp] + len(members) <= want[sp]), None)
-        if split is None:
-            continue
-        for i in members:
-            out[i] = split
-        got[split] += len(members)
-    short = {k: (got[k], want[k]) for k in want if got[k] < want[k]}
-    if short:
-        raise DataError(f"split rule: only {short} identities (got, wanted) could be placed in held-out "
-                        f"splits without sharing an objaverse_id or description with training; "
-                        f"{len(ids)} identities in {len(groups)} groups")
-    return pd.Series(out, index=meta.index, name="split")
-
-
-def read_split_files(split_dir: str | os.PathLike, n_rows: int) -> tuple[pd.Series, dict[str, str]]:
-    """The authors' split files: ``val.json`` and ``test.json`` in ``split_dir``, each a JSON list of
-    row indices into the positives (or ``{"indices": [...]}``, the ``--findx`` format of their
-    evaluation code). Rows in neither are train. Returns the split per row and the files' sha256."""
-    d = Path(split_dir)
-    out = pd.Series(["train"] * n_rows, name="split")
-    digests: dict[str, str] = {}
-    seen: dict[int, str] = {}
-    for split in ("val", "test"):
-        f = d / f"{split}.json"
-        if not f.exists():
-            raise DataError(f"split files: {f} missing (world.split_dir={d} must hold val.json and test.json)")
-        raw = f.read_bytes()
-        digests[f.name] = hashlib.sha256(raw).hexdigest()
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise DataError(f"split files: {f} is not JSON ({e})") from None
-        obj = obj["indices"] if isinstance(obj, dict) and "indices" in obj else obj
-        if not isinstance(obj, list):
-            raise DataError(f"split files: {f} must be a list of row indices or {{'indices': [...]}}")
-        for j, x in enumerate(obj):
-            if isinstance(x, bool) or not isinstance(x, (int, str)) or not str(x).lstrip("-").isdigit():
-                raise DataError(f"split files: {f}, entry {j}: {x!r} is not a row index")
-            i = int(x)
-            if not 0 <= i < n_rows:
-                raise DataError(f"split files: {f}, entry {j}: row {i} outside the {n_rows} positives")
-            if i in seen:
-                raise DataError(f"split files: {f}, entry {j}: row {i} already listed in {seen[i]}")
-            seen[i] = f.name
-            out.iloc[i] = split
-    return out, digests
 
 
 # --------------------------------------------------------------------------- NearID
@@ -465,9 +219,7 @@ def _materialise_mtg(root: Path, mtg: Any, name: str = "mtg") -> pd.DataFrame:
     rows = []
     for split_key, ds in _open_dataset(mtg, name):
         cols = list(ds.column_names)
-        need = [f"image_{k}_{f}" for k in (1, 2) for f in ("original", "inpainted", "object_mask",
-                                                         "part_mask")]
-        missing = [c for c in need if c not in cols]
+        missing = [c for c in MTG_COLUMNS if c not in cols]
         if missing:
             raise DataError(f"dataset {name}: missing column(s) {missing}; has {cols}")
         id_col = _first_col(cols, ("pair_id", "id"))
@@ -633,8 +385,3 @@ def _device(cfg: Profile) -> str:
     from ..models import resolve_device
 
     return str(resolve_device(getattr(cfg, "device", "auto")))
-
-
-def copy_tree(src: str | os.PathLike, dst: str | os.PathLike) -> None:  # pragma: no cover
-    """Copy a materialised dataset (convenience for users moving data between machines)."""
-    shutil.copytree(src, dst, dirs_exist_ok=True)

@@ -1,0 +1,112 @@
+"""Train / val / test splits of the released NearID identities: the authors' split files when the
+user has them (:func:`read_split_files`), else a documented deterministic rule
+(:func:`assign_splits`) under which no ``objaverse_id`` and no description is shared across splits."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .schema import DataError
+
+__all__ = ["assign_splits", "read_split_files"]
+
+
+def _norm_text(t: Any) -> str:
+    return re.sub(r"\s+", " ", str(t or "")).strip().lower()
+
+
+def assign_splits(meta: pd.DataFrame, n_val: int, n_test: int, seed: int = 0) -> pd.Series:
+    """The deterministic split rule used when the authors' split files are absent.
+
+    Identities that share an ``objaverse_id`` or a (normalised) ``category_description`` form one
+    group (connected components), so no asset and no description is ever in two splits. Groups are
+    ordered by ``sha256("nearid-split:<seed>:<smallest id of the group>")``, which depends neither on
+    the row order nor on the machine; test takes whole groups in that order until it holds
+    ``n_test`` identities (a group that would overshoot is passed over), then val takes ``n_val``;
+    every other identity is train. Returns the split per row of ``meta`` (index aligned)."""
+    ids = meta["id"].astype(str).tolist()
+    parent = list(range(len(ids)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for col in ("objaverse_id", "category_description"):
+        first: dict[str, int] = {}
+        for i, v in enumerate(meta[col].tolist() if col in meta else []):
+            key = _norm_text(v)
+            if not key:
+                continue
+            if key in first:
+                a, b = find(first[key]), find(i)
+                if a != b:
+                    parent[b] = a
+            else:
+                first[key] = i
+    groups: dict[int, list[int]] = {}
+    for i in range(len(ids)):
+        groups.setdefault(find(i), []).append(i)
+
+    def order(members: list[int]) -> str:
+        smallest = min(ids[i] for i in members)
+        return hashlib.sha256(f"nearid-split:{seed}:{smallest}".encode()).hexdigest()
+
+    out = ["train"] * len(ids)
+    want = {"test": int(n_test), "val": int(n_val)}
+    got = {"test": 0, "val": 0}
+    for members in sorted(groups.values(), key=order):
+        # test first, then val; a group that would overshoot the split stays in train
+        split = next((sp for sp in ("test", "val") if got[sp] + len(members) <= want[sp]), None)
+        if split is None:
+            continue
+        for i in members:
+            out[i] = split
+        got[split] += len(members)
+    short = {k: (got[k], want[k]) for k in want if got[k] < want[k]}
+    if short:
+        raise DataError(f"split rule: only {short} identities (got, wanted) could be placed in held-out "
+                        f"splits without sharing an objaverse_id or description with training; "
+                        f"{len(ids)} identities in {len(groups)} groups")
+    return pd.Series(out, index=meta.index, name="split")
+
+
+def read_split_files(split_dir: str | os.PathLike, n_rows: int) -> tuple[pd.Series, dict[str, str]]:
+    """The authors' split files: ``val.json`` and ``test.json`` in ``split_dir``, each a JSON list of
+    row indices into the positives (or ``{"indices": [...]}``, the ``--findx`` format of their
+    evaluation code). Rows in neither are train. Returns the split per row and the files' sha256."""
+    d = Path(split_dir)
+    out = pd.Series(["train"] * n_rows, name="split")
+    digests: dict[str, str] = {}
+    seen: dict[int, str] = {}
+    for split in ("val", "test"):
+        f = d / f"{split}.json"
+        if not f.exists():
+            raise DataError(f"split files: {f} missing (world.split_dir={d} must hold val.json and test.json)")
+        raw = f.read_bytes()
+        digests[f.name] = hashlib.sha256(raw).hexdigest()
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise DataError(f"split files: {f} is not JSON ({e})") from None
+        obj = obj["indices"] if isinstance(obj, dict) and "indices" in obj else obj
+        if not isinstance(obj, list):
+            raise DataError(f"split files: {f} must be a list of row indices or {{'indices': [...]}}")
+        for j, x in enumerate(obj):
+            if isinstance(x, bool) or not isinstance(x, (int, str)) or not str(x).lstrip("-").isdigit():
+                raise DataError(f"split files: {f}, entry {j}: {x!r} is not a row index")
+            i = int(x)
+            if not 0 <= i < n_rows:
+                raise DataError(f"split files: {f}, entry {j}: row {i} outside the {n_rows} positives")
+            if i in seen:
+                raise DataError(f"split files: {f}, entry {j}: row {i} already listed in {seen[i]}")
+            seen[i] = f.name
+            out.iloc[i] = split
+    return out, digests
