@@ -41,15 +41,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pandas as pd
-import torch
 
 from .. import hub
-from .. import metrics as M
 from ..data.schema import DataError
+from .public_bench import (SUBJECTS2K_COLUMNS, dbpp_gpt_metrics, dbpp_metrics, judge_metrics, judge_pairs,
+                           load_subjects2k, pair_scores, subjects2k_gpt_metrics, subjects2k_metrics)
 
 if TYPE_CHECKING:
     from ..config import Profile
@@ -65,9 +64,6 @@ __all__ = ["RELEASED_FILES", "DINOV3_NATIVE_WEIGHTS", "SUBJECTS2K_COLUMNS", "UNP
 
 RELEASED_FILES = ("adapter_config.json", "adapter_model.safetensors", "mlp_cls.pth", "mlp_patch.pth")
 DINOV3_NATIVE_WEIGHTS = "dinov3_vitl16_pretrain_lvd1689m-8aa4cbdd.pth"
-SUBJECTS2K_COLUMNS = ("reference_image", "test_image", "pair_id", "human_votes", "human_agreement",
-                      "binary_label", "num_human_votes", "gpt_score")
-
 # benchmark -> why ID-Sim's evaluation set cannot be rebuilt from public files
 UNPUBLISHED_BENCHMARKS = {
     "PODS": "PODS images are public, but ID-Sim's query/gallery protocol files and the PerSAM masks are not "
@@ -102,163 +98,6 @@ def released_idsim_reason(repo_id: str) -> str:
             f"here; loading it through another DINOv3 implementation would mean guessing the key layout")
 
 
-# ----------------------------------------------------------------------------- Subjects2k
-def load_subjects2k(repo_id: str = "chaenayo/Subjects2k", max_pairs: int | None = None):
-    """The Subjects2k benchmark (hub dataset ``repo_id`` through :func:`nearid_lib.hub.load_hub_dataset`,
-    i.e. the mirror when ``NEARID_HUB_DIR`` is set) as one ``datasets.Dataset``: the ``test`` split
-    if there is one, else the only split. Checks the released columns (:data:`SUBJECTS2K_COLUMNS`)
-    and that ``binary_label`` is 0/1 and ``human_agreement`` in [0, 1], naming the row's ``pair_id``."""
-    dd = hub.load_hub_dataset(repo_id)
-    splits = list(dd)
-    split = "test" if "test" in splits else (splits[0] if len(splits) == 1 else None)
-    if split is None:
-        raise DataError(f"dataset {repo_id}: several splits {splits} and none named 'test'")
-    ds = dd[split]
-    miss = [c for c in SUBJECTS2K_COLUMNS if c not in ds.column_names]
-    if miss:
-        raise DataError(f"dataset {repo_id} split {split!r}: missing field(s) {miss}; has {ds.column_names}")
-    if max_pairs is not None:
-        ds = ds.select(range(min(int(max_pairs), len(ds))))
-    lab = ds["binary_label"]
-    agr = ds["human_agreement"]
-    ids = ds["pair_id"]
-    for i, (y, c) in enumerate(zip(lab, agr)):
-        if y not in (0, 1):
-            raise DataError(f"dataset {repo_id} split {split!r}, row {i} (pair_id {ids[i]!r}), field "
-                            f"'binary_label': {y!r} is not 0 or 1")
-        if c is None or not 0.0 <= float(c) <= 1.0:
-            raise DataError(f"dataset {repo_id} split {split!r}, row {i} (pair_id {ids[i]!r}), field "
-                            f"'human_agreement': {c!r} is not in [0, 1]")
-    return ds
-
-
-def _pair_embed(encoder, images: Sequence[Any], kind: str, batch_size: int) -> torch.Tensor:
-    """L2-normalised ``kind`` embeddings: ``"pooled"`` (the encoder's own: CLS / MAP head / GAP) or
-    ``"patch"`` (mean of the L2-normalised patch tokens, the aggregated patch embedding of Table 2b)."""
-    if kind == "pooled":
-        return encoder.embed(list(images), batch_size=batch_size)
-    if kind == "patch":
-        tok = encoder.encode(list(images), batch_size=batch_size).tokens      # [B, N, D]
-        if tok is None:
-            raise ValueError(f"encoder {encoder.name}: no patch tokens for a patch embedding")
-        return torch.nn.functional.normalize(torch.nn.functional.normalize(tok, dim=-1).mean(1), dim=-1)
-    raise ValueError(f"pair_scores: kind must be 'pooled' or 'patch', got {kind!r}")
-
-
-def pair_scores(encoder, first: Sequence[Any], second: Sequence[Any], batch_size: int = 16,
-                kind: str = "pooled") -> np.ndarray:
-    """Cosine similarity of the ``kind`` embeddings (:func:`_pair_embed`) of ``first[i]`` and
-    ``second[i]`` (PIL images or paths), in batches of ``batch_size`` pairs."""
-    if len(first) != len(second):
-        raise ValueError(f"pair_scores: {len(first)} first images vs {len(second)} second images")
-    out = []
-    with torch.no_grad():
-        for i in range(0, len(first), batch_size):
-            a = _pair_embed(encoder, first[i:i + batch_size], kind, batch_size)
-            b = _pair_embed(encoder, second[i:i + batch_size], kind, batch_size)
-            out.append((a * b).sum(-1).double().cpu().numpy())
-    return np.concatenate(out) if out else np.zeros(0)
-
-
-def _binary_metrics(scores: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    y = np.asarray(labels, dtype=int)
-    if not len(scores) or not 0 < y.sum() < len(y):
-        return {}
-    return {"subjects2k_ap": M.verification_ap(scores, y), "subjects2k_auc": M.verification_auc(scores, y)}
-
-
-def subjects2k_metrics(encoder, ds, batch_size: int = 16, kind: str = "pooled"
-                       ) -> tuple[dict[str, float], np.ndarray]:
-    """``({subjects2k_ap, subjects2k_auc, n_pairs}, scores)``: AP (the paper's main metric) and
-    ROC-AUC of the reference-test cosine against the released ``binary_label`` (both metrics absent
-    when the pairs hold one class only); images streamed in batches."""
-    scores = []
-    for i in range(0, len(ds), batch_size):
-        rows = ds[i:i + batch_size]
-        scores.append(pair_scores(encoder, rows["reference_image"], rows["test_image"], batch_size, kind))
-    s = np.concatenate(scores) if scores else np.zeros(0)
-    return {"n_pairs": int(len(s)), **_binary_metrics(s, np.asarray(ds["binary_label"]))}, s
-
-
-def subjects2k_gpt_metrics(ds) -> dict[str, float]:
-    """Table 2a's MLLM* row on Subjects2k: the released ``gpt_score`` (Subjects200K's own GPT-4o
-    identity-preservation score, 0-5) ranked against ``binary_label``."""
-    s = np.asarray(ds["gpt_score"], dtype=float)
-    return {"n_pairs": int(len(s)), **_binary_metrics(s, np.asarray(ds["binary_label"]))}
-
-
-def _rank_metrics(scores: np.ndarray, ratings: np.ndarray) -> dict[str, float]:
-    ok = np.isfinite(scores) & np.isfinite(ratings)
-    if ok.sum() < 3:
-        return {}
-    rc = M.rank_correlations(scores[ok], ratings[ok])
-    return {"dreambench_spearman": rc["spearman"], "dreambench_kendall": rc["kendall"]}
-
-
-def dbpp_metrics(encoder, pairs: pd.DataFrame, batch_size: int = 16, kind: str = "pooled"
-                 ) -> tuple[dict[str, float], np.ndarray]:
-    """``({dreambench_spearman, dreambench_kendall, n_pairs, n_subjects}, scores)`` over
-    :func:`nearid_lib.nearid.dbpp.dbpp_mean_ratings` rows: rank correlations of the reference-image
-    cosine with the mean human rating (absent under 3 pairs)."""
-    s = pair_scores(encoder, pairs["reference"].tolist(), pairs["image"].tolist(), batch_size, kind)
-    res = {"n_pairs": int(len(s)), "n_subjects": int(pairs["subject"].nunique())}
-    return {**res, **_rank_metrics(s, pairs["rating"].to_numpy(dtype=float))}, s
-
-
-def dbpp_gpt_metrics(db: DreamBenchPP, pairs: pd.DataFrame) -> dict[str, float]:
-    """Table 2a's MLLM* row on DreamBench++: the release's own GPT-4o concept-preservation ratings
-    (``data_gpt_rating/concept_preservation_full``) against the mean human rating, on the pairs of
-    ``pairs`` that GPT rated (``n_pairs``; no metric when fewer than 3)."""
-    gpt = db.ratings[db.ratings["rater"] == "gpt"]
-    g = gpt.groupby(["method", "subject", "prompt_index"])["score"].mean()
-    key = pd.MultiIndex.from_frame(pairs[["method", "subject", "prompt_index"]])
-    s = g.reindex(key).to_numpy(dtype=float)
-    ok = np.isfinite(s)
-    res = {"n_pairs": int(ok.sum())}
-    return {**res, **_rank_metrics(s[ok], pairs["rating"].to_numpy(dtype=float)[ok])}
-
-
-def judge_pairs(judge, first: Sequence[Any], second: Sequence[Any], batch_size: int = 16
-                ) -> tuple[np.ndarray, pd.DataFrame]:
-    """An MLLM judge's 0-1 identity similarity of each pair (NaN where its answer cannot be read),
-    and the per-pair answers (``similarity``, ``status``, ``answer``)."""
-    from ..imageio import load_images
-
-    scores, status, raw = [], [], []
-    for i in range(0, len(first), batch_size):
-        res = judge.score_pairs(load_images(list(first[i:i + batch_size])),
-                                load_images(list(second[i:i + batch_size])))
-        scores += list(res.scores)
-        status += list(res.status)
-        raw += list(res.raw)
-    return np.asarray(scores, dtype=float), pd.DataFrame({"similarity": scores, "status": status, "answer": raw})
-
-
-def judge_metrics(judge, s2k=None, dbpp_pairs: pd.DataFrame | None = None, max_pairs: int | None = None,
-                  batch_size: int = 16) -> tuple[dict[str, float], pd.DataFrame]:
-    """Table 2a's open-judge row: the judge on the first ``max_pairs`` pairs of Subjects2k and of
-    the DreamBench++ mean-rating pairs; metrics on the pairs it answered (``coverage`` = answered
-    share over both benchmarks). Returns the metrics and the per-pair answers."""
-    res: dict[str, float] = {}
-    answers = []
-    n = lambda k: k if max_pairs is None else min(int(max_pairs), k)     # noqa: E731
-    if s2k is not None and len(s2k):
-        sub = s2k.select(range(n(len(s2k))))
-        s, per = judge_pairs(judge, sub["reference_image"], sub["test_image"], batch_size)
-        ok = np.isfinite(s)
-        res.update(_binary_metrics(s[ok], np.asarray(sub["binary_label"])[ok]))
-        res["n_subjects2k"] = int(len(sub))
-        answers.append(per.assign(benchmark="Subjects2k", pair=list(sub["pair_id"])))
-    if dbpp_pairs is not None and len(dbpp_pairs):
-        sub = dbpp_pairs.iloc[:n(len(dbpp_pairs))]
-        s, per = judge_pairs(judge, sub["reference"].tolist(), sub["image"].tolist(), batch_size)
-        res.update(_rank_metrics(s, sub["rating"].to_numpy(dtype=float)))
-        res["n_dreambench"] = int(len(sub))
-        answers.append(per.assign(benchmark="DreamBench++", pair=sub["image"].tolist()))
-    per = pd.concat(answers, ignore_index=True) if answers else pd.DataFrame()
-    res["n_pairs"] = int(len(per))
-    res["coverage"] = float(np.isfinite(per["similarity"].to_numpy(float)).mean()) if len(per) else float("nan")
-    return res, per
 
 
 # ----------------------------------------------------------------------------- frozen rows
