@@ -18,6 +18,7 @@ from nearid_lib.data.benchmarks import load_dreambenchpp
 from nearid_lib.data.schema import DataError
 from nearid_lib.dryrun.idsim import (DBPP_FIXTURE_METHODS, DBPP_FIXTURE_SUBJECTS, N_PROMPTS, write_dreambenchpp,
                                      write_subjects2k)
+from nearid_lib.idsim import public_bench as PB
 from nearid_lib.idsim import released as R
 from nearid_lib.imageio import load_images
 from nearid_lib.nearid.dbpp import dbpp_for_profile, dbpp_mean_ratings
@@ -290,7 +291,7 @@ def test_subjects2k_metrics_and_gpt_row_against_slow_references(in_mirror):
     assert g["subjects2k_ap"] == pytest.approx(_slow_ap(gs, y))
     assert g["subjects2k_auc"] == pytest.approx(_slow_auc(gs, y))
     # one class only: no metric rather than a NaN
-    assert "subjects2k_ap" not in R._binary_metrics(np.array([0.1, 0.2]), np.array([1, 1]))
+    assert "subjects2k_ap" not in PB._binary_metrics(np.array([0.1, 0.2]), np.array([1, 1]))
 
 
 def test_dbpp_metrics_and_gpt_row_against_slow_references(dbpp_root):
