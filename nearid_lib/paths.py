@@ -54,7 +54,7 @@ def data_dir(profile: str | None = None) -> Path:
 
 def downloads_dir() -> Path:
     """Datasets that no script can fetch from the hub (licence, other hosts), unpacked by hand in
-    their publishers' layouts (README, "paper profile"): ``$NEARID_DOWNLOADS`` or
+    their publishers' layouts (docs/paper-profile.md): ``$NEARID_DOWNLOADS`` or
     ``$NEARID_DATA/downloads``."""
     return _env_dir("NEARID_DOWNLOADS", data_dir() / "downloads")
 

@@ -180,11 +180,12 @@ def test_download_command_list_and_readme(capsys):
     cmds = [ln for ln in out if ln.startswith("huggingface-cli")]
     assert len(cmds) == len(hub.PAPER_REPOS)
     assert "huggingface-cli download Aleksandar/NearID --repo-type dataset --local-dir /mirror/Aleksandar/NearID" in cmds
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text() + (root / "docs" / "paper-profile.md").read_text()
     import re
 
     listed = set(re.findall(r"`([\w.-]+/[\w.-]+)`", readme))
     for org_name, alts in re.findall(r"`([\w.-]+/[\w.-]+-)\{([\w.,-]+)\}`", readme):   # NearID-{Flux,...}
         listed |= {org_name + a for a in alts.split(",")}
     missing = [r for r, _, _ in hub.PAPER_REPOS if r not in listed]
-    assert not missing, f"README's paper section does not list {missing}"
+    assert not missing, f"the paper-profile guide (docs/paper-profile.md) does not list {missing}"

@@ -249,7 +249,7 @@ def _method_dir(root: Path, method: str) -> Path:
 
 def load_dreambenchpp(root: str | os.PathLike, check_files: bool = True, gpt: bool = True) -> DreamBenchPP:
     """Read DreamBench++ from its publishers' layout (the release's repository root, where its own
-    scripts run; README "paper profile")::
+    scripts run; docs/paper-profile.md)::
 
         root/data/images/<category>/<NN>.jpg            reference images (animal, human, object, style)
         root/data/captions/<category>/<NN>.txt          line 1: subject name; then its 9 prompts

@@ -18,7 +18,7 @@ What the release does not carry is made here, deterministically, and recorded in
 - **Object masks** (FG-only evaluation, Table 7; role-aware masking): computed per view by a
   segmentation model (:class:`nearid_lib.data.masks.ObjectMasker`, CLIPSeg prompted with the
   identity's ``category_description``), cached with the dataset; the authors' own masks are not
-  published, so Table 7's foreground rows use ours (README, "paper profile").
+  published, so Table 7's foreground rows use ours (docs/paper-profile.md).
 - **Splits**: the authors' split files when the user has them (``world.split_dir`` holding
   ``val.json`` / ``test.json``: lists of row indices into the positives, the ``--findx`` format of
   their evaluation code); otherwise :func:`assign_splits`, a documented deterministic rule giving

@@ -163,7 +163,7 @@ def dbpp_for_profile(cfg: Profile, max_rows: int | None = None) -> tuple[Callabl
                + (" (the procedural stand-in is labelled apart)" if cfg.eval.dbpp_standin else ""))
         return None, why
     if not root.is_dir():
-        return None, (f"DreamBench++ not found at {root}: download it by hand (README, 'paper profile'): "
+        return None, (f"DreamBench++ not found at {root}: download it by hand (docs/paper-profile.md): "
                       f"{DOWNLOAD_STEPS}")
     try:
         db = load_dreambenchpp(root)
