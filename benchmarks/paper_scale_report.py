@@ -60,11 +60,11 @@ def _backbone(res):
         if r.get("oom"):
             L.append(f"| {r['width']} | {r['layers']} | {r['batch']} | out of memory | | | | |")
             continue
-        L.append(f"| {r['width']} | {r['layers']} | {r['batch']} | {r['gflop_per_img']:.1f} | {r['s_per_img']:.3f} | "
-                 f"{r['img_per_s']:.2f} | {r['achieved_tflops']:.4f} | {_f(r['peak_mem_gb'])} |")
-    L += ["", f"Full so400m: **{b['full_s_per_img']:.2f} s / image ({b['full_img_per_s']:.3f} img/s)**, {b['method']} "
-          f"(line: slope {b['fit']['s_per_gflop']:.4f} s/GFLOP, offset {b['fit']['s_offset']:.3f} s, "
-          f"{b['fit_full_s_per_img']:.2f} s / image at full size).", ""]
+        L.append(f"| {r['width']} | {r['layers']} | {r['batch']} | {r['gflop_per_img']:.1f} | {r['s_per_img']:.3g} | "
+                 f"{r['img_per_s']:.4g} | {r['achieved_tflops']:.4g} | {_f(r['peak_mem_gb'])} |")
+    L += ["", f"Full so400m: **{b['full_s_per_img']:.3g} s / image ({b['full_img_per_s']:.4g} img/s)**, {b['method']} "
+          f"(line: slope {b['fit']['s_per_gflop']:.3g} s/GFLOP, offset {b['fit']['s_offset']:.3g} s, "
+          f"{b['fit_full_s_per_img']:.3g} s / image at full size).", ""]
     return L
 
 

@@ -227,7 +227,7 @@ def real_tokens(n: int, workdir=None) -> dict:
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         data = FakeData(Path(tmp), n, 384)
         imgs = [data.image(r) for r in data.rels]
-        lite = load_backbone(get_profile("mini"))[0]
+        lite = load_backbone(get_profile("mini"), device="cpu")[0]   # the codec study runs on the CPU
         with torch.no_grad():
             out["efficientnet-lite0 blocks.4 (ImageNet weights)"] = lite(lite.preprocess.batch(imgs)).tokens.float()
         heads["efficientnet-lite0 blocks.4 (ImageNet weights)"] = {"num_heads": 8, "mlp_ratio": 2.0}
