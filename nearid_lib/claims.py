@@ -36,7 +36,7 @@ from .io_utils import write_csv
 
 __all__ = ["Evidence", "Statistic", "STATISTICS", "AtLeast", "AtMost", "Greater", "Within", "RatioAtLeast",
            "Precondition", "PaperRef", "ClaimSpec", "evaluate_claim", "evaluate_claims",
-           "paper_value", "VERDICTS", "claim", "write_claims"]
+           "paper_value", "VERDICTS", "claim", "write_claims", "with_earlier"]
 
 VERDICTS = ("holds", "does not hold", "inconclusive", "not testable")
 
@@ -392,6 +392,16 @@ def claim(claim: str, paper: str, ours: str, holds: bool, detail: str = "", prof
     must be computed from numbers by the caller (a comparison), never typed in."""
     return {"claim": claim, "paper": paper, "ours": ours, "holds": bool(holds),
             "verdict": "holds" if holds else "does not hold", "detail": detail, "profile": profile}
+
+
+def with_earlier(row: dict, earlier: Sequence[tuple[str, str, str]], why: str) -> dict:
+    """``row`` with the verdicts of the claim's earlier criteria kept beside the current one.
+
+    ``earlier``: ``(label, criterion, verdict)`` per earlier criterion, each judged on this run's
+    numbers; ``why``: the reason for the revision, from the paper's text. A criterion changed after
+    a result was seen never hides the verdict of the one declared first."""
+    text = "; ".join(f"{label}: {crit} -> {verdict}" for label, crit, verdict in earlier)
+    return {**row, "earlier_verdicts": text, "revision": why}
 
 
 def write_claims(rows: list[dict] | pd.DataFrame, figures: Path, name: str) -> Path:

@@ -217,8 +217,13 @@ def render_report(figures: Path, specs: list[TableSpec] | None = None, title: st
         counts = frame["verdict"].value_counts()
         out += ["Summary: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in
                                         ("holds", "does not hold", "inconclusive", "not testable")) + ".", ""]
-        cols = [c for c in ("claim", "paper", "ours", "verdict", "criterion", "detail", "profile", "source")
-                if c in frame]
+        if "earlier_verdicts" in frame:
+            revised = frame["earlier_verdicts"].fillna("").astype(str).str.len() > 0
+            out += [f"{int(revised.sum())} claim(s) had their criterion revised after a result was seen: "
+                    "the verdict of every earlier criterion, judged on this run's numbers, stays beside "
+                    "the current one (column `earlier_verdicts`, reason in `revision`).", ""]
+        cols = [c for c in ("claim", "paper", "ours", "verdict", "earlier_verdicts", "criterion", "detail",
+                            "revision", "profile", "source") if c in frame]
         out += [render_markdown_table(frame[cols]), ""]
 
     with_ours = [s for s in specs if s.ours]

@@ -57,8 +57,9 @@ print(data.manifest.get("counts"), "| training sources:", data.train_sources, "|
 # Training reads the train split of the training sources and MTG, in both variants (role-aware foreground
 # masking); evaluation reads val/test of every source, full and foreground-only. Built once, reused by
 # notebooks 04-11. The missing caches are built in `NEARID_WORKERS` processes (the Makefile sets 2).
-# `paper` (`train.token_store = "int8"`): training grids go to the int8 sharded store instead, filled
-# lazily by the trainings themselves (each grid encoded once, by the rank that first needs it).
+# `paper` (`train.token_store = "int8"`): every token grid lives in one int8 sharded store. This cell
+# fills its val/test grids (the group caches keep only the frozen pooled outputs); the training grids are
+# filled lazily by the trainings themselves (each grid encoded once, by the process that first needs it).
 
 # %%
 t0 = time.time()

@@ -93,7 +93,9 @@ def _pq(aps_by_enc_method, n=24, sd=0.02, seed=0):
                          for (e, m), v in aps_by_enc_method.items() for i in range(n)])
 
 
-def test_claims_drift_order_on_new_context_general_encoder_and_copy_paste_vs_oracle():
+def test_claims_v3_with_the_earlier_criteria_verdicts_beside():
+    import re
+
     import pandas as pd
 
     from nearid_lib.fpr.claims import retrieval_claims
@@ -110,20 +112,32 @@ def test_claims_drift_order_on_new_context_general_encoder_and_copy_paste_vs_ora
                        _pq({("nearid", "x"): 0.61}, seed=3).assign(background="removed")])
     c = retrieval_claims(main, agreement, [], "mini", per_query, oracle_pq=oracle_pq, bg_pq=bg_pq, n_boot=300)
     v = dict(zip(c.claim.str[:2], c.verdict))
-    # 1: on the 'new'-context methods similarity is in drift order too (rho 1 = 1) but barely spreads;
-    #    drift_high's reference background (sim 0.99) is not part of the test
-    assert v["1."] == "holds" and "efficientnet-lite0" in c.ours[0]
-    # 2: 0.60 / 0.62 = 0.97 >= 0.9 relative to the oracle, with a tight interval
-    assert v["2."] == "holds" and "; ratio 0.9" in c.ours[1]
+    # 1 (v3, all methods): drift_high keeps the reference's background (sim 0.99), so similarity's order
+    #    is far from the drift order while mAP's is nearly exact, and mAP spreads more: holds. v2 (context
+    #    'new' only: rho 1 = 1, >=) and v1 (nearid, all methods) are judged beside it.
+    assert v["1."] == "holds" and "efficientnet-lite0, all methods" in c.ours[0]
+    assert "v1: nearid, all methods" in c.earlier_verdicts[0] and c.earlier_verdicts[0].count("-> holds") == 2
+    assert "Fig. 3" in c.revision[0]
+    # 2 (v3): copy-paste mAP 0.60 is not almost perfect (>= 0.9): does not hold; v2's ratio to the
+    #    oracle (0.60 / 0.62 = 0.97) held, v1's point value did not; both stay visible
+    assert v["2."] == "does not hold" and c.criterion[1] == "specialised.copy_paste.map >= 0.900"
+    assert re.match(r"v1: copy-paste mAP >= 0.9 as a point value \(0\.(59|60)\d\) -> does not hold; v2 \(1dc7a21\)",
+                    c.earlier_verdicts[1]) and c.earlier_verdicts[1].endswith("-> holds")
     # 3: identical per-subject agreement: the paired difference is exactly 0, not > 0
     assert v["3."] == "does not hold"
     # 4: +0.01 with tight intervals: within 0.05
     assert v["4."] == "holds"
-    # without an oracle the copy-paste claim has no evidence: not testable, never a silent pass
+    # without an oracle claim 2 is still judged (v3 needs none); v2 had no evidence: not testable
     c = retrieval_claims(main, agreement, [], "mini", per_query, bg_pq=bg_pq, n_boot=100)
-    assert c.verdict[1] == "not testable"
-    # a general encoder whose mAP does not follow drift on the new-context methods fails claim 1
-    bad = dict(gen, drift_low=(0.20, 0.79))
+    assert c.verdict[1] == "does not hold" and c.earlier_verdicts[1].endswith("-> not testable")
+    # an almost perfect copy-paste holds
+    c = retrieval_claims(main, agreement, [], "mini", _pq({("nearid", "copy_paste"): 0.97}, sd=0.01), n_boot=100)
+    assert c.verdict[1] == "holds"
+    # a general encoder whose mAP runs against the drift fails claim 1 (v3 and v2), whatever nearid does
+    bad = {"copy_paste": (0.10, 0.95), "faithful": (0.12, 0.80), "drift_low": (0.30, 0.79),
+           "drift_mid": (0.50, 0.78), "drift_high": (0.60, 0.99)}
     c = retrieval_claims(_main({"efficientnet-lite0": bad, "nearid": gen}), agreement, [], "mini", per_query,
                          oracle_pq=oracle_pq, n_boot=100)
     assert c.verdict[0] == "does not hold"
+    assert "v1: nearid" in c.earlier_verdicts[0] and "(1dc7a21)" in c.earlier_verdicts[0]
+    assert c.earlier_verdicts[0].endswith("-> does not hold")

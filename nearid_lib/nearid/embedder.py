@@ -12,6 +12,13 @@ object mask)::
     emb = Embedder(enc, data, head=my_map_head, profile="mini") # backbone tokens -> trained head
     emb = Embedder(load_encoder("nearid", checkpoint=ckpt)[0], data, profile="mini")  # same, from a ckpt
     e = emb.embed(relpaths, variant="full")                     # [n, E], L2-normalised
+
+Where tokens live follows the profile's ``train.token_store``: ``"cache"`` (smoke, mini) keeps
+them in each group's float16 :class:`TokenCache`; a codec (``"int8"`` in paper) reads and fills
+the sharded store that training fills (:func:`~nearid_lib.nearid.stream.open_train_store`: one
+store per backbone, dataset and codec, each grid encoded once whichever job needs it first), and
+the group caches keep only the pooled outputs. Embeddings from a store grid are the head on the
+decoded grid, whether it was read or just computed.
 """
 from __future__ import annotations
 
@@ -101,11 +108,13 @@ class Embedder:
         store_tokens: keep the tokens in the cache (default: when the backbone has tokens; the
             cache key includes it, so keep it the same everywhere to share caches).
         cache_root: explicit cache folder (tests).
+        token_store: ``"cache"`` or a codec of the sharded store (``"int8"``...); default: the
+            profile's ``train.token_store`` (``"cache"`` without a profile).
     """
 
     def __init__(self, encoder, data: NearIDData, head=None, profile: str | None = None, use_cache: bool = True,
                  store_tokens: bool | None = None, batch_size: int = 64, cache_root=None,
-                 progress: bool = True, head_batch: int = 512):
+                 progress: bool = True, head_batch: int = 512, token_store: str | None = None):
         self.encoder = encoder
         self.backbone = getattr(encoder, "backbone", encoder)
         if head is None and hasattr(encoder, "head") and hasattr(encoder, "backbone"):
@@ -117,6 +126,8 @@ class Embedder:
         self.store_tokens = has_tokens if store_tokens is None else bool(store_tokens)
         if head is not None and not self.store_tokens:
             raise ValueError("a head needs the backbone's tokens: store_tokens must be True")
+        self.token_store = _profile_token_store(profile) if token_store is None else str(token_store)
+        self._stream = None                                 # StreamFeatures over the shared store
         self._caches: dict[tuple[str, str], Any] = {}      # (variant, group) -> TokenCache
         self._index: dict[str, dict[str, tuple[str, int]]] = {}   # variant -> relpath -> (group, row)
         self._owner: dict[str, tuple[str, str]] | None = None     # relpath -> (group, mask)
@@ -138,7 +149,7 @@ class Embedder:
             rels, masks = group_items(self.data, group)
             c = TokenCache.build_or_load(self.backbone, rels, masks=masks, variant=variant, data=self.data,
                                          profile=self.profile, cache_root=self.cache_root,
-                                         batch_size=self.batch_size, store_tokens=self.store_tokens,
+                                         batch_size=self.batch_size, store_tokens=self._cached_tokens,
                                          progress=self.progress)
             self._caches[key] = c
             idx = self._index.setdefault(variant, {})
@@ -146,9 +157,14 @@ class Embedder:
                 idx.setdefault(r, (group, row))
         return self._caches[key]
 
+    @property
+    def _cached_tokens(self) -> bool:
+        """Whether the group caches hold tokens (not when they live in the sharded store)."""
+        return self.store_tokens and self.token_store == "cache"
+
     def _cache_kw(self) -> dict[str, Any]:
         return dict(profile=self.profile, cache_root=self.cache_root, batch_size=self.batch_size,
-                    store_tokens=self.store_tokens)
+                    store_tokens=self._cached_tokens, token_store="cache")
 
     def complete(self, group: str, variant: str = "full") -> bool:
         """Whether the cache of ``group`` / ``variant`` is built (on disk or loaded)."""
@@ -157,6 +173,7 @@ class Embedder:
         rels, masks = group_items(self.data, group)
         kw = self._cache_kw()
         kw.pop("batch_size")
+        kw.pop("token_store")
         return TokenCache.complete(self.backbone, rels, masks=masks, variant=variant, data=self.data, **kw)
 
     def build(self, groups: Iterable[str] | None = None, variants: Sequence[str] = ("full",),
@@ -166,9 +183,17 @@ class Embedder:
         ``workers`` (default ``NEARID_WORKERS``, or 1; tiny backbones: 1 unless given): build the
         missing caches in that many spawned processes, largest first, each with this process's
         torch thread count. A cache's bytes do not depend on which process builds it (one image
-        list, the same batches), so results are the same as a serial build."""
+        list, the same batches), so results are the same as a serial build. With a sharded token
+        store, the store gets every grid of ``groups`` x ``variants`` it lacks (in this process,
+        resumable) and the group caches only the pooled outputs."""
         groups = list(image_groups(self.data) if groups is None else groups)
         pairs = [(v, g) for v in variants for g in groups]
+        if self.use_cache and self.store_tokens and self.token_store != "cache":
+            items: dict[str, str] = {}
+            for g in groups:
+                for r, m in zip(*group_items(self.data, g)):
+                    items.setdefault(r, m)
+            self.stream().prefill(items.items(), variants=variants, progress=self.progress)
         if workers is None:
             workers = 1 if getattr(self.backbone, "tiny", False) else int(os.environ.get("NEARID_WORKERS", "1"))
         if workers > 1 and self.use_cache:
@@ -205,8 +230,37 @@ class Embedder:
 
     # -- features
     def tokens(self, relpaths: Sequence[str], variant: str = "full") -> torch.Tensor:
-        """Backbone tokens [n, N, D] (float32) of ``relpaths`` (from the caches)."""
+        """Backbone tokens [n, N, D] (float32, CPU) of ``relpaths`` (from the caches or the store)."""
+        if self.token_store != "cache":
+            return self._store_tokens(list(relpaths), variant).float().cpu()
         return self._gather(relpaths, variant, "tokens")
+
+    def stream(self):
+        """The :class:`~nearid_lib.nearid.stream.StreamFeatures` over the sharded token store that
+        training fills (same folder: backbone, dataset and codec); this process writes its own shards."""
+        if self._stream is None:
+            from ..paths import cache_dir
+            from .stream import StreamFeatures, open_train_store
+
+            store = open_train_store(self.backbone, self.data, self.cache_root or cache_dir(self.profile),
+                                     dtype=self.token_store)
+            cuda = getattr(self.backbone, "device", torch.device("cpu")).type == "cuda"
+            self._stream = StreamFeatures(self.backbone, self.data, store=store, batch_size=self.batch_size,
+                                          amp_dtype=torch.bfloat16 if cuda else None)
+        return self._stream
+
+    def _store_tokens(self, relpaths: list[str], variant: str) -> torch.Tensor:
+        if not self.store_tokens:
+            raise ValueError("this Embedder was made with store_tokens=False: it reads no tokens")
+        own = self._owners()
+        missing = [r for r in relpaths if r not in own]
+        if missing:
+            raise KeyError(f"{missing[0]!r} is not an image of the dataset at {self.data.root}")
+        masks = [own[r][1] for r in relpaths]
+        fg = np.full(len(relpaths), variant == "fg")
+        if variant not in ("full", "fg"):
+            raise ValueError(f"the token store holds the variants full and fg, not {variant!r}")
+        return self.stream().tokens(relpaths, masks, fg, np.random.default_rng(0))
 
     def pooled(self, relpaths: Sequence[str], variant: str = "full") -> torch.Tensor:
         """The backbone's own pooled outputs [n, E] (not normalised)."""
@@ -243,7 +297,8 @@ class Embedder:
         outs = []
         try:
             for i in range(0, len(relpaths), self.head_batch):
-                tok = self.tokens(relpaths[i:i + self.head_batch], variant)
+                part = relpaths[i:i + self.head_batch]
+                tok = self._store_tokens(part, variant) if self.token_store != "cache" else self.tokens(part, variant)
                 outs.append(self.head(tok.to(device=p.device, dtype=p.dtype)).float().cpu())
         finally:
             self.head.train(was)
@@ -275,6 +330,13 @@ class Embedder:
         if not outs:
             return torch.zeros(0, self.backbone.embed_dim if self.head is None else self.head.out_dim)
         return F.normalize(torch.cat(outs), dim=-1)
+
+
+def _profile_token_store(profile: str | None) -> str:
+    """``train.token_store`` of ``profile`` (with ``NEARID_SET``), ``"cache"`` without one."""
+    from ..config import PROFILES, get_profile
+
+    return get_profile(profile).train.token_store if profile in PROFILES else "cache"
 
 
 def _cache_in_worker(backbone, root: str, group: str, variant: str, kw: dict[str, Any], threads: int) -> str:

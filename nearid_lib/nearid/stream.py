@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
+import socket
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
@@ -44,7 +46,8 @@ if TYPE_CHECKING:
     from ..config import Profile
     from ..data import NearIDData
 
-__all__ = ["StreamFeatures", "open_train_store", "store_dir", "train_items", "eval_items", "autocast_for"]
+__all__ = ["StreamFeatures", "open_train_store", "store_dir", "train_items", "eval_items", "autocast_for",
+           "process_writer"]
 
 VARIANTS = ("full", "fg")
 
@@ -226,10 +229,19 @@ def store_dir(backbone, data, cache_root: str | Path, dtype: str = "int8") -> Pa
     return Path(cache_root) / "shards" / f"{name}-{dtype}-{h}"
 
 
-def open_train_store(backbone, data, cache_root: str | Path, dtype: str = "int8", writer: str = "rank0",
+def process_writer(prefix: str = "rank0") -> str:
+    """A shard-writer name no other live process uses: ``<prefix>-<host>-p<pid>``. Processes that
+    share a store (the ranks of one training, the sweep's workers, an evaluation beside them) each
+    append to their own shards; a writer's shards are never appended to by another process."""
+    return f"{prefix}-{socket.gethostname()}-p{os.getpid()}"
+
+
+def open_train_store(backbone, data, cache_root: str | Path, dtype: str = "int8", writer: str | None = None,
                      max_gb: float | None = None, shard_records: int = 1024) -> ShardedTokenStore:
-    """The writable store of (backbone, dataset, dtype) under ``cache_root`` (created on first use)."""
+    """The writable store of (backbone, dataset, dtype) under ``cache_root`` (created on first use),
+    shared by training and evaluation; ``writer`` defaults to :func:`process_writer`."""
     bb = getattr(backbone, "backbone", backbone)
+    writer = process_writer() if writer is None else writer
     root = store_dir(bb, data, cache_root, dtype)
     return ShardedTokenStore(root, bb.n_tokens, bb.token_dim, dtype, key=root.name, writer=writer,
                              shard_records=shard_records,

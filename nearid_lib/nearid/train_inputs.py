@@ -72,7 +72,7 @@ class TrainFeatures:
         self.cfg, self.data = cfg, data
         self.backbone = getattr(encoder, "backbone", encoder)
         self.emb = Embedder(self.backbone, data, profile=profile, cache_root=cache_root, progress=progress,
-                            batch_size=cfg.backbone.batch_size, store_tokens=True)
+                            batch_size=cfg.backbone.batch_size, store_tokens=True, token_store="cache")
         if cfg.train.use_cache:
             self.emb.build(train_groups(data, cfg), variants=("full", "fg"))
 
@@ -100,16 +100,18 @@ class TrainFeatures:
 def train_features(cfg: Profile, data: NearIDData, backbone, rank: int = 0, cache_root=None, progress: bool = False):
     """Training's token source: the float16 :class:`TrainFeatures` cache (``train.token_store =
     "cache"``, or ``use_cache=False``: streaming), or the lazily filled int8/fp8
-    :class:`~nearid_lib.nearid.stream.StreamFeatures` store, in which each rank writes its own shards
-    (``writer = rank<k>``) of the grids its batches ask for and reads the others'."""
+    :class:`~nearid_lib.nearid.stream.StreamFeatures` store, in which each process writes its own
+    shards (``rank<k>-<host>-p<pid>``: the sweep's workers are all rank 0) of the grids its batches
+    ask for and reads the others'. Evaluation (:class:`~nearid_lib.nearid.embedder.Embedder`) reads
+    and fills the same store."""
     tc = cfg.train
     if not tc.use_cache or tc.token_store == "cache":
         return TrainFeatures(backbone, data, cfg, cfg.name, cache_root=cache_root, progress=progress)
     from ..paths import cache_dir
-    from .stream import StreamFeatures, open_train_store
+    from .stream import StreamFeatures, open_train_store, process_writer
 
     store = open_train_store(backbone, data, cache_root or cache_dir(cfg.name), dtype=tc.token_store,
-                             writer=f"rank{rank}")
+                             writer=process_writer(f"rank{rank}"))
     cuda = getattr(backbone, "device", torch.device("cpu")).type == "cuda"
     return StreamFeatures(backbone, data, store=store, batch_size=cfg.backbone.batch_size,
                           amp_dtype=torch.bfloat16 if cuda else None)
