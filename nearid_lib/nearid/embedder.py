@@ -252,14 +252,14 @@ class Embedder:
     def _store_tokens(self, relpaths: list[str], variant: str) -> torch.Tensor:
         if not self.store_tokens:
             raise ValueError("this Embedder was made with store_tokens=False: it reads no tokens")
+        if variant not in ("full", "fg"):
+            raise ValueError(f"the token store holds the variants full and fg, not {variant!r}")
         own = self._owners()
         missing = [r for r in relpaths if r not in own]
         if missing:
             raise KeyError(f"{missing[0]!r} is not an image of the dataset at {self.data.root}")
         masks = [own[r][1] for r in relpaths]
         fg = np.full(len(relpaths), variant == "fg")
-        if variant not in ("full", "fg"):
-            raise ValueError(f"the token store holds the variants full and fg, not {variant!r}")
         return self.stream().tokens(relpaths, masks, fg, np.random.default_rng(0))
 
     def pooled(self, relpaths: Sequence[str], variant: str = "full") -> torch.Tensor:
