@@ -1,5 +1,5 @@
-"""The README's python examples run as written (one session, in order) in a fresh clone: the
-data, caches and outputs go to temporary folders, the profile is the README's own (``smoke``)."""
+"""The README's python examples, then docs/library.md's, run as written (one session, in order) in a
+fresh clone: the data, caches and outputs go to temporary folders, the profile is the README's own (``smoke``)."""
 from __future__ import annotations
 
 import os
@@ -13,8 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def readme_python_blocks() -> list[str]:
-    """Every fenced ```python block of README.md, in order."""
-    return re.findall(r"^```python\n(.*?)^```", (ROOT / "README.md").read_text(), flags=re.S | re.M)
+    """Every fenced ```python block of README.md, then of docs/library.md (it continues the session)."""
+    return [b for f in ("README.md", "docs/library.md")
+            for b in re.findall(r"^```python\n(.*?)^```", (ROOT / f).read_text(), flags=re.S | re.M)]
 
 
 def test_readme_has_the_score_example_first():
