@@ -14,3 +14,15 @@ def smoke_world(tmp_path_factory):
     root = build_world(get_profile("smoke"), root=tmp_path_factory.mktemp("smoke") / "nearid",
                        progress=False)
     return load_nearid(root)
+
+
+@pytest.fixture
+def fresh_clone(tmp_path, monkeypatch):
+    """A fresh clone's output folders in ``tmp_path`` (data, cache, build, figures through the
+    ``NEARID_*`` variables), no ``NEARID_SET`` overrides, cwd = ``tmp_path``; returns ``tmp_path``."""
+    for var, sub in (("NEARID_DATA", "data"), ("NEARID_CACHE", "cache"), ("NEARID_OUT", "build"),
+                     ("NEARID_FIGURES", "figures")):
+        monkeypatch.setenv(var, str(tmp_path / sub))
+    monkeypatch.delenv("NEARID_SET", raising=False)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path

@@ -17,16 +17,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def fresh(tmp_path, monkeypatch, smoke_world):
+def fresh(fresh_clone, tmp_path, monkeypatch, smoke_world):
     """A fresh clone's folders in tmp, with the session's smoke world as data/smoke/nearid."""
     (tmp_path / "data" / "smoke").mkdir(parents=True)
     os.symlink(smoke_world.root, tmp_path / "data" / "smoke" / "nearid")
-    for var, sub in (("NEARID_DATA", "data"), ("NEARID_CACHE", "cache"), ("NEARID_OUT", "build"),
-                     ("NEARID_FIGURES", "figures")):
-        monkeypatch.setenv(var, str(tmp_path / sub))
-    monkeypatch.delenv("NEARID_SET", raising=False)
     monkeypatch.setenv("NEARID_THREADS", "1")
-    monkeypatch.chdir(tmp_path)
     return tmp_path
 
 

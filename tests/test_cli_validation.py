@@ -22,13 +22,8 @@ ENC = "import numpy as np\ndef embed(images):\n    return np.ones((len(images), 
 
 
 @pytest.fixture
-def clone(tmp_path, monkeypatch):
+def clone(fresh_clone, tmp_path, monkeypatch):
     """Empty data/cache/build folders of a fresh clone in tmp, cwd = tmp, with user encoders in it."""
-    for var, sub in (("NEARID_DATA", "data"), ("NEARID_CACHE", "cache"), ("NEARID_OUT", "build"),
-                     ("NEARID_FIGURES", "figures")):
-        monkeypatch.setenv(var, str(tmp_path / sub))
-    monkeypatch.delenv("NEARID_SET", raising=False)
-    monkeypatch.chdir(tmp_path)
     (tmp_path / "enc_file.py").write_text(ENC)
     (tmp_path / "enc_pkg").mkdir()
     (tmp_path / "enc_pkg" / "__init__.py").write_text("")

@@ -25,18 +25,13 @@ def test_readme_has_the_score_example_first():
     assert len(lines) <= 12, f"the score_encoder example should stay about 10 lines, has {len(lines)}"
 
 
-def test_readme_python_examples_run(smoke_world, tmp_path, monkeypatch):
+def test_readme_python_examples_run(smoke_world, fresh_clone, tmp_path, monkeypatch):
     matplotlib.use("Agg")
     # a fresh clone's layout in temporary folders; the session's smoke world stands in for the one
     # score_encoder would build (same profile, same seed: build_world returns it untouched)
     data = tmp_path / "data"
     (data / "smoke").mkdir(parents=True)
     os.symlink(smoke_world.root, data / "smoke" / "nearid")
-    for var, sub in (("NEARID_DATA", "data"), ("NEARID_CACHE", "cache"), ("NEARID_OUT", "build"),
-                     ("NEARID_FIGURES", "figures")):
-        monkeypatch.setenv(var, str(tmp_path / sub))
-    monkeypatch.delenv("NEARID_SET", raising=False)
-    monkeypatch.chdir(tmp_path)
     ns: dict = {"__name__": "__readme__"}
     for i, block in enumerate(readme_python_blocks()):
         try:

@@ -17,14 +17,9 @@ from nearid_lib.sim import SimilarityInputError
 
 
 @pytest.fixture
-def env(tmp_path, monkeypatch):
-    for var, sub in (("NEARID_DATA", "data"), ("NEARID_CACHE", "cache"), ("NEARID_OUT", "build"),
-                     ("NEARID_FIGURES", "figures")):
-        monkeypatch.setenv(var, str(tmp_path / sub))
-    monkeypatch.delenv("NEARID_SET", raising=False)
+def env(fresh_clone, tmp_path, monkeypatch):
     monkeypatch.delenv("NEARID_HUB_DIR", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.chdir(tmp_path)
     rng = np.random.default_rng(0)
     for side in ("A", "B"):
         (tmp_path / side).mkdir()
