@@ -263,8 +263,10 @@ if WORLD:
 # %% [markdown]
 # ## Training ablations (Table 3, Supp. Tables 5-9)
 # Every row is trained with the baseline recipe changed in one place, for `idsim.n_seeds` seeds, and
-# scored on the validation sets of Supp. B.1 built from the val split (real-instance triplets,
-# identity pairs with context edits and near-identity distractors) with the joint CLS+patch
+# scored on the validation sets of Supp. B.1 built from the val split (real-instance triplets;
+# Identity Validation pairs that are all edits of one base image, view 1: identity-preserving edits -
+# photometric, flip, crop, context - as positives, its near-identity distractors inpainted into
+# view 1 as negatives, `nearid_lib/idsim/validation.py`) with the joint CLS+patch
 # embedding; intervals: percentile bootstrap over validation identities. Table 3's "All datasets"
 # rows use wrong S1 instance labels (`nearid_lib.idsim.ablations.ALL_DATASETS_LABEL_NOISE`), the
 # mini analogue of the unfiltered pool; "no balancing" is the raw pool's skew (Supp. Table 2).
