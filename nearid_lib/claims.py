@@ -20,8 +20,12 @@ one of four verdicts:
 * ``holds``         - the interval lies on the claim's side of the criterion;
 * ``does not hold`` - the interval lies on the other side;
 * ``inconclusive``  - the interval straddles the criterion;
-* ``not testable``  - a declared precondition fails (e.g. "both sides far from the paper's regime")
-  or the profile has no evidence for it.
+* ``not testable``  - a declared precondition fails (e.g. "both sides far from the paper's regime"),
+  every side of a comparison sits at the metric's floor or ceiling (:func:`at_bound`), or the
+  profile has no evidence for it.
+
+A quantity whose estimate lies below its metric's chance level (PA 1/2, a correlation 0, a
+triplet accuracy 1/2; :attr:`Evidence.chance_level`) is flagged in the row's ``flags`` column.
 """
 from __future__ import annotations
 
@@ -37,7 +41,8 @@ from .io_utils import write_csv
 
 __all__ = ["Evidence", "Statistic", "STATISTICS", "AtLeast", "AtMost", "Greater", "Within", "RatioAtLeast",
            "Precondition", "PaperRef", "ClaimSpec", "evaluate_claim", "evaluate_claims",
-           "paper_value", "VERDICTS", "claim", "write_claims", "with_earlier"]
+           "paper_value", "VERDICTS", "claim", "write_claims", "with_earlier", "at_bound", "below_chance",
+           "FLOOR_TOL"]
 
 VERDICTS = ("holds", "does not hold", "inconclusive", "not testable")
 
@@ -54,6 +59,8 @@ class Statistic:
     moments: Callable[[pd.DataFrame], np.ndarray]
     value: Callable[[np.ndarray], np.ndarray]
     percent: bool = False         # shown x100 with a % sign
+    bounds: tuple[float, float] | None = None   # the metric's floor and ceiling (None: unbounded)
+    chance: float | None = None   # the value of random scores (None: depends on the benchmark)
 
 
 def _ratio(num: str, den: str | None = None) -> Statistic:
@@ -99,12 +106,17 @@ def _fisher_pearson(pairs: Sequence[tuple[str, str]]) -> Statistic:
 
 STATISTICS: dict[str, Statistic] = {
     # rows = (identity, source) trials of NearID-bench: success 0/1 (NaN: no trial), wins, trials
-    "ssr": replace(_ratio("success"), percent=True),
-    "pa": replace(_ratio("wins", "trials"), percent=True),
+    # (SSR's chance depends on the number of distractors; PA is a pairwise accuracy: chance 1/2)
+    "ssr": replace(_ratio("success"), percent=True, bounds=(0.0, 1.0)),
+    "pa": replace(_ratio("wins", "trials"), percent=True, bounds=(0.0, 1.0), chance=0.5),
     # rows = MTG pairs: the four similarities and the two oracles (metrics.mtg_metrics)
-    "mtg_mo": _fisher_pearson(_MTG_PAIRS),
-    "mtg_mopair": _fisher_pearson(_MTG_PAIRS[:2]),
+    "mtg_mo": replace(_fisher_pearson(_MTG_PAIRS), bounds=(-1.0, 1.0), chance=0.0),
+    "mtg_mopair": replace(_fisher_pearson(_MTG_PAIRS[:2]), bounds=(-1.0, 1.0), chance=0.0),
 }
+
+# A comparison whose every side lies within this share of the metric's range of the same bound is
+# at the floor (or ceiling) of the metric: nothing it decides is evidence (e.g. SSR 0.0% vs 1.2%).
+FLOOR_TOL = 0.02
 
 
 def statistic(name: str) -> Statistic:
@@ -126,6 +138,8 @@ class Evidence:
     stat: str
     table: pd.DataFrame
     label: str = ""
+    chance: float | None = None                  # None: the statistic's own (``Statistic.chance``)
+    bounds: tuple[float, float] | None = None    # None: the statistic's own (``Statistic.bounds``)
 
     def __post_init__(self):
         st = statistic(self.stat)
@@ -160,6 +174,34 @@ class Evidence:
     def point(self) -> float:
         """The estimate: the statistic averaged over seeds."""
         return float(np.nanmean(self.per_seed()))
+
+    @property
+    def chance_level(self) -> float | None:
+        """The value random scores get on this quantity, where it is known."""
+        return self.chance if self.chance is not None else statistic(self.stat).chance
+
+    @property
+    def range(self) -> tuple[float, float] | None:
+        """The metric's (floor, ceiling), where it is bounded."""
+        return self.bounds if self.bounds is not None else statistic(self.stat).bounds
+
+
+def at_bound(evs: Sequence[Evidence], points: Sequence[float], tol: float = FLOOR_TOL) -> str | None:
+    """``"floor"`` / ``"ceiling"`` when every one of two or more quantities sits within ``tol`` of
+    its metric's range from the same bound (a comparison that cannot move), else None."""
+    if len(evs) < 2 or any(e.range is None for e in evs):
+        return None
+    for name, side in (("floor", 0), ("ceiling", 1)):
+        if all(abs(p - e.range[side]) <= tol * (e.range[1] - e.range[0]) for e, p in zip(evs, points)):
+            return name
+    return None
+
+
+def below_chance(qs: Sequence[str], evs: Sequence[Evidence], points: Sequence[float], fmt) -> str:
+    """A flag naming every quantity whose estimate is below its chance level ("" when none)."""
+    low = [f"{q} = {fmt(p)} < chance {fmt(e.chance_level)}" for q, e, p in zip(qs, evs, points)
+           if e.chance_level is not None and np.isfinite(p) and p < e.chance_level]
+    return ("below chance: " + "; ".join(low)) if low else ""
 
 
 def _units(e: Evidence) -> tuple[str, ...]:
@@ -250,6 +292,12 @@ def evaluate_claim(spec: ClaimSpec, evidence: Mapping[str, Evidence], rng: np.ra
                     "verdict": "not testable",
                     "detail": f"precondition {pre.q} {pre.op} {fmt(pre.threshold)} fails ({got})"
                               + (f": {pre.why}" if pre.why else "")}
+    flags = below_chance(qs, evs, [points[q] for q in qs], fmt)
+    row["flags"] = flags
+    bound = at_bound(evs, [points[q] for q in qs])
+    if bound:
+        return {**row, "ours": ", ".join(f"{q} = {fmt(points[q])}" for q in qs), "verdict": "not testable",
+                "detail": f"every side sits at the metric's {bound}: the comparison cannot move"}
     reps = _replicates(evs, rng, n_boot)
     lo_q, hi_q = 100 * (1 - ci) / 2, 100 * (1 + ci) / 2
     if len(qs) == 1:

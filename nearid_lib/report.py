@@ -206,7 +206,9 @@ def render_report(figures: Path, specs: list[TableSpec] | None = None, title: st
                 "spread is shown). Verdicts: **holds** (the interval lies on the claim's side), **does not "
                 "hold** (it lies on the other side), **inconclusive** (it straddles the criterion), **not "
                 "testable** (a declared precondition fails in this profile, e.g. both sides far from the "
-                "paper's regime, or there is no evidence).", ""]
+                "paper's regime; every side of a comparison sits at the metric's floor or ceiling, within "
+                "2% of its range; or there is no evidence). A quantity below its metric's chance level "
+                "(PA 50%, a correlation 0, a triplet accuracy 50%) is named in the column `flags`.", ""]
         frame = pd.concat([pd.read_csv(c).assign(source=f"tables/{c.name}") for c in claims],
                           ignore_index=True)
         if "verdict" not in frame and "holds" in frame:
@@ -222,7 +224,11 @@ def render_report(figures: Path, specs: list[TableSpec] | None = None, title: st
             out += [f"{int(revised.sum())} claim(s) had their criterion revised after a result was seen: "
                     "the verdict of every earlier criterion, judged on this run's numbers, stays beside "
                     "the current one (column `earlier_verdicts`, reason in `revision`).", ""]
-        cols = [c for c in ("claim", "paper", "ours", "verdict", "earlier_verdicts", "criterion", "detail",
+        if "flags" in frame:
+            flagged = frame["flags"].fillna("").astype(str).str.len() > 0
+            out += [f"{int(flagged.sum())} claim(s) compare a quantity that lies below its metric's chance "
+                    "level (column `flags`): such a number measures what the benchmark rewards, not identity.", ""]
+        cols = [c for c in ("claim", "paper", "ours", "verdict", "flags", "earlier_verdicts", "criterion", "detail",
                             "revision", "profile", "source") if c in frame]
         out += [render_markdown_table(frame[cols]), ""]
 

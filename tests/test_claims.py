@@ -171,3 +171,43 @@ def test_ratio_at_least_is_paired_and_decided_on_its_interval():
     assert out.verdict[0] == "holds" and "ratio 0.970" in out.ours[0]
     out = evaluate_claims(spec, {"a": ev(0.8 * base), "b": ev(base)}, np.random.default_rng(1), n_boot=400)
     assert out.verdict[0] == "does not hold"
+
+
+def test_comparison_at_the_floor_or_ceiling_is_not_testable():
+    """SSR 0% vs 1% (both within 2% of the floor) decides nothing; 0% vs 10% does; so does a
+    single-quantity claim at the floor (SSR >= 95% with SSR 0% does not hold)."""
+    def ssr(k, n=100):
+        return C.Evidence("ssr", pd.DataFrame({"unit": [f"u{i}" for i in range(n)],
+                                               "success": [1.0] * k + [0.0] * (n - k)}))
+    rng = make_rng(0, "floor")
+    spec = C.ClaimSpec("k", "P", "a above b", C.Greater("a", "b"))
+    row = C.evaluate_claim(spec, {"a": ssr(1), "b": ssr(0)}, rng, n_boot=50)
+    assert row["verdict"] == "not testable" and "floor" in row["detail"]
+    row = C.evaluate_claim(spec, {"a": ssr(99), "b": ssr(100)}, rng, n_boot=50)
+    assert row["verdict"] == "not testable" and "ceiling" in row["detail"]
+    assert C.evaluate_claim(spec, {"a": ssr(10), "b": ssr(0)}, rng, n_boot=50)["verdict"] != "not testable"
+    single = C.ClaimSpec("k", "P", "a high", C.AtLeast("a", 0.95))
+    assert C.evaluate_claim(single, {"a": ssr(0)}, rng, n_boot=50)["verdict"] == "does not hold"
+    # unbounded statistics never hit the rule; mean:<col> is bounded only when the evidence says so
+    m = pd.DataFrame({"unit": ["a", "b", "c"], "x": [0.0, 0.0, 0.0]})
+    assert C.at_bound([C.Evidence("mean:x", m)] * 2, [0.0, 0.0]) is None
+    assert C.at_bound([C.Evidence("mean:x", m, bounds=(0.0, 1.0))] * 2, [0.0, 0.01]) == "floor"
+    assert C.at_bound([C.Evidence("mean:x", m, bounds=(0.0, 1.0))] * 2, [0.0, 0.03]) is None
+
+
+def test_below_chance_is_flagged():
+    t = pd.DataFrame({"unit": [f"u{i}" for i in range(50)], "wins": [1.0] * 10 + [0.0] * 40,
+                      "trials": [1.0] * 50})
+    pa = C.Evidence("pa", t)                       # PA 20%, chance 50%
+    assert pa.chance_level == 0.5 and pa.range == (0.0, 1.0)
+    row = C.evaluate_claim(C.ClaimSpec("k", "P", "pa", C.AtLeast("q", 0.1)), {"q": pa}, make_rng(0, "c"),
+                           n_boot=50)
+    assert row["flags"] == "below chance: q = 20.0% < chance 50.0%"
+    above = C.Evidence("pa", t.assign(wins=[1.0] * 30 + [0.0] * 20))
+    row = C.evaluate_claim(C.ClaimSpec("k", "P", "pa", C.AtLeast("q", 0.1)), {"q": above}, make_rng(0, "c"),
+                           n_boot=50)
+    assert row["flags"] == ""
+    # a correlation's chance is 0; a statistic without a known chance is never flagged
+    assert C.below_chance(["r"], [C.Evidence("mean:x", t.rename(columns={"wins": "x"}), chance=0.0)], [-0.1],
+                          lambda v: f"{v:.2f}") == "below chance: r = -0.10 < chance 0.00"
+    assert C.below_chance(["s"], [C.Evidence("ssr", t.assign(success=0.0))], [0.0], str) == ""

@@ -59,7 +59,7 @@ FPR_CLAIMS: tuple[ClaimSpec, ...] = (
 
 def _ap_evidence(pq: pd.DataFrame, label: str) -> Evidence | None:
     return Evidence("mean:ap", pd.DataFrame({"unit": pq.name.astype(str).to_numpy(), "ap": pq.ap.to_numpy(float)}),
-                    label) if len(pq) else None
+                    label, bounds=(0.0, 1.0)) if len(pq) else None
 
 
 def retrieval_evidence(per_query: pd.DataFrame, agreement: pd.DataFrame, roles: Mapping[str, str],
@@ -81,7 +81,8 @@ def retrieval_evidence(per_query: pd.DataFrame, agreement: pd.DataFrame, roles: 
         a = agreement[agreement.encoder == enc] if len(agreement) else agreement
         if len(a) and "names" in a.columns:
             out[f"{role}.agree"] = Evidence("mean:rho", pd.DataFrame(
-                {"unit": [str(n) for n in a.names.iloc[0]], "rho": np.asarray(a.rhos.iloc[0], float)}), f"{enc} agree")
+                {"unit": [str(n) for n in a.names.iloc[0]], "rho": np.asarray(a.rhos.iloc[0], float)}), f"{enc} agree",
+                chance=0.0, bounds=(-1.0, 1.0))
     return out
 
 

@@ -84,7 +84,7 @@ def benchmark_evidence(sets: Mapping[str, pd.DataFrame], emb: Mapping[str, Mappi
                                        np.stack([e[k] for k in gal.path]), gal.label.to_numpy(),
                                        return_per_query=True, ties="expected")
             out[f"{enc}.pods.ap"] = Evidence("mean:ap", pd.DataFrame({"unit": q.label.astype(str).to_numpy(), "ap": per_q}),
-                                             f"{enc} per-query AP")
+                                             f"{enc} per-query AP", bounds=(0.0, 1.0))
         if t is not None and len(t):
             for mode in ("hard", "easy"):
                 tm = t[t["mode"] == mode]
@@ -92,7 +92,8 @@ def benchmark_evidence(sets: Mapping[str, pd.DataFrame], emb: Mapping[str, Mappi
                     ok = (pair_cosine(e, tm.anchor, tm.positive) > pair_cosine(e, tm.anchor, tm.negative)).astype(float)
                     units = [ident.get(k, k) for k in tm.anchor]
                     out[f"{enc}.cute_{mode}.acc"] = Evidence(
-                        "mean:correct", pd.DataFrame({"unit": units, "correct": ok}), f"{enc} {mode} triplets")
+                        "mean:correct", pd.DataFrame({"unit": units, "correct": ok}), f"{enc} {mode} triplets",
+                        chance=0.5, bounds=(0.0, 1.0))
         if g is not None and len(g):
             s = pair_cosine(e, g.img1, g.img2)
             rows = []
@@ -100,7 +101,8 @@ def benchmark_evidence(sets: Mapping[str, pd.DataFrame], emb: Mapping[str, Mappi
                 y = g.rating.to_numpy(float)[idx]
                 rho = spearmanr(s[idx], y).statistic if len(idx) > 2 and np.ptp(y) > 0 else np.nan
                 rows.append({"unit": str(aid), "rho": float(rho)})
-            out[f"{enc}.graded.rho"] = Evidence("mean:rho", pd.DataFrame(rows), f"{enc} per-anchor Spearman")
+            out[f"{enc}.graded.rho"] = Evidence("mean:rho", pd.DataFrame(rows), f"{enc} per-anchor Spearman",
+                                               chance=0.0, bounds=(-1.0, 1.0))
     return out
 
 

@@ -132,7 +132,8 @@ class TimmEfficientNetEncoder(Encoder):
     Runs channels-last (about 1.8x faster on CPU than the default layout). A frozen encoder runs
     its no-grad forwards (feature caches, ``embed``) through a copy with the BatchNorms folded into
     the convolutions (:func:`fold_batchnorm`, about 1.5x faster on CPU; equal up to float
-    rounding); forwards with grad enabled use the model as it is."""
+    rounding); forwards with grad enabled use the model as it is. ``weights="random"`` keeps the
+    full-size model at its (seeded) random initialisation: the chance reference of the benchmarks."""
 
     def __init__(self, name: str = "efficientnet-lite0", tiny: bool = False, image_size: int | None = None,
                  frozen: bool = True, weights: str | None = None, variant: str = "lite0",
@@ -145,9 +146,9 @@ class TimmEfficientNetEncoder(Encoder):
         if weights is None:
             weights = "random" if tiny else str(lite_weights_path(variant))
         super().__init__(name, Preprocess(size, IMAGENET_MEAN, IMAGENET_STD, "squash", 1.0, "bicubic"),
-                         tiny=tiny, frozen=frozen, weights="random" if tiny else Path(weights).name)
+                         tiny=tiny, frozen=frozen, weights="random" if tiny or weights == "random" else Path(weights).name)
         self.model = timm.create_model(f"efficientnet_{variant}", pretrained=False)
-        if not tiny:
+        if not tiny and weights != "random":       # "random": the full-size chance reference
             _load_in_order(self.model, Path(weights))
         self.token_layer = token_layer
         self._tap = self._parse_tap(token_layer, len(self.model.blocks))

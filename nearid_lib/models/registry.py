@@ -84,9 +84,9 @@ def load_encoder(name: str, tiny: bool = False, device: str | torch.device = "cp
     canon = resolve_name(name)
     spec = _REGISTRY[canon]
     hub_id = kw.pop("hub_id", None) or spec.hub_id
-    if tiny:
-        # a tiny random-init model is the same model in every process (fixed init seed), so its
-        # "random" weights are a valid feature-cache key
+    if tiny or kw.get("weights") == "random":
+        # a random-init model (tiny, or full size with ``weights="random"``: the chance reference)
+        # is the same model in every process (fixed init seed), so "random" is a valid cache key
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             model = spec.builder(name=canon, hub_id=hub_id, tiny=tiny, **kw)
