@@ -215,7 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         commands = {"score": _score, "sim": _sim, "rank": _rank, "train": _train, "report": _report}
         return commands[args.command](args, over)
     except (ConfigError, FileNotFoundError, ValueError, OSError, KeyError) as err:
-        print(f"nearid {args.command}: error: {err}", file=sys.stderr)
+        msg = " ".join(str(err).split())        # one line, as the README promises (no traceback)
+        print(f"nearid {args.command}: error: {msg}", file=sys.stderr)
         return 2
 
 

@@ -18,7 +18,11 @@ __all__ = ["current_umask", "atomic_write_bytes", "atomic_write_text", "atomic_w
 
 
 def current_umask() -> int:
-    """The process's umask (read without changing it where /proc says it; else set and restored)."""
+    """The process's umask, read at each call (a later ``os.umask`` is honoured).
+
+    Linux reports it in ``/proc/self/status``, read without changing it, so this is thread safe.
+    Elsewhere it is set and restored at once; a file another thread creates in that instant gets
+    the usual 022 (never 0, which would make it world-writable)."""
     try:
         with open("/proc/self/status") as f:
             for line in f:

@@ -10,7 +10,7 @@
   ``"<org>/<repo>"`` / a local model folder (transformers ``AutoModel`` + ``AutoImageProcessor``;
   image features, else the pooled output, else the first token);
 * ``"package.module:attribute"`` or ``"path/to/file.py:attribute"`` naming such a callable (the
-  command line's way to pass your own function).
+  command line's way to pass your own function; read by :mod:`nearid_lib.encoder_specs`).
 
 and returns a :class:`UserEncoder`: ``embed(images, batch_size) -> Tensor [N, D]`` (L2-normalised,
 images through :mod:`nearid_lib.imageio`), ``name``, ``cache_key()`` and ``fingerprint``. A callable
@@ -28,11 +28,8 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import importlib
-import importlib.util
 import os
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -42,21 +39,15 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from .encoder_specs import HUB_PREFIXES, EncoderSpecError, import_callable, import_spec, one_line
 from .imageio import as_sequence, load_images
 
 __all__ = ["UserEncoder", "as_user_encoder", "probe_images", "hub_encoder", "import_callable", "EncoderOutputError",
            "EncoderSpecError", "ResolvedEncoder", "resolve_encoder"]
 
-_HUB_PREFIXES = ("timm:", "open_clip:", "hf-hub:")
-
 
 class EncoderOutputError(ValueError):
     """A user encoder returned something that is not one finite, non-zero [N, D] row per image."""
-
-
-class EncoderSpecError(ValueError):
-    """An encoder argument that names nothing loadable, or whose callable fails on the probe
-    images; the message (one line) says what was tried."""
 
 
 def probe_images(size: int = 64) -> list[Image.Image]:
@@ -85,7 +76,7 @@ class UserEncoder:
             raise
         except Exception as err:     # the user's code raised: say so in one line (the cause is chained)
             raise EncoderSpecError(f"encoder {name!r} failed on the two probe images (64x64 RGB PIL): "
-                                   f"{type(err).__name__}: {_one_line(err)}") from err
+                                   f"{type(err).__name__}: {one_line(err)}") from err
         self.embed_dim = int(probe.shape[1])
         h = hashlib.sha1(name.encode())
         h.update(np.round(probe.astype(np.float64), 4).tobytes())
@@ -125,83 +116,6 @@ class UserEncoder:
         if not rows:
             return torch.zeros(0, self.embed_dim)
         return F.normalize(torch.from_numpy(np.concatenate(rows)), dim=-1)
-
-
-def _one_line(err: BaseException, limit: int = 300) -> str:
-    text = " ".join(str(err).split())
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-_MODULE_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
-_RESERVED = ("timm", "open_clip", "hf-hub")          # `timm:...` etc. are hub prefixes, never module paths
-
-
-def _attr(spec: str, where: str, obj: Any, attr: str) -> Callable:
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            have = sorted(k for k in getattr(obj, "__dict__", {}) if not k.startswith("_")
-                          and callable(getattr(obj, k)) and not isinstance(getattr(obj, k), type(sys)))
-            hint = f"; its callables: {', '.join(have[:12])}" if have else ""
-            raise EncoderSpecError(f"encoder {spec!r}: {where} has no attribute {attr!r}{hint}")
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise EncoderSpecError(f"encoder {spec!r}: {attr} in {where} is not callable ({type(obj).__name__})")
-    return obj
-
-
-def _find_module(name: str) -> bool:
-    # a package/module in the current folder is found as `python -m` would find it, also when the
-    # console script runs with its own bin folder first on sys.path
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.append(os.getcwd())
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):          # a missing parent package
-        return False
-
-
-def _import_spec(spec: str) -> tuple[str, Callable] | None:
-    """``"package.module:attr"`` or ``"path/to/file.py:attr"`` -> ``(how, callable)``; None when
-    ``spec`` has no ``:`` (or starts with a hub prefix). Module path first, then file path."""
-    left, sep, attr = spec.rpartition(":")
-    if not sep or left.split(":")[0] in _RESERVED:
-        return None
-    if not left or not attr:
-        raise EncoderSpecError(f"encoder {spec!r}: expected 'package.module:function' or 'file.py:function'")
-    tried = []
-    if _MODULE_RE.match(left) and left.split(".")[0] not in _RESERVED:
-        if _find_module(left):
-            try:
-                module = importlib.import_module(left)
-            except Exception as err:
-                raise EncoderSpecError(f"encoder {spec!r}: importing module {left!r} failed: "
-                                       f"{type(err).__name__}: {_one_line(err)}") from err
-            return "module", _attr(spec, f"module {left!r}", module, attr)
-        tried.append(f"module path: no module {left!r} on sys.path (nor in {os.getcwd()})")
-    else:
-        tried.append(f"module path: {left!r} is not a dotted module name")
-    path = Path(left).expanduser()
-    if path.suffix == ".py" and path.is_file():
-        loader_spec = importlib.util.spec_from_file_location(path.stem, path)
-        module = importlib.util.module_from_spec(loader_spec)
-        try:
-            loader_spec.loader.exec_module(module)
-        except Exception as err:
-            raise EncoderSpecError(f"encoder {spec!r}: running file {str(path)!r} failed: "
-                                   f"{type(err).__name__}: {_one_line(err)}") from err
-        return "file", _attr(spec, f"file {str(path)!r}", module, attr)
-    tried.append(f"file path: no file {str(path)!r}" if path.suffix == ".py" else
-                 f"file path: {left!r} does not end in .py")
-    raise EncoderSpecError(f"encoder {spec!r} names no callable; tried " + "; ".join(tried))
-
-
-def import_callable(spec: str) -> Callable:
-    """``"package.module:attr"`` or ``"path/to/file.py:attr"`` -> the callable it names (module
-    path first, then file path); :class:`EncoderSpecError` says what was tried."""
-    got = _import_spec(spec)
-    if got is None:
-        raise EncoderSpecError(f"encoder {spec!r}: expected 'package.module:function' or 'file.py:function'")
-    return got[1]
 
 
 def _offline_hint(ident: str, err: Exception) -> OSError:
@@ -267,7 +181,7 @@ def as_user_encoder(encoder: Any, name: str | None = None, device: str = "cpu", 
         return encoder
     if isinstance(encoder, (str, os.PathLike)):
         ident = str(encoder)
-        got = _import_spec(ident)
+        got = import_spec(ident)
         fn = got[1] if got is not None else hub_encoder(ident, device=device, **kw)
         return UserEncoder(fn, name or ident)
     if not callable(encoder):
@@ -306,7 +220,7 @@ def _probe_library_encoder(spec: str, model: Any) -> None:
         out = model.embed(probe_images())
     except Exception as err:
         raise EncoderSpecError(f"encoder {spec!r} failed on the two probe images: {type(err).__name__}: "
-                               f"{_one_line(err)}") from err
+                               f"{one_line(err)}") from err
     out = out.detach().float().cpu().numpy() if isinstance(out, torch.Tensor) else np.asarray(out, np.float32)
     if out.ndim != 2 or out.shape[0] != 2 or not np.isfinite(out).all():
         raise EncoderOutputError(f"encoder {spec!r} returned shape {tuple(out.shape)} (or non-finite values) "
@@ -317,10 +231,10 @@ def _hub(spec: str, what: str, device: str, kw: dict) -> Callable:
     try:
         return hub_encoder(spec, device=device, **kw)
     except OSError as err:
-        raise OSError(f"{_one_line(err, 600)} [read as {what}]") from err
+        raise OSError(f"{one_line(err, 600)} [read as {what}]") from err
     except Exception as err:            # e.g. timm's "Unknown model", open_clip's unknown architecture
         raise EncoderSpecError(f"encoder {spec!r} (read as {what}) failed to load: {type(err).__name__}: "
-                               f"{_one_line(err)}") from err
+                               f"{one_line(err)}") from err
 
 
 def resolve_encoder(encoder: Any, *, name: str | None = None, device: str = "cpu",
@@ -354,7 +268,7 @@ def resolve_encoder(encoder: Any, *, name: str | None = None, device: str = "cpu
     spec = str(encoder)
     if not spec.strip():
         raise EncoderSpecError("encoder: empty name")
-    got = _import_spec(spec)                                              # 1-2
+    got = import_spec(spec)                                               # 1-2
     if got is not None:
         ue = UserEncoder(got[1], name or spec)
         return ResolvedEncoder(spec, got[0], ue.name, ue)
@@ -363,13 +277,20 @@ def resolve_encoder(encoder: Any, *, name: str | None = None, device: str = "cpu
         canon = resolve_name(spec)
         if loader is None:
             from .models import load_encoder as loader
-        model = loader(canon, **kw)
+        try:
+            model = loader(canon, **kw)
+        except (OSError, ValueError, KeyError):         # the library's own messages (offline, no checkpoint)
+            raise
+        except Exception as err:                         # e.g. a keyword this encoder does not take
+            what = "a registered name" if canon == spec else f"registered as {canon!r}"
+            raise EncoderSpecError(f"encoder {spec!r} ({what}) failed to load: {type(err).__name__}: "
+                                   f"{one_line(err)}") from err
         model = model[0] if isinstance(model, tuple) else model
         if probe:
             _probe_library_encoder(spec, model)
         return ResolvedEncoder(spec, "registered", name or spec, model, canon)
     prefix = spec.split(":", 1)[0] if ":" in spec else ""
-    if prefix in _RESERVED:                                               # 4
+    if prefix in HUB_PREFIXES:                                            # 4
         ue = UserEncoder(_hub(spec, f"a {prefix}: identifier", device, kw), name or spec)
         return ResolvedEncoder(spec, "open_clip" if prefix == "hf-hub" else prefix, ue.name, ue)
     local = Path(spec).expanduser()

@@ -30,8 +30,13 @@ def clone(fresh_clone, tmp_path, monkeypatch):
     (tmp_path / "enc_pkg" / "encoders.py").write_text(ENC + "NOT_CALLABLE = 3\n")
     (tmp_path / "enc_broken.py").write_text("import no_such_dependency_xyz\n")
     (tmp_path / "enc_raises.py").write_text("def embed(images):\n    raise RuntimeError('shapes do not match')\n")
+    (tmp_path / "enc_boom.py").write_text("raise RuntimeError('no GPU here')\n")        # fails when run
+    (tmp_path / "enc_badpkg").mkdir()                                       # a package whose __init__ fails
+    (tmp_path / "enc_badpkg" / "__init__.py").write_text("import no_such_dependency_xyz\n")
+    (tmp_path / "enc_badpkg" / "mod.py").write_text(ENC)
     yield tmp_path
-    sys.modules.pop("enc_pkg", None), sys.modules.pop("enc_pkg.encoders", None)
+    for mod in ("enc_pkg", "enc_pkg.encoders", "enc_file", "enc_once"):
+        sys.modules.pop(mod, None)
 
 
 def _cli(clone, *argv):
@@ -43,15 +48,26 @@ def _cli(clone, *argv):
 
 @pytest.mark.parametrize("argv, pattern", [
     (["score", "file.py:nope"], r"encoder 'file.py:nope' names no callable; tried module path: no module "
-                                r"'file.py' on sys.path .*; file path: no file 'file.py'$"),
+                                r"'file' on sys.path .*; file path: no file 'file.py'; registered name, hub id: "
+                                r"not tried \(neither contains ':'\)$"),
+    (["score", "no_such_pkg.mod:fn"], r"encoder 'no_such_pkg.mod:fn' names no callable; tried module path: no "
+                                      r"module 'no_such_pkg' on sys.path .*; file path: 'no_such_pkg.mod' does "
+                                      r"not end in .py; registered name, hub id: not tried"),
+    (["score", "enc_pkg.nothing_here:embed"], r"tried module path: package 'enc_pkg' has no module 'nothing_here'"),
     (["score", "enc_file.py:nope"], r"encoder 'enc_file.py:nope': file 'enc_file.py' has no attribute 'nope'; "
                                     r"its callables: embed$"),
     (["score", "my_package.encoders:embed"], r"encoder 'my_package.encoders:embed' names no callable; tried module "
-                                             r"path: no module 'my_package.encoders' .*does not end in .py$"),
+                                             r"path: no module 'my_package' .*does not end in .py; registered"),
     (["score", "enc_pkg.encoders:nope"], r"module 'enc_pkg.encoders' has no attribute 'nope'"),
     (["score", "enc_pkg.encoders:NOT_CALLABLE"], r"NOT_CALLABLE in module 'enc_pkg.encoders' is not callable \(int\)"),
     (["score", "enc_broken:embed"], r"importing module 'enc_broken' failed: ModuleNotFoundError: No module named "
                                     r"'no_such_dependency_xyz'"),
+    # a file that fails when run: one line, status 2 (it was a traceback with status 1: looking for a
+    # module path 'enc_boom.py' imported enc_boom.py as module 'enc_boom' outside any error handling)
+    (["score", "enc_boom.py:embed"], r"encoder 'enc_boom.py:embed': running file 'enc_boom.py' failed: "
+                                     r"RuntimeError: no GPU here$"),
+    (["score", "enc_badpkg.mod:embed"], r"encoder 'enc_badpkg.mod:embed': importing package 'enc_badpkg' failed: "
+                                        r"ModuleNotFoundError: No module named 'no_such_dependency_xyz'$"),
     (["score", "enc_raises.py:embed"], r"encoder 'enc_raises.py:embed' failed on the two probe images .*RuntimeError: "
                                        r"shapes do not match$"),
     (["score", "efficientnet-lite00"], r"unknown encoder 'efficientnet-lite00' \(did you mean 'efficientnet-lite0'.*"
@@ -62,6 +78,8 @@ def _cli(clone, *argv):
                                              r"\[read as a Hugging Face hub id \(it is no module path, file path or "
                                              r"registered name\)\]$"),
     (["score", "nearid"], r"nearid: cannot load the head 'Aleksandar/nearid-siglip2'"),   # mini: no head, offline
+    (["score", "efficientnet-lite0", "--checkpoint", "x.safetensors"],       # a keyword the encoder does not take
+     r"encoder 'efficientnet-lite0' \(a registered name\) failed to load: TypeError: .*'checkpoint'$"),
     (["rank", "no/gen.csv", "no/gallery.csv", "--encoder", "clip-vit-b3"],
      r"unknown encoder 'clip-vit-b3' \(did you mean 'clip-vit-b32'"),
 ])
@@ -74,7 +92,7 @@ def test_bad_encoder_exits_2_in_seconds_before_any_data(clone, argv, pattern):
     assert err.startswith(f"nearid {cmd}: error: "), err
     assert re.search(pattern, err.strip()), err
     # nothing was built: the mini world takes ~12 minutes, so its folder is the witness
-    assert not (clone / "data").exists() and not (clone / "cache").exists()
+    assert not (clone / "data").exists() and not (clone / "cache").exists() and not (clone / "build").exists()
     assert took < 60, took
 
 
@@ -87,6 +105,16 @@ def test_precedence_module_then_file_then_registered_then_prefix_then_hub(clone)
     # ... and "enc_file.py:embed" is not (no package enc_file with a submodule py): a file path
     assert resolve_encoder("enc_file.py:embed").how == "file"
     assert resolve_encoder(str(clone / "enc_file.py") + ":embed").how == "file"
+    # a file path is run once, as a module of its own (a dataclass in it works), never imported as
+    # module 'enc_once' on the way (looking for a submodule 'py' of it used to run it a second time)
+    (clone / "enc_once.py").write_text("import dataclasses\nwith open('runs.txt', 'a') as f:\n"
+                                       "    f.write(__name__ + '\\n')\n@dataclasses.dataclass\nclass Cfg:\n"
+                                       "    dim: int = 3\n" + ENC)
+    r = resolve_encoder("enc_once.py:embed")
+    assert (r.how, r.model.embed_dim) == ("file", 3)
+    runs = (clone / "runs.txt").read_text().split()
+    assert len(runs) == 1 and runs[0].startswith("_nearid_file_enc_once_"), runs
+    assert "enc_once" not in sys.modules
     # a registered name (alias too) is loaded by the library, probed on two images
     r = resolve_encoder("frozen-gap", encoder_kw={"tiny": True})
     assert (r.how, r.canon) == ("registered", "efficientnet-lite0") and r.model.embed_dim > 0

@@ -50,3 +50,24 @@ def test_atomic_files_get_the_mode_of_a_plain_open(tmp_path, umask, mode):
     assert stat.S_IMODE((tmp_path / "plain.txt").stat().st_mode) == mode
     for p in paths:
         assert stat.S_IMODE(p.stat().st_mode) == mode, p
+
+
+def test_current_umask_without_proc_sets_and_restores_it(monkeypatch):
+    """Where /proc/self/status is unreadable the umask is read by setting it, then restored."""
+    import builtins
+    import os
+
+    real_open = builtins.open
+
+    def no_proc(file, *a, **k):
+        if str(file).startswith("/proc/"):
+            raise OSError("no /proc here")
+        return real_open(file, *a, **k)
+
+    monkeypatch.setattr(builtins, "open", no_proc)
+    old = os.umask(0o027)
+    try:
+        assert io_utils.current_umask() == 0o027
+        assert os.umask(0o027) == 0o027          # unchanged by the call
+    finally:
+        os.umask(old)
