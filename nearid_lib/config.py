@@ -64,6 +64,10 @@ def _smoke() -> Profile:
 def _mini() -> Profile:
     return Profile(
         name="mini",
+        # calibrated on the frozen encoder, val split only, before any head was trained on it
+        # (benchmarks/calibrate_world.py, lever A; docs/mini.md "Calibration"): views in a shared
+        # scene, backgrounds out of focus, larger objects, less pose and lighting change
+        world=WorldConfig(shared_scene_p=0.8, bg_blur=0.02, object_frac=(0.7, 0.85), view_strength=0.25),
         backbone=BackboneConfig(token_layer="blocks.4"),
         head=HeadConfig(num_heads=8, mlp_ratio=2.0, token_dropout=0.2),
         # tuned on the val split only (README, "The mini mechanism"); every row of every table

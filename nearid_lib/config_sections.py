@@ -27,8 +27,16 @@ class WorldConfig:
     p_three_views: float = 0.33              # NearID: 33% of identities have three views
     object_frac: tuple[float, float] = (0.5, 0.62)  # object size / image size
     # Scales pose + lighting variation between views (1.0 = rotation +-0.5 rad, gain +-0.3, ...).
-    # 0.6: frozen GAP object-only PA ~0.35-0.75 per source, full-image PA ~0-0.1 (see 01 notebook).
+    # The mini profile sets its own (calibrated) value: benchmarks/calibrate_world.py.
     view_strength: float = 0.6
+    # Depth of field: Gaussian blur of every background, sigma in units of the image size
+    # (0 = sharp; 0.01 = 2.2 px at 224). The subject is rendered sharp on top.
+    bg_blur: float = 0.0
+    # Probability that a positive view after the first is shot in view 1's scene, re-framed
+    # (a multi-view capture) rather than in a scene of its own.
+    shared_scene_p: float = 0.0
+    # Scale of the distractors' colour shifts (recolor, pattern and marking colours; 1 = as drawn).
+    distractor_mag: float = 1.0
     # Distractor sources = perturbation family (nearid_lib.data.world.PERTURBATIONS), optionally
     # suffixed "_hr": rendered + filled at source_resolutions[-1], Lanczos-downsampled.
     # Grouped like the paper's Table 5: training sources (two families at two resolutions, like

@@ -233,3 +233,36 @@ def test_code_fingerprint_follows_the_named_sources(tmp_path):
     assert code_fingerprint("a.py", package=pkg) == f_a    # a part that did not change
     with pytest.raises(FileNotFoundError, match="nope"):
         code_fingerprint("nope", package=pkg)
+
+
+def test_world_levers_scene_sharing_defocus_and_distractor_magnitude():
+    """The calibration levers (benchmarks/calibrate_world.py): at their neutral values the world is
+    unchanged; shared_scene_p=1 puts every later view in view 1's scene, re-framed; bg_blur blurs
+    the background only; distractor_mag scales the distractors' colour shifts."""
+    from nearid_lib.data.draws import _background, distractor_instance, view_background
+
+    cfg = _tiny()
+    own = [_background(cfg, False, "val_00000", k) for k in (1, 2)]
+    assert all(np.array_equal(view_background(cfg, False, "val_00000", k), b) for k, b in zip((1, 2), own))
+    shared = _tiny(**{"world.shared_scene_p": 1.0})
+    v1, v2 = (view_background(shared, False, "val_00000", k) for k in (1, 2))
+    assert np.array_equal(v1, own[0]) and not np.array_equal(v2, own[1]) and not np.array_equal(v2, v1)
+    rng = np.random.default_rng(0)
+    spec = B.sample_background_spec(np.random.default_rng(3))
+    re = B.reframe(spec, rng)
+    assert re["kind"] == spec["kind"] and re["cmix"] == spec["cmix"] and re["gain"] == spec["gain"]
+    # the re-framed scene is closer to its original than an unrelated scene is (mean colour)
+    a, b = B.render_background(spec, 48), B.render_background(re, 48)
+    other = B.render_background(B.sample_background_spec(np.random.default_rng(4)), 48)
+    assert np.abs(a.mean((0, 1)) - b.mean((0, 1))).sum() < np.abs(a.mean((0, 1)) - other.mean((0, 1))).sum()
+    assert B.defocus(a, 0.0) is a
+    blurred = B.defocus(a, 2.0)
+    assert blurred.shape == a.shape and blurred.std() < a.std() and abs(blurred.mean() - a.mean()) < 0.01
+    ident = W.sample_identity(np.random.default_rng(1), W.CLASSES[0])
+    view = W.sample_view(np.random.default_rng(2))
+    base = distractor_instance(cfg, ident, "recolor", "val_00000", 1, view)[0]
+    strong = distractor_instance(_tiny(**{"world.distractor_mag": 2.0}), ident, "recolor", "val_00000", 1, view)[0]
+
+    def hue_gap(d):
+        return np.abs(np.subtract(d["colors"]["body"], ident["colors"]["body"])).sum()
+    assert hue_gap(strong) > hue_gap(base) > 0

@@ -21,7 +21,7 @@ import numpy as np
 from PIL import Image
 
 __all__ = ["PHOTO_NAMES", "TEXTURE_FAMILIES", "HELD_OUT", "photo_pool", "available_sources",
-           "sample_background_spec", "render_background"]
+           "sample_background_spec", "render_background", "defocus", "reframe"]
 
 # (name, loader kind). Grayscale photos are tinted with a random two-colour map when drawn.
 PHOTO_NAMES = (
@@ -209,3 +209,33 @@ def render_background(spec: dict[str, Any], size: int) -> np.ndarray:
         img = img + np.random.default_rng(spec["noise_seed"]).normal(
             0, spec["noise"], img.shape).astype(np.float32)
     return np.clip(img, 0, 1).astype(np.float32)
+
+
+def defocus(img: np.ndarray, sigma_px: float) -> np.ndarray:
+    """A background seen out of focus: a Gaussian blur of ``sigma_px`` pixels per channel (the
+    shallow depth of field of a product photo, where the subject is sharp and the scene is not).
+    ``sigma_px <= 0`` returns ``img`` itself, byte for byte."""
+    if sigma_px <= 0:
+        return img
+    from scipy.ndimage import gaussian_filter
+
+    return np.clip(gaussian_filter(img, sigma=(sigma_px, sigma_px, 0), mode="reflect"), 0, 1).astype(np.float32)
+
+
+def reframe(spec: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+    """The same scene shot again: a photo re-cropped around a nearby centre at a similar scale
+    (+-0.15 of the photo, x0.85-1.15) with a new mirror flip; a texture with a nearby orientation
+    and frequency (+-0.3 rad, x0.85-1.15), mirrored. Colours, colour jitter, gain and noise are
+    the scene's own."""
+    out = dict(spec)
+    if spec["kind"] == "photo":
+        out["cx"] = float(np.clip(spec["cx"] + rng.uniform(-0.15, 0.15), 0, 1))
+        out["cy"] = float(np.clip(spec["cy"] + rng.uniform(-0.15, 0.15), 0, 1))
+        out["scale"] = float(np.clip(spec["scale"] * rng.uniform(0.85, 1.15), 0.2, 1.0))
+        out["flip"] = bool(rng.random() < 0.5)
+    else:
+        t = spec["tex"]
+        out["tex"] = {**t, "angle": float(t["angle"] + rng.uniform(-0.3, 0.3)),
+                      "freq": float(t["freq"] * rng.uniform(0.85, 1.15))}
+        out["flip"] = not spec["flip"]      # some textures ignore angle and frequency
+    return out

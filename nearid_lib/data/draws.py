@@ -15,7 +15,7 @@ from ..seeding import make_rng
 from . import backgrounds as B
 from . import world as W
 
-__all__ = ["parse_source", "positive_view", "fpr_view", "background_for", "distractor_instance",
+__all__ = ["parse_source", "positive_view", "fpr_view", "background_for", "view_background", "distractor_instance",
            "MAX_PERTURB_TRIES", "source_splits"]
 
 _SPLITS = ("train", "val", "test")
@@ -36,9 +36,27 @@ def _classes(wc) -> tuple[str, ...]:
     return W.CLASSES[:wc.n_classes]
 
 
-def _background(seed: int, held_out: bool, size: int, *keys) -> np.ndarray:
-    spec = B.sample_background_spec(make_rng(seed, "bg", *keys), held_out=held_out)
-    return B.render_background(spec, size)
+def _background(cfg, held_out: bool, *keys, spec: dict | None = None) -> np.ndarray:
+    """The float RGB background of ``keys`` (or of ``spec``) at the world's image size, with the
+    world's depth of field (``world.bg_blur``) applied."""
+    if spec is None:
+        spec = B.sample_background_spec(make_rng(cfg.seed, "bg", *keys), held_out=held_out)
+    wc = cfg.world
+    return B.defocus(B.render_background(spec, wc.image_size), float(wc.bg_blur) * wc.image_size)
+
+
+def view_background(cfg, held_out: bool, identity_id: str, k: int) -> np.ndarray:
+    """The background of positive view ``k`` (1-based) of an identity. With probability
+    ``world.shared_scene_p`` a view after the first is shot in view 1's scene, re-framed
+    (:func:`~nearid_lib.data.backgrounds.reframe`), like a multi-view capture; otherwise it gets a
+    scene of its own."""
+    p = float(cfg.world.shared_scene_p)
+    if k > 1 and p > 0:
+        rng = make_rng(cfg.seed, "scene", identity_id, k)
+        if rng.random() < p:
+            first = B.sample_background_spec(make_rng(cfg.seed, "bg", identity_id, 1), held_out=held_out)
+            return _background(cfg, held_out, spec=B.reframe(first, rng))
+    return _background(cfg, held_out, identity_id, k)
 
 
 def positive_view(cfg, identity_id: str, k: int) -> dict[str, float]:
@@ -74,7 +92,7 @@ def distractor_instance(cfg, ident: dict[str, Any], source: str, identity_id: st
     need = W.min_visible_px(S)
     rng = make_rng(cfg.seed, "perturb", source, identity_id, k)
     for _ in range(MAX_PERTURB_TRIES):
-        d_ident, _ = W.perturb(ident, fam, rng)
+        d_ident, _ = W.perturb(ident, fam, rng, mag=float(wc.distractor_mag))
         layer = W.render_object(d_ident, view, size, with_parts=False)
         if W.visible_change(ref, layer) >= need:
             return d_ident, layer
@@ -91,7 +109,7 @@ def fpr_view(cfg, name: str, k: int) -> dict[str, float]:
 
 def background_for(cfg, held_out: bool, *keys) -> np.ndarray:
     """The float RGB background the builder draws for ``keys`` (e.g. ``(identity_id, k)``)."""
-    return _background(cfg.seed, held_out, cfg.world.image_size, *keys)
+    return _background(cfg, held_out, *keys)
 
 
 def _identity_list(cfg) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from PIL import Image
 from ..io_utils import atomic_write
 from ..seeding import make_rng
 from . import world as W
-from .draws import (_SPLITS, _background, _classes, distractor_instance, fpr_view, parse_source,
+from .draws import (_SPLITS, _background, view_background, _classes, distractor_instance, fpr_view, parse_source,
                     positive_view, source_splits)
 
 __all__ = ["GRID_FACTORS"]
@@ -48,7 +48,7 @@ def _job_identity(args) -> tuple[str, dict]:
                 dist[s][f"nimg{k}"] = ""
             continue
         view = positive_view(cfg, iid, k)
-        bg = _background(seed, held, S, iid, k)
+        bg = view_background(cfg, held, iid, k)
         ref = W.render_object(ident, view, S, with_parts=False)
         img, mask = W.composite(bg, ref), ref["alpha"] > 0      # == W.render_scene(ident, view, bg)
         img8 = W.to_uint8(img)
@@ -99,7 +99,7 @@ def _job_mtg(args) -> tuple[str, dict]:
     held = bool(wc.held_out_backgrounds and split == "test")
     views = [W.sample_view(make_rng(seed, "mtg_view", pid, k), tuple(wc.object_frac),
                            wc.view_strength) for k in (1, 2)]
-    bgs = [_background(seed, held, S, pid, k) for k in (1, 2)]
+    bgs = [_background(cfg, held, pid, k) for k in (1, 2)]
     layers = [W.render_object(ident, v, S) for v in views]
     # A part visible in both views (>= 1% of the object), so both oracles are informative.
     parts = W.editable_parts(ident)
@@ -140,8 +140,8 @@ def _job_grid(args) -> tuple[str, dict]:
     far["persp"] = round(0.3 if v0["persp"] <= 0 else -0.3, 4)
     lit = dict(v0, gain=round(v0["gain"] * 0.6, 4), contrast=0.65, temp=0.3 if v0["temp"] < 0 else -0.3,
                shade=0.55)
-    bg0 = _background(seed, held, S, aid, 0)
-    bg1 = _background(seed, held, S, aid, 1)
+    bg0 = _background(cfg, held, aid, 0)
+    bg1 = _background(cfg, held, aid, 1)
     L = wc.grid_levels
     ts = [j / (L - 1) if L > 1 else 0.0 for j in range(L)]
     rows = []
@@ -184,7 +184,7 @@ def _job_fpr(args) -> tuple[str, dict]:
     for k in range(n_tot):
         kind = "train" if k < wc.refs_per_id else "gallery"
         view = fpr_view(cfg, name, k)
-        img, mask, _ = W.render_scene(ident, view, _background(seed, held, S, name, k))
+        img, mask, _ = W.render_scene(ident, view, _background(cfg, held, name, k))
         tag = "ref" if kind == "train" else "gal"
         p = _save_png(root, f"fpr/img/{name}_{tag}{k}.png", W.to_uint8(img), lvl)
         m = _save_png(root, f"fpr/mask/{name}_{tag}{k}.png", mask, lvl)
