@@ -50,7 +50,10 @@ class WorldConfig:
     unseen_source_splits: tuple[str, ...] = ("val", "test")
     source_resolutions: tuple[int, ...] = (224, 448)   # (common size, "_hr" render size)
     n_mtg_pairs: int = 200               # MTG-like part-edit pairs
-    n_grid_anchors: int = 24             # ID-Sim edit grids
+    n_grid_anchors: int = 24             # ID-Sim edit grids (Fig. 6 sensitivity, NearID's DB++ stand-in)
+    # ID-Sim's Subjects2k / DreamBench++ analogue: edit grids of anchors of their own (graded.csv,
+    # anchors graded_NNNN), never the Fig. 6 anchors above; 0 = none (the graded set is then empty)
+    n_graded_anchors: int = 0
     grid_levels: int = 5                 # levels per factor in an edit grid
     n_species: int = 4                   # FPR-style galleries
     ids_per_species: int = 6

@@ -47,7 +47,7 @@ from nearid_lib.data import load_profile_data
 from nearid_lib.idsim.ablations import OUTPUTS, ablation_claims, ablation_runs, ablation_table, row_profile
 from nearid_lib.idsim.bench import (bench_keys, benchmark_table, embed_encoders, encoder_labels,
                                     evaluate_sets, mini_benchmark_sets, patch_table)
-from nearid_lib.idsim.baselines import histogram_embeddings
+from nearid_lib.idsim.baselines import histogram_embeddings, random_init_embeddings
 from nearid_lib.idsim.claims import CLAIMS_BY_NOTEBOOK, IDSIM_CLAIMS, benchmark_evidence
 from nearid_lib.idsim.embed import model_embeddings, token_maps
 from nearid_lib.idsim.mllm import idsim_judge, judge_graded, mllm_table
@@ -156,12 +156,15 @@ if WORLD:
 # %% [markdown]
 # ## Mini benchmarks
 # Frozen backbone (EfficientNet-Lite0 GAP = the row of the paper's frozen DINOv3), ID-Sim, the
-# NearID head of notebook 03 (when its checkpoint exists) and a colour-histogram pixel baseline, on
-# the test split.
+# NearID head of notebook 03 (when its checkpoint exists), a colour-histogram pixel baseline and the
+# backbone at random init (the chance reference: what a network that never trained reads off the
+# pixels), on the test split. CUTE easy puts anchor, positive and negative in one scene; CUTE hard
+# takes the anchor from another scene whenever the identity has one; the Subjects2k / DreamBench++
+# analogue (graded pairs) uses edit grids of anchors of its own, never notebook 10's.
 
 # %%
 if WORLD:
-    sets = mini_benchmark_sets(data, "test", seed=SEED)
+    sets = mini_benchmark_sets(data, cfg, "test", seed=SEED)
     keys = bench_keys(sets)
     nearid_dir = checkpoint_dir(PROFILE) / "nearid"
     nearid = load_encoder("nearid", checkpoint=nearid_dir)[0] if nearid_dir.exists() else None
@@ -170,6 +173,7 @@ if WORLD:
                         path=cache_dir(PROFILE) / "idsim" / f"eval_prefix_s{SEED}.safetensors")
     emb = embed_encoders(model, store, keys, nearid=nearid)
     emb["colour_hist"] = histogram_embeddings(data, keys, seed=SEED)      # pixel-space floor
+    emb["random"] = random_init_embeddings(cfg, data, keys, seed=SEED)    # chance: the backbone, never trained
     store.save()
     results = {enc: evaluate_sets(sets, e) for enc, e in emb.items()}
     labels = encoder_labels(cfg)

@@ -64,18 +64,66 @@ def test_loaders_validate(tmp_path):
 
 
 def test_mini_sets_on_smoke_world(smoke_world):
-    data = smoke_world
-    sets = mini_benchmark_sets(data, "test", seed=0)
+    from nearid_lib.config import get_profile
+    from nearid_lib.data.draws import scene_of
+
+    data, cfg = smoke_world, get_profile("smoke")
+    sets = mini_benchmark_sets(data, cfg, "test", seed=0)
     n_test = int((data.positives.split == "test").sum())
     assert (sets["pairs"].label == 1).sum() == n_test
     assert set(sets["triplets"]["mode"]) == {"easy", "hard"}
     g = sets["graded"]
-    assert len(g) == len(data.grids) - data.grids.groupby(["anchor_id", "grid"]).ngroups
+    # the graded set (Subjects2k / DreamBench++ analogue) has anchors of its own, never the Fig. 6 ones
+    assert len(g) == len(data.graded) - data.graded.groupby(["anchor_id", "grid"]).ngroups
+    assert set(g.anchor_id).isdisjoint(data.grids.anchor_id) and g.anchor_id.str.startswith("graded_").all()
     assert np.allclose(g.c, g.rating) and g.c.between(0, 1).all()
-    hard = sets["triplets"][sets["triplets"]["mode"] == "hard"]
-    assert hard.negative.str.startswith("dist/").all()
+    # scenes: view k of an identity and the (view, scene) of every triplet image
+    pos = data.positives[data.positives.split == "test"]
+    where = {r[f"img{k}"]: (r.id, k) for _, r in pos.iterrows() for k in (1, 2, 3) if r[f"img{k}"]}
+    for s in data.sources:
+        d = data.distractors[s]
+        where.update({d.at[i, f"nimg{k}"]: (r.id, k) for i, r in pos.iterrows() for k in (1, 2, 3) if r[f"img{k}"]})
+
+    def scene(key):
+        ident, k = where[key]
+        return ident, scene_of(cfg, ident, k)
+
+    t = sets["triplets"]
+    for _, r in t.iterrows():
+        a, p, n = scene(r.anchor), scene(r.positive), scene(r.negative)
+        assert a[0] == p[0] == n[0] and r.negative.startswith("dist/") and p == n   # a distractor of the positive's view
+        if r["mode"] == "easy":
+            assert a == p                                                           # CUTE easy: one scene
+    # CUTE hard: the anchor is in another scene whenever the identity has two scenes
+    hard = t[t["mode"] == "hard"]
+    for _, r in hard.iterrows():
+        ident = scene(r.anchor)[0]
+        n_scenes = len({scene_of(cfg, ident, k) for k in (1, 2, 3) if pos.set_index("id").at[ident, f"img{k}"]})
+        assert (scene(r.anchor) != scene(r.positive)) == (n_scenes > 1)
+    assert (t["mode"] == "easy").sum() == sum(
+        any(scene_of(cfg, r.id, k) == 1 for k in (2, 3) if r[f"img{k}"]) for _, r in pos.iterrows())
     keys = bench_keys(sets)
-    assert len(keys) == len(set(keys)) and set(data.grids.path) <= set(keys)
+    assert len(keys) == len(set(keys)) and set(data.graded.path) <= set(keys)
+
+
+def test_scene_of_matches_the_rendered_backgrounds():
+    """Two views share a scene exactly when scene_of says so: view k shot in view 1's scene is drawn
+    from view 1's background spec (re-framed), any other view from its own."""
+    from nearid_lib.config import get_profile
+    from nearid_lib.data.draws import scene_of, view_background
+
+    cfg = get_profile("smoke", {"world.shared_scene_p": 0.5})
+    seen = set()
+    for i in range(12):
+        ident = f"test_{i:05d}"
+        for k in (2, 3):
+            s = scene_of(cfg, ident, k)
+            seen.add(s == 1)
+            own = get_profile("smoke", {"world.shared_scene_p": 0.0})
+            same_as_own = np.array_equal(view_background(cfg, True, ident, k), view_background(own, True, ident, k))
+            assert same_as_own == (s == k)
+    assert seen == {True, False}
+    assert scene_of(get_profile("smoke", {"world.shared_scene_p": 0.0}), "test_00000", 2) == 2
 
 
 def test_patch_table_rows_match_paper_and_values_land_in_columns():

@@ -200,13 +200,18 @@ def build_world(cfg, root: str | os.PathLike | None = None, n_workers: int | Non
     write_csv(_df([recs[f"mtg_{i:05d}"]["row"] for i in mtg_ids],
                   COLUMNS["mtg.csv"] + ["part"]), root / "mtg.csv")
 
-    # edit grids and FPR galleries are evaluation-only sets: they come with the test split
+    # edit grids and FPR galleries are evaluation-only sets: they come with the test split. The
+    # graded set (ID-Sim's Subjects2k / DreamBench++ analogue) has grids of anchors of its own.
     n_grids = wc.n_grid_anchors if "test" in sel else 0
-    man = _run_stage("grids", _job_grid, [(f"grid_{i:04d}", (cfg, root, i))
-                                          for i in range(n_grids)], prog, n_workers, progress)
-    recs = {r["id"]: r for r in man.records()}
-    write_csv(_df([row for i in range(n_grids) for row in recs[f"grid_{i:04d}"]["rows"]],
-                  COLUMNS["grids.csv"]), root / "grids.csv")
+    n_graded = int(wc.n_graded_anchors) if "test" in sel else 0
+    for stage, prefix, n in (("grids", "grid", n_grids), ("graded", "graded", n_graded)):
+        if stage == "graded" and not n:
+            continue
+        man = _run_stage(stage, _job_grid, [(f"{prefix}_{i:04d}", (cfg, root, i, prefix))
+                                            for i in range(n)], prog, n_workers, progress)
+        recs = {r["id"]: r for r in man.records()}
+        write_csv(_df([row for i in range(n) for row in recs[f"{prefix}_{i:04d}"]["rows"]],
+                      COLUMNS["grids.csv"]), root / f"{stage}.csv")
 
     fjobs = []
     for si in range(wc.n_species if "test" in sel else 0):
@@ -227,6 +232,7 @@ def build_world(cfg, root: str | os.PathLike | None = None, n_workers: int | Non
         "distractor_images": int(ids.n_views.sum()) * len(wc.distractor_sources),
         "mtg_pairs": len(mtg_ids),
         "grid_images": int(n_grids * len(GRID_FACTORS) * wc.grid_levels ** 2),
+        **({"graded_images": int(n_graded * len(GRID_FACTORS) * wc.grid_levels ** 2)} if n_graded else {}),
         "fpr_identities": len(fjobs),
         "fpr_images": len(fjobs) * (wc.refs_per_id + wc.gallery_per_id),
     }

@@ -15,8 +15,8 @@ from ..seeding import make_rng
 from . import backgrounds as B
 from . import world as W
 
-__all__ = ["parse_source", "positive_view", "fpr_view", "background_for", "view_background", "distractor_instance",
-           "MAX_PERTURB_TRIES", "source_splits"]
+__all__ = ["parse_source", "positive_view", "fpr_view", "background_for", "view_background", "scene_of",
+           "distractor_instance", "MAX_PERTURB_TRIES", "source_splits"]
 
 _SPLITS = ("train", "val", "test")
 
@@ -45,17 +45,33 @@ def _background(cfg, held_out: bool, *keys, spec: dict | None = None) -> np.ndar
     return B.defocus(B.render_background(spec, wc.image_size), float(wc.bg_blur) * wc.image_size)
 
 
+def _scene_draw(cfg, identity_id: str, k: int):
+    """``(shared, rng)``: whether view ``k`` is shot in view 1's scene, and the stream that
+    re-frames it (None when it is not)."""
+    p = float(cfg.world.shared_scene_p)
+    if k > 1 and p > 0:
+        rng = make_rng(cfg.seed, "scene", identity_id, k)
+        if rng.random() < p:
+            return True, rng
+    return False, None
+
+
+def scene_of(cfg, identity_id: str, k: int) -> int:
+    """The scene of positive view ``k`` (1-based) of an identity: 1 when the view is shot in view 1's
+    scene (:func:`view_background`), else ``k`` (a scene of its own). Two views of an identity share
+    a scene exactly when their ``scene_of`` are equal."""
+    return 1 if k == 1 or _scene_draw(cfg, identity_id, k)[0] else int(k)
+
+
 def view_background(cfg, held_out: bool, identity_id: str, k: int) -> np.ndarray:
     """The background of positive view ``k`` (1-based) of an identity. With probability
     ``world.shared_scene_p`` a view after the first is shot in view 1's scene, re-framed
     (:func:`~nearid_lib.data.backgrounds.reframe`), like a multi-view capture; otherwise it gets a
     scene of its own."""
-    p = float(cfg.world.shared_scene_p)
-    if k > 1 and p > 0:
-        rng = make_rng(cfg.seed, "scene", identity_id, k)
-        if rng.random() < p:
-            first = B.sample_background_spec(make_rng(cfg.seed, "bg", identity_id, 1), held_out=held_out)
-            return _background(cfg, held_out, spec=B.reframe(first, rng))
+    shared, rng = _scene_draw(cfg, identity_id, k)
+    if shared:
+        first = B.sample_background_spec(make_rng(cfg.seed, "bg", identity_id, 1), held_out=held_out)
+        return _background(cfg, held_out, spec=B.reframe(first, rng))
     return _background(cfg, held_out, identity_id, k)
 
 

@@ -124,9 +124,9 @@ def _job_mtg(args) -> tuple[str, dict]:
 
 
 def _job_grid(args) -> tuple[str, dict]:
-    cfg, root, i = args
+    cfg, root, i, prefix = args
     wc, seed, S, lvl = cfg.world, cfg.seed, cfg.world.image_size, cfg.world.png_compress
-    aid = f"grid_{i:04d}"
+    aid = f"{prefix}_{i:04d}"
     rng = make_rng(seed, "grid", aid)
     classes = _classes(wc)
     cls = classes[i % len(classes)]

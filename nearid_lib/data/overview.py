@@ -103,9 +103,10 @@ def dataset_stats(data: NearIDData, n_diff_rows: int = 50) -> pd.DataFrame:
         for split, g in data.mtg.groupby("split"):
             rows += [("mtg", "pairs", split, len(g)),
                      ("mtg", "oracle_mean", split, float(g[["oracle_1", "oracle_2"]].to_numpy().mean()))]
-    if data.grids is not None:
-        rows.append(("grids", "images", "test", len(data.grids)))
-        rows.append(("grids", "anchors", "test", int(data.grids.anchor_id.nunique())))
+    for name, grids in (("grids", data.grids), ("graded", data.graded)):
+        if grids is not None:
+            rows.append((name, "images", "test", len(grids)))
+            rows.append((name, "anchors", "test", int(grids.anchor_id.nunique())))
     if data.fpr_train is not None:
         rows += [("fpr", "identities", "test", int(data.fpr_train.name.nunique())),
                  ("fpr", "species", "test", int(data.fpr_train.species.nunique())),

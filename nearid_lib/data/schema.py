@@ -13,6 +13,8 @@ with 255 = object)::
                                  object_mask,part_mask}, oracle_1, oracle_2
     grids.csv                    anchor_id, split, grid, identity_level, factor_level,
                                  identity_change, factor_change, path, mask
+    graded.csv                   the grids.csv columns: edit grids of anchors of their own (ID-Sim's
+                                 Subjects2k / DreamBench++ analogue; optional)
     fpr/train_data.csv, fpr/gallery_data.csv   name, species, file_path, ref_path, mask_path
 
 Image-mode rule: the library's one loader, :mod:`nearid_lib.imageio` (:func:`read_rgb` and
@@ -151,6 +153,7 @@ class NearIDData:
     train_sources: list[str]
     mtg: pd.DataFrame | None = None
     grids: pd.DataFrame | None = None
+    graded: pd.DataFrame | None = None
     fpr_train: pd.DataFrame | None = None
     fpr_gallery: pd.DataFrame | None = None
     source_splits: dict = field(default_factory=dict)   # source -> splits that have its distractors
@@ -210,11 +213,11 @@ def load_nearid(root: str | os.PathLike, check_images: bool | int = False,
     pos = _read_positives(root, ids)
     sources, train_sources, source_splits = _read_sources(root)
     dists = {s: _read_distractors(root, s, pos, source_splits[s]) for s in sources}
-    mtg, grids = _read_mtg(root), _read_grids(root)
+    mtg, grids, graded = _read_mtg(root), _read_grids(root), _read_grids(root, "graded.csv")
     fpr_train, fpr_gallery = _read_fpr(root)
     data = NearIDData(root=root, manifest=manifest, identities=ids, positives=pos,
                       distractors=dists, sources=sources, train_sources=train_sources, mtg=mtg,
-                      grids=grids, fpr_train=fpr_train, fpr_gallery=fpr_gallery,
+                      grids=grids, graded=graded, fpr_train=fpr_train, fpr_gallery=fpr_gallery,
                       source_splits=source_splits)
     if check_images:
         validate_images(data, limit=None if check_images is True else int(check_images))
@@ -334,10 +337,10 @@ def _read_mtg(root: Path) -> pd.DataFrame | None:
     return _read_optional(root, "mtg.csv", COLUMNS["mtg.csv"], ("oracle_1", "oracle_2"))
 
 
-def _read_grids(root: Path) -> pd.DataFrame | None:
-    grids = _read_optional(root, "grids.csv", COLUMNS["grids.csv"], ("identity_change", "factor_change"))
+def _read_grids(root: Path, rel: str = "grids.csv") -> pd.DataFrame | None:
+    grids = _read_optional(root, rel, COLUMNS["grids.csv"], ("identity_change", "factor_change"))
     if grids is not None:
-        grids = _as_numeric(grids, ["identity_level", "factor_level"], "grids.csv", int)
+        grids = _as_numeric(grids, ["identity_level", "factor_level"], rel, int)
     return grids
 
 

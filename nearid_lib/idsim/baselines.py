@@ -1,6 +1,7 @@
-"""Pixel-space baselines for the ID-Sim benchmark comparison (Fig. 25 / Tables 2a-2c context): a
-colour-histogram embedding that knows nothing about identity beyond colour, the floor any learned
-similarity should clear.
+"""Reference rows for the ID-Sim benchmark comparison (Fig. 25 / Tables 2a-2c context), none of
+them in the paper: a colour-histogram embedding that knows nothing about identity beyond colour
+(the floor any learned similarity should clear), and the backbone's class at random init (the
+chance level of a network that was never trained: what the analogue rewards in raw pixels).
 
 The embedding is the square root of the joint RGB histogram (``bins`` per channel, normalised to
 sum 1), so the cosine of two embeddings is the Bhattacharyya coefficient of their colour
@@ -15,9 +16,10 @@ from PIL import Image
 from .sampling import load_key
 
 if TYPE_CHECKING:
+    from ..config import Profile
     from ..data import NearIDData
 
-__all__ = ["colour_histogram", "histogram_embeddings"]
+__all__ = ["colour_histogram", "histogram_embeddings", "random_init_embeddings"]
 
 
 def colour_histogram(img: Image.Image, bins: int = 8, size: int = 64) -> np.ndarray:
@@ -37,3 +39,17 @@ def histogram_embeddings(data: NearIDData, keys: Sequence[str], bins: int = 8, s
     """``{key: colour_histogram}`` of benchmark keys (relative paths or ``ctx:`` context edits,
     :func:`~nearid_lib.idsim.sampling.load_key` with ``seed``)."""
     return {k: colour_histogram(load_key(data, k, seed), bins) for k in dict.fromkeys(keys)}
+
+
+def random_init_embeddings(cfg: Profile, data: NearIDData, keys: Sequence[str], seed: int = 0,
+                           batch_size: int = 32) -> dict[str, np.ndarray]:
+    """``{key: L2-normalised pooled embedding}`` of benchmark keys by ``cfg.idsim.backbone`` at random
+    init (the registry's fixed init seed, so the same network in every run), loaded the way the
+    profile loads its frozen backbone. Needs a backbone that can be built without weights (CNNs,
+    or the profile's tiny configs)."""
+    from ..models import load_backbone
+
+    enc = load_backbone(cfg, name=cfg.idsim.backbone, weights="random")[0].eval()
+    keys = list(dict.fromkeys(keys))
+    vecs = enc.embed([load_key(data, k, seed) for k in keys], batch_size=batch_size).numpy()
+    return dict(zip(keys, vecs.astype(np.float32)))

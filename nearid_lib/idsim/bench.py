@@ -11,13 +11,19 @@ PetFace (petface_ap,   verification pairs from test identities:     AP, ROC-AUC
 petface_auc)           (view1, view2) same; (view1, near-ID
                        distractor of view2), (view1, other identity
                        of the same class) different
-CUTE (cute_easy_acc,   triplets (view1, view2, neg): easy = a       triplet accuracy
-cute_hard_acc)         different-class identity; hard = the near-ID
-                       distractor inpainted into the positive's
-                       scene (CUTE hard: pos and neg share a scene,
-                       the anchor is elsewhere)
-Subjects2k             edit-grid pairs (anchor, grid image) with    AP at c > 0.8, ROC-AUC
-(subjects2k_ap, _auc)  continuous label c = 1 - identity_change
+CUTE (cute_easy_acc,   triplets (anchor, positive, negative), the   triplet accuracy
+cute_hard_acc)         negative a different instance (a near-ID
+                       distractor) shot in the positive's scene.
+                       Easy: all three in one scene (anchor = a
+                       view re-framed in view 1's scene, positive =
+                       view 1, negative = the distractor in view
+                       1). Hard: the anchor from another scene
+                       whenever the identity has one (paper 001,
+                       App. D: "CUTE (Triplet Matching)")
+Subjects2k             graded set: edit-grid pairs (anchor, grid    AP at c > 0.8, ROC-AUC
+(subjects2k_ap, _auc)  image) with c = 1 - identity_change, on
+                       anchors of their own (``graded.csv``, never
+                       the Fig. 6 sensitivity anchors of grids.csv)
 DreamBench++           the same pairs, graded rating                Spearman, Kendall tau-b
 (dreambench_*)         1 - identity_change
 DeepFashion2,          no mini analogue (no rows)
@@ -46,6 +52,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import metrics as M
+from ..data.draws import scene_of
 from ..models import resolve_name
 from ..seeding import make_rng
 from .sampling import load_key
@@ -55,7 +62,7 @@ if TYPE_CHECKING:
     from ..data import NearIDData
 
 __all__ = ["BENCH_INFO", "encoder_labels", "mini_benchmark_sets", "bench_keys", "evaluate_sets", "embed_encoders",
-           "PATCH_ROWS", "patch_table",
+           "PATCH_ROWS", "patch_table", "graded_pairs",
            "load_pairs_csv", "load_triplets_csv", "load_retrieval_csv", "load_ratings_csv",
            "benchmark_table", "graded_metrics", "BenchmarkError"]
 
@@ -71,36 +78,43 @@ BENCH_INFO = {
     "pods_ndcg": ("PODS", "nDCG", "FPR-gallery retrieval (nDCG, binary relevance)"),
     "petface_ap": ("PetFace", "AP", "test-identity verification pairs incl. near-ID distractors (AP)"),
     "petface_auc": ("PetFace", "AUC", "test-identity verification pairs incl. near-ID distractors (ROC-AUC)"),
-    "cute_easy_acc": ("CUTE", "Easy Acc", "triplets, different-class negative"),
-    "cute_hard_acc": ("CUTE", "Hard Acc", "triplets, near-ID distractor in the positive's scene"),
-    "subjects2k_ap": ("Subjects2k", "AP", "edit-grid pairs, c = 1 - identity_change > 0.8 (AP)"),
-    "subjects2k_auc": ("Subjects2k", "AUC", "edit-grid pairs, c = 1 - identity_change > 0.8 (ROC-AUC)"),
-    "dreambench_spearman": ("DreamBench++", "Spearman", "edit-grid pairs, rating 1 - identity_change"),
-    "dreambench_kendall": ("DreamBench++", "Kendall", "edit-grid pairs, rating 1 - identity_change"),
+    "cute_easy_acc": ("CUTE", "Easy Acc", "triplets in one scene, near-ID distractor negative"),
+    "cute_hard_acc": ("CUTE", "Hard Acc", "triplets, near-ID distractor in the positive's scene, anchor elsewhere"),
+    "subjects2k_ap": ("Subjects2k", "AP", "graded edit-grid pairs, c = 1 - identity_change > 0.8 (AP)"),
+    "subjects2k_auc": ("Subjects2k", "AUC", "graded edit-grid pairs, c = 1 - identity_change > 0.8 (ROC-AUC)"),
+    "dreambench_spearman": ("DreamBench++", "Spearman", "graded edit-grid pairs, rating 1 - identity_change"),
+    "dreambench_kendall": ("DreamBench++", "Kendall", "graded edit-grid pairs, rating 1 - identity_change"),
 }
 
 
 def encoder_labels(cfg: Profile) -> dict[str, tuple[str, str]]:
     """encoder -> (paper model key, ours_label) for the side-by-side tables: our frozen backbone
-    stands in for ID-Sim's frozen DINOv3 row; the NearID head and the colour-histogram pixel baseline
-    (:mod:`nearid_lib.idsim.baselines`) have no ID-Sim counterpart."""
+    stands in for ID-Sim's frozen DINOv3 row; the NearID head and the reference rows of
+    :mod:`nearid_lib.idsim.baselines` (colour histogram, random init) have no ID-Sim counterpart."""
     bb = cfg.idsim.backbone
     pooled = "GAP" if resolve_name(bb) == "efficientnet-lite0" else "CLS"
     tiny = " tiny random-init" if cfg.idsim.tiny else ""
     return {"frozen": ("DINOv3", f"{bb}{tiny} {pooled} (frozen)"),
             "idsim": ("ID-Sim", f"ID-Sim ({bb}{tiny} + LoRA r{cfg.idsim.lora_rank}, {cfg.name})"),
             "nearid": ("NearID head", f"NearID MAP head on {cfg.backbone.name} ({cfg.name})"),
-            "colour_hist": ("Colour histogram", "RGB 8x8x8 histogram, Bhattacharyya (pixel baseline)")}
+            "colour_hist": ("Colour histogram", "RGB 8x8x8 histogram, Bhattacharyya (pixel baseline)"),
+            "random": ("Random init", f"{bb}{tiny} {pooled}, random init (chance reference)")}
 
 
 # ----------------------------------------------------------------------------- mini sets
-def mini_benchmark_sets(data: NearIDData, split: str = "test", seed: int = 0,
+# CUTE hard: (anchor, positive) views by preference; the first pair in two scenes wins ("whenever possible")
+_HARD_ORDER = ((1, 2), (1, 3), (2, 3), (3, 2), (2, 1), (3, 1))
+
+
+def mini_benchmark_sets(data: NearIDData, cfg: Profile, split: str = "test", seed: int = 0,
                         sources: Sequence[str] | None = None) -> dict[str, pd.DataFrame]:
     """The mini benchmark definitions (image keys = dataset-relative paths):
 
-    ``retrieval`` (path, label, role), ``pairs`` (img1, img2, label), ``triplets`` (anchor,
-    positive, negative, mode), ``graded`` (img1=grid anchor, img2, c, rating, grid). Sets whose
-    source table is missing are empty. Distractor ``sources`` default to all of the dataset's."""
+    ``retrieval`` (path, label, role), ``pairs`` (img1, img2, label, kind), ``triplets`` (anchor,
+    positive, negative, mode), ``graded`` (img1=grid anchor, img2, c, rating, grid, anchor_id, from
+    ``data.graded``). ``cfg`` is the profile the world was built with: it says which views share a
+    scene (:func:`~nearid_lib.data.draws.scene_of`). Sets whose source table is missing are empty.
+    Distractor ``sources`` default to all of the dataset's."""
     rng = make_rng(seed, "idsim-bench", split)
     out: dict[str, pd.DataFrame] = {}
     if data.fpr_train is not None and data.fpr_gallery is not None:
@@ -117,40 +131,49 @@ def mini_benchmark_sets(data: NearIDData, split: str = "test", seed: int = 0,
     ids = pos.id.tolist()
     for i, r in pos.iterrows():
         others_same = [j for j in ids if j != r.id and cls[j] == cls[r.id]]
-        others_diff = [j for j in ids if cls[j] != cls[r.id]]
         src = srcs[int(rng.integers(len(srcs)))] if srcs else None
-        dist2 = data.distractors[src].at[i, "nimg2"] if src else None
+        dist = data.distractors[src].loc[i] if src else None
         pairs.append({"img1": r.img1, "img2": r.img2, "label": 1, "kind": "same"})
-        if dist2:
-            pairs.append({"img1": r.img1, "img2": dist2, "label": 0, "kind": f"distractor:{src}"})
+        if src and dist["nimg2"]:
+            pairs.append({"img1": r.img1, "img2": dist["nimg2"], "label": 0, "kind": f"distractor:{src}"})
         if others_same:
             o = others_same[int(rng.integers(len(others_same)))]
             pairs.append({"img1": r.img1, "img2": pos.loc[pos.id == o, "img2"].iloc[0], "label": 0,
                           "kind": "same_class"})
-        if others_diff:
-            o = others_diff[int(rng.integers(len(others_diff)))]
-            trips.append({"anchor": r.img1, "positive": r.img2,
-                          "negative": pos.loc[pos.id == o, "img2"].iloc[0], "mode": "easy"})
-        if dist2:
-            trips.append({"anchor": r.img1, "positive": r.img2, "negative": dist2, "mode": "hard"})
+        if not src:
+            continue
+        views = [k for k in (1, 2, 3) if r[f"img{k}"] and dist[f"nimg{k}"]]
+        scene = {k: scene_of(cfg, r.id, k) for k in views}
+        in_first = [k for k in views if k > 1 and scene[k] == 1]
+        if 1 in views and in_first:
+            trips.append({"anchor": r[f"img{in_first[0]}"], "positive": r.img1, "negative": dist["nimg1"],
+                          "mode": "easy"})
+        cand = [(a, p) for a, p in _HARD_ORDER if a in scene and p in scene]
+        if cand:
+            a, p = next(((a, p) for a, p in cand if scene[a] != scene[p]), cand[0])
+            trips.append({"anchor": r[f"img{a}"], "positive": r[f"img{p}"], "negative": dist[f"nimg{p}"],
+                          "mode": "hard"})
     out["pairs"] = pd.DataFrame(pairs, columns=["img1", "img2", "label", "kind"])
     out["triplets"] = pd.DataFrame(trips, columns=["anchor", "positive", "negative", "mode"])
-    gr = []
-    if data.grids is not None and len(data.grids):
-        gdf = data.grids
-        for (aid, grid), g in gdf.groupby(["anchor_id", "grid"], sort=True):
-            a = g[(g.identity_level == 0) & (g.factor_level == 0)]
-            if a.empty:
-                raise BenchmarkError(f"grids.csv: anchor {aid!r} grid {grid!r} has no (0, 0) image")
-            apath = a.path.iloc[0]
-            for _, r in g.iterrows():
-                if r.path == apath:
-                    continue
-                c = 1.0 - float(r.identity_change)
-                gr.append({"img1": apath, "img2": r.path, "c": c, "rating": c, "grid": grid,
-                           "anchor_id": aid})
-    out["graded"] = pd.DataFrame(gr, columns=["img1", "img2", "c", "rating", "grid", "anchor_id"])
+    out["graded"] = graded_pairs(data.graded)
     return out
+
+
+def graded_pairs(grids: pd.DataFrame | None) -> pd.DataFrame:
+    """Every (anchor, grid image) pair of edit grids (``grids.csv`` layout) with its graded label
+    ``c = rating = 1 - identity_change``: the Subjects2k / DreamBench++ analogue."""
+    gr = []
+    for (aid, grid), g in (grids.groupby(["anchor_id", "grid"], sort=True) if grids is not None else ()):
+        a = g[(g.identity_level == 0) & (g.factor_level == 0)]
+        if a.empty:
+            raise BenchmarkError(f"grids: anchor {aid!r} grid {grid!r} has no (0, 0) image")
+        apath = a.path.iloc[0]
+        for _, r in g.iterrows():
+            if r.path == apath:
+                continue
+            c = 1.0 - float(r.identity_change)
+            gr.append({"img1": apath, "img2": r.path, "c": c, "rating": c, "grid": grid, "anchor_id": aid})
+    return pd.DataFrame(gr, columns=["img1", "img2", "c", "rating", "grid", "anchor_id"])
 
 
 def bench_keys(sets: Mapping[str, pd.DataFrame]) -> list[str]:

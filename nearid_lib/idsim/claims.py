@@ -7,9 +7,10 @@ DINOv3 row), ``idsim``, ``nearid`` and ``<measure>``:
 * ``pods.ap``: per-query AP of gallery retrieval (mean = the PODS analogue's mAP; unit = the
   query's subject, so its queries are resampled together);
 * ``cute_hard.acc`` / ``cute_easy.acc``: triplet accuracy (unit = the anchor's identity);
-* ``graded.rho``: Spearman correlation of similarity with the graded label *within* each edit-grid
-  anchor, averaged over anchors (unit = anchor). It is not the pooled Spearman of Fig. 25: a pooled
-  rank correlation is not a sum over units, the per-anchor one is, so it can be bootstrapped;
+* ``graded.rho``: Spearman correlation of similarity with the graded label *within* each anchor of
+  the graded set (edit grids of anchors of their own, never the ``sens.*`` anchors), averaged over
+  anchors (unit = anchor). It is not the pooled Spearman of Fig. 25: a pooled rank correlation is
+  not a sum over units, the per-anchor one is, so it can be bootstrapped;
 * ``sens.<factor>``: the selective-sensitivity slope of Fig. 6 (unit = grid anchor).
 
 Both sides of every comparison are scored on the same units, so intervals are paired.
