@@ -59,6 +59,7 @@ class WorldConfig:
     ids_per_species: int = 6
     refs_per_id: int = 3
     gallery_per_id: int = 10
+    gallery_dup_p: float = 0.0           # share of gallery images that near-duplicate an earlier one
     held_out_backgrounds: bool = True    # test split uses backgrounds never seen in train
     mtg_split: tuple[float, float, float] = (0.7, 0.1, 0.2)   # train/val/test fractions of pairs
     n_workers: int = 2                   # build processes (results do not depend on it)

@@ -99,7 +99,7 @@ _AT_LEAST_0 = {"warmup_steps", "eval_every", "seed", "retries", "aug_variants", 
                "n_test_ids", "n_mtg_pairs", "n_grid_anchors", "n_graded_anchors", "weight_decay", "alpha", "beta",
                "lam", "oracle_margin", "circle_m", "view_strength", "png_compress"}
 _ABOVE_0 = {"lr", "temperature", "mlp_ratio", "circle_gamma", "sinkhorn_blur", "siglip_scale"}
-_FRACTION = {"token_dropout", "lora_dropout", "token_crop", "p_three_views", "mask_p_anchor",
+_FRACTION = {"gallery_dup_p", "token_dropout", "lora_dropout", "token_crop", "p_three_views", "mask_p_anchor",
              "mask_p_positive", "mask_p_distractor", "reject_unchanged_below", "reject_drift_above"}
 _CHOICES = {"mixed_precision": ("no", "fp16", "bf16"), "dtype": ("float32", "float16", "bfloat16"),
             "disc_average": ("per_index", "flat"), "source": ("procedural", "released"),

@@ -98,3 +98,31 @@ def test_cars_and_wildlife_builders():
         assert set(tr.name) == {f"{sp}_2", f"{sp}_5", f"{sp}_8"}
     with pytest.raises(FPRSizeError, match="species 'cow' has 11 identities"):
         build_wildlife_split(wl, species=("cow",), ids_per_species=12)
+
+
+def test_world_gallery_near_duplicates_are_what_the_curated_rule_drops(smoke_world):
+    """world.gallery_dup_p: a repeated shot differs from its original by a nudge (near-identical
+    pixels), other gallery images of the subject do not; the curated rule drops exactly the
+    repeats when embeddings are the pixels, random sampling keeps them."""
+    from nearid_lib.config import get_profile
+    from nearid_lib.data.draws import fpr_repeats
+    from nearid_lib.fpr.datasets import sample_gallery
+
+    cfg, data = get_profile("smoke"), smoke_world
+    first = cfg.world.refs_per_id
+    n_rep = 0
+    for name, g in data.fpr_gallery.groupby("name", sort=True):
+        ks = [int(p.rsplit("gal", 1)[1].split(".")[0]) for p in g.file_path]
+        px = np.stack([np.asarray(data.image(p), dtype=np.float64).ravel() for p in g.file_path])
+        rep = {i: ks.index(fpr_repeats(cfg, name, k)) for i, k in enumerate(ks) if fpr_repeats(cfg, name, k) != k}
+        n_rep += len(rep)
+        for i, j in rep.items():
+            near = np.abs(px[i] - px[j]).mean()
+            others = [np.abs(px[i] - px[o]).mean() for o in range(len(ks)) if o not in (i, j) and o not in rep]
+            assert near < 0.5 * min(others, default=np.inf), (name, ks[i], near, others)
+        x = px - px.mean(1, keepdims=True)
+        kept = sample_gallery(g, len(ks) - len(rep), "curated", embeddings=x)
+        if rep:
+            assert set(kept) == set(range(len(ks))) - set(rep), (name, kept, rep)
+    assert n_rep > 0                                     # the smoke world has repeats (p = 0.5)
+    assert all(fpr_repeats(get_profile("smoke", {"world.gallery_dup_p": 0.0}), "x", k) == k for k in range(8))

@@ -16,7 +16,7 @@ from . import backgrounds as B
 from . import world as W
 
 __all__ = ["parse_source", "positive_view", "fpr_view", "background_for", "view_background", "scene_of",
-           "distractor_instance", "MAX_PERTURB_TRIES", "source_splits"]
+           "fpr_repeats", "fpr_scene", "distractor_instance", "MAX_PERTURB_TRIES", "source_splits"]
 
 _SPLITS = ("train", "val", "test")
 
@@ -116,9 +116,38 @@ def distractor_instance(cfg, ident: dict[str, Any], source: str, identity_id: st
                        f"{MAX_PERTURB_TRIES} draws (>= {need} changed pixels at {S} px)")
 
 
-def fpr_view(cfg, name: str, k: int) -> dict[str, float]:
-    """The view of the k-th (0-based; references first) image of FPR identity ``name``."""
+def fpr_repeats(cfg, name: str, k: int) -> int:
+    """The earlier image whose shot the k-th (0-based; references first) image of FPR identity
+    ``name`` repeats, or ``k``: with probability ``world.gallery_dup_p`` a gallery image after the
+    first is a near-duplicate of an earlier gallery image (same scene, pose nudged, like a burst),
+    the duplicates a curated gallery drops (FPR Table 2, "Ours")."""
     wc = cfg.world
+    p, first = float(wc.gallery_dup_p), int(wc.refs_per_id)
+    if p > 0 and k > first:
+        rng = make_rng(cfg.seed, "fpr_dup", name, k)
+        if rng.random() < p:
+            return first + int(rng.integers(k - first))
+    return k
+
+
+def fpr_scene(cfg, name: str, k: int) -> int:
+    """The image index whose background the k-th FPR image uses (follows :func:`fpr_repeats`)."""
+    while (j := fpr_repeats(cfg, name, k)) != k:
+        k = j
+    return k
+
+
+def fpr_view(cfg, name: str, k: int) -> dict[str, float]:
+    """The view of the k-th (0-based; references first) image of FPR identity ``name`` (a
+    near-duplicate's is the repeated image's, nudged by less than 2% of the frame)."""
+    wc = cfg.world
+    j = fpr_repeats(cfg, name, k)
+    if j != k:
+        rng = make_rng(cfg.seed, "fpr_dup_nudge", name, k)
+        v = dict(fpr_view(cfg, name, j))
+        for key, d in (("cx", 0.01), ("cy", 0.01), ("rot", 0.02), ("gain", 0.02)):
+            v[key] = round(v[key] + float(rng.uniform(-d, d)), 4)
+        return v
     return W.sample_view(make_rng(cfg.seed, "fpr_view", name, k), tuple(wc.object_frac),
                          wc.view_strength)
 

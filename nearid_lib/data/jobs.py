@@ -12,8 +12,8 @@ from PIL import Image
 from ..io_utils import atomic_write
 from ..seeding import make_rng
 from . import world as W
-from .draws import (_SPLITS, _background, view_background, _classes, distractor_instance, fpr_view, parse_source,
-                    positive_view, source_splits)
+from .draws import (_SPLITS, _background, _classes, distractor_instance, fpr_scene, fpr_view, parse_source,
+                    positive_view, source_splits, view_background)
 
 __all__ = ["GRID_FACTORS"]
 
@@ -184,7 +184,7 @@ def _job_fpr(args) -> tuple[str, dict]:
     for k in range(n_tot):
         kind = "train" if k < wc.refs_per_id else "gallery"
         view = fpr_view(cfg, name, k)
-        img, mask, _ = W.render_scene(ident, view, _background(cfg, held, name, k))
+        img, mask, _ = W.render_scene(ident, view, _background(cfg, held, name, fpr_scene(cfg, name, k)))
         tag = "ref" if kind == "train" else "gal"
         p = _save_png(root, f"fpr/img/{name}_{tag}{k}.png", W.to_uint8(img), lvl)
         m = _save_png(root, f"fpr/mask/{name}_{tag}{k}.png", mask, lvl)

@@ -123,6 +123,8 @@ def sampling_ablation(models, train, gallery, generated, cfg: Profile, cache, em
     for c in ("oracle_map", "oracle_sim", "generated_map", "generated_sim"):
         wide[c] = 100 * wide[c]
     wide["embed_with"] = embed_with
+    # which of our encoders a row scores (the paper's table is MiewID's alone): shown in the report
+    wide["ours_label"] = [f"scored by {e}; k-means in {embed_with}'s space" for e in wide.encoder]
     order = {v: i for i, v in enumerate(SAMPLING_LABELS.values())}
     return wide.sort_values(["encoder", "sampling"], key=lambda s: s.map(order) if s.name == "sampling" else s
                             ).reset_index(drop=True)

@@ -31,6 +31,7 @@ from PIL import Image
 
 from ..data import world as W
 from ..data.build import background_for, fpr_view
+from ..data.draws import fpr_scene
 from ..io_utils import atomic_write, write_json
 from ..seeding import make_rng
 from .layout import FPRLayoutError, load_fpr_split, write_fpr_table
@@ -70,7 +71,7 @@ def reference_view(cfg: Profile, name: str, k: int) -> tuple[dict, np.ndarray]:
     builder's keys: references are k < refs_per_id)."""
     wc = cfg.world
     # the builder's own derivations, so a re-rendered reference equals the stored image
-    return fpr_view(cfg, name, k), background_for(cfg, bool(wc.held_out_backgrounds), name, k)
+    return fpr_view(cfg, name, k), background_for(cfg, bool(wc.held_out_backgrounds), name, fpr_scene(cfg, name, k))
 
 
 def render_generated(cfg: Profile, name: str, species: str, drift: float, context: str, i: int,
