@@ -45,7 +45,7 @@ NEARID_WORKERS ?= 2
 export NEARID_WORKERS
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: reproduce notebooks test pytest smoke dryrun-paper install lab clean clean-build help
+.PHONY: reproduce notebooks test pytest smoke dryrun-paper install lock lab clean clean-build help
 .DEFAULT_GOAL := help
 
 help:
@@ -53,6 +53,7 @@ help:
 	@echo "make test                            - pytest + every notebook with PROFILE=smoke + make dryrun-paper"
 	@echo "make dryrun-paper [DRYRUN_HUB=dir]    - every notebook with PROFILE=paper on a local hub mirror"
 	@echo "make install                         - create/refresh the virtual environment only"
+	@echo "make lock [LOCK_UPGRADE=1]           - rebuild scripts/requirements.lock from .venv (or newest versions)"
 	@echo "make lab                             - JupyterLab on the notebooks (jupytext-paired, repo kernel)"
 	@echo "make $(NB_OUT)/NN_name.ipynb           - one notebook (and what it depends on)"
 
@@ -64,9 +65,14 @@ install:
 	PYTHON=$(PYTHON) TORCH=$(TORCH) bash scripts/bootstrap.sh $(VENV)
 	@touch $(STAMP)
 
-$(STAMP): pyproject.toml scripts/bootstrap.sh scripts/torchvision_cpu_fix.py scripts/constraints.txt scripts/jupyterlab_overrides.json
+$(STAMP): pyproject.toml scripts/bootstrap.sh scripts/torchvision_cpu_fix.py scripts/constraints.txt scripts/jupyterlab_overrides.json scripts/requirements.lock
 	PYTHON=$(PYTHON) TORCH=$(TORCH) bash scripts/bootstrap.sh $(VENV)
 	@touch $@
+
+# scripts/requirements.lock (what make install installs, hash-checked; NEARID_LOCK=0 skips it):
+# uv pip compile --generate-hashes pinned to the versions installed in $(VENV); LOCK_UPGRADE=1: newest.
+lock:
+	PYTHON=$(PYTHON) bash scripts/lock.sh $(VENV)
 
 reproduce: notebooks
 

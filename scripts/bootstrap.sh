@@ -10,29 +10,100 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 PY="$VENV/bin/python"
+HERE="$(dirname "$0")"
 # The exact CPU torch/torchvision pins live in scripts/constraints.txt (pyproject.toml has lower
-# bounds only); every pip call below gets them, so nothing can resolve to a CUDA build.
-CONSTRAINTS="$(dirname "$0")/constraints.txt"
-"$PY" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
+# bounds only); every unlocked pip call below gets them, so nothing can resolve to a CUDA build.
+CONSTRAINTS="$HERE/constraints.txt"
+# scripts/requirements.lock (make lock): every package of the tested environment with == pins and
+# sha256 hashes, for one CPython minor version on Linux x86_64 (its "# target:" line).
+# NEARID_LOCK unset: the lock where the target matches, else the unlocked install (one line says
+# so); NEARID_LOCK=0: always unlocked; NEARID_LOCK=1: a target mismatch is an error.
+LOCK="$HERE/requirements.lock"
+NEARID_LOCK="${NEARID_LOCK:-}"
 # TORCH=cu128 (or another wheel index name) installs that build of the same pinned versions;
-# unset: cu128 when nvidia-smi lists a GPU, else the registry's default (CPU) build.
+# unset: cu128 when nvidia-smi lists a GPU, else the CPU build (TORCH=cpu or default: the same).
 TORCH="${TORCH:-}"
 if [ -z "$TORCH" ] && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
   TORCH=cu128
   echo "[bootstrap] nvidia-smi lists a GPU: installing the CUDA build (TORCH=cu128; TORCH=cpu to refuse)"
 fi
-if [ -n "$TORCH" ] && [ "$TORCH" != "default" ]; then
-  echo "[bootstrap] installing torch and torchvision pinned by $CONSTRAINTS from the $TORCH wheel index"
-  "$PY" -m pip install --quiet --force-reinstall --no-deps -c "$CONSTRAINTS" torch torchvision \
-    --index-url "https://download.pytorch.org/whl/$TORCH"
-  "$PY" -m pip install --quiet -c "$CONSTRAINTS" torch torchvision \
-    --index-url "https://download.pytorch.org/whl/$TORCH" --extra-index-url https://pypi.org/simple
+case "$TORCH" in ""|cpu|default) CUDA="" ;; *) CUDA="$TORCH" ;; esac
+
+USE_LOCK=1
+if [ "$NEARID_LOCK" = 0 ]; then
+  USE_LOCK=0
+  echo "[bootstrap] NEARID_LOCK=0: unlocked install (pyproject.toml + $CONSTRAINTS)"
 else
-  echo "[bootstrap] installing torch and torchvision pinned by $CONSTRAINTS"
-  "$PY" -m pip install --quiet -c "$CONSTRAINTS" torch torchvision
+  WANT="$(sed -n 's/^# target: \([^ ]*\).*/\1/p' "$LOCK" | head -n 1)"
+  HAVE="$("$PY" -c 'import platform, sys; print("cp%d%d-%s-%s" % (*sys.version_info[:2], sys.platform, platform.machine().lower()) if sys.implementation.name == "cpython" else sys.implementation.name)')"
+  if [ "$WANT" != "$HAVE" ]; then
+    if [ "$NEARID_LOCK" = 1 ]; then
+      V="${WANT%%-*}"; V="${V#cp}"
+      echo "[bootstrap] error: $LOCK is for $WANT, $PY is $HAVE; recreate $VENV with that Python (rm -rf $VENV && make install PYTHON=python${V:0:1}.${V:1}) or use NEARID_LOCK=0" >&2
+      exit 1
+    fi
+    USE_LOCK=0
+    echo "[bootstrap] $LOCK is for $WANT, this venv is $HAVE: unlocked install (pyproject.toml + $CONSTRAINTS) instead"
+  fi
 fi
-echo "[bootstrap] installing nearid_lib[paper,dev] (editable)"
-"$PY" -m pip install --quiet -c "$CONSTRAINTS" -e ".[paper,dev]"
+
+# The lock's entries (requirement line and its --hash lines) of the named packages (-v: all others).
+lock_entries() {
+  local invert=0
+  if [ "$1" = -v ]; then invert=1; shift; fi
+  awk -v names=" $* " -v invert="$invert" '
+    /^[A-Za-z0-9]/ { n = tolower($1); sub(/[=<>!~;[].*/, "", n); gsub(/[-_.]+/, "-", n)
+                     keep = (index(names, " " n " ") > 0) != invert }
+    /^[A-Za-z0-9]/ || /^[ \t]+--hash=/ { if (keep) print }' "$LOCK"
+}
+
+if [ "$USE_LOCK" = 1 ]; then
+  if [ -z "$CUDA" ]; then
+    echo "[bootstrap] installing $LOCK (hash-checked; torch's +cpu build from https://download.pytorch.org/whl/cpu)"
+  else
+    # The lock holds the CPU wheels' hashes: torch/torchvision come unhashed from the $CUDA index at
+    # the constraints.txt versions (with their CUDA dependencies), every other package from the lock.
+    echo "[bootstrap] TORCH=$CUDA: torch/torchvision pinned by $CONSTRAINTS from the $CUDA wheel index (no hashes), every other package from $LOCK (hash-checked)"
+  fi
+  TMP="$(mktemp -d)"
+  trap 'rm -rf "$TMP"' EXIT
+  # pip and the build backends first: the sdists of the lock and nearid_lib itself are built with
+  # these (--no-build-isolation), so no unpinned build dependency is fetched.
+  lock_entries pip setuptools wheel flit-core > "$TMP/tools.txt"
+  "$PY" -m pip install --quiet --require-hashes --no-deps -r "$TMP/tools.txt"
+  if [ -z "$CUDA" ]; then
+    # torch==X+cpu is on the PyTorch CPU index only; that index is given to this one call, the
+    # other packages come from the usual index.
+    lock_entries torch > "$TMP/torch.txt"
+    "$PY" -m pip install --quiet --require-hashes --no-deps -r "$TMP/torch.txt" \
+      --extra-index-url https://download.pytorch.org/whl/cpu
+    REST="$LOCK"
+  else
+    "$PY" -m pip install --quiet --force-reinstall --no-deps -c "$CONSTRAINTS" torch torchvision \
+      --index-url "https://download.pytorch.org/whl/$CUDA"
+    "$PY" -m pip install --quiet -c "$CONSTRAINTS" torch torchvision \
+      --index-url "https://download.pytorch.org/whl/$CUDA" --extra-index-url https://pypi.org/simple
+    lock_entries -v torch torchvision > "$TMP/rest.txt"
+    REST="$TMP/rest.txt"
+  fi
+  "$PY" -m pip install --quiet --require-hashes --no-build-isolation --check-build-dependencies -r "$REST"
+  echo "[bootstrap] installing nearid_lib (editable, --no-deps: its dependencies come from the lock)"
+  "$PY" -m pip install --quiet --no-deps --no-build-isolation --check-build-dependencies -e .
+else
+  "$PY" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
+  if [ -n "$CUDA" ]; then
+    echo "[bootstrap] installing torch and torchvision pinned by $CONSTRAINTS from the $CUDA wheel index"
+    "$PY" -m pip install --quiet --force-reinstall --no-deps -c "$CONSTRAINTS" torch torchvision \
+      --index-url "https://download.pytorch.org/whl/$CUDA"
+    "$PY" -m pip install --quiet -c "$CONSTRAINTS" torch torchvision \
+      --index-url "https://download.pytorch.org/whl/$CUDA" --extra-index-url https://pypi.org/simple
+  else
+    echo "[bootstrap] installing torch and torchvision pinned by $CONSTRAINTS"
+    "$PY" -m pip install --quiet -c "$CONSTRAINTS" torch torchvision
+  fi
+  echo "[bootstrap] installing nearid_lib[paper,dev] (editable)"
+  "$PY" -m pip install --quiet -c "$CONSTRAINTS" -e ".[paper,dev]"
+fi
 SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 # Test the plain import with any hook from an earlier run removed first: with the hook in place the
 # import always works, and a re-run (e.g. after pyproject.toml changed) would wrongly drop it.
