@@ -8,9 +8,9 @@
     run.figure(fig, "08_fig5_kernel_pca")                    # figures/08_fig5_kernel_pca.png, returns fig
 
 :func:`start_run` resolves the profile with the notebook's seed, seeds python / numpy / torch
-(:func:`~nearid_lib.seeding.seed_everything`), sets torch's CPU threads from the environment
-(:func:`thread_count`: ``NEARID_THREADS``, else ``OMP_NUM_THREADS``, else every core this process may
-use), creates the notebook's results folder and writes its ``run.json``
+(:func:`~nearid_lib.seeding.seed_everything`), sets torch's CPU threads to the profile's
+``runtime.threads`` (which ``NEARID_THREADS``, else ``OMP_NUM_THREADS`` sets when the profile is
+built; unset: every core this process may use), creates the notebook's results folder and writes its ``run.json``
 (:func:`~nearid_lib.runmeta.write_run_metadata`).
 
 Provenance convention: a table is written clean (only the columns its builder made) with a JSON
@@ -39,19 +39,11 @@ from .seeding import seed_everything
 
 __all__ = ["Run", "start_run", "thread_count", "set_torch_threads", "read_table_meta"]
 
-THREAD_VARS = ("NEARID_THREADS", "OMP_NUM_THREADS")
-
-
-def thread_count(env: Mapping[str, str] | None = None) -> int:
-    """CPU threads for torch: ``NEARID_THREADS``, else ``OMP_NUM_THREADS``, else every core this
-    process may run on. A value that is not a positive whole number raises naming the variable."""
-    env = os.environ if env is None else env
-    for var in THREAD_VARS:
-        value = str(env.get(var, "")).strip()
-        if value:
-            if not value.isdigit() or int(value) < 1:
-                raise ValueError(f"{var}={value!r}: expected a positive whole number of threads")
-            return int(value)
+def thread_count(threads: int | None = None) -> int:
+    """CPU threads for torch: ``threads`` (a profile's ``runtime.threads``), else every core this
+    process may run on."""
+    if threads is not None:
+        return int(threads)
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not on Linux
@@ -59,8 +51,9 @@ def thread_count(env: Mapping[str, str] | None = None) -> int:
 
 
 def set_torch_threads(n: int | None = None) -> int:
-    """``torch.set_num_threads`` to ``n`` (default :func:`thread_count`); returns the count."""
-    n = thread_count() if n is None else int(n)
+    """``torch.set_num_threads`` to :func:`thread_count` of ``n`` (a profile's ``runtime.threads``;
+    None: every core); returns the count."""
+    n = thread_count(n)
     torch.set_num_threads(n)
     return n
 
@@ -152,12 +145,12 @@ def require_gpu(cfg) -> None:
 def start_run(profile: str, seed: int, notebook: str, *, overrides: Mapping[str, Any] | None = None,
               **params: Any) -> Run:
     """Set a notebook up: ``cfg = get_profile(profile, seed=seed, **overrides)``, seed everything,
-    torch threads from the environment, the results folder and its ``run.json`` (``params``: the
+    torch threads (``cfg.runtime.threads``), the results folder and its ``run.json`` (``params``: the
     notebook's other parameters, recorded there). Returns the :class:`Run`."""
     cfg = get_profile(profile, overrides, seed=seed)
     require_gpu(cfg)
     seed_everything(seed)
-    threads = set_torch_threads()
+    threads = set_torch_threads(cfg.runtime.threads)
     recorded = {"PROFILE": profile, "SEED": seed, **params}
     if overrides:
         recorded["overrides"] = dict(overrides)
