@@ -106,7 +106,7 @@ class HeadConfig:
 class TrainConfig:
     """NearID head training (paper Section 4.1)."""
 
-    loss: str = "nearid"                # see nearid_lib.losses.LOSSES
+    loss: str = "nearid"                # see nearid_lib.nearid.losses.LOSSES
     alpha: float = 0.5                  # weight of every ranking term (L = L_disc + alpha * L_rank)
     beta: float = 0.1                   # cohesion weight; used only by loss="nearid_cohesion" (paper R9)
     temperature: float = 0.07
@@ -222,7 +222,7 @@ class RetrievalConfig:
     sampling: tuple[str, ...] = ("random", "kmeans", "curated")   # Table 2
     allow_remote_code: bool = False      # MiewID needs trust_remote_code: explicit opt-in only
     # Simulated methods (name, true drift t, context "new"|"reference"|"paste"), see
-    # nearid_lib.retrieval.methods; the paper profile scores real generators' folders instead.
+    # nearid_lib.fpr.methods; the paper profile scores real generators' folders instead.
     methods: tuple[tuple[str, float, str], ...] = (
         ("copy_paste", 0.0, "paste"), ("faithful", 0.0, "new"), ("drift_low", 0.25, "new"),
         ("drift_mid", 0.5, "new"), ("drift_high", 0.8, "reference"))
