@@ -87,3 +87,36 @@ def test_paper_profile_stops_without_a_gpu_unless_allowed(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.delenv("NEARID_ALLOW_CPU")
     require_gpu(get_profile("paper"))
+
+
+def test_setup_notebook_is_start_run_then_data_then_backbone(fresh_clone, smoke_world):
+    """setup_notebook makes what a notebook's opening lines made, in the same order (the same seeded
+    random state: a tiny backbone's random init is the same), and only what is asked for."""
+    from nearid_lib.data import load_profile_data
+    from nearid_lib.models import load_backbone
+    from nearid_lib.nearid.sweep import seeds_of
+
+    (fresh_clone / "data" / "smoke").mkdir(parents=True)
+    os.symlink(smoke_world.root, fresh_clone / "data" / "smoke" / "nearid")
+    over = {"runtime.threads": 1}
+    before = torch.get_num_threads()
+    try:
+        nb = R.setup_notebook("smoke", 3, "05_x", backbone=True, overrides=over, N_SHOW=2)
+        run = R.start_run("smoke", 3, "05_x", overrides=over, N_SHOW=2)
+        data = load_profile_data(run.cfg, build=False)
+        backbone = load_backbone(run.cfg)[0]
+        assert nb.cfg == run.cfg == nb.run.cfg and nb.run.meta["params"]["N_SHOW"] == 2
+        assert nb.data.root == data.root and nb.data.positives.equals(data.positives)
+        a, b = nb.backbone.state_dict(), backbone.state_dict()
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+        assert nb.seeds == seeds_of(run.cfg) == [3, 4]
+        bare = R.setup_notebook("smoke", 0, "10_x", overrides=over)
+        assert bare.data is not None and bare.backbone is None
+        assert R.setup_notebook("smoke", 0, "09_x", data=False, overrides=over).data is None
+        world = R.setup_notebook("smoke", 0, "09_x", data=lambda c: c.idsim.source == "world", overrides=over)
+        assert world.data is not None
+        paper_like = {**over, "idsim.source": "released"}
+        assert R.setup_notebook("smoke", 0, "09_x", data=lambda c: c.idsim.source == "world",
+                                overrides=paper_like).data is None
+    finally:
+        torch.set_num_threads(before)
