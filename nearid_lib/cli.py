@@ -14,7 +14,8 @@ naming your callable ``list[PIL.Image] -> [N, D]``, a registered name, a ``timm:
 small images before any data is built or read, so a wrong one exits with status 2 and one line
 (listing what was tried) in seconds. Every
 command takes ``--profile`` and ``--set KEY=VALUE`` (dotted config overrides), sets torch's threads
-from the environment (``NEARID_THREADS``, ``OMP_NUM_THREADS``) and shows progress bars.
+to the profile's ``runtime.threads`` (from ``NEARID_THREADS``, else ``OMP_NUM_THREADS``; ``--set
+runtime.threads=N`` wins) and shows progress bars.
 """
 from __future__ import annotations
 
@@ -122,10 +123,6 @@ def _sim(args, over) -> int:
 
     from .sim import describe, similarity
 
-    if over:
-        from .config import get_profile
-
-        get_profile(args.profile, over)        # a bad --set fails loudly (sim reads no other setting)
     kw = {"checkpoint": args.checkpoint} if args.checkpoint else None
     df = similarity(args.a, args.b, args.encoder, profile=args.profile, batch_size=args.batch_size, encoder_kw=kw)
     with pd.option_context("display.width", 200, "display.max_colwidth", 80, "display.max_rows", 50):
@@ -207,11 +204,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # offline profiles: a missing model fails at once instead of retrying the hub (as make does)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    from .config import ConfigError
+    from .config import ConfigError, get_profile
     from .run import set_torch_threads
 
-    set_torch_threads()
     try:
+        # the profile's threads; a bad --set (or NEARID_SET) fails here, loudly, for every command
+        set_torch_threads(get_profile(args.profile, over).runtime.threads)
         commands = {"score": _score, "sim": _sim, "rank": _rank, "train": _train, "report": _report}
         return commands[args.command](args, over)
     except (ConfigError, FileNotFoundError, ValueError, OSError, KeyError) as err:

@@ -9,10 +9,13 @@ Overrides use dotted keys and fail loudly on anything unknown::
     cfg = get_profile("mini", overrides={"train.lr": 3e-4})
 
 and, for papermill runs, from the environment: ``NEARID_SET="world.source=released;train.lr=3e-4"``
-(applied first; explicit overrides win).
+(applied first; explicit overrides win). The machine's share of a run is read from the environment
+here too, once, into the ``runtime`` section (:func:`runtime_env`: ``NEARID_WORKERS``,
+``NEARID_THREADS`` / ``OMP_NUM_THREADS``, which the Makefile exports); the library reads
+``cfg.runtime.workers`` and ``cfg.runtime.threads``, never the variables.
 
 Each section is a dataclass owned by one concept of the library (world, backbone, head, train,
-eval, generate, retrieval, idsim). Lists and dicts live here, never in notebook parameters.
+eval, generate, retrieval, idsim, runtime). Lists and dicts live here, never in notebook parameters.
 """
 from __future__ import annotations
 
@@ -23,13 +26,14 @@ from .config_values import ConfigError, ConfigValueError, coerce as _coerce  # n
 
 __all__ = [
     "PROFILES", "Profile", "WorldConfig", "BackboneConfig", "HeadConfig", "TrainConfig",
-    "EvalConfig", "GenerateConfig", "RetrievalConfig", "IDSimConfig", "get_profile",
-    "profile_to_dict", "ConfigError", "env_overrides", "with_overrides",
+    "EvalConfig", "GenerateConfig", "RetrievalConfig", "IDSimConfig", "RuntimeConfig", "get_profile",
+    "profile_to_dict", "ConfigError", "env_overrides", "runtime_env", "with_overrides",
 ]
 
 
 from .config_sections import (BackboneConfig, EvalConfig, GenerateConfig, HeadConfig,  # noqa: F401
-                              IDSimConfig, Profile, RetrievalConfig, TrainConfig, WorldConfig)
+                              IDSimConfig, Profile, RetrievalConfig, RuntimeConfig, TrainConfig,
+                              WorldConfig)
 
 
 def _smoke() -> Profile:
@@ -148,13 +152,15 @@ def _apply(obj: Any, key: str, value: Any, full_key: str) -> Any:
 
 
 def get_profile(name: str, overrides: Mapping[str, Any] | None = None, **kw: Any) -> Profile:
-    """The resolved :class:`Profile` ``name`` with dotted-key ``overrides`` applied.
+    """The resolved :class:`Profile` ``name`` with dotted-key ``overrides`` applied, on top of
+    the environment's (:func:`runtime_env`, then ``NEARID_SET``: :func:`env_overrides`).
 
     Raises :class:`ConfigError` naming the valid profiles or keys on anything unknown."""
     if name not in PROFILES:
         raise ConfigError(f"unknown profile {name!r}; valid profiles: {', '.join(PROFILES)}")
     prof = PROFILES[name]()
-    merged = env_overrides()
+    merged: dict[str, Any] = runtime_env()
+    merged.update(env_overrides())
     merged.update(overrides or {})
     merged.update(kw)
     return with_overrides(prof, merged)
@@ -185,6 +191,30 @@ def env_overrides(var: str = "NEARID_SET") -> dict[str, str]:
         if not sep or not key.strip():
             raise ConfigError(f"{var}: cannot read {part!r}; expected key=value (e.g. train.lr=3e-4)")
         out[key.strip()] = value.strip()
+    return out
+
+
+# the environment variables behind the runtime section, first set one wins
+RUNTIME_VARS = {"runtime.workers": ("NEARID_WORKERS",), "runtime.threads": ("NEARID_THREADS", "OMP_NUM_THREADS")}
+
+
+def runtime_env(env: Mapping[str, str] | None = None) -> dict[str, int]:
+    """The ``runtime`` overrides the environment sets (``env``: default ``os.environ``):
+    ``runtime.workers`` from ``NEARID_WORKERS``, ``runtime.threads`` from ``NEARID_THREADS``, else
+    ``OMP_NUM_THREADS``. Unset or empty variables set nothing (the section's defaults: one worker,
+    every core); a value that is not a positive whole number raises naming the variable."""
+    import os
+
+    env = os.environ if env is None else env
+    out: dict[str, int] = {}
+    for key, names in RUNTIME_VARS.items():
+        for var in names:
+            value = str(env.get(var, "")).strip()
+            if value:
+                if not value.isdigit() or int(value) < 1:
+                    raise ConfigValueError(f"{var}={value!r}: expected a positive whole number ({key})")
+                out[key] = int(value)
+                break
     return out
 
 

@@ -8,10 +8,16 @@
     run.figure(fig, "08_fig5_kernel_pca")                    # figures/08_fig5_kernel_pca.png, returns fig
 
 :func:`start_run` resolves the profile with the notebook's seed, seeds python / numpy / torch
-(:func:`~nearid_lib.seeding.seed_everything`), sets torch's CPU threads from the environment
-(:func:`thread_count`: ``NEARID_THREADS``, else ``OMP_NUM_THREADS``, else every core this process may
-use), creates the notebook's results folder and writes its ``run.json``
+(:func:`~nearid_lib.seeding.seed_everything`), sets torch's CPU threads to the profile's
+``runtime.threads`` (which ``NEARID_THREADS``, else ``OMP_NUM_THREADS`` sets when the profile is
+built; unset: every core this process may use), creates the notebook's results folder and writes its ``run.json``
 (:func:`~nearid_lib.runmeta.write_run_metadata`).
+
+Notebooks that read the profile's dataset open with :func:`setup_notebook` instead: ``start_run``,
+then the dataset notebook 01 made and, when asked, the profile's frozen backbone::
+
+    nb = setup_notebook(PROFILE, SEED, "05_loss_ablation", backbone=True)
+    run, cfg, data, backbone, seeds = nb.run, nb.cfg, nb.data, nb.backbone, nb.seeds
 
 Provenance convention: a table is written clean (only the columns its builder made) with a JSON
 sidecar ``<name>.meta.json`` beside it holding ``notebook``, ``profile``, ``seed``, ``commit``,
@@ -24,7 +30,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import pandas as pd
 import torch
@@ -37,21 +43,17 @@ from .plots import save
 from .runmeta import write_run_metadata
 from .seeding import seed_everything
 
-__all__ = ["Run", "start_run", "thread_count", "set_torch_threads", "read_table_meta"]
+if TYPE_CHECKING:
+    from .data import NearIDData
 
-THREAD_VARS = ("NEARID_THREADS", "OMP_NUM_THREADS")
+__all__ = ["Run", "start_run", "NotebookSetup", "setup_notebook", "thread_count", "set_torch_threads",
+           "read_table_meta"]
 
-
-def thread_count(env: Mapping[str, str] | None = None) -> int:
-    """CPU threads for torch: ``NEARID_THREADS``, else ``OMP_NUM_THREADS``, else every core this
-    process may run on. A value that is not a positive whole number raises naming the variable."""
-    env = os.environ if env is None else env
-    for var in THREAD_VARS:
-        value = str(env.get(var, "")).strip()
-        if value:
-            if not value.isdigit() or int(value) < 1:
-                raise ValueError(f"{var}={value!r}: expected a positive whole number of threads")
-            return int(value)
+def thread_count(threads: int | None = None) -> int:
+    """CPU threads for torch: ``threads`` (a profile's ``runtime.threads``), else every core this
+    process may run on."""
+    if threads is not None:
+        return int(threads)
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not on Linux
@@ -59,8 +61,9 @@ def thread_count(env: Mapping[str, str] | None = None) -> int:
 
 
 def set_torch_threads(n: int | None = None) -> int:
-    """``torch.set_num_threads`` to ``n`` (default :func:`thread_count`); returns the count."""
-    n = thread_count() if n is None else int(n)
+    """``torch.set_num_threads`` to :func:`thread_count` of ``n`` (a profile's ``runtime.threads``;
+    None: every core); returns the count."""
+    n = thread_count(n)
     torch.set_num_threads(n)
     return n
 
@@ -152,12 +155,12 @@ def require_gpu(cfg) -> None:
 def start_run(profile: str, seed: int, notebook: str, *, overrides: Mapping[str, Any] | None = None,
               **params: Any) -> Run:
     """Set a notebook up: ``cfg = get_profile(profile, seed=seed, **overrides)``, seed everything,
-    torch threads from the environment, the results folder and its ``run.json`` (``params``: the
+    torch threads (``cfg.runtime.threads``), the results folder and its ``run.json`` (``params``: the
     notebook's other parameters, recorded there). Returns the :class:`Run`."""
     cfg = get_profile(profile, overrides, seed=seed)
     require_gpu(cfg)
     seed_everything(seed)
-    threads = set_torch_threads()
+    threads = set_torch_threads(cfg.runtime.threads)
     recorded = {"PROFILE": profile, "SEED": seed, **params}
     if overrides:
         recorded["overrides"] = dict(overrides)
@@ -165,3 +168,47 @@ def start_run(profile: str, seed: int, notebook: str, *, overrides: Mapping[str,
     meta = json.loads(write_run_metadata(out, recorded, cfg).read_text())
     return Run(cfg=cfg, notebook=notebook, seed=int(seed), params=recorded, threads=threads, results=out,
                figures=figures_dir(profile), meta=meta)
+
+
+@dataclass
+class NotebookSetup:
+    """What :func:`setup_notebook` made: the :class:`Run`, the profile's dataset (None when not
+    asked for) and its frozen backbone (None when not asked for)."""
+
+    run: Run
+    data: NearIDData | None = None
+    backbone: Any = None
+
+    @property
+    def cfg(self) -> Profile:
+        """The run's resolved profile."""
+        return self.run.cfg
+
+    @property
+    def seeds(self) -> list[int]:
+        """The training seeds of the profile's tables (:func:`~nearid_lib.nearid.sweep.seeds_of`)."""
+        from .nearid.sweep import seeds_of
+
+        return seeds_of(self.cfg)
+
+
+def setup_notebook(profile: str, seed: int, notebook: str, *, data: bool | Callable[[Profile], bool] = True,
+                   backbone: bool = False, overrides: Mapping[str, Any] | None = None,
+                   **params: Any) -> NotebookSetup:
+    """The opening of a notebook that reads the profile's dataset, in one call, in this order:
+    :func:`start_run` (``overrides``, ``params`` as there), the dataset notebook 01 made
+    (:func:`~nearid_lib.data.load_profile_data` with ``build=False``) and, with ``backbone``, the
+    profile's frozen backbone (:func:`~nearid_lib.models.load_backbone`). ``data``: False loads no
+    dataset; a callable decides from the resolved profile (e.g. only when ID-Sim trains on the
+    world). Returns a :class:`NotebookSetup` (``run``, ``cfg``, ``data``, ``backbone``, ``seeds``)."""
+    run = start_run(profile, seed, notebook, overrides=overrides, **params)
+    out = NotebookSetup(run)
+    if data(run.cfg) if callable(data) else data:
+        from .data import load_profile_data
+
+        out.data = load_profile_data(run.cfg, build=False)
+    if backbone:
+        from .models import load_backbone
+
+        out.backbone = load_backbone(run.cfg)[0]
+    return out

@@ -209,10 +209,9 @@ _HUB_ID_RE = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
 
 
 def _registered_names() -> tuple[list[str], Callable[[str], str]]:
-    from .models import list_encoders, resolve_name
-    from .models.registry import _ALIASES
+    from .models import encoder_aliases, list_encoders, resolve_name
 
-    return sorted({*list_encoders(), *_ALIASES}), resolve_name
+    return sorted({*list_encoders(), *encoder_aliases()}), resolve_name
 
 
 def _probe_library_encoder(spec: str, model: Any) -> None:

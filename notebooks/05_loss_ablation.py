@@ -28,24 +28,19 @@ SEED = 0
 import pandas as pd
 
 from nearid_lib.claims import evaluate_claims
-from nearid_lib.data import load_profile_data
-from nearid_lib.models import load_backbone
 from nearid_lib.nearid.ablations import loss_rows
 from nearid_lib.nearid.claims import CLAIMS_BY_NOTEBOOK, NEARID_CLAIMS
 from nearid_lib.nearid.dbpp import dbpp_for_profile
 from nearid_lib.nearid.embedder import Embedder
 from nearid_lib.nearid.evaluate import encoder_evidence, evaluate_split
 from nearid_lib.nearid.scorers import EmbeddingBenchEncoder
-from nearid_lib.nearid.sweep import run_rows, seeds_of
+from nearid_lib.nearid.sweep import run_rows
 from nearid_lib.report import paper_values_dir
-from nearid_lib.run import start_run
+from nearid_lib.run import setup_notebook
 from nearid_lib.seeding import make_rng
 
-run = start_run(PROFILE, SEED, "05_loss_ablation")
-cfg = run.cfg
-data = load_profile_data(cfg, build=False)
-backbone = load_backbone(cfg)[0]
-seeds = seeds_of(cfg)
+nb = setup_notebook(PROFILE, SEED, "05_loss_ablation", backbone=True)
+run, cfg, data, backbone, seeds = nb.run, nb.cfg, nb.data, nb.backbone, nb.seeds
 rows = loss_rows(cfg)
 cols = ["nearid_ssr", "nearid_pa", "mtg_mo", "mtg_mopair", "mtg_ssr", "mtg_pa", "dbpp_mh"]
 

@@ -43,7 +43,6 @@ from IPython.display import display
 
 from nearid_lib import make_rng
 from nearid_lib.claims import claim, evaluate_claims
-from nearid_lib.data import load_profile_data
 from nearid_lib.idsim.ablations import OUTPUTS, ablation_claims, ablation_runs, ablation_table, row_profile
 from nearid_lib.idsim.bench import (bench_keys, benchmark_table, embed_encoders, encoder_labels,
                                     evaluate_sets, mini_benchmark_sets, patch_table)
@@ -60,12 +59,12 @@ from nearid_lib.io_utils import write_csv
 from nearid_lib.models import load_encoder
 from nearid_lib.models.idsim import save_idsim
 from nearid_lib.paths import cache_dir, checkpoint_dir
-from nearid_lib.run import start_run
+from nearid_lib.run import setup_notebook
 
-run = start_run(PROFILE, SEED, "09_train_idsim")
-cfg = run.cfg
-WORLD = cfg.idsim.source == "world"     # "released" (paper): no training, the public benchmarks only
-data = load_profile_data(cfg, build=False) if WORLD else None
+# the world's dataset only where ID-Sim trains on it; "released" (paper): no training, the public benchmarks only
+nb = setup_notebook(PROFILE, SEED, "09_train_idsim", data=lambda c: c.idsim.source == "world")
+run, cfg, data = nb.run, nb.cfg, nb.data
+WORLD = data is not None
 t_start = time.time()
 cfg.idsim
 

@@ -32,7 +32,6 @@ from IPython.display import display
 
 from nearid_lib import make_rng
 from nearid_lib.claims import evaluate_claims
-from nearid_lib.data import load_profile_data
 from nearid_lib.idsim.bench import embed_encoders, encoder_labels
 from nearid_lib.idsim.claims import CLAIMS_BY_NOTEBOOK, IDSIM_CLAIMS, sensitivity_evidence
 from nearid_lib.idsim.prefix import PrefixStore
@@ -43,11 +42,10 @@ from nearid_lib.io_utils import write_csv
 from nearid_lib.models import load_encoder
 from nearid_lib.models.idsim import load_idsim
 from nearid_lib.paths import cache_dir, checkpoint_dir
-from nearid_lib.run import start_run
+from nearid_lib.run import setup_notebook
 
-run = start_run(PROFILE, SEED, "10_sensitivity_regression")
-cfg = run.cfg
-data = load_profile_data(cfg, build=False)
+nb = setup_notebook(PROFILE, SEED, "10_sensitivity_regression")
+run, cfg, data = nb.run, nb.cfg, nb.data
 grids = data.grids
 GRIDS = grids is not None               # the released data (paper) has no edit grids
 if GRIDS:

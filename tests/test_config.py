@@ -56,6 +56,35 @@ def test_profiles_differ_in_size_not_shape():
     assert p.backbone.name.startswith("siglip2")
 
 
+def test_runtime_section_is_set_by_the_environment_when_the_profile_is_built(monkeypatch):
+    """NEARID_WORKERS / NEARID_THREADS (else OMP_NUM_THREADS) set ``runtime`` once, in get_profile;
+    NEARID_SET and explicit overrides win; without them: one worker, every core (threads None)."""
+    for var in ("NEARID_WORKERS", "NEARID_THREADS", "OMP_NUM_THREADS", "NEARID_SET"):
+        monkeypatch.delenv(var, raising=False)
+    prof = C.get_profile("smoke")
+    assert prof.runtime.workers == 1 and prof.runtime.threads is None
+    assert prof.to_dict()["runtime"] == {"workers": 1, "threads": None}
+    assert C.runtime_env({}) == {} and C.runtime_env({"NEARID_THREADS": " "}) == {}
+    assert C.runtime_env({"OMP_NUM_THREADS": "3"}) == {"runtime.threads": 3}
+    assert C.runtime_env({"NEARID_THREADS": "1", "OMP_NUM_THREADS": "3", "NEARID_WORKERS": "2"}) == {
+        "runtime.workers": 2, "runtime.threads": 1}
+    for bad in ({"NEARID_THREADS": "many"}, {"NEARID_WORKERS": "0"}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            C.runtime_env(bad)
+    monkeypatch.setenv("NEARID_WORKERS", "2")
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    prof = C.get_profile("mini")
+    assert (prof.runtime.workers, prof.runtime.threads) == (2, 3)
+    monkeypatch.setenv("NEARID_THREADS", "1")
+    assert C.get_profile("paper").runtime.threads == 1
+    monkeypatch.setenv("NEARID_SET", "runtime.workers=3")
+    assert C.get_profile("mini").runtime.workers == 3
+    assert C.get_profile("mini", **{"runtime.workers": 4}).runtime.workers == 4
+    for key, value in (("runtime.threads", "many"), ("runtime.workers", 0), ("runtime.threads", 0)):
+        with pytest.raises(C.ConfigError, match=key):
+            C.get_profile("mini", **{key: value})
+
+
 def test_env_overrides_apply_typed_and_loud(monkeypatch):
     monkeypatch.setenv("NEARID_SET", "world.source=released; train.max_steps=7\n train.augment=false")
     prof = C.get_profile("smoke")

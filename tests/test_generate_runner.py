@@ -261,7 +261,7 @@ def test_bad_inputs_clear_errors_nothing_written(tmp_path, backend):
 def test_world_sources_regenerate_identically_in_worker_processes(tmp_path):
     """regenerate_world_sources (notebook 02): one source per spawned process gives the same bytes
     as the serial run, and both reproduce the world's own distractors pixel for pixel."""
-    from nearid_lib.config import get_profile
+    from nearid_lib.config import get_profile, with_overrides
     from nearid_lib.data import build_world
     from nearid_lib.generate.procedural import regenerate_world_sources
 
@@ -270,7 +270,8 @@ def test_world_sources_regenerate_identically_in_worker_processes(tmp_path):
     items = [it for it in items_from_dataset(world, seed=cfg.seed) if it.split == "test"]
     sources = ["recolor", "marking_hr"]
     regenerate_world_sources(cfg, world, tmp_path / "serial", sources, items, workers=1)
-    regenerate_world_sources(cfg, world, tmp_path / "par", sources, items, workers=2)
+    # the default: the profile's runtime.workers (NEARID_WORKERS sets it)
+    regenerate_world_sources(with_overrides(cfg, {"runtime.workers": 2}), world, tmp_path / "par", sources, items)
     for s in sources:
         serial = {p.name: p.read_bytes() for p in (tmp_path / "serial" / "distractors" / s).glob("*.png")}
         par = {p.name: p.read_bytes() for p in (tmp_path / "par" / "distractors" / s).glob("*.png")}

@@ -6,7 +6,7 @@ import pytest
 import torch
 from PIL import Image
 
-from nearid_lib.models import MAPHead, list_encoders, load_encoder, resolve_name, save_head
+from nearid_lib.models import MAPHead, encoder_aliases, list_encoders, load_encoder, resolve_name, save_head
 from nearid_lib.models.backbones import Preprocess
 
 torch.set_num_threads(1)
@@ -75,6 +75,11 @@ def test_load_backbone_from_profiles_and_spec():
 
 def test_registry_names_and_errors():
     assert {"efficientnet-lite0", "nearid", "siglip2-so400m-patch14-384"} <= set(list_encoders())
+    assert resolve_name("frozen-gap") == "efficientnet-lite0"
+    aliases = encoder_aliases()
+    assert aliases["frozen-gap"] == "efficientnet-lite0" and not set(aliases) & set(list_encoders())
+    assert all(resolve_name(a) == n for a, n in aliases.items())
+    aliases["frozen-gap"] = "nope"                  # a copy: the registry is unchanged
     assert resolve_name("frozen-gap") == "efficientnet-lite0"
     with pytest.raises(KeyError, match="unknown encoder 'nope'.*valid"):
         load_encoder("nope")

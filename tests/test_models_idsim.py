@@ -138,3 +138,23 @@ def test_cnn_prefix_runs_folded_and_equals_the_backbone_stages(cnn):
     assert (fast - ref).abs().max() > 0
     assert (fast - ref).abs().max() <= 1e-5 * ref.abs().max()
     assert type(m.bn1).__name__ == "BatchNormAct2d"
+
+
+def test_spec_defaults_are_the_profile_sections():
+    """IDSimSpec takes its model fields' defaults from IDSimConfig (one source): a default spec is
+    the default section's, and a profile's spec carries every shared field of its section."""
+    from dataclasses import fields
+
+    from nearid_lib.config import IDSimConfig, get_profile
+    from nearid_lib.idsim.train import idsim_spec
+    from nearid_lib.models.idsim import IDSimSpec
+
+    shared = [f.name for f in fields(IDSimSpec) if f.name != "weights"]
+    assert shared and all(hasattr(IDSimConfig, n) for n in shared)
+    assert IDSimSpec() == IDSimSpec.from_config(IDSimConfig()) and IDSimSpec().adapt_stages == 1
+    for name in ("smoke", "mini", "paper"):
+        cfg = get_profile(name, **{"idsim.adapt_stages": 2, "idsim.patch_grid": 3})
+        spec = idsim_spec(cfg)
+        assert all(getattr(spec, n) == getattr(cfg.idsim, n) for n in shared) and spec.weights is None
+        assert spec.adapt_stages == 2 and spec.patch_grid == 3
+    assert IDSimSpec.from_config(IDSimConfig(), weights="w.pt").weights == "w.pt"

@@ -1,6 +1,6 @@
 """2-process gloo run on CPU: gathered-pool losses equal the single-process loss of the global batch.
 
-Convention checked (see nearid_lib.losses / nearid_lib.distributed): the MEAN of the per-rank losses equals
+Convention checked (see nearid_lib.nearid.losses / nearid_lib.nearid.distributed): the MEAN of the per-rank losses equals
 the single-process loss, and each rank's gradient on its local inputs equals WORLD_SIZE times the matching
 slice of the single-process gradient, so that DDP's gradient averaging reproduces the global gradient.
 """

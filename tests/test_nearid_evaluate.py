@@ -154,6 +154,19 @@ def test_worker_processes_build_the_same_caches_as_the_main_process(world, tmp_p
     assert {c.dir: (c.dir / "meta.json").stat().st_mtime_ns for c in again._caches.values()} == stamp
 
 
+def test_embedder_workers_come_from_the_profile(world, monkeypatch):
+    """An Embedder's worker count is its profile's ``runtime.workers`` (which NEARID_WORKERS sets
+    when the profile is built), 1 without a profile; an explicit ``workers`` wins."""
+    data, _ = world
+    enc = load_encoder("efficientnet-lite0", tiny=True)[0]
+    monkeypatch.delenv("NEARID_SET", raising=False)
+    monkeypatch.setenv("NEARID_WORKERS", "3")
+    assert get_profile("smoke").runtime.workers == 3
+    assert Embedder(enc, data, profile="smoke", progress=False).workers == 3
+    assert Embedder(enc, data, profile="smoke", progress=False, workers=1).workers == 1
+    assert Embedder(enc, data, progress=False).workers == 1
+
+
 def test_known_ssr_pa_by_hand():
     nb = nearid_bench(_split({"A": A, "B": B}), ["A"])
     assert nb["per_source"]["A"]["ssr"] == 1.0 and nb["per_source"]["A"]["pa"] == 1.0

@@ -96,8 +96,9 @@ def test_rerun_in_a_fresh_folder_is_bit_identical(world):
 
 
 def test_worker_processes_train_the_same_runs_as_the_main_process(world, tmp_path):
-    """run_rows(workers=2) trains the missing runs in spawned processes; every run equals the one the
-    main process trains (scores and weights), and the main process then reads them as reused."""
+    """run_rows with ``runtime.workers = 2`` trains the missing runs in spawned processes; every run
+    equals the one the main process trains (scores and weights, the same run folder: the runtime
+    section is no part of a run's key), and the main process then reads them as reused."""
     from safetensors.torch import load_file
 
     from nearid_lib.models import load_backbone
@@ -108,7 +109,8 @@ def test_worker_processes_train_the_same_runs_as_the_main_process(world, tmp_pat
     rows = [main_row(cfg), alpha_rows(cfg)[0]]
     kw = dict(cache_root=tmp_path / "cache", variants=("full",), progress=False)
     serial = sw.run_rows(cfg, data, enc, rows, seeds=[0], workers=1, run_root=tmp_path / "serial", **kw)
-    par = sw.run_rows(cfg, data, enc, rows, seeds=[0], workers=2, run_root=tmp_path / "par", **kw)
+    par = sw.run_rows(with_overrides(cfg, {"runtime.workers": 2}), data, enc, rows, seeds=[0],
+                      run_root=tmp_path / "par", **kw)
     for r in rows:
         a, b = serial.runs[r.key][0], par.runs[r.key][0]
         assert not a.reused and b.reused            # b was trained by a worker, then read

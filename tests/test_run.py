@@ -1,5 +1,5 @@
-"""One notebook setup (``start_run``): seeded profile, threads from the environment, run metadata, and
-the table / figure writers that stamp provenance in a sidecar."""
+"""One notebook setup (``start_run``): seeded profile, threads from the profile's ``runtime`` section,
+run metadata, and the table / figure writers that stamp provenance in a sidecar."""
 from __future__ import annotations
 
 import json
@@ -14,30 +14,30 @@ from nearid_lib import run as R
 from nearid_lib.report import render_report
 
 
-def test_thread_count_reads_the_environment():
+def test_thread_count_is_the_profiles_else_every_core():
     cores = len(os.sched_getaffinity(0))
-    assert R.thread_count({}) == cores
-    assert R.thread_count({"OMP_NUM_THREADS": "3"}) == 3
-    assert R.thread_count({"NEARID_THREADS": "1", "OMP_NUM_THREADS": "3"}) == 1
-    with pytest.raises(ValueError, match="NEARID_THREADS"):
-        R.thread_count({"NEARID_THREADS": "many"})
+    assert R.thread_count(None) == cores
+    assert R.thread_count(3) == 3
 
 
 def test_start_run_sets_everything_up(monkeypatch, tmp_path):
     monkeypatch.setenv("NEARID_OUT", str(tmp_path / "out"))
     monkeypatch.setenv("NEARID_FIGURES", str(tmp_path / "figs"))
-    monkeypatch.setenv("NEARID_THREADS", "1")
+    monkeypatch.setenv("NEARID_THREADS", "2")
     before = torch.get_num_threads()
     try:
-        run = R.start_run("smoke", 3, "04_x", overrides={"eval.vlm_judge": None}, N_SHOW=2)
-        assert torch.get_num_threads() == 1 and run.threads == 1
+        over = {"eval.vlm_judge": None, "runtime.threads": 1}      # the override wins over NEARID_THREADS
+        run = R.start_run("smoke", 3, "04_x", overrides=over, N_SHOW=2)
+        assert torch.get_num_threads() == 1 and run.threads == 1 and run.cfg.runtime.threads == 1
         assert run.cfg.name == "smoke" and run.cfg.seed == 3 and run.cfg.eval.vlm_judge is None
         a = torch.rand(2)
-        R.start_run("smoke", 3, "04_x")
+        again = R.start_run("smoke", 3, "04_x")
         assert torch.equal(a, torch.rand(2))                  # seeded the same way twice
+        assert again.cfg.runtime.threads == 2 and torch.get_num_threads() == 2    # the environment's
         meta = json.loads((tmp_path / "out" / "smoke" / "results" / "04_x" / "run.json").read_text())
         assert meta["params"]["SEED"] == 3 and meta["profile"]["seed"] == 3
-        assert run.meta["params"]["N_SHOW"] == 2 and run.meta["params"]["overrides"] == {"eval.vlm_judge": None}
+        assert meta["profile"]["runtime"]["threads"] == 2
+        assert run.meta["params"]["N_SHOW"] == 2 and run.meta["params"]["overrides"] == over
     finally:
         torch.set_num_threads(before)
 
@@ -61,8 +61,7 @@ def test_figure_is_saved_and_returned(tmp_path, monkeypatch):
 
     monkeypatch.setenv("NEARID_OUT", str(tmp_path / "out"))
     monkeypatch.setenv("NEARID_FIGURES", str(tmp_path / "figs"))
-    monkeypatch.setenv("NEARID_THREADS", str(torch.get_num_threads()))
-    run = R.start_run("smoke", 0, "08_x")
+    run = R.start_run("smoke", 0, "08_x", overrides={"runtime.threads": torch.get_num_threads()})
     fig, ax = plt.subplots()
     ax.plot([0, 1], [1, 0])
     assert run.figure(fig, "08_line") is fig
@@ -88,3 +87,36 @@ def test_paper_profile_stops_without_a_gpu_unless_allowed(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.delenv("NEARID_ALLOW_CPU")
     require_gpu(get_profile("paper"))
+
+
+def test_setup_notebook_is_start_run_then_data_then_backbone(fresh_clone, smoke_world):
+    """setup_notebook makes what a notebook's opening lines made, in the same order (the same seeded
+    random state: a tiny backbone's random init is the same), and only what is asked for."""
+    from nearid_lib.data import load_profile_data
+    from nearid_lib.models import load_backbone
+    from nearid_lib.nearid.sweep import seeds_of
+
+    (fresh_clone / "data" / "smoke").mkdir(parents=True)
+    os.symlink(smoke_world.root, fresh_clone / "data" / "smoke" / "nearid")
+    over = {"runtime.threads": 1}
+    before = torch.get_num_threads()
+    try:
+        nb = R.setup_notebook("smoke", 3, "05_x", backbone=True, overrides=over, N_SHOW=2)
+        run = R.start_run("smoke", 3, "05_x", overrides=over, N_SHOW=2)
+        data = load_profile_data(run.cfg, build=False)
+        backbone = load_backbone(run.cfg)[0]
+        assert nb.cfg == run.cfg == nb.run.cfg and nb.run.meta["params"]["N_SHOW"] == 2
+        assert nb.data.root == data.root and nb.data.positives.equals(data.positives)
+        a, b = nb.backbone.state_dict(), backbone.state_dict()
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+        assert nb.seeds == seeds_of(run.cfg) == [3, 4]
+        bare = R.setup_notebook("smoke", 0, "10_x", overrides=over)
+        assert bare.data is not None and bare.backbone is None
+        assert R.setup_notebook("smoke", 0, "09_x", data=False, overrides=over).data is None
+        world = R.setup_notebook("smoke", 0, "09_x", data=lambda c: c.idsim.source == "world", overrides=over)
+        assert world.data is not None
+        paper_like = {**over, "idsim.source": "released"}
+        assert R.setup_notebook("smoke", 0, "09_x", data=lambda c: c.idsim.source == "world",
+                                overrides=paper_like).data is None
+    finally:
+        torch.set_num_threads(before)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from pathlib import Path
@@ -194,10 +193,10 @@ def regenerate_world_sources(cfg: Profile, root: str | Path, out_root: str | Pat
                              items: Sequence[GenItem], quality=None, workers: int | None = None,
                              batch_size: int = 1) -> None:
     """Regenerate the world's ``sources`` for ``items`` into ``out_root`` (no retries), one source
-    per process in ``workers`` spawned processes (default ``NEARID_WORKERS``, or 1). Every item is
+    per process in ``workers`` spawned processes (default ``cfg.runtime.workers``). Every item is
     seeded on its own, so the images do not depend on ``workers``; the runner resumes, so a later
     :func:`~nearid_lib.generate.runner.generate_source` call for the same source finds it done."""
-    workers = int(os.environ.get("NEARID_WORKERS", "1")) if workers is None else int(workers)
+    workers = cfg.runtime.workers if workers is None else int(workers)
     args = [(cfg, str(root), str(out_root), s, list(items), quality, batch_size) for s in sources]
     if workers <= 1 or len(sources) <= 1:
         for a in args:

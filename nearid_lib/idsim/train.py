@@ -44,11 +44,7 @@ __all__ = ["idsim_spec", "train_step_batch", "training_store", "train_idsim"]
 
 def idsim_spec(cfg: Profile) -> IDSimSpec:
     """The :class:`~nearid_lib.models.idsim.IDSimSpec` of a profile's ``idsim`` section."""
-    c = cfg.idsim
-    return IDSimSpec(backbone=c.backbone, tiny=bool(c.tiny), image_size=c.image_size,
-                     lora_rank=c.lora_rank, lora_alpha=c.lora_alpha, lora_dropout=c.lora_dropout,
-                     head_hidden=c.head_hidden, head_out=c.head_out, adapt_stages=c.adapt_stages,
-                     patch_grid=c.patch_grid)
+    return IDSimSpec.from_config(cfg.idsim)
 
 
 def train_step_batch(model, feats: torch.Tensor, B: int, cfg: Profile) -> tuple[torch.Tensor, dict]:

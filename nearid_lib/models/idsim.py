@@ -13,8 +13,8 @@ Two backbone families share one code path:
   the paper: a CNN has no attention/MLP layers, so LoRA goes on the 1x1 *pointwise* convolutions
   (``conv_pw`` / ``conv_pwl``: the per-token linear maps, the CNN analogue of a transformer's MLP)
   of the last ``adapt_stages`` block stages plus ``conv_head``. Everything before those stages is
-  frozen and *unchanged by training*, so its output (the "prefix" feature map, [112, 14, 14] at
-  224 px for ``adapt_stages=2``) is computed once and cached; training runs only the adapted
+  frozen and *unchanged by training*, so its output (the "prefix" feature map, [192, 7, 7] at
+  224 px for the default ``adapt_stages=1``, [112, 14, 14] for ``adapt_stages=2``) is computed once and cached; training runs only the adapted
   suffix. BatchNorm layers stay in eval mode (running statistics of ImageNet). "CLS" = global
   average of the final 1280 x 7 x 7 map (the frozen-GAP baseline's embedding), patch tokens = its
   49 positions.
@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from ..config_sections import IDSimConfig
 from ..io_utils import atomic_write, write_json
 from .backbones import Encoder, EncoderOutput, TimmEfficientNetEncoder, folded_copy
 from .registry import load_encoder, register_encoder, resolve_name
@@ -57,21 +58,31 @@ VIT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "query", "key", "val
                     "fc1", "fc2", "up_proj", "down_proj")
 
 
+_CONFIG = IDSimConfig()      # the one source of the model fields' defaults (and their meaning)
+
+
 @dataclass(frozen=True)
 class IDSimSpec:
-    """Everything needed to rebuild an ID-Sim model (stored in ``idsim.json``)."""
+    """Everything needed to rebuild an ID-Sim model (stored in ``idsim.json``): the model fields of
+    the profile's ``idsim`` section (:class:`~nearid_lib.config.IDSimConfig`, whose defaults and
+    comments they take; :meth:`from_config`) and ``weights``."""
 
-    backbone: str = "efficientnet-lite0"
-    tiny: bool = False
-    image_size: int | None = None       # None: the backbone's default
-    lora_rank: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.05
-    head_hidden: int = 512
-    head_out: int = 256
-    adapt_stages: int = 2               # CNN only: adapted last block stages (+ conv_head); 0: conv_head only
+    backbone: str = _CONFIG.backbone
+    tiny: bool = _CONFIG.tiny
+    image_size: int | None = _CONFIG.image_size
+    lora_rank: int = _CONFIG.lora_rank
+    lora_alpha: int = _CONFIG.lora_alpha
+    lora_dropout: float = _CONFIG.lora_dropout
+    head_hidden: int = _CONFIG.head_hidden
+    head_out: int = _CONFIG.head_out
+    adapt_stages: int = _CONFIG.adapt_stages
     weights: str | None = None          # local backbone weights instead of the default
-    patch_grid: int | None = None       # patch tokens average-pooled to a k x k grid (None: all tokens)
+    patch_grid: int | None = _CONFIG.patch_grid
+
+    @classmethod
+    def from_config(cls, idsim: IDSimConfig, **kw: Any) -> IDSimSpec:
+        """The spec of a profile's ``idsim`` section (``kw``: further fields, e.g. ``weights``)."""
+        return cls(**{f.name: getattr(idsim, f.name) for f in fields(cls) if hasattr(idsim, f.name)}, **kw)
 
 
 class ProjectionMLP(nn.Module):

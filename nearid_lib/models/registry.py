@@ -36,8 +36,8 @@ from .map_head import MAPHead
 if TYPE_CHECKING:
     from ..config import BackboneConfig, Profile
 
-__all__ = ["load_backbone", "load_encoder", "register_encoder", "list_encoders", "resolve_name", "resolve_device",
-           "StackedEncoder", "NearIDEncoder", "RELEASE_REPO"]
+__all__ = ["load_backbone", "load_encoder", "register_encoder", "list_encoders", "encoder_aliases", "resolve_name",
+           "resolve_device", "StackedEncoder", "NearIDEncoder", "RELEASE_REPO"]
 
 RELEASE_REPO = "Aleksandar/nearid-siglip2"
 
@@ -64,6 +64,12 @@ def register_encoder(name: str, builder: Callable[..., Encoder], hub_id: str | N
 def list_encoders() -> list[str]:
     """Registered names (aliases excluded)."""
     return sorted(_REGISTRY)
+
+
+def encoder_aliases() -> dict[str, str]:
+    """Every alias with the registered name it stands for (a copy: register with
+    :func:`register_encoder`)."""
+    return dict(_ALIASES)
 
 
 def resolve_name(name: str) -> str:

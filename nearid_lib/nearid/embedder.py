@@ -22,7 +22,6 @@ decoded grid, whether it was read or just computed.
 """
 from __future__ import annotations
 
-import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
@@ -110,11 +109,14 @@ class Embedder:
         cache_root: explicit cache folder (tests).
         token_store: ``"cache"`` or a codec of the sharded store (``"int8"``...); default: the
             profile's ``train.token_store`` (``"cache"`` without a profile).
+        workers: processes :meth:`build` uses; default: the profile's ``runtime.workers`` (1
+            without a profile).
     """
 
     def __init__(self, encoder, data: NearIDData, head=None, profile: str | None = None, use_cache: bool = True,
                  store_tokens: bool | None = None, batch_size: int = 64, cache_root=None,
-                 progress: bool = True, head_batch: int = 512, token_store: str | None = None):
+                 progress: bool = True, head_batch: int = 512, token_store: str | None = None,
+                 workers: int | None = None):
         self.encoder = encoder
         self.backbone = getattr(encoder, "backbone", encoder)
         if head is None and hasattr(encoder, "head") and hasattr(encoder, "backbone"):
@@ -126,7 +128,9 @@ class Embedder:
         self.store_tokens = has_tokens if store_tokens is None else bool(store_tokens)
         if head is not None and not self.store_tokens:
             raise ValueError("a head needs the backbone's tokens: store_tokens must be True")
-        self.token_store = _profile_token_store(profile) if token_store is None else str(token_store)
+        own_store, own_workers = _profile_defaults(profile)
+        self.token_store = own_store if token_store is None else str(token_store)
+        self.workers = own_workers if workers is None else int(workers)
         self._stream = None                                 # StreamFeatures over the shared store
         self._caches: dict[tuple[str, str], Any] = {}      # (variant, group) -> TokenCache
         self._index: dict[str, dict[str, tuple[str, int]]] = {}   # variant -> relpath -> (group, row)
@@ -180,7 +184,7 @@ class Embedder:
               workers: int | None = None) -> None:
         """Build (or load) the caches of ``groups`` (default: all) for each variant.
 
-        ``workers`` (default ``NEARID_WORKERS``, or 1; tiny backbones: 1 unless given): build the
+        ``workers`` (default this embedder's ``workers``; tiny backbones: 1 unless given): build the
         missing caches in that many spawned processes, largest first, each with this process's
         torch thread count. A cache's bytes do not depend on which process builds it (one image
         list, the same batches), so results are the same as a serial build. With a sharded token
@@ -195,7 +199,7 @@ class Embedder:
                     items.setdefault(r, m)
             self.stream().prefill(items.items(), variants=variants, progress=self.progress)
         if workers is None:
-            workers = 1 if getattr(self.backbone, "tiny", False) else int(os.environ.get("NEARID_WORKERS", "1"))
+            workers = 1 if getattr(self.backbone, "tiny", False) else self.workers
         if workers > 1 and self.use_cache:
             todo = [(v, g) for v, g in pairs if not self.complete(g, v)]
             if len(todo) > 1:
@@ -332,11 +336,15 @@ class Embedder:
         return F.normalize(torch.cat(outs), dim=-1)
 
 
-def _profile_token_store(profile: str | None) -> str:
-    """``train.token_store`` of ``profile`` (with ``NEARID_SET``), ``"cache"`` without one."""
+def _profile_defaults(profile: str | None) -> tuple[str, int]:
+    """``train.token_store`` and ``runtime.workers`` of ``profile`` (as :func:`get_profile` builds
+    it, with the environment), ``("cache", 1)`` without one."""
     from ..config import PROFILES, get_profile
 
-    return get_profile(profile).train.token_store if profile in PROFILES else "cache"
+    if profile not in PROFILES:
+        return "cache", 1
+    cfg = get_profile(profile)
+    return cfg.train.token_store, cfg.runtime.workers
 
 
 def _cache_in_worker(backbone, root: str, group: str, variant: str, kw: dict[str, Any], threads: int) -> str:
@@ -345,6 +353,5 @@ def _cache_in_worker(backbone, root: str, group: str, variant: str, kw: dict[str
     from ..run import set_torch_threads
 
     set_torch_threads(threads)
-    os.environ["NEARID_WORKERS"] = "1"          # no nested process pools
-    Embedder(backbone, load_nearid(root), progress=False, **kw).cache(group, variant)
+    Embedder(backbone, load_nearid(root), progress=False, workers=1, **kw).cache(group, variant)
     return group

@@ -14,8 +14,9 @@ A table row reports the mean over seeds of each metric, with ``<metric>_sd`` (th
 seeds) beside it; claims bootstrap the per-unit outcomes of all seeds (:func:`Sweep.evidence`).
 
 Runs are independent, so :func:`run_rows` can train the missing ones in ``workers`` processes
-(``NEARID_WORKERS``, e.g. 2 on a 2-core machine): each worker loads the dataset from its folder and
-the profile's backbone, uses ``NEARID_THREADS`` torch threads like the main process, and writes
+(the profile's ``runtime.workers``, which ``NEARID_WORKERS`` sets, e.g. 2 on a 2-core machine): each
+worker loads the dataset from its folder and the profile's backbone, uses the main process's torch
+thread count (``runtime.threads``), and writes
 its run folder; the main process then reads every run as a reused one. A run's result does not
 depend on which process trained it (same key, same code, same thread count). Tiny random-init
 backbones are not seeded at load, so profiles that use one always train in the main process.
@@ -208,7 +209,7 @@ def _train_in_worker(cfg: Profile, root: str, kw: dict, threads: int) -> str:
     from ..run import set_torch_threads
 
     set_torch_threads(threads)              # the main process's count: the same float summation order
-    os.environ["NEARID_WORKERS"] = "1"          # no nested process pools (feature caches)
+    cfg = replace(cfg, runtime=replace(cfg.runtime, workers=1))     # no nested process pools (feature caches)
     res = train_and_score(cfg, load_nearid(root), None, progress=False, **kw)
     return str(res.directory)
 
@@ -268,11 +269,11 @@ def train_missing(configs: Sequence[Profile], data: NearIDData, workers: int, **
 def run_rows(cfg: Profile, data: NearIDData, encoder, rows: Sequence[RowSpec], seeds: Sequence[int] | None = None,
              progress: bool = True, workers: int | None = None, **kw: Any) -> Sweep:
     """Train and score every row for every seed (``seeds``: default :func:`seeds_of`), reusing
-    finished runs; prints one line per run. ``workers`` (default ``NEARID_WORKERS`` or 1): train the
+    finished runs; prints one line per run. ``workers`` (default ``cfg.runtime.workers``): train the
     missing runs in that many processes first (real backbones only, see the module docstring)."""
     from ..config import with_overrides
 
-    workers = int(os.environ.get("NEARID_WORKERS", "1")) if workers is None else int(workers)
+    workers = cfg.runtime.workers if workers is None else int(workers)
     if workers > 1 and not cfg.backbone.tiny and kw.get("reuse", True):
         configs = [replace(with_overrides(cfg, r.overrides), seed=int(s)) for r in rows
                    for s in (seeds_of(cfg) if seeds is None else seeds)]

@@ -72,7 +72,8 @@ class TrainFeatures:
         self.cfg, self.data = cfg, data
         self.backbone = getattr(encoder, "backbone", encoder)
         self.emb = Embedder(self.backbone, data, profile=profile, cache_root=cache_root, progress=progress,
-                            batch_size=cfg.backbone.batch_size, store_tokens=True, token_store="cache")
+                            batch_size=cfg.backbone.batch_size, store_tokens=True, token_store="cache",
+                            workers=cfg.runtime.workers)
         if cfg.train.use_cache:
             self.emb.build(train_groups(data, cfg), variants=("full", "fg"))
 
