@@ -113,13 +113,13 @@ def test_scene_of_matches_the_rendered_backgrounds():
     from nearid_lib.data.draws import scene_of, view_background
 
     cfg = get_profile("smoke", {"world.shared_scene_p": 0.5})
+    own = get_profile("smoke", {"world.shared_scene_p": 0.0})
     seen = set()
     for i in range(12):
         ident = f"test_{i:05d}"
         for k in (2, 3):
             s = scene_of(cfg, ident, k)
             seen.add(s == 1)
-            own = get_profile("smoke", {"world.shared_scene_p": 0.0})
             same_as_own = np.array_equal(view_background(cfg, True, ident, k), view_background(own, True, ident, k))
             assert same_as_own == (s == k)
     assert seen == {True, False}

@@ -204,9 +204,8 @@ def build_world(cfg, root: str | os.PathLike | None = None, n_workers: int | Non
     # graded set (ID-Sim's Subjects2k / DreamBench++ analogue) has grids of anchors of its own.
     n_grids = wc.n_grid_anchors if "test" in sel else 0
     n_graded = int(wc.n_graded_anchors) if "test" in sel else 0
-    for stage, prefix, n in (("grids", "grid", n_grids), ("graded", "graded", n_graded)):
-        if stage == "graded" and not n:
-            continue
+    stages = [("grids", "grid", n_grids)] + ([("graded", "graded", n_graded)] if n_graded else [])
+    for stage, prefix, n in stages:
         man = _run_stage(stage, _job_grid, [(f"{prefix}_{i:04d}", (cfg, root, i, prefix))
                                             for i in range(n)], prog, n_workers, progress)
         recs = {r["id"]: r for r in man.records()}

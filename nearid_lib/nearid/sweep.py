@@ -126,7 +126,7 @@ def train_and_score(cfg: Profile, data: NearIDData, encoder=None, label: str = "
                      cache_root=cache_root)
     backbone = getattr(encoder, "backbone", encoder)
     emb = Embedder(backbone, data, head=res.head, profile=cfg.name, cache_root=cache_root, progress=progress,
-                   batch_size=cfg.backbone.batch_size, store_tokens=True)
+                   batch_size=cfg.backbone.batch_size, store_tokens=True, workers=cfg.runtime.workers)
     scores, units, mtg = {}, {}, None
     for v in variants:
         se = embed_split(emb, data, split, v)
