@@ -44,11 +44,11 @@ from torch import nn
 
 from ..config_sections import IDSimConfig
 from ..io_utils import atomic_write, write_json
-from .backbones import Encoder, EncoderOutput, TimmEfficientNetEncoder, folded_copy
-from .registry import load_encoder, register_encoder, resolve_name
+from ..models.backbones import Encoder, EncoderOutput, TimmEfficientNetEncoder, folded_copy
+from ..models.registry import load_encoder, resolve_name
 
 __all__ = ["IDSimSpec", "IDSimModel", "ProjectionMLP", "build_idsim", "save_idsim", "load_idsim",
-           "is_idsim_checkpoint", "VIT_LORA_TARGETS", "WEIGHTS_FILE", "CONFIG_FILE"]
+           "is_idsim_checkpoint", "idsim_encoder", "VIT_LORA_TARGETS", "WEIGHTS_FILE", "CONFIG_FILE"]
 
 WEIGHTS_FILE = "idsim.safetensors"
 CONFIG_FILE = "idsim.json"
@@ -312,12 +312,11 @@ def load_idsim(directory: str | os.PathLike, device: str | torch.device = "cpu")
     return model, meta
 
 
-def _idsim_builder(name, hub_id, tiny=False, checkpoint=None, **kw):
-    """Registry builder: ``load_encoder("idsim", checkpoint=dir)`` (trained) or a fresh model."""
+def idsim_encoder(tiny: bool = False, checkpoint: str | os.PathLike | None = None, **kw: Any) -> IDSimModel:
+    """What ``load_encoder("idsim", ...)`` builds (:mod:`nearid_lib.models.registry`): the trained
+    model of ``checkpoint`` (a folder of :func:`save_idsim`) or a fresh one (``tiny`` and the
+    :class:`IDSimSpec` fields in ``kw``; other keywords are ignored)."""
     if checkpoint is not None:
         return load_idsim(checkpoint, device=kw.get("device", "cpu"))[0]
     return build_idsim(IDSimSpec(tiny=tiny, **{k: v for k, v in kw.items() if k in IDSimSpec.__dataclass_fields__}))
 
-
-register_encoder("idsim", _idsim_builder, None,
-                 doc="ID-Sim: frozen backbone + LoRA + CLS/patch heads")
