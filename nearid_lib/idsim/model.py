@@ -176,6 +176,7 @@ class IDSimModel(Encoder):
                 layer.enable_adapters(True)
 
     def trainable_parameters(self) -> list[nn.Parameter]:
+        """The parameters training updates (LoRA and both heads; the backbone is frozen)."""
         return [p for p in self.parameters() if p.requires_grad]
 
     # ------------------------------------------------------------------ forward
@@ -226,6 +227,7 @@ class IDSimModel(Encoder):
         return self.cls_head(cls.to(p.dtype)), self.patch_head(tokens.to(p.dtype))
 
     def from_prefix(self, feats: torch.Tensor) -> EncoderOutput:
+        """The model's output from :meth:`prefix` features: tokens = the patch head's, pooled = the CLS head's."""
         cls, tokens = self.raw_from_prefix(feats)
         c, z = self.project(cls, tokens)
         return EncoderOutput(z, c)
@@ -279,6 +281,7 @@ def save_idsim(model: IDSimModel, directory: str | os.PathLike, extra: dict[str,
 
 
 def is_idsim_checkpoint(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a folder written by :func:`save_idsim` (both of its files present)."""
     p = Path(path)
     return (p / WEIGHTS_FILE).exists() and (p / CONFIG_FILE).exists()
 
