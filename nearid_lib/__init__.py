@@ -45,7 +45,7 @@ _LAZY = {
     "fisher_z_mean": ("nearid_lib.metrics", "fisher_z_mean"),
     "retrieval_map": ("nearid_lib.metrics", "retrieval_map"),
     "rank_generator": ("nearid_lib.fpr", "rank_generator"),
-    "load_idsim": ("nearid_lib.models.idsim", "load_idsim"),
+    "load_idsim": ("nearid_lib.idsim.model", "load_idsim"),
     "start_run": ("nearid_lib.run", "start_run"),
 }
 

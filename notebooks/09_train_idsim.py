@@ -20,7 +20,7 @@
 #
 # `mini` adaptation: the backbone is EfficientNet-Lite0 (a CNN, the offline pretrained model); LoRA
 # sits on the 1x1 pointwise convolutions of its last stage(s) and `conv_head`, the frozen prefix is
-# cached once, "CLS" = global average of the final 7x7 tokens. See `nearid_lib/models/idsim.py` and
+# cached once, "CLS" = global average of the final 7x7 tokens. See `nearid_lib/idsim/model.py` and
 # `nearid_lib/idsim/` for every deviation. Benchmarks are the mini world's analogue of each
 # benchmark kind of ID-Sim Figure 25 (`nearid_lib/idsim/bench.py`).
 #
@@ -50,6 +50,7 @@ from nearid_lib.idsim.baselines import histogram_embeddings, random_init_embeddi
 from nearid_lib.idsim.claims import CLAIMS_BY_NOTEBOOK, IDSIM_CLAIMS, benchmark_evidence
 from nearid_lib.idsim.embed import model_embeddings, token_maps
 from nearid_lib.idsim.mllm import idsim_judge, judge_graded, mllm_table
+from nearid_lib.idsim.model import save_idsim
 from nearid_lib.idsim.persam import mask_predictor, mini_persam_queries, persam_benchmark, persam_table
 from nearid_lib.idsim.prefix import PrefixStore
 from nearid_lib.idsim.released import (not_scored, released_mllm_table, released_patch_table, released_table,
@@ -57,7 +58,6 @@ from nearid_lib.idsim.released import (not_scored, released_mllm_table, released
 from nearid_lib.idsim.train import train_idsim
 from nearid_lib.io_utils import write_csv
 from nearid_lib.models import load_encoder
-from nearid_lib.models.idsim import save_idsim
 from nearid_lib.paths import cache_dir, checkpoint_dir
 from nearid_lib.run import setup_notebook
 

@@ -34,13 +34,13 @@ from nearid_lib import make_rng
 from nearid_lib.claims import evaluate_claims
 from nearid_lib.idsim.bench import embed_encoders, encoder_labels
 from nearid_lib.idsim.claims import CLAIMS_BY_NOTEBOOK, IDSIM_CLAIMS, sensitivity_evidence
+from nearid_lib.idsim.model import load_idsim
 from nearid_lib.idsim.prefix import PrefixStore
 from nearid_lib.idsim.released import SENSITIVITY_REASON
 from nearid_lib.idsim.sensitivity import (grid_similarities, per_anchor_sensitivity, plot_sensitivity_bars,
                                           plot_similarity_curves, sensitivity_summary, similarity_curves)
 from nearid_lib.io_utils import write_csv
 from nearid_lib.models import load_encoder
-from nearid_lib.models.idsim import load_idsim
 from nearid_lib.paths import cache_dir, checkpoint_dir
 from nearid_lib.run import setup_notebook
 

@@ -251,10 +251,11 @@ def test_fpr_csvs(tmp_path):
     assert all(Image.open(p).size == (32, 32) for p in t["gallery"].file_path)
     sp = load_fpr_split(f)                                   # the protocol's own reader agrees
     assert len(sp.train) == 6 and len(sp.gallery) == 9
+    assert t["gallery"].file_path.tolist() == sp.gallery.file_path.tolist()
     g = pd.read_csv(f / "gallery_data.csv")
     g.loc[0, "file_path"] = "imgs/a_train0.png"             # a reference leaking into the gallery
     g.to_csv(f / "gallery_data.csv", index=False)
-    with pytest.raises(DataError, match="also references"):
+    with pytest.raises(DataError, match=r"dataset FPR: reference/gallery overlap.*train_data.csv \(line\(s\) 2\)"):
         load_fpr(f)
     with pytest.raises(FPRLayoutError, match=r"reference/gallery overlap.*train_data.csv \(line\(s\) 2\)"):
         load_fpr_split(f)
@@ -263,3 +264,13 @@ def test_fpr_csvs(tmp_path):
         load_fpr(f)
     with pytest.raises(FPRLayoutError, match=r"gallery_data.csv: missing column\(s\) \['species'\]"):
         load_fpr_split(f)
+    f2 = tmp_path / "fpr2"                                  # one reader, two callers' conventions
+    _write_fpr(f2)
+    tr = pd.read_csv(f2 / "train_data.csv").assign(note="01")
+    tr.to_csv(f2 / "train_data.csv", index=False)
+    assert load_fpr(f2)["train"].note.tolist() == ["01"] * 6                 # as written
+    assert load_fpr_split(f2).train.note.tolist() == [1] * 6                 # metadata as numbers
+    tr.loc[1, "ref_path"] = ""
+    tr.to_csv(f2 / "train_data.csv", index=False)
+    with pytest.raises(DataError, match=r"dataset FPR: .*train_data.csv: empty 'ref_path' on line\(s\) 3"):
+        load_fpr(f2)

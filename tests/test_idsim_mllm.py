@@ -10,7 +10,7 @@ from PIL import Image
 
 from nearid_lib import metrics as M
 from nearid_lib.idsim.mllm import IDSIM_JUDGE_PROMPT, CallableJudge, idsim_judge, judge_graded, mllm_table
-from nearid_lib.nearid.judge_answers import parse_judge_answer
+from nearid_lib.judge import parse_judge_answer
 
 
 @pytest.mark.parametrize("answer,status,sim", [

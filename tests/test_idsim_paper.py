@@ -320,7 +320,7 @@ class CountingJudge:
     name = "counting"
 
     def score_pairs(self, a, b):
-        from nearid_lib.nearid.judge_answers import JudgeScores
+        from nearid_lib.judge import JudgeScores
 
         answers = []
         for i, im in enumerate(b):

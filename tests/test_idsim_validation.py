@@ -127,7 +127,7 @@ def test_load_key_errors_name_the_key(smoke_world):
 def test_model_embeddings_kinds(smoke_world):
     from nearid_lib.idsim.embed import model_embeddings
     from nearid_lib.idsim.prefix import PrefixStore
-    from nearid_lib.models.idsim import build_idsim
+    from nearid_lib.idsim.model import build_idsim
 
     torch.manual_seed(0)
     model = build_idsim(backbone="efficientnet-lite0", tiny=True, head_hidden=16, head_out=8, adapt_stages=1)

@@ -79,7 +79,7 @@ def test_judge_two_processes_equals_one(smoke_world, tmp_path):
     for r in pos.head(3).itertuples():
         rows += [{"img_a": r.img1, "img_b": r.img2}, {"img_a": r.img2, "img_b": r.img1}]
     pd.DataFrame(rows[:5]).to_csv(tmp_path / "pairs.csv", index=False)
-    cmd = ["-m", "nearid_lib.nearid.judge", "--pairs", str(tmp_path / "pairs.csv"), "--root",
+    cmd = ["-m", "nearid_lib.judge", "--pairs", str(tmp_path / "pairs.csv"), "--root",
            str(smoke_world.root), "--judge", "tiny", "--max-new-tokens", "8", "--batch-size", "2"]
     _run([*cmd, "--out", str(tmp_path / "one.csv")], two=False)
     _run([*cmd, "--out", str(tmp_path / "two.csv")], two=True)

@@ -76,7 +76,7 @@ def test_judge_through_the_bench_counts_coverage():
     its gibberish answers are NaN, counted, and no trial is silently scored."""
     from PIL import Image
 
-    from nearid_lib.nearid.judge import VLMJudge
+    from nearid_lib.judge import VLMJudge
 
     torch.set_num_threads(1)
     data, _ = _dataset(np.random.default_rng(2))

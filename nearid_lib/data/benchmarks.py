@@ -1,7 +1,8 @@
 """Readers of released benchmark folders in simple documented layouts, with absolute paths:
 
 - FPR CSV folders (``train_data.csv``, ``gallery_data.csv``, optional ``generated_data.csv``;
-  columns name, species, file_path, ref_path [, mask_path] [, method]): :func:`load_fpr`.
+  columns name, species, file_path, ref_path [, mask_path] [, method]): :func:`load_fpr`, through
+  the FPR package's reader of that layout (:mod:`nearid_lib.fpr.layout`).
 - DreamBench++ in its publishers' layout (``yuangpeng/dreambench_plus``: the evaluation data, the
   7 methods' samples and the human / GPT rating zips, unpacked side by side as the release's own
   scripts read them): :func:`load_dreambenchpp`, the human ratings behind NearID Table 2 / Figure 4
@@ -25,48 +26,36 @@ __all__ = ["load_fpr", "DreamBenchPP", "load_dreambenchpp", "DBPP_CATEGORIES", "
            "dbpp_collection_id"]
 
 
-_FPR_COLS = ["name", "species", "file_path", "ref_path"]
-
-
-
 def load_fpr(folder: str | os.PathLike, check_files: bool = True) -> dict[str, pd.DataFrame]:
     """Read an FPR CSV folder -> {"train", "gallery"[, "generated"]} with absolute paths.
 
-    Relative paths are resolved against ``folder``; ``generated_data.csv`` must have a
-    ``method`` column; gallery images must not also be references."""
+    The one reader of the layout reads and validates each table
+    (:func:`nearid_lib.fpr.layout.read_fpr_table`: columns, empty cells, duplicate images, files;
+    ``generated_data.csv`` must have a ``method`` column), with relative paths resolved against
+    ``folder``, and checks the protocol's rules: gallery images are not also references, every
+    reference identity has gallery images (:func:`~nearid_lib.fpr.layout.check_disjoint`).
+    Columns are kept as written (strings). Bad
+    input raises :class:`~nearid_lib.data.schema.DataError` naming the file, the CSV line(s) and
+    the field."""
+    # the FPR package owns the layout; imported here so that reading the core's data does not
+    # load it
+    from ..fpr.layout import FPRLayoutError, check_disjoint, read_fpr_table, resolve_paths
+
     folder = Path(folder)
     out = {}
-    for key in ("train", "gallery", "generated"):
-        p = folder / f"{key}_data.csv"
-        if not p.exists():
-            if key == "generated":
-                continue
-            raise DataError(f"dataset FPR {p.name}: file missing in {folder}")
-        df = pd.read_csv(p, dtype=str, keep_default_na=False)
-        need = _FPR_COLS + (["method"] if key == "generated" else [])
-        missing = [c for c in need if c not in df.columns]
-        if missing:
-            raise DataError(f"dataset FPR {p.name}: missing column(s) {missing}; has {list(df.columns)}")
-        for c in ("file_path", "ref_path", "mask_path"):
-            if c not in df.columns:
-                continue
-            vals = []
-            for i, v in enumerate(df[c]):
-                if not v:
-                    if c == "file_path":
-                        raise DataError(f"dataset FPR {p.name}, row {i}, field {c!r}: empty path")
-                    vals.append("")
+    try:
+        for key in ("train", "gallery", "generated"):
+            p = folder / f"{key}_data.csv"
+            if not p.exists():
+                if key == "generated":
                     continue
-                q = Path(v) if Path(v).is_absolute() else folder / v
-                if check_files and not q.exists():
-                    raise DataError(f"dataset FPR {p.name}, row {i}, field {c!r}: file {q} not found")
-                vals.append(str(q))
-            df[c] = vals
-        out[key] = df
-    both = set(out["train"].file_path) & set(out["gallery"].file_path)
-    if both:
-        raise DataError(f"dataset FPR gallery_data.csv, field 'file_path': {len(both)} image(s) are "
-                        f"also references, e.g. {sorted(both)[0]}")
+                raise DataError(f"dataset FPR {p.name}: file missing in {folder}")
+            df = read_fpr_table(p, key, check_files=check_files, root=folder, numeric_metadata=False)
+            out[key] = resolve_paths(df)
+        check_disjoint(out["train"], out["gallery"], str(folder / "train_data.csv"),
+                       str(folder / "gallery_data.csv"))
+    except FPRLayoutError as err:
+        raise DataError(f"dataset FPR: {err}") from None
     return out
 
 

@@ -249,7 +249,7 @@ def write_nearid_models(hub_dir: Path) -> list[str]:
     from transformers import CLIPConfig, CLIPModel, Dinov2Config, Dinov2Model
 
     from ..data.masks import save_tiny_clipseg
-    from ..nearid.judge import build_tiny_qwen3vl
+    from ..judge import build_tiny_qwen3vl
 
     hub_dir = Path(hub_dir)
     siglip = _save_siglip2(hub_dir / "google" / "siglip2-so400m-patch14-384")

@@ -49,14 +49,16 @@ def _rows(idx: Iterable[int], limit: int = 8) -> str:
 
 
 def read_fpr_table(path: str | os.PathLike, kind: str = "gallery", check_files: bool = True,
-                   root: str | os.PathLike | None = None) -> pd.DataFrame:
-    """Read one FPR table and validate it.
+                   root: str | os.PathLike | None = None, *, numeric_metadata: bool = True) -> pd.DataFrame:
+    """Read one FPR table and validate it: the one reader of the layout (also behind
+    :func:`nearid_lib.data.benchmarks.load_fpr`).
 
     ``kind`` is ``"train"``, ``"gallery"`` or ``"generated"`` (``generated`` requires ``method``).
     Paths are kept as written; ``root`` is where relative paths are resolved (default: the CSV's
-    folder, or the nearest ancestor where the first file exists, as in our dataset root). Raises :class:`FPRLayoutError` naming
-    the file, the CSV line numbers and the field for missing columns, empty cells, duplicate
-    images and missing files."""
+    folder, or the nearest ancestor where the first file exists, as in our dataset root). Extra
+    metadata columns come back as numbers where they parse (``numeric_metadata=False``: as
+    written). Raises :class:`FPRLayoutError` naming the file, the CSV line numbers and the field
+    for missing columns, empty cells, duplicate images and missing files."""
     path = Path(path)
     if not path.exists():
         raise FPRLayoutError(f"{path}: FPR {kind} table not found")
@@ -89,12 +91,13 @@ def read_fpr_table(path: str | os.PathLike, kind: str = "gallery", check_files: 
                 raise FPRLayoutError(f"{path}: '{col}' names missing file(s) on line(s) {_rows(miss)}: "
                                      f"{vals[miss[0]]!r} (resolved under {base})")
     # extra metadata columns (e.g. the simulated methods' true ``drift``) come back as numbers
-    for c in df.columns:
-        if c not in FPR_COLUMNS + OPTIONAL_COLUMNS + ("context",):
-            try:
-                df[c] = pd.to_numeric(df[c])
-            except (ValueError, TypeError):
-                pass
+    if numeric_metadata:
+        for c in df.columns:
+            if c not in FPR_COLUMNS + OPTIONAL_COLUMNS + ("context",):
+                try:
+                    df[c] = pd.to_numeric(df[c])
+                except (ValueError, TypeError):
+                    pass
     df.attrs["source"] = str(path)
     df.attrs["root"] = str(root)
     return df

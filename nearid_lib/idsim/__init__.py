@@ -1,6 +1,8 @@
 """ID-Sim: an identity metric (frozen backbone + LoRA + CLS/patch heads, CLS InfoNCE + Sinkhorn
 patch InfoNCE), its benchmarks and the selective-sensitivity regression (ID-Sim Figure 6).
 
+- :mod:`.model`: the model (frozen backbone + LoRA + CLS/patch heads, checkpoints), the ``idsim``
+  encoder of :func:`nearid_lib.models.load_encoder`
 - :mod:`.losses`: the ID-Sim losses
 - :mod:`.sampling`: App. A.1 balanced instance sampling, context edits and augmentations
 - :mod:`.triplets`: hard-negative mining and the S1 / S2a / S2b training triplets
@@ -11,6 +13,4 @@ patch InfoNCE), its benchmarks and the selective-sensitivity regression (ID-Sim 
 - :mod:`.mllm`: MLLM judges of identity on the graded pairs (Table 2a)
 - :mod:`.persam`: personalized segmentation with patch features, PerSAM-style (Table 2c)
 - :mod:`.claims`: ID-Sim's claims declared, and their per-unit evidence
-
-The model itself (LoRA, heads, checkpoints) is :mod:`nearid_lib.models.idsim`.
 """

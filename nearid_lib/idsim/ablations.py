@@ -30,7 +30,7 @@ import torch
 
 from ..stats import bootstrap_mean_ci
 from .embed import model_embeddings
-from ..models.idsim import build_idsim
+from .model import build_idsim
 from .prefix import PrefixStore, frozen_embeddings
 from ..seeding import derive_seed
 from .train import idsim_spec, train_idsim, training_store

@@ -8,7 +8,7 @@ coverage is reported beside the metric; the metric is computed on the covered pa
 
 Judges:
 
-* :func:`idsim_judge` wraps :class:`nearid_lib.nearid.judge.VLMJudge` (a transformers
+* :func:`idsim_judge` wraps :class:`nearid_lib.judge.VLMJudge` (a transformers
   image-text-to-text model, e.g. Qwen3-VL, the open stand-in for the paper's GPT-4o / GPT-5 /
   Gemini) with :data:`IDSIM_JUDGE_PROMPT`; ``idsim_judge("tiny")`` is a random-init tiny Qwen3-VL
   (offline tests and ``smoke``: its answers are noise, so coverage is ~0);
@@ -22,8 +22,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..nearid.judge import VLMJudge, score_pairs_sharded
-from ..nearid.judge_answers import JudgeScores
+from ..judge import JudgeScores, VLMJudge, score_pairs_sharded
 from .bench import graded_metrics
 
 __all__ = ["IDSIM_JUDGE_PROMPT", "CallableJudge", "idsim_judge", "judge_graded", "mllm_table"]

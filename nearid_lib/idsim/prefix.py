@@ -1,6 +1,6 @@
 """The cache of frozen prefix features of ID-Sim training and evaluation (:class:`PrefixStore`): the
 frozen part of the backbone runs once per image (and augmentation draw); training runs only the
-adapted suffix (:mod:`nearid_lib.models.idsim`)."""
+adapted suffix (:mod:`nearid_lib.idsim.model`)."""
 from __future__ import annotations
 
 import hashlib

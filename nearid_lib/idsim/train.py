@@ -11,7 +11,7 @@ Training triplets, mixed 1:1:1 from real instance pairs (S1), identity-preservin
 instances drawn with the balanced sampling of App. A.1 (:mod:`nearid_lib.idsim.sampling`; the mini
 world's "datasets" are its object classes).
 
-Cached mode (CNN backbones, see :mod:`nearid_lib.models.idsim`): the frozen prefix features of
+Cached mode (CNN backbones, see :mod:`nearid_lib.idsim.model`): the frozen prefix features of
 every image are computed once (:class:`~nearid_lib.idsim.prefix.PrefixStore`). Augmentations
 (App. C.4: random resized crop scale 0.9-1 aspect 1 bicubic; colour jitter 0.2/0.2/0.08 p=0.8;
 Gaussian blur 7x7 sigma 0.05-0.6 p=0.5, :func:`~nearid_lib.idsim.sampling.augment`) are applied to
@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any, Callable
 import pandas as pd
 import torch
 
-from ..models.idsim import IDSimSpec, build_idsim
 from ..seeding import derive_seed, make_rng
 from .losses import idsim_loss
+from .model import IDSimSpec, build_idsim
 from .prefix import PrefixStore, frozen_embeddings
 from .sampling import balanced_instances
 from .triplets import build_triplets
@@ -43,7 +43,7 @@ __all__ = ["idsim_spec", "train_step_batch", "training_store", "train_idsim"]
 
 
 def idsim_spec(cfg: Profile) -> IDSimSpec:
-    """The :class:`~nearid_lib.models.idsim.IDSimSpec` of a profile's ``idsim`` section."""
+    """The :class:`~nearid_lib.idsim.model.IDSimSpec` of a profile's ``idsim`` section."""
     return IDSimSpec.from_config(cfg.idsim)
 
 

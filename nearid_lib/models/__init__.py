@@ -21,7 +21,7 @@ from .checkpoint import export_release_head, load_head, load_release_head, save_
 from .map_head import MLP, MAPHead, drop_tokens  # noqa: E402
 from .registry import NearIDEncoder, encoder_aliases, list_encoders, load_backbone, load_encoder, \
     register_encoder, resolve_device, resolve_name  # noqa: E402
-from . import idsim, specialised  # noqa: E402,F401  (register "idsim", "bioclip2", "miewid", "classifier")
+from . import specialised  # noqa: E402,F401  (registers "bioclip2", "miewid", "classifier")
 
 __all__ = ["MAPHead", "MLP", "drop_tokens", "Encoder", "EncoderOutput", "Preprocess", "NearIDEncoder",
            "load_encoder", "load_backbone", "register_encoder", "list_encoders", "encoder_aliases", "resolve_name",

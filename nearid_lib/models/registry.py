@@ -314,3 +314,15 @@ def _nearid(name, hub_id, tiny=False, checkpoint=None, backbone=None, head=None,
 
 
 register_encoder("nearid", _nearid, RELEASE_REPO, doc="frozen backbone + trained MAP head")
+
+
+def _idsim(name, hub_id, tiny=False, **kw):
+    # ID-Sim's model lives in its paper package: imported when one is built, so the registry is
+    # complete at import without the core loading a paper package
+    from ..idsim.model import idsim_encoder
+
+    return idsim_encoder(tiny=tiny, **kw)
+
+
+register_encoder("idsim", _idsim, None, doc="ID-Sim: frozen backbone + LoRA + CLS/patch heads "
+                 "(nearid_lib.idsim.model)")

@@ -14,5 +14,7 @@ Modules, in the order a run uses them:
 - :mod:`.scorers`: the bench encoders (embedding or pair scorers) of a profile; :mod:`.pairs`: the
   pairs each protocol scores; :mod:`.dbpp`: DreamBench++ metric-to-human (or the procedural stand-in)
 - :mod:`.tables`: Tables 1, 2, 5, 7 and Figure 4 numbers; :mod:`.claims`: the claims of notebook 04
-- :mod:`.judge` (+ :mod:`.judge_answers`): the VLM judge (Qwen3-VL) as a pair scorer
+
+The VLM judge these bench encoders include is shared with ID-Sim and lives in the core:
+:mod:`nearid_lib.judge`.
 """

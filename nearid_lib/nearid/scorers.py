@@ -23,11 +23,11 @@ import torch
 import torch.nn.functional as F
 
 from ..features import TokenCache, apply_variant
+from ..judge import VLMJudge, score_pairs_sharded
 from ..models import NearIDEncoder, load_backbone, load_encoder, resolve_name
 from ..paths import cache_dir, checkpoint_dir
 from .embedder import Embedder
 from .evaluate import embed_split, nearid_bench
-from .judge import VLMJudge, score_pairs_sharded
 from .pairs import mtg_from_scores, mtg_pairs, nearid_from_pair_scores, nearid_pairs
 
 if TYPE_CHECKING:
@@ -55,13 +55,13 @@ class CosinePairScorer:
 class PairBenchEncoder:
     """A bench encoder that scores image pairs directly (the VLM judge).
 
-    ``scorer.score_pairs(images_a, images_b)`` returns a :class:`~nearid_lib.nearid.judge.JudgeScores` or a
+    ``scorer.score_pairs(images_a, images_b)`` returns a :class:`~nearid_lib.judge.JudgeScores` or a
     plain array; with ``load_images=True`` it receives PIL images (after the full/FG variant), else
     the relpaths. Judge answers with no score are NaN, their trials are dropped, and ``coverage``
     keeps, per (benchmark, variant), how many pairs were scored.
 
     Under ``torchrun`` / ``accelerate launch`` the pairs are judged by every process
-    (:func:`~nearid_lib.nearid.judge.score_pairs_sharded`: whole batches per process, answers gathered to
+    (:func:`~nearid_lib.judge.score_pairs_sharded`: whole batches per process, answers gathered to
     every process, so the tables rank 0 writes equal one process's); ``answers_dir`` keeps every
     answer (one file per rank) so that a killed run resumes and a rerun over the same pairs reads
     them instead of judging again (:func:`load_bench_encoders` gives a real judge one under the

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from nearid_lib.idsim.losses import idsim_loss
-from nearid_lib.models.idsim import build_idsim, load_idsim, save_idsim
+from nearid_lib.idsim.model import build_idsim, load_idsim, save_idsim
 
 
 VIT = dict(backbone="dinov2-base", tiny=True, head_hidden=16, head_out=8)
@@ -147,7 +147,7 @@ def test_spec_defaults_are_the_profile_sections():
 
     from nearid_lib.config import IDSimConfig, get_profile
     from nearid_lib.idsim.train import idsim_spec
-    from nearid_lib.models.idsim import IDSimSpec
+    from nearid_lib.idsim.model import IDSimSpec
 
     shared = [f.name for f in fields(IDSimSpec) if f.name != "weights"]
     assert shared and all(hasattr(IDSimConfig, n) for n in shared)

@@ -244,6 +244,7 @@ class JudgeScores:
 
     @classmethod
     def concat(cls, parts: Sequence["JudgeScores"]) -> "JudgeScores":
+        """The scores of several lists of pairs, in order, as one."""
         if not parts:
             return cls(np.zeros(0), [], [], np.zeros(0, bool))
         return cls(np.concatenate([p.scores for p in parts]), sum((p.status for p in parts), []),

@@ -1,53 +1,19 @@
-"""A VLM judge (Qwen3-VL through transformers) as an encoder-like pair scorer (NearID Appendix E.11).
-
-The judge sees two images, is told to ignore the background and to use only instance-level evidence,
-and answers with a JSON object holding a 0-10 ``score``; the score is mapped to a similarity proxy
-``s = score / 10`` so that the same SSR/PA and correlation protocols apply to it as to embeddings.
-
-Coverage is first-class: an answer that cannot be parsed (free text, JSON cut off by the token budget,
-no score, a score outside the rubric) gets ``s = NaN`` and a status saying why; nothing is silently
-dropped or clipped. Metrics are then computed on the covered pairs (``metrics.ssr_pa`` drops trials with
-a NaN similarity) and the coverage is reported beside them.
-
-Public API::
-
-    judge = VLMJudge.from_pretrained("Qwen/Qwen3-VL-30B-A3B-Instruct", device="cuda")
-    judge = VLMJudge.tiny()                   # random-init tiny Qwen3-VL, offline (tests / smoke)
-    res = judge.score_pairs(images_a, images_b)   # JudgeScores: .scores [M] in [0,1] or NaN,
-                                                  #   .status, .raw, .coverage, .summary()
-    parse_judge_answer(text) -> ParsedAnswer  # the robust parser, usable on saved answers
-                                              #   (nearid_lib.nearid.judge_answers)
-    score_pairs_sharded(judge, keys, load, answers_dir=...)   # over every process of a launch
-
-Scale-out (diffusers' / accelerate's distributed-inference pattern): under ``torchrun`` or ``accelerate
-launch`` :func:`score_pairs_sharded` deals whole batches of pairs to the processes with
-``PartialState().split_between_processes``, each process appends its answers to its own
-``answers_rank<r>.jsonl`` (a killed run resumes from them, whatever its number of processes), and
-the answers are gathered to every process; a batch holds the same pairs whatever the number of
-processes, so the scores equal one process's. On one process without an answers folder it is one
-plain ``judge.score_pairs`` call. The CLI judges a CSV of pairs and rank 0 writes the table::
-
-    torchrun --nproc_per_node 8 -m nearid_lib.nearid.judge --pairs pairs.csv --root DATA \
-        --answers work/judge --out judged.csv --judge Qwen/Qwen3-VL-30B-A3B-Instruct
+"""The VLM judge's model (NearID Appendix E.11): :class:`VLMJudge`, a transformers image-text-to-text
+model (Qwen3-VL) that sees two images and answers a JSON object, as a pair scorer; the NearID prompt
+:data:`JUDGE_PROMPT`; and :func:`build_tiny_qwen3vl`, a random-init tiny Qwen3-VL with a real
+processor that runs offline (tests, smoke). The answers are read by :mod:`nearid_lib.judge.answers`.
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
-import json
-from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import torch
 
 from ..models._compat import ensure_torchvision
-from .distributed import launched_state
-from .judge_answers import PARSED_STATUSES, STATUSES, JudgeScores, ParsedAnswer, parse_judge_answer
-from .judge_shards import score_pairs_sharded
+from .answers import JudgeScores
 
-__all__ = ["JUDGE_PROMPT", "ParsedAnswer", "JudgeScores", "VLMJudge", "parse_judge_answer",
-           "PARSED_STATUSES", "STATUSES", "build_tiny_qwen3vl", "launched_state", "score_pairs_sharded",
-           "main"]
+__all__ = ["JUDGE_PROMPT", "VLMJudge", "build_tiny_qwen3vl"]
 
 JUDGE_PROMPT = """You judge INSTANCE identity: whether two images show the same physical object, not merely the same kind of object.
 
@@ -66,9 +32,6 @@ Score rubric (0-10): 10 = certainly the same instance; 7-9 = likely the same; 4-
 Answer with ONE JSON object and nothing else, no markdown fences:
 {"match_cues": ["..."], "conflict_cues": ["..."], "background_used": false, "confidence": "high" | "medium" | "low", "score": <number 0-10>}
 The score must be a number. Keep the cue lists short."""
-
-# Statuses of one answer. The first two count as covered (a score was read).
-
 
 # --------------------------------------------------------------------------------------------- model
 _SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
@@ -232,82 +195,10 @@ class VLMJudge:
 
     def fingerprint(self) -> dict[str, Any]:
         """What decides its answers besides the images: an answers folder is only reused by the
-        same judge (:func:`score_pairs_sharded`)."""
+        same judge (:func:`~nearid_lib.judge.shards.score_pairs_sharded`)."""
         return {"name": self.name, "max_new_tokens": self.max_new_tokens, "image_size": self.image_size,
                 "answer_key": self.answer_key, "answer_max": self.answer_max,
                 "prompt_sha1": hashlib.sha1(self.prompt.encode()).hexdigest()[:12]}
 
     def __repr__(self) -> str:
         return f"VLMJudge({self.name!r}, max_new_tokens={self.max_new_tokens}, batch_size={self.batch_size})"
-
-
-# --------------------------------------------------------------------------------------------- CLI
-def _parse(argv: Iterable[str] | None):
-    p = argparse.ArgumentParser(
-        prog="python -m nearid_lib.nearid.judge",
-        description="Judge a CSV of image pairs (columns img_a, img_b) with the VLM judge, sharded over "
-                    "the processes of `torchrun` / `accelerate launch`; rank 0 writes the table.")
-    p.add_argument("--pairs", required=True, help="CSV with columns img_a, img_b (paths, relative to --root)")
-    p.add_argument("--root", default=".", help="folder the image paths are relative to")
-    p.add_argument("--out", required=True, help="output CSV: the pairs + similarity, status, answer, hit_limit")
-    p.add_argument("--answers", default=None, help="answers folder (resumable; default: <out>.answers)")
-    p.add_argument("--judge", default="tiny", help="'tiny' (random-init, offline) or a hub id / folder")
-    p.add_argument("--prompt", choices=("nearid", "idsim"), default="nearid",
-                   help="NearID's 0-10 score rubric or ID-Sim's 0-1 similarity")
-    p.add_argument("--max-new-tokens", type=int, default=None)
-    p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--dtype", default="bfloat16")
-    p.add_argument("--progress", action="store_true")
-    return p.parse_args(list(argv) if argv is not None else None)
-
-
-def main(argv: Iterable[str] | None = None):
-    """CLI entry point; returns the judged table (on every rank; rank 0 writes it)."""
-    import pandas as pd
-    from PIL import Image
-
-    from ..io_utils import write_csv
-
-    args = _parse(argv)
-    state = launched_state()
-    kw: dict[str, Any] = {}
-    if args.max_new_tokens is not None:
-        kw["max_new_tokens"] = args.max_new_tokens
-    if args.batch_size is not None:
-        kw["batch_size"] = args.batch_size
-    if args.prompt == "idsim":
-        from ..idsim.mllm import IDSIM_JUDGE_PROMPT
-
-        kw.update(prompt=IDSIM_JUDGE_PROMPT, answer_key="similarity", answer_max=1.0)
-    if args.judge == "tiny":
-        judge = VLMJudge.tiny(**kw)
-    else:
-        device = str(state.device) if state is not None else ("cuda" if torch.cuda.is_available() else "cpu")
-        judge = VLMJudge.from_pretrained(args.judge, device=device, dtype=args.dtype, **kw)
-    pairs = pd.read_csv(args.pairs, dtype=str, keep_default_na=False)
-    for col in ("img_a", "img_b"):
-        if col not in pairs.columns:
-            raise SystemExit(f"{args.pairs}: missing column {col!r}")
-    root = Path(args.root)
-
-    def load(idx):
-        def im(rel):
-            with Image.open(root / rel) as f:
-                return f.convert("RGB")
-        return [im(pairs.img_a[i]) for i in idx], [im(pairs.img_b[i]) for i in idx]
-
-    keys = [f"{a}|{b}" for a, b in zip(pairs.img_a, pairs.img_b)]
-    answers = Path(args.answers) if args.answers else Path(str(args.out) + ".answers")
-    res = score_pairs_sharded(judge, keys, load, answers_dir=answers, progress=args.progress, state=state)
-    table = pairs.assign(similarity=res.scores, status=res.status, answer=res.raw, hit_limit=res.hit_limit)
-    if state is None or state.is_main_process:
-        write_csv(table, args.out)
-        print(json.dumps({"out": str(args.out), "n": int(len(table)), **{
-            k: v for k, v in res.summary().items() if k in ("n_covered", "coverage", "n_hit_limit")}}))
-    if state is not None:
-        state.wait_for_everyone()
-    return table
-
-
-if __name__ == "__main__":
-    main()

@@ -44,11 +44,11 @@ from torch import nn
 
 from ..config_sections import IDSimConfig
 from ..io_utils import atomic_write, write_json
-from .backbones import Encoder, EncoderOutput, TimmEfficientNetEncoder, folded_copy
-from .registry import load_encoder, register_encoder, resolve_name
+from ..models.backbones import Encoder, EncoderOutput, TimmEfficientNetEncoder, folded_copy
+from ..models.registry import load_encoder, resolve_name
 
 __all__ = ["IDSimSpec", "IDSimModel", "ProjectionMLP", "build_idsim", "save_idsim", "load_idsim",
-           "is_idsim_checkpoint", "VIT_LORA_TARGETS", "WEIGHTS_FILE", "CONFIG_FILE"]
+           "is_idsim_checkpoint", "idsim_encoder", "VIT_LORA_TARGETS", "WEIGHTS_FILE", "CONFIG_FILE"]
 
 WEIGHTS_FILE = "idsim.safetensors"
 CONFIG_FILE = "idsim.json"
@@ -176,6 +176,7 @@ class IDSimModel(Encoder):
                 layer.enable_adapters(True)
 
     def trainable_parameters(self) -> list[nn.Parameter]:
+        """The parameters training updates (LoRA and both heads; the backbone is frozen)."""
         return [p for p in self.parameters() if p.requires_grad]
 
     # ------------------------------------------------------------------ forward
@@ -226,6 +227,7 @@ class IDSimModel(Encoder):
         return self.cls_head(cls.to(p.dtype)), self.patch_head(tokens.to(p.dtype))
 
     def from_prefix(self, feats: torch.Tensor) -> EncoderOutput:
+        """The model's output from :meth:`prefix` features: tokens = the patch head's, pooled = the CLS head's."""
         cls, tokens = self.raw_from_prefix(feats)
         c, z = self.project(cls, tokens)
         return EncoderOutput(z, c)
@@ -279,6 +281,7 @@ def save_idsim(model: IDSimModel, directory: str | os.PathLike, extra: dict[str,
 
 
 def is_idsim_checkpoint(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a folder written by :func:`save_idsim` (both of its files present)."""
     p = Path(path)
     return (p / WEIGHTS_FILE).exists() and (p / CONFIG_FILE).exists()
 
@@ -312,12 +315,11 @@ def load_idsim(directory: str | os.PathLike, device: str | torch.device = "cpu")
     return model, meta
 
 
-def _idsim_builder(name, hub_id, tiny=False, checkpoint=None, **kw):
-    """Registry builder: ``load_encoder("idsim", checkpoint=dir)`` (trained) or a fresh model."""
+def idsim_encoder(tiny: bool = False, checkpoint: str | os.PathLike | None = None, **kw: Any) -> IDSimModel:
+    """What ``load_encoder("idsim", ...)`` builds (:mod:`nearid_lib.models.registry`): the trained
+    model of ``checkpoint`` (a folder of :func:`save_idsim`) or a fresh one (``tiny`` and the
+    :class:`IDSimSpec` fields in ``kw``; other keywords are ignored)."""
     if checkpoint is not None:
         return load_idsim(checkpoint, device=kw.get("device", "cpu"))[0]
     return build_idsim(IDSimSpec(tiny=tiny, **{k: v for k, v in kw.items() if k in IDSimSpec.__dataclass_fields__}))
 
-
-register_encoder("idsim", _idsim_builder, None,
-                 doc="ID-Sim: frozen backbone + LoRA + CLS/patch heads")

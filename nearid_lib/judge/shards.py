@@ -16,8 +16,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .distributed import launched_state
-from .judge_answers import JudgeScores
+from ..nearid.distributed import launched_state
+from .answers import JudgeScores
 
 __all__ = ["score_pairs_sharded"]
 

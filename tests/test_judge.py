@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from nearid_lib.nearid.judge import PARSED_STATUSES, STATUSES, JudgeScores, VLMJudge, parse_judge_answer
+from nearid_lib.judge import PARSED_STATUSES, STATUSES, JudgeScores, VLMJudge, parse_judge_answer
 
 # (answer, expected status, expected score on 0-10 or None)
 CASES = [
@@ -141,7 +141,7 @@ def test_prompt_reaches_the_model(tiny_judge):
 def test_sharded_one_process_equals_plain_call_and_resumes(tiny_judge, tmp_path):
     """score_pairs_sharded on one process with an answers folder: the plain score_pairs result; a
     second call judges nothing; a call over more pairs judges only the new batches."""
-    from nearid_lib.nearid.judge import score_pairs_sharded
+    from nearid_lib.judge import score_pairs_sharded
 
     a, b = _images(3, 0), _images(3, 1)
     keys = [f"p{i}" for i in range(3)]
@@ -183,7 +183,7 @@ class _Fake:
 
 
 def test_sharded_kill_resume_torn_line_and_judge_check(tmp_path):
-    from nearid_lib.nearid.judge import score_pairs_sharded
+    from nearid_lib.judge import score_pairs_sharded
 
     keys = [f"k{i}" for i in range(7)]
 
