@@ -58,10 +58,12 @@ from nearid_lib.generate.runner import generate_source
 from nearid_lib.generate.specs import NEARID_SOURCES, SPECS
 from nearid_lib.io_utils import write_csv
 from nearid_lib.paths import data_dir
-from nearid_lib.run import start_run
+from nearid_lib.run import setup_notebook
 
-run = start_run(PROFILE, SEED, "02_distractor_generation", N_THROUGHPUT=N_THROUGHPUT, N_EXAMPLES=N_EXAMPLES)
-cfg = run.cfg
+# no dataset load: this notebook makes (procedural) or summarises (released) the sources itself
+nb = setup_notebook(PROFILE, SEED, "02_distractor_generation", data=False, N_THROUGHPUT=N_THROUGHPUT,
+                    N_EXAMPLES=N_EXAMPLES)
+run, cfg = nb.run, nb.cfg
 g = cfg.generate
 RES = run.results
 root = data_dir(PROFILE) / "nearid"

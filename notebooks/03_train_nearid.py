@@ -36,20 +36,18 @@ import time
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from nearid_lib.data import load_profile_data
 from nearid_lib.models import load_backbone, load_head
 from nearid_lib.nearid.ablations import main_row
 from nearid_lib.nearid.embedder import Embedder, image_groups
 from nearid_lib.nearid.evaluate import evaluate_split
 from nearid_lib.nearid.rows import train_groups
-from nearid_lib.nearid.sweep import run_rows, seeds_of
+from nearid_lib.nearid.sweep import run_rows
 from nearid_lib.paths import checkpoint_dir
-from nearid_lib.run import start_run
+from nearid_lib.run import setup_notebook
 
-run = start_run(PROFILE, SEED, "03_train_nearid", RESUME=RESUME)
-cfg = run.cfg
-data = load_profile_data(cfg)
-seeds = seeds_of(cfg)
+# build_data: the dataset is made here when notebook 01 has not (or not finished)
+nb = setup_notebook(PROFILE, SEED, "03_train_nearid", build_data=True, RESUME=RESUME)
+run, cfg, data, seeds = nb.run, nb.cfg, nb.data, nb.seeds
 print(data.manifest.get("counts"), "| training sources:", data.train_sources, "| seeds:", seeds)
 
 # %% [markdown]

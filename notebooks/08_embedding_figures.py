@@ -31,17 +31,15 @@ import torch
 from IPython.display import display
 
 from nearid_lib import plots
-from nearid_lib.data import load_profile_data
 from nearid_lib.nearid.dbpp import PROCEDURAL_NOTE, dbpp_for_profile, dbpp_standin
 from nearid_lib.nearid.pairs import grid_pairs
 from nearid_lib.nearid.scorers import load_bench_encoders
-from nearid_lib.run import start_run
+from nearid_lib.run import setup_notebook
 
 # the figures use the embedding encoders only (no VLM judge)
-run = start_run(PROFILE, SEED, "08_embedding_figures", overrides={"eval.vlm_judge": None})
-cfg = run.cfg
+nb = setup_notebook(PROFILE, SEED, "08_embedding_figures", overrides={"eval.vlm_judge": None})
+run, cfg, data = nb.run, nb.cfg, nb.data
 plots.apply_style()
-data = load_profile_data(cfg, build=False)
 encoders = {b.name: b for b in load_bench_encoders(cfg, data)}
 head = encoders["nearid"]
 frozen = next(b for n, b in encoders.items() if n != "nearid")
