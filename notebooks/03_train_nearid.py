@@ -62,7 +62,7 @@ print(data.manifest.get("counts"), "| training sources:", data.train_sources, "|
 # %%
 t0 = time.time()
 backbone = load_backbone(cfg)[0]
-frozen = Embedder(backbone, data, profile=PROFILE, batch_size=cfg.backbone.batch_size, store_tokens=True)
+frozen = Embedder(backbone, data, profile=cfg, batch_size=cfg.backbone.batch_size, store_tokens=True)
 train_cached = train_groups(data, cfg) if cfg.train.token_store == "cache" else []
 frozen.build(train_cached + image_groups(data, ("val", "test")), variants=("full", "fg"))
 cache_seconds = time.time() - t0
@@ -109,7 +109,7 @@ t0 = time.time()
 rows = [{"split": "val", "row_id": "frozen", "seed": None, "ours_label": f"{backbone.name} pooled (frozen)",
          **evaluate_split(frozen, data, "val")}]
 for r in main.runs["nearid"]:
-    emb = Embedder(backbone, data, head=load_head(r.directory)[0], profile=PROFILE,
+    emb = Embedder(backbone, data, head=load_head(r.directory)[0], profile=cfg,
                    batch_size=cfg.backbone.batch_size)
     rows.append({"split": "val", "row_id": "nearid", "seed": r.seed, "ours_label": main.rows[0].label,
                  **evaluate_split(emb, data, "val")})
