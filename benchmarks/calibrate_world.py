@@ -94,7 +94,7 @@ def score_frozen(cfg, data, weights: str | None, cache_root: Path) -> dict:
     """Val-split summary of the frozen backbone (``weights=None``: its pretrained weights;
     ``"random"``: its random init), full image and foreground only."""
     enc = load_backbone(cfg, **({"weights": weights} if weights else {}))[0]
-    emb = Embedder(enc, data, profile=cfg.name, progress=False, store_tokens=False, cache_root=cache_root)
+    emb = Embedder(enc, data, profile=cfg, progress=False, store_tokens=False, cache_root=cache_root)
     r = evaluate_encoder(EmbeddingBenchEncoder(emb, "frozen"), data, "val", ("full", "fg"))
     full, fg = summary_row(r.nearid["full"], r.mtg["full"]), summary_row(r.nearid["fg"], r.mtg["fg"])
     return {"val_ssr": full["nearid_ssr"], "val_pa": full["nearid_pa"], "val_fg_ssr": fg["nearid_ssr"],

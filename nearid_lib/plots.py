@@ -21,7 +21,7 @@ from .io_utils import atomic_write
 
 __all__ = ["OKABE_ITO", "apply_style", "method_color", "savefig", "save", "kernel_pca_panels",
            "attention_overlay_grid", "ecdf_plot", "score_grid", "radar_plot", "bar_compare",
-           "anchor_distributions"]
+           "anchor_distributions", "image_grid"]
 
 # Okabe & Ito (2008): distinguishable under the common colour-vision deficiencies.
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
@@ -277,5 +277,30 @@ def anchor_distributions(wide, factors: Sequence[str], labels: Mapping[str, str]
     ax.set_ylabel("sensitivity (-slope), per anchor")
     ax.set_title(title)
     ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def image_grid(cells: Sequence[Sequence], col_titles: Sequence[str], row_labels: Sequence[str] = (),
+               title: str = "", cell_size: tuple[float, float] = (1.9, 2.0)):
+    """A grid of images without axes: ``cells[r][c]`` an image file (path), a PIL image or None (an
+    empty cell); ``col_titles`` over the first row, ``row_labels`` written up the left edge of each
+    row, ``title`` over the figure; ``cell_size`` inches per cell (width, height)."""
+    nr, nc = len(cells), len(col_titles)
+    fig, axes = plt.subplots(nr, nc, figsize=(cell_size[0] * nc, cell_size[1] * nr), squeeze=False)
+    for r in range(nr):
+        for c in range(nc):
+            ax = axes[r, c]
+            ax.axis("off")
+            cell = cells[r][c] if c < len(cells[r]) else None
+            if cell is not None:
+                ax.imshow(Image.open(cell) if isinstance(cell, (str, Path)) else cell)
+            if r == 0:
+                ax.set_title(col_titles[c], fontsize=8)
+        if r < len(row_labels):
+            axes[r, 0].text(-0.05, 0.5, row_labels[r], transform=axes[r, 0].transAxes, rotation=90,
+                            ha="right", va="center", fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     return fig

@@ -13,8 +13,9 @@
 built; unset: every core this process may use), creates the notebook's results folder and writes its ``run.json``
 (:func:`~nearid_lib.runmeta.write_run_metadata`).
 
-Notebooks that read the profile's dataset open with :func:`setup_notebook` instead: ``start_run``,
-then the dataset notebook 01 made and, when asked, the profile's frozen backbone::
+The notebooks after 01 open with :func:`setup_notebook` instead: ``start_run``, then the dataset
+notebook 01 made (``data=False``: none, for a notebook that makes or reads its data itself) and,
+when asked, the profile's frozen backbone::
 
     nb = setup_notebook(PROFILE, SEED, "05_loss_ablation", backbone=True)
     run, cfg, data, backbone, seeds = nb.run, nb.cfg, nb.data, nb.backbone, nb.seeds
@@ -193,20 +194,22 @@ class NotebookSetup:
 
 
 def setup_notebook(profile: str, seed: int, notebook: str, *, data: bool | Callable[[Profile], bool] = True,
-                   backbone: bool = False, overrides: Mapping[str, Any] | None = None,
+                   build_data: bool = False, backbone: bool = False, overrides: Mapping[str, Any] | None = None,
                    **params: Any) -> NotebookSetup:
-    """The opening of a notebook that reads the profile's dataset, in one call, in this order:
-    :func:`start_run` (``overrides``, ``params`` as there), the dataset notebook 01 made
-    (:func:`~nearid_lib.data.load_profile_data` with ``build=False``) and, with ``backbone``, the
-    profile's frozen backbone (:func:`~nearid_lib.models.load_backbone`). ``data``: False loads no
-    dataset; a callable decides from the resolved profile (e.g. only when ID-Sim trains on the
-    world). Returns a :class:`NotebookSetup` (``run``, ``cfg``, ``data``, ``backbone``, ``seeds``)."""
+    """The opening of a notebook, in one call, in this order: :func:`start_run` (``overrides``,
+    ``params`` as there), the dataset notebook 01 made (:func:`~nearid_lib.data.load_profile_data`
+    with ``build=build_data``: with ``build_data`` the dataset is made first where it is missing or
+    unfinished, as notebook 03 does) and, with ``backbone``, the profile's frozen backbone
+    (:func:`~nearid_lib.models.load_backbone`). ``data``: False loads no dataset (a notebook that
+    makes or reads its data itself); a callable decides from the resolved profile (e.g. only when
+    ID-Sim trains on the world). Returns a :class:`NotebookSetup` (``run``, ``cfg``, ``data``,
+    ``backbone``, ``seeds``)."""
     run = start_run(profile, seed, notebook, overrides=overrides, **params)
     out = NotebookSetup(run)
     if data(run.cfg) if callable(data) else data:
         from .data import load_profile_data
 
-        out.data = load_profile_data(run.cfg, build=False)
+        out.data = load_profile_data(run.cfg, build=build_data)
     if backbone:
         from .models import load_backbone
 

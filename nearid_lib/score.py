@@ -177,7 +177,7 @@ def _user(res: ResolvedEncoder, cfg, data, name, store_folder, batch_size, progr
     through a :class:`StoreEmbedder`."""
     if res.canon is not None:
         # pooled outputs only (a head needs tokens): the same cache key as the frozen baselines'
-        emb = Embedder(res.model, data, profile=cfg.name, progress=progress,
+        emb = Embedder(res.model, data, profile=cfg, progress=progress,
                        store_tokens=None if res.canon == "nearid" else False)
         label = name or res.canon
         return Participant("yours", label, "yours", EmbeddingBenchEncoder(emb, res.canon, label), res.model)

@@ -42,26 +42,29 @@ N_EXAMPLES = 3        # rows of the example figure
 import shutil
 import time
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from PIL import Image
 
+from nearid_lib import plots
 from nearid_lib.data import build_world
 from nearid_lib.generate import get_backend
-from nearid_lib.generate.items import items_from_dataset
+from nearid_lib.generate.items import example_paths, items_from_dataset
 from nearid_lib.generate.merge import merge_source
-from nearid_lib.generate.plan import regeneration_plan, regeneration_root, released_source_summary
-from nearid_lib.generate.procedural import regenerate_world_sources, world_request_fn, world_source_backend
+from nearid_lib.generate.plan import (NEARID_VIEWS, projected_source_costs, regeneration_plan, regeneration_root,
+                                      released_source_summary)
+from nearid_lib.generate.procedural import (regenerate_world_sources, world_pixel_check, world_request_fn,
+                                            world_source_backend)
 from nearid_lib.generate.quality import QualityFilter
 from nearid_lib.generate.runner import generate_source
-from nearid_lib.generate.specs import NEARID_SOURCES, SPECS
 from nearid_lib.io_utils import write_csv
 from nearid_lib.paths import data_dir
-from nearid_lib.run import start_run
+from nearid_lib.run import setup_notebook
 
-run = start_run(PROFILE, SEED, "02_distractor_generation", N_THROUGHPUT=N_THROUGHPUT, N_EXAMPLES=N_EXAMPLES)
-cfg = run.cfg
+# no dataset load: this notebook makes (procedural) or summarises (released) the sources itself
+nb = setup_notebook(PROFILE, SEED, "02_distractor_generation", data=False, N_THROUGHPUT=N_THROUGHPUT,
+                    N_EXAMPLES=N_EXAMPLES)
+run, cfg = nb.run, nb.cfg
 g = cfg.generate
 RES = run.results
 root = data_dir(PROFILE) / "nearid"
@@ -112,16 +115,7 @@ for source, name, res in plan:
                                  input_root=root)
     reports.append(report)
     if procedural:
-        world = pd.read_csv(root / "distractors" / f"{source}.csv", dtype=str,
-                            keep_default_na=False)
-        same = n = 0
-        for k in (1, 2, 3):
-            for a, b in zip(table[f"nimg{k}"], world[f"nimg{k}"]):
-                if a and b:
-                    n += 1
-                    same += np.array_equal(np.asarray(Image.open(regen / a)),
-                                           np.asarray(Image.open(root / b)))
-        checks.append({"source": source, "n_compared": n, "n_pixel_identical": same})
+        checks.append(world_pixel_check(table, source, regen, root))
 if excluded:
     run.write_table(pd.DataFrame({"source": list(excluded), "reason": list(excluded.values())}),
                     "02_regeneration_excluded")
@@ -173,20 +167,10 @@ measured["items_per_s"] = measured.n / measured.seconds
 measured["s_per_step"] = np.where(measured.steps > 0,
                                   measured.seconds / measured.n / measured.steps.clip(lower=1), np.nan)
 
-N_NEARID_IMAGES = 45_215     # distinct NearID views: one distractor each per source
-spd = dict(g.a100_seconds_per_step)
-proj = []
-for source, (name, res) in NEARID_SOURCES.items():
-    spec = SPECS[name]
-    px = spec.native_resolution if res == "native" else int(res)
-    steps = spec.defaults["num_inference_steps"]
-    s_img = steps * spd[name] * (px / spec.native_resolution) ** 2
-    proj.append({"backend": name, "source": source, "device": "A100 (projected)", "steps": steps,
-                 "resolution": px, "s_per_step": spd[name] * (px / spec.native_resolution) ** 2,
-                 "items_per_s": 1.0 / s_img, "a100_hours_per_source": N_NEARID_IMAGES * s_img / 3600,
-                 "a100_hours_on_8_gpus": N_NEARID_IMAGES * s_img / 3600 / 8})
-throughput = pd.concat([measured.drop(columns=["seconds", "n"]).assign(source="(measured here)"),
-                        pd.DataFrame(proj)], ignore_index=True)
+# one distractor per NearID view (NEARID_VIEWS, the paper's 45,215 images) per source
+proj = projected_source_costs(dict(g.a100_seconds_per_step), n_views=NEARID_VIEWS, n_gpus=8)
+throughput = pd.concat([measured.drop(columns=["seconds", "n"]).assign(source="(measured here)"), proj],
+                       ignore_index=True)
 throughput["assumption"] = np.where(
     throughput.device.str.startswith("A100"),
     "s/step at native res (GenerateConfig.a100_seconds_per_step), x (res/native)^2, batch 1",
@@ -202,27 +186,8 @@ throughput
 
 # %%
 ex = tp_items[:N_EXAMPLES]
-cols = [("positive", root, None)] + [(s, regen if procedural else root, s) for s in sources] + \
-       [("tiny_sd", tp_root, "tiny_sd")]
-fig, axes = plt.subplots(len(ex), len(cols), figsize=(1.9 * len(cols), 2.0 * len(ex)), squeeze=False)
-for r, it in enumerate(ex):
-    for c, (title, base, src) in enumerate(cols):
-        ax = axes[r, c]
-        ax.axis("off")
-        if src is None:
-            path = base / it.image
-        else:
-            t = pd.read_csv(base / "distractors" / f"{src}.csv", dtype=str, keep_default_na=False) \
-                if src != "tiny_sd" else None
-            rel = (t.set_index("id").loc[it.id, f"nimg{it.k}"] if t is not None
-                   else f"distractors/tiny_sd/{it.id}_{it.k}.png")
-            path = base / rel if rel else None
-        if path is not None and path.exists():
-            ax.imshow(Image.open(path))
-        if r == 0:
-            ax.set_title(title, fontsize=8)
-    axes[r, 0].text(-0.05, 0.5, it.item_id, transform=axes[r, 0].transAxes, rotation=90,
-                    ha="right", va="center", fontsize=7)
-fig.suptitle(f"NearID distractor sources ({PROFILE})", fontsize=9)
-fig.tight_layout()
+cols = {"positive": (root, None), **{s: (regen if procedural else root, s) for s in sources},
+        "tiny_sd": (tp_root, "tiny_sd")}                 # column title -> (root, source)
+fig = plots.image_grid(example_paths(ex, list(cols.values())), list(cols), [it.item_id for it in ex],
+                       title=f"NearID distractor sources ({PROFILE})")
 run.figure(fig, "02_distractor_examples")

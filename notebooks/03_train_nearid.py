@@ -36,20 +36,18 @@ import time
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from nearid_lib.data import load_profile_data
 from nearid_lib.models import load_backbone, load_head
 from nearid_lib.nearid.ablations import main_row
 from nearid_lib.nearid.embedder import Embedder, image_groups
 from nearid_lib.nearid.evaluate import evaluate_split
 from nearid_lib.nearid.rows import train_groups
-from nearid_lib.nearid.sweep import run_rows, seeds_of
+from nearid_lib.nearid.sweep import run_rows
 from nearid_lib.paths import checkpoint_dir
-from nearid_lib.run import start_run
+from nearid_lib.run import setup_notebook
 
-run = start_run(PROFILE, SEED, "03_train_nearid", RESUME=RESUME)
-cfg = run.cfg
-data = load_profile_data(cfg)
-seeds = seeds_of(cfg)
+# build_data: the dataset is made here when notebook 01 has not (or not finished)
+nb = setup_notebook(PROFILE, SEED, "03_train_nearid", build_data=True, RESUME=RESUME)
+run, cfg, data, seeds = nb.run, nb.cfg, nb.data, nb.seeds
 print(data.manifest.get("counts"), "| training sources:", data.train_sources, "| seeds:", seeds)
 
 # %% [markdown]
@@ -64,7 +62,7 @@ print(data.manifest.get("counts"), "| training sources:", data.train_sources, "|
 # %%
 t0 = time.time()
 backbone = load_backbone(cfg)[0]
-frozen = Embedder(backbone, data, profile=PROFILE, batch_size=cfg.backbone.batch_size, store_tokens=True)
+frozen = Embedder(backbone, data, profile=cfg, batch_size=cfg.backbone.batch_size, store_tokens=True)
 train_cached = train_groups(data, cfg) if cfg.train.token_store == "cache" else []
 frozen.build(train_cached + image_groups(data, ("val", "test")), variants=("full", "fg"))
 cache_seconds = time.time() - t0
@@ -111,7 +109,7 @@ t0 = time.time()
 rows = [{"split": "val", "row_id": "frozen", "seed": None, "ours_label": f"{backbone.name} pooled (frozen)",
          **evaluate_split(frozen, data, "val")}]
 for r in main.runs["nearid"]:
-    emb = Embedder(backbone, data, head=load_head(r.directory)[0], profile=PROFILE,
+    emb = Embedder(backbone, data, head=load_head(r.directory)[0], profile=cfg,
                    batch_size=cfg.backbone.batch_size)
     rows.append({"split": "val", "row_id": "nearid", "seed": r.seed, "ours_label": main.rows[0].label,
                  **evaluate_split(emb, data, "val")})

@@ -48,7 +48,7 @@ cols = ["nearid_ssr", "nearid_pa", "mtg_mo", "mtg_mopair", "mtg_ssr", "mtg_pa", 
 sweep = run_rows(cfg, data, backbone, rows, seeds)
 
 # %%
-frozen_emb = Embedder(backbone, data, profile=PROFILE, store_tokens=True)
+frozen_emb = Embedder(backbone, data, profile=cfg, store_tokens=True)
 frozen = {"key": "frozen", "row_id": "frozen", "ours_label": f"{backbone.name} pooled (frozen)", "n_seeds": 1,
           **evaluate_split(frozen_emb, data, "test")}
 summary = pd.concat([pd.DataFrame([frozen]), sweep.summary()], ignore_index=True)
@@ -58,7 +58,7 @@ ours = summary.merge(paper3[["row", "row_id"]], on="row_id", how="left")
 ours["row"] = ours["row"].fillna(ours["row_id"])
 dbpp_fn, dbpp_why = dbpp_for_profile(cfg)       # DreamBench++ human ratings (paper) or why not
 if dbpp_fn is not None:
-    mh = sweep.dbpp(backbone, data, dbpp_fn, PROFILE)
+    mh = sweep.dbpp(backbone, data, dbpp_fn, cfg)
     mh.loc[len(mh)] = {"key": "frozen", "dbpp_mh": dbpp_fn(EmbeddingBenchEncoder(frozen_emb, backbone.name))[0]["m_h"]}
     ours = ours.drop(columns=["dbpp_mh", "dbpp_mh_sd"], errors="ignore").merge(mh, on="key", how="left")
     ours["note"] = "dbpp_mh: DreamBench++ human ratings"

@@ -41,7 +41,7 @@ dbpp_fn, dbpp_why = dbpp_for_profile(cfg)       # DreamBench++ human ratings (pa
 print("DreamBench++:", "human ratings" if dbpp_fn else dbpp_why)
 sweep8 = run_rows(cfg, data, backbone, alpha_rows(cfg), seeds)
 t8 = sweep8.summary().assign(alpha=[float(a) for a in cfg.eval.alphas])
-t8 = t8.merge(sweep8.dbpp(backbone, data, dbpp_fn, PROFILE), on="key") if dbpp_fn else t8.assign(dbpp_mh=float("nan"))
+t8 = t8.merge(sweep8.dbpp(backbone, data, dbpp_fn, cfg), on="key") if dbpp_fn else t8.assign(dbpp_mh=float("nan"))
 paper8 = pd.read_csv(paper_values_dir() / "nearid_table8_alpha.csv")
 t8 = t8.merge(paper8[["row", "alpha", "role"]], on="alpha", how="left")
 t8["row"] = t8["row"].fillna("α=" + t8["alpha"].astype(str))
@@ -53,7 +53,7 @@ t8[["row", "nearid_ssr", "nearid_ssr_sd", "mtg_mo", "mtg_mo_sd", "mtg_ssr"]].rou
 # %%
 sweep9 = run_rows(cfg, data, backbone, beta_rows(cfg), seeds)
 t9 = sweep9.summary().assign(beta=[float(b) for b in cfg.eval.betas], alpha=1.0)
-t9 = t9.merge(sweep9.dbpp(backbone, data, dbpp_fn, PROFILE), on="key") if dbpp_fn else t9.assign(dbpp_mh=float("nan"))
+t9 = t9.merge(sweep9.dbpp(backbone, data, dbpp_fn, cfg), on="key") if dbpp_fn else t9.assign(dbpp_mh=float("nan"))
 paper9 = pd.read_csv(paper_values_dir() / "nearid_table9_beta.csv")
 t9 = t9.merge(paper9[["row", "beta"]], on="beta", how="left")
 t9["row"] = t9["row"].fillna("β=" + t9["beta"].astype(str))

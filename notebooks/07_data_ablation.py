@@ -42,7 +42,7 @@ sweep = run_rows(cfg, data, backbone, [v[0] for v in variants], seeds)
 # %%
 frozen = {"row_id": "frozen", "ours_label": f"{backbone.name} pooled (frozen)", "nearid_src": None,
           "mtg_used": None, "n_seeds": 1,
-          **evaluate_split(Embedder(backbone, data, profile=PROFILE, store_tokens=True), data, "test")}
+          **evaluate_split(Embedder(backbone, data, profile=cfg, store_tokens=True), data, "test")}
 t6 = sweep.summary().assign(nearid_src=[v[2] for v in variants], mtg_used=[v[3] for v in variants])
 t6 = pd.concat([pd.DataFrame([frozen]), t6], ignore_index=True)
 paper6 = pd.read_csv(paper_values_dir() / "nearid_table6_data_ablation.csv")

@@ -31,17 +31,16 @@ import torch
 from IPython.display import display
 
 from nearid_lib import plots
-from nearid_lib.data import load_profile_data
 from nearid_lib.nearid.dbpp import PROCEDURAL_NOTE, dbpp_for_profile, dbpp_standin
+from nearid_lib.nearid.figures import kpca_panels, mtg_qualitative, nearid_qualitative
 from nearid_lib.nearid.pairs import grid_pairs
 from nearid_lib.nearid.scorers import load_bench_encoders
-from nearid_lib.run import start_run
+from nearid_lib.run import setup_notebook
 
 # the figures use the embedding encoders only (no VLM judge)
-run = start_run(PROFILE, SEED, "08_embedding_figures", overrides={"eval.vlm_judge": None})
-cfg = run.cfg
+nb = setup_notebook(PROFILE, SEED, "08_embedding_figures", overrides={"eval.vlm_judge": None})
+run, cfg, data = nb.run, nb.cfg, nb.data
 plots.apply_style()
-data = load_profile_data(cfg, build=False)
 encoders = {b.name: b for b in load_bench_encoders(cfg, data)}
 head = encoders["nearid"]
 frozen = next(b for n, b in encoders.items() if n != "nearid")
@@ -59,15 +58,7 @@ kp = test[test["img3"] != ""].head(cfg.eval.kpca_ids).reset_index(drop=True)
 if len(kp) < cfg.eval.kpca_ids:
     kp = test.head(cfg.eval.kpca_ids).reset_index(drop=True)
 dist = data.distractors[src].set_index("id").loc[kp["id"]].reset_index()
-rels, ident, is_dist = [], [], []
-for n, row in kp.iterrows():
-    for k in (1, 2, 3):
-        if row[f"img{k}"]:
-            rels += [row[f"img{k}"], dist.at[n, f"nimg{k}"]]
-            ident += [row["id"]] * 2
-            is_dist += [False, True]
-panels = {NAMES[b.name]: (b.embedder.embed(rels).numpy(), np.array(ident), np.array(is_dist))
-          for b in (frozen, head)}
+panels = kpca_panels({NAMES[b.name]: b for b in (frozen, head)}, kp, dist)
 fig = plots.kernel_pca_panels(panels, title=f"KernelPCA (RBF, gamma = 1/median sq. dist.), n={len(kp)} "
                                             f"test identities, distractor source '{src}'")
 run.figure(fig, "08_fig5_kernel_pca")
@@ -119,23 +110,7 @@ if series:
 
 # %%
 srcs2 = (data.sources * 2)[:2]
-q = kp.head(cfg.eval.qualitative_rows)
-rows_img, rows_txt, pairs = [], [], []
-for _, r in q.iterrows():
-    ds = [data.distractors[s].set_index("id").at[r["id"], "nimg1"] for s in srcs2]
-    cells = [r["img1"], r["img2"], r["img3"] or None, *ds]
-    rows_img.append([data.image(c) if c else None for c in cells])
-    pairs.append([(r["img1"], r["mask1"], c, r["mask1"]) if c else None for c in cells])
-for pr in pairs:
-    sc = {b.name: b.pair_scores(data, [p for p in pr[1:] if p], "full") for b in (frozen, head)}
-    txt, k = [""], 0
-    for p in pr[1:]:
-        if p is None:
-            txt.append("")
-            continue
-        txt.append(f"F={sc[frozen.name][k]:.2f}\nN={sc['nearid'][k]:.2f}")
-        k += 1
-    rows_txt.append(txt)
+rows_img, rows_txt = nearid_qualitative(data, kp.head(cfg.eval.qualitative_rows), srcs2, {"F": frozen, "N": head})
 fig = plots.score_grid(rows_img, rows_txt, ["anchor", "positive 1", "positive 2"] +
                        [f"distractor ({s})" for s in srcs2],
                        title="NearID-bench: distractors sit in the anchor's own background")
@@ -147,18 +122,7 @@ run.figure(fig, "08_fig7_nearid_qualitative")
 # %%
 m = data.mtg[data.mtg["split"] == split].head(cfg.eval.qualitative_rows) if data.mtg is not None else pd.DataFrame()
 if len(m):
-    rows_img, rows_txt, conts = [], [], []
-    for _, r in m.iterrows():
-        cells = [("image_1_original", None), ("image_2_original", None), ("image_1_inpainted", "oracle_1"),
-                 ("image_2_inpainted", "oracle_2")]
-        pr = [(r["image_1_original"], r["image_1_object_mask"], r[c], r["image_1_object_mask"]) for c, _ in cells[1:]]
-        sc = {b.name: b.pair_scores(data, pr, "full") for b in (frozen, head)}
-        rows_img.append([data.image(r[c]) for c, _ in cells])
-        rows_txt.append([""] + [f"F={sc[frozen.name][k]:.2f}\nN={sc['nearid'][k]:.2f}" +
-                                (f"\nO={r[o]:.2f}" if o else "") for k, (_, o) in enumerate(cells[1:])])
-        conts.append([[(data.mask(r["image_1_object_mask"]), "#009E73")], [],
-                      [(data.mask(r["image_1_object_mask"]), "#009E73"), (data.mask(r["image_1_part_mask"]), "#D55E00")],
-                      [(data.mask(r["image_2_object_mask"]), "#009E73"), (data.mask(r["image_2_part_mask"]), "#D55E00")]])
+    rows_img, rows_txt, conts = mtg_qualitative(data, m, {"F": frozen, "N": head})
     fig = plots.score_grid(rows_img, rows_txt, ["anchor", "positive", "part edit 1", "part edit 2"],
                            title="MTG-like part edits", contours=conts)
     display(run.figure(fig, "08_fig8_mtg_qualitative"))

@@ -46,7 +46,7 @@ from nearid_lib.claims import claim, evaluate_claims
 from nearid_lib.idsim.ablations import OUTPUTS, ablation_claims, ablation_runs, ablation_table, row_profile
 from nearid_lib.idsim.bench import (bench_keys, benchmark_table, embed_encoders, encoder_labels,
                                     evaluate_sets, mini_benchmark_sets, patch_table)
-from nearid_lib.idsim.baselines import histogram_embeddings, random_init_embeddings
+from nearid_lib.idsim.baselines import baseline_embeddings
 from nearid_lib.idsim.claims import CLAIMS_BY_NOTEBOOK, IDSIM_CLAIMS, benchmark_evidence
 from nearid_lib.idsim.embed import model_embeddings, token_maps
 from nearid_lib.idsim.mllm import idsim_judge, judge_graded, mllm_table
@@ -171,8 +171,8 @@ if WORLD:
     store = PrefixStore(model, data, n_variants=0, seed=SEED,
                         path=cache_dir(PROFILE) / "idsim" / f"eval_prefix_s{SEED}.safetensors")
     emb = embed_encoders(model, store, keys, nearid=nearid)
-    emb["colour_hist"] = histogram_embeddings(data, keys, seed=SEED)      # pixel-space floor
-    emb["random"] = random_init_embeddings(cfg, data, keys, seed=SEED)    # chance: the backbone, never trained
+    # the pixel-space floor ("colour_hist") and chance ("random": the backbone, never trained), one image load
+    emb.update(baseline_embeddings(cfg, data, keys, seed=SEED))
     store.save()
     results = {enc: evaluate_sets(sets, e) for enc, e in emb.items()}
     labels = encoder_labels(cfg)
@@ -202,9 +202,7 @@ if WORLD:
 if WORLD:
     no_patch = train_idsim(row_profile(cfg, {"lam": 0.0}, SEED), data, store=res["store"], log=lambda m: None)["model"]
     patch_emb = model_embeddings(model, store, keys, kinds=("patch", "frozen_patch"))
-    store.model = no_patch
-    no_patch_emb = model_embeddings(no_patch, store, keys, kinds=("patch",))["patch"]
-    store.model = model
+    no_patch_emb = model_embeddings(no_patch, store, keys, kinds=("patch",))["patch"]   # same prefix cache
     patch = patch_table({"dinov3": evaluate_sets(sets, patch_emb["frozen_patch"]),
                          "ours_no_patch": evaluate_sets(sets, no_patch_emb),
                          "ours": evaluate_sets(sets, patch_emb["patch"])}, PROFILE)
@@ -250,10 +248,8 @@ if WORLD:
 if WORLD:
     queries = mini_persam_queries(data, "test", seed=SEED)
     pkeys = list(dict.fromkeys(queries.reference.tolist() + queries["query"].tolist()))
-    tok_sets = {"dinov3": token_maps(model, store, pkeys, frozen=True), "ours": token_maps(model, store, pkeys)}
-    store.model = no_patch
-    tok_sets["ours_no_patch"] = token_maps(no_patch, store, pkeys)
-    store.model = model
+    tok_sets = {"dinov3": token_maps(model, store, pkeys, frozen=True), "ours": token_maps(model, store, pkeys),
+                "ours_no_patch": token_maps(no_patch, store, pkeys)}
     predictor = mask_predictor(cfg.idsim.persam_sam)
     seg, seg_preds = persam_benchmark(queries, {k: dict(zip(pkeys, v)) for k, v in tok_sets.items()},
                                       data.image, data.mask, predictor)

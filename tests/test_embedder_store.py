@@ -78,7 +78,7 @@ def test_evaluation_reads_what_training_wrote(smoke_world, encoder, head, tmp_pa
     rels, masks = _test_views(data, 4)
     fg = np.array([False, True, False, True])
     feats.tokens(rels, masks, fg, np.random.default_rng(0))        # "training" wrote these grids
-    emb = Embedder(encoder, data, head=head, profile="smoke", cache_root=tmp_path, token_store="int8",
+    emb = Embedder(encoder, data, head=head, profile=cfg, cache_root=tmp_path, token_store="int8",
                    progress=False)
     assert emb.stream().store.root == feats.store.root               # one store for both
     emb.embed([rels[0], rels[2]], "full")
@@ -106,11 +106,15 @@ def test_each_process_writes_its_own_shards(smoke_world, encoder, tmp_path):
 def test_profile_decides_where_tokens_live(smoke_world, encoder, tmp_path, monkeypatch):
     monkeypatch.delenv("NEARID_SET", raising=False)
     data = smoke_world
-    assert Embedder(encoder, data, profile="paper").token_store == "int8"
-    assert Embedder(encoder, data, profile="mini").token_store == "cache"
+    assert Embedder(encoder, data, profile=get_profile("paper")).token_store == "int8"
+    assert Embedder(encoder, data, profile=get_profile("mini")).token_store == "cache"
     assert Embedder(encoder, data).token_store == "cache"
+    # the profile as resolved, overrides included (by name, an Embedder would have re-read it without them)
+    assert Embedder(encoder, data, profile=get_profile("mini", {"train.token_store": "int8"})).token_store == "int8"
     monkeypatch.setenv("NEARID_SET", "train.token_store=float16")
-    assert Embedder(encoder, data, profile="smoke").token_store == "float16"
+    assert Embedder(encoder, data, profile=get_profile("smoke")).token_store == "float16"
+    with pytest.raises(TypeError, match="get_profile"):
+        Embedder(encoder, data, profile="smoke")
     # store mode: pooled outputs (frozen baselines) as in cache mode, from a pooled-only group cache
     rels, _ = _test_views(data)
     a = Embedder(encoder, data, cache_root=tmp_path / "a", token_store="int8", progress=False)

@@ -36,3 +36,27 @@ def test_matches_pixel_loop():
         r, g, b = (int(v) * 4 // 256 for v in px)
         h[(r * 4 + g) * 4 + b] += 1
     np.testing.assert_allclose(got, np.sqrt(h / h.sum()), atol=1e-12)
+
+
+def test_baseline_embeddings_load_each_image_once_and_match_the_separate_rows(smoke_world, monkeypatch):
+    """Both reference rows from one load of the images: the vectors of the two functions that each
+    load every image themselves (the slow reference), in the order colour_hist, random."""
+    from nearid_lib.config import get_profile
+    from nearid_lib.idsim import baselines as B
+    from nearid_lib.idsim.sampling import CTX
+
+    cfg = get_profile("smoke")
+    rels = smoke_world.positives.img1.tolist()[:3]
+    keys = rels + [CTX + rels[0], rels[1]]                  # a context edit and a repeated key
+    want_hist = B.histogram_embeddings(smoke_world, keys, seed=3)
+    want_rand = B.random_init_embeddings(cfg, smoke_world, keys, seed=3)
+    loads = []
+    real = B.load_key
+    monkeypatch.setattr(B, "load_key", lambda data, k, seed=0: loads.append(k) or real(data, k, seed))
+    got = B.baseline_embeddings(cfg, smoke_world, keys, seed=3)
+    assert sorted(loads) == sorted(dict.fromkeys(keys))     # every distinct key loaded once
+    assert list(got) == ["colour_hist", "random"]
+    for name, want in (("colour_hist", want_hist), ("random", want_rand)):
+        assert list(got[name]) == list(want)
+        for k in want:
+            np.testing.assert_array_equal(got[name][k], want[k])

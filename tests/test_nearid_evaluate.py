@@ -162,8 +162,9 @@ def test_embedder_workers_come_from_the_profile(world, monkeypatch):
     monkeypatch.delenv("NEARID_SET", raising=False)
     monkeypatch.setenv("NEARID_WORKERS", "3")
     assert get_profile("smoke").runtime.workers == 3
-    assert Embedder(enc, data, profile="smoke", progress=False).workers == 3
-    assert Embedder(enc, data, profile="smoke", progress=False, workers=1).workers == 1
+    assert Embedder(enc, data, profile=get_profile("smoke"), progress=False).workers == 3
+    assert Embedder(enc, data, profile=get_profile("smoke"), progress=False, workers=1).workers == 1
+    assert Embedder(enc, data, profile=get_profile("smoke", {"runtime.workers": 2}), progress=False).workers == 2
     assert Embedder(enc, data, progress=False).workers == 1
 
 

@@ -59,7 +59,7 @@ def test_int8_store_hits_match_streamed_and_train_features(smoke_world, encoder,
     fg = np.array([True, False] * 3)
     rng = np.random.default_rng(0)
     live = TrainFeatures(encoder, data, get_profile("smoke", overrides={"train.use_cache": False,
-                                                                        "train.augment": False}), "smoke",
+                                                                        "train.augment": False}),
                          cache_root=tmp_path / "cache", progress=False).tokens(rels, masks, fg, rng)
     store = open_train_store(encoder, data, tmp_path, dtype="int8")
     feats = StreamFeatures(encoder, data, store=store)

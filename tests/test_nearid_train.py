@@ -146,10 +146,10 @@ def test_loss_pushes_the_part_edit_away_from_the_anchor(world):
 def test_cached_and_uncached_tokens_agree(world, encoder):
     _, data, cache = world
     cfg = _cfg(**{"train.augment": False})
-    cached = TrainFeatures(encoder, data, cfg, "smoke", cache_root=cache, progress=False)
+    cached = TrainFeatures(encoder, data, cfg, cache_root=cache, progress=False)
     live = TrainFeatures(encoder, data, get_profile("smoke", overrides={"train.use_cache": False,
                                                                     "train.augment": False}),
-                     "smoke", cache_root=cache, progress=False)
+                     cache_root=cache, progress=False)
     rows = epoch_rows(data, cfg, 0).take(np.arange(6))
     rels, masks = list(rows.anchor), list(rows.anchor_mask)
     fg = np.array([True, False] * 3)

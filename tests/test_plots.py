@@ -74,3 +74,19 @@ def test_anchor_distributions_one_box_per_factor_and_encoder(tmp_path):
     assert len(ax.patches) + len(ax.lines) >= 4                     # 2 factors x 2 encoders boxes drawn
     plots.save(fig, tmp_path / "anchors.png")
     _png_ok(tmp_path / "anchors.png")
+
+
+def test_image_grid_cells_titles_and_row_labels(tmp_path):
+    rng = np.random.default_rng(0)
+    path = tmp_path / "a.png"
+    Image.fromarray(rng.integers(0, 255, (32, 32, 3), dtype=np.uint8)).save(path)
+    pil = Image.fromarray(rng.integers(0, 255, (32, 32, 3), dtype=np.uint8))
+    fig = plots.image_grid([[path, pil, None], [None, path, pil]], ["positive", "S1", "S2"], ["id/1", "id/2"],
+                           title="sources")
+    axes = fig.axes
+    assert len(axes) == 6 and [a.get_title() for a in axes[:3]] == ["positive", "S1", "S2"]
+    assert [len(a.images) for a in axes] == [1, 1, 0, 0, 1, 1]          # None: an empty cell
+    assert [t.get_text() for t in axes[0].texts + axes[3].texts] == ["id/1", "id/2"]
+    assert fig._suptitle.get_text() == "sources"
+    assert np.array_equal(axes[0].images[0].get_array(), np.asarray(Image.open(path)))
+    _png_ok(plots.savefig(fig, tmp_path / "grid.png"))

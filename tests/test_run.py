@@ -120,3 +120,21 @@ def test_setup_notebook_is_start_run_then_data_then_backbone(fresh_clone, smoke_
                                 overrides=paper_like).data is None
     finally:
         torch.set_num_threads(before)
+
+
+def test_setup_notebook_builds_the_dataset_only_when_asked(fresh_clone, monkeypatch):
+    """``build_data=True`` (notebook 03) makes a missing dataset first, as ``load_profile_data(cfg)``
+    did there; every other notebook reads what notebook 01 made (``build=False``)."""
+    import nearid_lib.data as D
+
+    calls = []
+    monkeypatch.setattr(D, "load_profile_data", lambda cfg, build=True: calls.append((cfg.name, build)) or "data")
+    over = {"runtime.threads": 1}
+    before = torch.get_num_threads()
+    try:
+        assert R.setup_notebook("smoke", 0, "03_x", build_data=True, overrides=over).data == "data"
+        assert R.setup_notebook("smoke", 0, "05_x", overrides=over).data == "data"
+        assert R.setup_notebook("smoke", 0, "02_x", data=False, overrides=over).data is None
+    finally:
+        torch.set_num_threads(before)
+    assert calls == [("smoke", True), ("smoke", False)]

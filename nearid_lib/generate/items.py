@@ -18,7 +18,7 @@ from .base import FillInputError, validate_fill_inputs
 from .prompts import near_identity_prompt
 
 __all__ = ["VIEWS", "GenItem", "items_from_dataset", "item_seed", "shard_items", "work_dir",
-           "load_manifest_records", "append_record", "load_inputs", "safe_name"]
+           "load_manifest_records", "append_record", "load_inputs", "safe_name", "item_relpath", "example_paths"]
 
 
 VIEWS = (1, 2, 3)
@@ -96,6 +96,40 @@ def shard_items(items: Sequence[GenItem], rank: int, world_size: int) -> list[Ge
     per, extra = divmod(len(ordered), world_size)
     start = rank * per + min(rank, extra)
     return ordered[start:start + per + (1 if rank < extra else 0)]
+
+
+def item_relpath(source_name: str, it: GenItem) -> str:
+    """Where the runner writes the distractor of ``it`` for ``source_name``, relative to its output
+    root: ``distractors/<source>/<id>_<k>.png`` (the merged CSV then names it in ``nimg<k>``)."""
+    return f"distractors/{source_name}/{safe_name(it.id)}_{it.k}.png"
+
+
+def example_paths(items: Sequence[GenItem], columns: Sequence[tuple[str | Path, str | None]]
+                  ) -> list[list[Path | None]]:
+    """The image files of a figure of example fills: one row per item, one cell per column
+    ``(root, source)``. ``source`` None: the item's positive view under ``root``; else its
+    distractor of ``source`` under ``root``, as the merged ``distractors/<source>.csv`` there names
+    it, or where no CSV was merged (a throughput run), the runner's own file (:func:`item_relpath`).
+    A cell is None where there is no such file (a rejected fill)."""
+    tables: dict[int, pd.DataFrame | None] = {}
+    for c, (root, source) in enumerate(columns):
+        csv = Path(root) / "distractors" / f"{source}.csv"
+        tables[c] = (pd.read_csv(csv, dtype=str, keep_default_na=False).set_index("id")
+                     if source is not None and csv.exists() else None)
+    rows = []
+    for it in items:
+        row = []
+        for c, (root, source) in enumerate(columns):
+            if source is None:
+                rel = it.image
+            elif tables[c] is not None:
+                rel = tables[c].loc[it.id, f"nimg{it.k}"]
+            else:
+                rel = item_relpath(source, it)
+            path = Path(root) / rel if rel else None
+            row.append(path if path is not None and path.exists() else None)
+        rows.append(row)
+    return rows
 
 
 def work_dir(out_root: str | Path, source_name: str) -> Path:

@@ -11,22 +11,32 @@ cost hundreds of A100-hours (notebook 02's own projection). Regeneration is opt-
   reason (unknown name; PowerPaint without a BrushNet pipeline, which diffusers does not ship).
 - :func:`released_source_summary`: per released source, how many identities and views have a
   distractor, and its role (Table 5 training source or evaluation only).
+- :func:`projected_source_costs`: what regenerating each of the 9 sources would cost on A100s, from
+  the stated seconds per denoising step (``GenerateConfig.a100_seconds_per_step``) and
+  :data:`NEARID_VIEWS`.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 import pandas as pd
 
 from .items import VIEWS
-from .specs import NEARID_SOURCES, source_backend
+from .specs import NEARID_SOURCES, SPECS, source_backend
 
 if TYPE_CHECKING:
     from ..config import Profile
 
-__all__ = ["regeneration_root", "regeneration_plan", "released_source_summary"]
+__all__ = ["regeneration_root", "regeneration_plan", "released_source_summary", "NEARID_VIEWS",
+           "projected_source_costs"]
+
+NEARID_VIEWS = 45_215
+"""Distinct positive images (views) of the released NearID dataset: NearID paper, Section 3.3
+("Dataset Foundation and Curation": "19,386 unique object identities and 45,215 distinct images";
+12,943 identities with two views, 6,433 with three). Every distractor source inpaints one
+distractor into each view, so this is the number of fills one source costs."""
 
 
 def regeneration_root(data_root: str | Path) -> Path:
@@ -78,4 +88,28 @@ def released_source_summary(root: str | Path) -> pd.DataFrame:
         rows.append({"source": s, "n_identities": len(d), "n_views": n_views,
                      "n_with_distractor": int(have.sum()), "n_test_with_distractor": int(have[test].sum()),
                      "role": "train + eval" if s in train else "eval"})
+    return pd.DataFrame(rows)
+
+
+def projected_source_costs(seconds_per_step: Mapping[str, float], n_views: int = NEARID_VIEWS,
+                           n_gpus: int = 8) -> pd.DataFrame:
+    """Projected A100 cost of regenerating each NearID source (:data:`NEARID_SOURCES`), one row per
+    source: ``backend``, ``source``, ``device``, ``steps`` (the backend's default denoising steps),
+    ``resolution`` (the source's working resolution), ``s_per_step`` (``seconds_per_step[backend]``,
+    stated at the backend's native resolution, scaled by the pixel count: x (res / native)^2),
+    ``items_per_s``, ``a100_hours_per_source`` (``n_views`` fills at batch 1) and
+    ``a100_hours_on_<n_gpus>_gpus`` (the same split over ``n_gpus`` GPUs).
+
+    ``seconds_per_step``: backend -> seconds per step at batch 1, native resolution, bf16 (the
+    profile's ``GenerateConfig.a100_seconds_per_step``, a stated assumption)."""
+    rows = []
+    for source, (name, res) in NEARID_SOURCES.items():
+        spec = SPECS[name]
+        px = spec.native_resolution if res == "native" else int(res)
+        steps = spec.defaults["num_inference_steps"]
+        s_img = steps * seconds_per_step[name] * (px / spec.native_resolution) ** 2
+        rows.append({"backend": name, "source": source, "device": "A100 (projected)", "steps": steps,
+                     "resolution": px, "s_per_step": seconds_per_step[name] * (px / spec.native_resolution) ** 2,
+                     "items_per_s": 1.0 / s_img, "a100_hours_per_source": n_views * s_img / 3600,
+                     f"a100_hours_on_{n_gpus}_gpus": n_views * s_img / 3600 / n_gpus})
     return pd.DataFrame(rows)

@@ -17,7 +17,8 @@ matched context). Without an instance the backend only removes the object.
 
 Regenerating a world source through the runner: :func:`world_request_fn` draws every item's
 instance and seed exactly as the world builder does, :class:`ResampledBackend` runs a backend at a
-higher resolution (the ``_hr`` sources).
+higher resolution (the ``_hr`` sources), and :func:`world_pixel_check` counts the regenerated images
+that equal the world's pixel for pixel.
 """
 from __future__ import annotations
 
@@ -36,13 +37,13 @@ from ..data import world as W
 from ..data.build import distractor_instance, parse_source, positive_view
 from ..seeding import make_rng
 from .base import FillBackend, register_backend, validate_fill_inputs
-from .items import GenItem, item_seed
+from .items import VIEWS, GenItem, item_seed
 
 if TYPE_CHECKING:
     from ..config import Profile
 
 __all__ = ["ProceduralFill", "remove_object", "ResampledBackend", "world_request_fn", "world_source_backend",
-           "regenerate_world_sources"]
+           "regenerate_world_sources", "world_pixel_check"]
 
 
 def _smooth_fill(img: np.ndarray, mask: np.ndarray, blur: float):
@@ -205,3 +206,24 @@ def regenerate_world_sources(cfg: Profile, root: str | Path, out_root: str | Pat
     with ProcessPoolExecutor(min(workers, len(sources)), mp_context=get_context("spawn")) as ex:
         for f in as_completed([ex.submit(_regenerate_in_worker, *a) for a in args]):
             f.result()                      # a failed source raises here, with the worker's error
+
+
+def world_pixel_check(table, source: str, regen_root: str | Path, world_root: str | Path) -> dict[str, Any]:
+    """How many distractors of a regenerated world ``source`` equal the world's own, pixel for pixel.
+
+    ``table``: the regenerated source's ``distractors/<source>.csv`` rows (what
+    :func:`~nearid_lib.generate.merge.merge_source` returns; its ``nimg<k>`` relative to
+    ``regen_root``), row-aligned with the world's ``<world_root>/distractors/<source>.csv``. A view
+    is compared where both have an image (a rejected fill is an empty cell). Returns ``{"source",
+    "n_compared", "n_pixel_identical"}``."""
+    import pandas as pd
+
+    regen_root, world_root = Path(regen_root), Path(world_root)
+    world = pd.read_csv(world_root / "distractors" / f"{source}.csv", dtype=str, keep_default_na=False)
+    same = n = 0
+    for k in VIEWS:
+        for a, b in zip(table[f"nimg{k}"], world[f"nimg{k}"]):
+            if a and b:
+                n += 1
+                same += np.array_equal(np.asarray(Image.open(regen_root / a)), np.asarray(Image.open(world_root / b)))
+    return {"source": source, "n_compared": n, "n_pixel_identical": same}

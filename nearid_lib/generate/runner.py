@@ -46,8 +46,8 @@ from ..config import get_profile
 from ..io_utils import atomic_save_image
 from ..paths import data_dir
 from .base import FillBackend, FillRequest, get_backend
-from .items import (GenItem, append_record, item_seed, items_from_dataset, load_inputs, load_manifest_records,
-                    safe_name, shard_items, work_dir)
+from .items import (GenItem, append_record, item_relpath, item_seed, items_from_dataset, load_inputs,
+                    load_manifest_records, shard_items, work_dir)
 from .merge import merge_source
 from .quality import QualityFilter
 from .specs import NEARID_SOURCES
@@ -116,7 +116,7 @@ def _record(job: _Job, it: GenItem, req: FillRequest, out, inputs, attempt: int)
         if not q.ok:
             rec.update(status="rejected", reason=q.reason, path=None)
             return rec
-    rel = f"distractors/{job.source_name}/{safe_name(it.id)}_{it.k}.png"
+    rel = item_relpath(job.source_name, it)
     rec.update(status="ok", reason=None, path=rel, _image=out)
     return rec
 

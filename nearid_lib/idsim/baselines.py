@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ..config import Profile
     from ..data import NearIDData
 
-__all__ = ["colour_histogram", "histogram_embeddings", "random_init_embeddings"]
+__all__ = ["colour_histogram", "histogram_embeddings", "random_init_embeddings", "baseline_embeddings"]
 
 
 def colour_histogram(img: Image.Image, bins: int = 8, size: int = 64) -> np.ndarray:
@@ -47,9 +47,29 @@ def random_init_embeddings(cfg: Profile, data: NearIDData, keys: Sequence[str], 
     init (the registry's fixed init seed, so the same network in every run), loaded the way the
     profile loads its frozen backbone. Needs a backbone that can be built without weights (CNNs,
     or the profile's tiny configs)."""
+    keys = list(dict.fromkeys(keys))
+    return _random_init_vectors(cfg, keys, [load_key(data, k, seed) for k in keys], batch_size)
+
+
+def baseline_embeddings(cfg: Profile, data: NearIDData, keys: Sequence[str], seed: int = 0, bins: int = 8,
+                        batch_size: int = 32) -> dict[str, dict[str, np.ndarray]]:
+    """Both reference rows over one load of the images of ``keys`` (context edits are rendered once):
+    ``{"colour_hist": {key: vector}, "random": {key: vector}}``, the vectors of
+    :func:`histogram_embeddings` and :func:`random_init_embeddings` (each of which loads every image
+    itself)."""
+    keys = list(dict.fromkeys(keys))
+    images = [load_key(data, k, seed) for k in keys]
+    return {"colour_hist": {k: colour_histogram(im, bins) for k, im in zip(keys, images)},
+            "random": _random_init_vectors(cfg, keys, images, batch_size)}
+
+
+def _random_init_vectors(cfg: Profile, keys: list[str], images: list[Image.Image], batch_size: int
+                         ) -> dict[str, np.ndarray]:
+    """``{key: L2-normalised pooled embedding}`` of ``images`` by ``cfg.idsim.backbone`` at random init."""
     from ..models import load_backbone
 
+    # the registry draws a random init under a fixed seed in a forked RNG: the same network every time,
+    # and the caller's random state is untouched (so it does not matter when the images were loaded)
     enc = load_backbone(cfg, name=cfg.idsim.backbone, weights="random")[0].eval()
-    keys = list(dict.fromkeys(keys))
-    vecs = enc.embed([load_key(data, k, seed) for k in keys], batch_size=batch_size).numpy()
+    vecs = enc.embed(images, batch_size=batch_size).numpy()
     return dict(zip(keys, vecs.astype(np.float32)))

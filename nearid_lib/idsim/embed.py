@@ -29,13 +29,15 @@ KINDS = ("cls", "patch", "joint", "frozen", "frozen_patch")
 def model_embeddings(model, store: PrefixStore, keys: Sequence[str], kinds: Sequence[str] = ("cls",),
                      batch_size: int = 64) -> dict[str, dict[str, np.ndarray]]:
     """``{kind: {key: vector}}`` for the ``kinds`` of :data:`KINDS`, one pass of the adapted suffix
-    per batch over ``store``'s cached prefix features (variant 0: clean images)."""
+    per batch over ``store``'s cached prefix features (variant 0: clean images; a missing one is
+    computed by ``model``, :meth:`PrefixStore.using`)."""
     bad = [k for k in kinds if k not in KINDS]
     if bad:
         raise ValueError(f"model_embeddings: unknown kind(s) {bad}; valid: {', '.join(KINDS)}")
     keys = list(dict.fromkeys(keys))
     model.eval()
-    store.ensure(keys, [0])
+    with store.using(model):
+        store.ensure(keys, [0])
     out: dict[str, list[torch.Tensor]] = {k: [] for k in kinds}
     need_frozen = any(k.startswith("frozen") for k in kinds)
     need_model = any(not k.startswith("frozen") for k in kinds)
@@ -61,9 +63,11 @@ def model_embeddings(model, store: PrefixStore, keys: Sequence[str], kinds: Sequ
 @torch.no_grad()
 def token_maps(model, store: PrefixStore, keys: Sequence[str], frozen: bool = False) -> np.ndarray:
     """L2-normalised token maps [N, h*w, D] of ``keys``: the projected patch tokens, or the raw
-    backbone tokens with ``frozen`` (adapters disabled)."""
+    backbone tokens with ``frozen`` (adapters disabled); missing prefix features are computed by
+    ``model`` (:meth:`PrefixStore.using`)."""
     out = []
-    store.ensure(keys, [0])
+    with store.using(model):
+        store.ensure(keys, [0])
     for i in range(0, len(keys), 32):
         f = store.get(list(keys[i:i + 32]))
         if frozen:

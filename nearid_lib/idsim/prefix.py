@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -81,6 +82,24 @@ class PrefixStore:
         for v in sorted(set(variants)):
             self.ensure([k for k, vv in zip(keys, variants) if vv == v and (k, v) not in self.feats], [v])
         return torch.stack([self.feats[(k, v)] for k, v in zip(keys, variants)]).float()
+
+    @contextmanager
+    def using(self, model) -> Iterator[PrefixStore]:
+        """This store with ``model`` computing any feature it lacks, for the ``with`` block, then its
+        own model again: how a model with the same frozen prefix (an ID-Sim trained with other
+        settings on the same backbone) reads and extends this cache. Raises ValueError when
+        ``model``'s prefix is another one (its ``cache_key()`` differs from the store's model's)."""
+        if model is self.model:
+            yield self
+            return
+        if model.cache_key() != self.model.cache_key():
+            raise ValueError(f"PrefixStore.using: the store holds {self.model.cache_key()!r} features, "
+                             f"the model needs {model.cache_key()!r}")
+        own, self.model = self.model, model
+        try:
+            yield self
+        finally:
+            self.model = own
 
     def save(self) -> None:
         """Persist to ``path`` (no-op without a path or when nothing was computed since the last save)."""

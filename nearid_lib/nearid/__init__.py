@@ -13,6 +13,7 @@ Modules, in the order a run uses them:
   the evaluation of one bench encoder over every benchmark
 - :mod:`.scorers`: the bench encoders (embedding or pair scorers) of a profile; :mod:`.pairs`: the
   pairs each protocol scores; :mod:`.dbpp`: DreamBench++ metric-to-human (or the procedural stand-in)
+- :mod:`.figures`: what the figures of notebook 08 show (KernelPCA panels, qualitative rows with scores)
 - :mod:`.tables`: Tables 1, 2, 5, 7 and Figure 4 numbers; :mod:`.claims`: the claims of notebook 04
 
 The VLM judge these bench encoders include is shared with ID-Sim and lives in the core:

@@ -7,10 +7,12 @@ source only builds the groups it touches. ``variant="fg"`` blacks the background
 object mask (a distractor uses the mask of the view it was inpainted into; an MTG image uses its
 object mask)::
 
+    cfg = get_profile("mini")
     enc, _ = load_encoder("efficientnet-lite0")                 # frozen backbone
-    emb = Embedder(enc, data, profile="mini")                   # frozen pooled output (the GAP baseline)
-    emb = Embedder(enc, data, head=my_map_head, profile="mini") # backbone tokens -> trained head
-    emb = Embedder(load_encoder("nearid", checkpoint=ckpt)[0], data, profile="mini")  # same, from a ckpt
+    emb = Embedder(enc, data, profile=cfg)                      # frozen pooled output (the GAP baseline)
+    emb = Embedder(enc, data, head=my_map_head, profile=cfg)    # backbone tokens -> trained head
+    emb = Embedder(load_encoder("nearid", checkpoint=ckpt)[0], data, profile=cfg)  # same, from a ckpt
+    emb = Embedder(enc, data)                                   # no profile: cache/ folder, one process
     e = emb.embed(relpaths, variant="full")                     # [n, E], L2-normalised
 
 Where tokens live follows the profile's ``train.token_store``: ``"cache"`` (smoke, mini) keeps
@@ -33,6 +35,7 @@ import torch.nn.functional as F
 from ..features import TokenCache, apply_variant
 
 if TYPE_CHECKING:
+    from ..config import Profile
     from ..data import NearIDData
 
 __all__ = ["Embedder", "image_groups", "group_items", "VIEWS", "SPLITS"]
@@ -102,7 +105,10 @@ class Embedder:
             ``head`` is given.
         data: the :class:`~nearid_lib.data.NearIDData` whose images are embedded.
         head: optional :class:`~nearid_lib.models.MAPHead` applied to the backbone's tokens.
-        profile: selects the default cache folder (``cache_dir(profile) / "features"``).
+        profile: the resolved :class:`~nearid_lib.config.Profile` (``get_profile(name)``, or a
+            notebook's ``run.cfg``) the defaults below come from, and whose name selects the
+            default cache folder (``cache_dir(profile.name) / "features"``). None: the defaults
+            of no profile (``cache_dir() / "features"``, ``token_store="cache"``, one worker).
         use_cache: False runs the backbone on the images at every call (slow; for checks).
         store_tokens: keep the tokens in the cache (default: when the backbone has tokens; the
             cache key includes it, so keep it the same everywhere to share caches).
@@ -113,7 +119,7 @@ class Embedder:
             without a profile).
     """
 
-    def __init__(self, encoder, data: NearIDData, head=None, profile: str | None = None, use_cache: bool = True,
+    def __init__(self, encoder, data: NearIDData, head=None, profile: Profile | None = None, use_cache: bool = True,
                  store_tokens: bool | None = None, batch_size: int = 64, cache_root=None,
                  progress: bool = True, head_batch: int = 512, token_store: str | None = None,
                  workers: int | None = None):
@@ -122,15 +128,23 @@ class Embedder:
         if head is None and hasattr(encoder, "head") and hasattr(encoder, "backbone"):
             head = encoder.head
         self.head = head
-        self.data, self.profile, self.use_cache = data, profile, use_cache
+        if isinstance(profile, str):
+            raise TypeError(f"Embedder(profile={profile!r}): pass the resolved profile, "
+                            f"nearid_lib.config.get_profile({profile!r}), or None for the defaults")
+        self.cfg = profile
+        self.profile = profile.name if profile is not None else None    # names the cache folder
+        self.data, self.use_cache = data, use_cache
         self.batch_size, self.cache_root, self.progress, self.head_batch = batch_size, cache_root, progress, head_batch
         has_tokens = int(getattr(self.backbone, "n_tokens", 0) or 0) > 0
         self.store_tokens = has_tokens if store_tokens is None else bool(store_tokens)
         if head is not None and not self.store_tokens:
             raise ValueError("a head needs the backbone's tokens: store_tokens must be True")
-        own_store, own_workers = _profile_defaults(profile)
-        self.token_store = own_store if token_store is None else str(token_store)
-        self.workers = own_workers if workers is None else int(workers)
+        if token_store is None:
+            token_store = profile.train.token_store if profile is not None else "cache"
+        self.token_store = str(token_store)
+        if workers is None:
+            workers = profile.runtime.workers if profile is not None else 1
+        self.workers = int(workers)
         self._stream = None                                 # StreamFeatures over the shared store
         self._caches: dict[tuple[str, str], Any] = {}      # (variant, group) -> TokenCache
         self._index: dict[str, dict[str, tuple[str, int]]] = {}   # variant -> relpath -> (group, row)
@@ -152,9 +166,7 @@ class Embedder:
         if key not in self._caches:
             rels, masks = group_items(self.data, group)
             c = TokenCache.build_or_load(self.backbone, rels, masks=masks, variant=variant, data=self.data,
-                                         profile=self.profile, cache_root=self.cache_root,
-                                         batch_size=self.batch_size, store_tokens=self._cached_tokens,
-                                         progress=self.progress)
+                                         progress=self.progress, **self._cache_kw())
             self._caches[key] = c
             idx = self._index.setdefault(variant, {})
             for r, row in c.index.items():
@@ -167,8 +179,9 @@ class Embedder:
         return self.store_tokens and self.token_store == "cache"
 
     def _cache_kw(self) -> dict[str, Any]:
+        """Where and how a group cache of this embedder is built (:meth:`TokenCache.build_or_load`)."""
         return dict(profile=self.profile, cache_root=self.cache_root, batch_size=self.batch_size,
-                    store_tokens=self._cached_tokens, token_store="cache")
+                    store_tokens=self._cached_tokens)
 
     def complete(self, group: str, variant: str = "full") -> bool:
         """Whether the cache of ``group`` / ``variant`` is built (on disk or loaded)."""
@@ -177,7 +190,6 @@ class Embedder:
         rels, masks = group_items(self.data, group)
         kw = self._cache_kw()
         kw.pop("batch_size")
-        kw.pop("token_store")
         return TokenCache.complete(self.backbone, rels, masks=masks, variant=variant, data=self.data, **kw)
 
     def build(self, groups: Iterable[str] | None = None, variants: Sequence[str] = ("full",),
@@ -336,22 +348,14 @@ class Embedder:
         return F.normalize(torch.cat(outs), dim=-1)
 
 
-def _profile_defaults(profile: str | None) -> tuple[str, int]:
-    """``train.token_store`` and ``runtime.workers`` of ``profile`` (as :func:`get_profile` builds
-    it, with the environment), ``("cache", 1)`` without one."""
-    from ..config import PROFILES, get_profile
-
-    if profile not in PROFILES:
-        return "cache", 1
-    cfg = get_profile(profile)
-    return cfg.train.token_store, cfg.runtime.workers
-
-
 def _cache_in_worker(backbone, root: str, group: str, variant: str, kw: dict[str, Any], threads: int) -> str:
-    """Build one cache in a worker process (:meth:`Embedder.build`); returns the group."""
+    """Build one cache in a worker process (:meth:`Embedder.build`: what :meth:`Embedder.cache`
+    builds, ``kw`` = its ``_cache_kw()``); returns the group."""
     from ..data import load_nearid
     from ..run import set_torch_threads
 
     set_torch_threads(threads)
-    Embedder(backbone, load_nearid(root), progress=False, workers=1, **kw).cache(group, variant)
+    data = load_nearid(root)
+    rels, masks = group_items(data, group)
+    TokenCache.build_or_load(backbone, rels, masks=masks, variant=variant, data=data, progress=False, **kw)
     return group

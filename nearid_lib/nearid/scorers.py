@@ -238,7 +238,7 @@ def _release_encoder(cfg: Profile, data: NearIDData):
     enc, _ = load_encoder("nearid", checkpoint=RELEASE_REPO)
     enc.eval()
     label = f"NearID released weights ({RELEASE_REPO}: tower {enc.backbone.weights or enc.backbone.name} + head)"
-    return EmbeddingBenchEncoder(Embedder(enc, data, profile=cfg.name, progress=False), "nearid-release", label)
+    return EmbeddingBenchEncoder(Embedder(enc, data, profile=cfg, progress=False), "nearid-release", label)
 
 
 def load_bench_encoders(cfg: Profile, data: NearIDData, checkpoint=None, judge=None,
@@ -276,7 +276,7 @@ def load_bench_encoders(cfg: Profile, data: NearIDData, checkpoint=None, judge=N
                      f"{'tiny random-init ' if bb.tiny else ''}{bb.name} tokens"
                      + (f" ({getattr(bb, 'token_layer', None)})" if getattr(bb, "token_layer", None) else ""))
             for seed, enc in heads:
-                benc = EmbeddingBenchEncoder(Embedder(enc, data, profile=cfg.name, progress=False), "nearid", label)
+                benc = EmbeddingBenchEncoder(Embedder(enc, data, profile=cfg, progress=False), "nearid", label)
                 benc.seed = seed
                 out.append(benc)
             continue
@@ -288,7 +288,7 @@ def load_bench_encoders(cfg: Profile, data: NearIDData, checkpoint=None, judge=N
             enc, _ = load_backbone(cfg, name=canon)
         # the head's backbone keeps its tokens (one cache serves both rows); other frozen encoders
         # only need their pooled output (CLIP-L tokens of the paper test set would be ~8 GB)
-        emb = Embedder(enc, data, profile=cfg.name, progress=False, store_tokens=None if shared else False)
+        emb = Embedder(enc, data, profile=cfg, progress=False, store_tokens=None if shared else False)
         out.append(EmbeddingBenchEncoder(emb, canon, _frozen_label(canon, getattr(enc, "tiny", False))))
     if judge is not None or cfg.eval.vlm_judge:
         if judge is None:

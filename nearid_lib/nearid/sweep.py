@@ -125,8 +125,8 @@ def train_and_score(cfg: Profile, data: NearIDData, encoder=None, label: str = "
     res = train_head(cfg, data, encoder, out_dir=d, resume=reuse, progress=progress, eval_split=None,
                      cache_root=cache_root)
     backbone = getattr(encoder, "backbone", encoder)
-    emb = Embedder(backbone, data, head=res.head, profile=cfg.name, cache_root=cache_root, progress=progress,
-                   batch_size=cfg.backbone.batch_size, store_tokens=True, workers=cfg.runtime.workers)
+    emb = Embedder(backbone, data, head=res.head, profile=cfg, cache_root=cache_root, progress=progress,
+                   batch_size=cfg.backbone.batch_size, store_tokens=True)
     scores, units, mtg = {}, {}, None
     for v in variants:
         se = embed_split(emb, data, split, v)
@@ -182,10 +182,12 @@ class Sweep:
                 ev.update(nearid_evidence(name, units, mtg, self.sources, self.train_sources))
         return ev
 
-    def dbpp(self, backbone, data: NearIDData, dbpp: Any, profile: str = "") -> pd.DataFrame:
+    def dbpp(self, backbone, data: NearIDData, dbpp: Any, profile: Profile | None = None) -> pd.DataFrame:
         """DreamBench++ metric-to-human of every row: each run's head (its checkpoint folder) on
         ``backbone``, scored by ``dbpp`` (:func:`~nearid_lib.nearid.dbpp.dbpp_for_profile`'s
-        callable); one line per row: ``key``, ``dbpp_mh`` (mean over seeds), ``dbpp_mh_sd``."""
+        callable), embedded through the caches of ``profile`` (the notebook's resolved profile;
+        None: the defaults of an :class:`Embedder` without one); one line per row: ``key``,
+        ``dbpp_mh`` (mean over seeds), ``dbpp_mh_sd``."""
         from ..models.checkpoint import load_head
         from ..models.registry import NearIDEncoder
         from .scorers import EmbeddingBenchEncoder

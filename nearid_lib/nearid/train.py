@@ -263,8 +263,8 @@ def _train_step(s: _Setup, rows: TrainRows, b: int, step: int) -> tuple[torch.Te
 def _validate(s: _Setup, data: NearIDData, split: str, step: int, cache_root) -> dict:
     """``evaluate_split`` of the head as it is at ``step`` (back in training mode afterwards)."""
     s.raw_head.eval()
-    emb = Embedder(s.backbone, data, head=s.raw_head, profile=s.cfg.name, cache_root=cache_root, progress=False,
-                   batch_size=s.cfg.backbone.batch_size, store_tokens=True, workers=s.cfg.runtime.workers)
+    emb = Embedder(s.backbone, data, head=s.raw_head, profile=s.cfg, cache_root=cache_root, progress=False,
+                   batch_size=s.cfg.backbone.batch_size, store_tokens=True)
     row = {"step": step, "split": split, **evaluate_split(emb, data, split)}
     s.raw_head.train()
     return row

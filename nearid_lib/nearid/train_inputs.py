@@ -67,13 +67,11 @@ def crop_masks(n: int, grid: int, n_tokens: int, p: float, rng: np.random.Genera
 class TrainFeatures:
     """Backbone tokens for a list of (relpath, mask, variant) slots, cached or on the fly."""
 
-    def __init__(self, encoder, data: NearIDData, cfg: Profile, profile: str, cache_root=None,
-                 progress: bool = True):
+    def __init__(self, encoder, data: NearIDData, cfg: Profile, cache_root=None, progress: bool = True):
         self.cfg, self.data = cfg, data
         self.backbone = getattr(encoder, "backbone", encoder)
-        self.emb = Embedder(self.backbone, data, profile=profile, cache_root=cache_root, progress=progress,
-                            batch_size=cfg.backbone.batch_size, store_tokens=True, token_store="cache",
-                            workers=cfg.runtime.workers)
+        self.emb = Embedder(self.backbone, data, profile=cfg, cache_root=cache_root, progress=progress,
+                            batch_size=cfg.backbone.batch_size, store_tokens=True, token_store="cache")
         if cfg.train.use_cache:
             self.emb.build(train_groups(data, cfg), variants=("full", "fg"))
 
@@ -107,7 +105,7 @@ def train_features(cfg: Profile, data: NearIDData, backbone, rank: int = 0, cach
     and fills the same store."""
     tc = cfg.train
     if not tc.use_cache or tc.token_store == "cache":
-        return TrainFeatures(backbone, data, cfg, cfg.name, cache_root=cache_root, progress=progress)
+        return TrainFeatures(backbone, data, cfg, cache_root=cache_root, progress=progress)
     from ..paths import cache_dir
     from .stream import StreamFeatures, open_train_store, process_writer
 
