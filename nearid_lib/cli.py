@@ -209,7 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         # the profile's threads; a bad --set (or NEARID_SET) fails here, loudly, for every command
-        set_torch_threads(get_profile(args.profile, over).runtime.threads)
+        rt = get_profile(args.profile, over).runtime
+        set_torch_threads(rt.threads, rt.tune_malloc)
         commands = {"score": _score, "sim": _sim, "rank": _rank, "train": _train, "report": _report}
         return commands[args.command](args, over)
     except (ConfigError, FileNotFoundError, ValueError, OSError, KeyError) as err:

@@ -195,21 +195,27 @@ def env_overrides(var: str = "NEARID_SET") -> dict[str, str]:
 
 
 # the environment variables behind the runtime section, first set one wins
-RUNTIME_VARS = {"runtime.workers": ("NEARID_WORKERS",), "runtime.threads": ("NEARID_THREADS", "OMP_NUM_THREADS")}
+RUNTIME_VARS = {"runtime.workers": ("NEARID_WORKERS",), "runtime.threads": ("NEARID_THREADS", "OMP_NUM_THREADS"),
+                "runtime.tune_malloc": ("NEARID_TUNE_MALLOC",)}
 
 
-def runtime_env(env: Mapping[str, str] | None = None) -> dict[str, int]:
+def runtime_env(env: Mapping[str, str] | None = None) -> dict[str, int | bool]:
     """The ``runtime`` overrides the environment sets (``env``: default ``os.environ``):
     ``runtime.workers`` from ``NEARID_WORKERS``, ``runtime.threads`` from ``NEARID_THREADS``, else
-    ``OMP_NUM_THREADS``. Unset or empty variables set nothing (the section's defaults: one worker,
+    ``OMP_NUM_THREADS``, ``runtime.tune_malloc`` from ``NEARID_TUNE_MALLOC`` (0 or 1). Unset or empty variables set nothing (the section's defaults: one worker,
     every core); a value that is not a positive whole number raises naming the variable."""
     import os
 
     env = os.environ if env is None else env
-    out: dict[str, int] = {}
+    out: dict[str, int | bool] = {}
     for key, names in RUNTIME_VARS.items():
         for var in names:
             value = str(env.get(var, "")).strip()
+            if value and key == "runtime.tune_malloc":
+                if value not in ("0", "1"):
+                    raise ConfigValueError(f"{var}={value!r}: expected 0 or 1 ({key})")
+                out[key] = value == "1"
+                break
             if value:
                 if not value.isdigit() or int(value) < 1:
                     raise ConfigValueError(f"{var}={value!r}: expected a positive whole number ({key})")

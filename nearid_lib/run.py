@@ -37,6 +37,7 @@ import pandas as pd
 import torch
 
 from . import hub
+from .allocator import tune_allocator
 from .config import Profile, get_profile
 from .io_utils import read_table_meta, skipped_path, table_meta_path, write_csv, write_json
 from .paths import figures_dir, results_dir
@@ -61,9 +62,11 @@ def thread_count(threads: int | None = None) -> int:
         return os.cpu_count() or 1
 
 
-def set_torch_threads(n: int | None = None) -> int:
+def set_torch_threads(n: int | None = None, tune_malloc: bool = True) -> int:
     """``torch.set_num_threads`` to :func:`thread_count` of ``n`` (a profile's ``runtime.threads``;
-    None: every core); returns the count."""
+    None: every core) and, with ``tune_malloc`` (a profile's ``runtime.tune_malloc``), glibc's malloc
+    thresholds for large tensors (:func:`nearid_lib.allocator.tune_allocator`); returns the count."""
+    tune_allocator(tune_malloc)
     n = thread_count(n)
     torch.set_num_threads(n)
     return n
@@ -161,7 +164,7 @@ def start_run(profile: str, seed: int, notebook: str, *, overrides: Mapping[str,
     cfg = get_profile(profile, overrides, seed=seed)
     require_gpu(cfg)
     seed_everything(seed)
-    threads = set_torch_threads(cfg.runtime.threads)
+    threads = set_torch_threads(cfg.runtime.threads, cfg.runtime.tune_malloc)
     recorded = {"PROFILE": profile, "SEED": seed, **params}
     if overrides:
         recorded["overrides"] = dict(overrides)

@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from .allocator import tune_allocator
 from .config import get_profile
 from .data import NearIDData, build_world, load_nearid, nearid_root
 from .features.variants import apply_variant, needs_mask
@@ -327,12 +328,16 @@ def score_encoder(encoder: Any, protocols: Sequence[str] = PROTOCOLS, profile: s
         overrides: dotted config overrides, as for :func:`~nearid_lib.config.get_profile`.
         encoder_kw: keyword arguments for loading a named encoder (e.g. ``{"checkpoint": ...}``).
         write: False returns the report without writing files.
+
+    The calling process gets glibc's malloc thresholds for large tensors
+    (:func:`~nearid_lib.allocator.tune_allocator`; ``runtime.tune_malloc=false`` leaves them).
     """
     from .score_card import assemble_table, write_card
     from .score_protocols import run_fpr, run_idsim, run_nearid
 
     protocols = _check_protocols(protocols)
     cfg = get_profile(profile, overrides, seed=seed)
+    tune_allocator(cfg.runtime.tune_malloc)       # ~2x faster CPU forwards (nearid_lib.allocator)
     # a wrong encoder argument fails here, in seconds, before the data is built
     resolved = _resolve(encoder, cfg, name, device, encoder_kw)
     data = data if data is not None else _profile_data(cfg, progress)

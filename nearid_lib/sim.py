@@ -137,10 +137,12 @@ def similarity(a: Any, b: Any = None, encoder: Any = None, *, profile: str = "mi
         encoder_kw: keyword arguments for loading a registered encoder (e.g. ``{"checkpoint": ...}``).
         verbose: print the one line saying which model answered.
     """
+    from .allocator import tune_allocator
     from .models import load_backbone, resolve_device
     from .user_encoders import resolve_encoder
 
     cfg = _cfg(profile)
+    tune_allocator(cfg.runtime.tune_malloc)
     dev = resolve_device(device) if device is not None else None
     left, right = read_pairs(a, b)            # a typo in a path fails before a model is loaded
     for side in (left, right):

@@ -63,7 +63,7 @@ def test_runtime_section_is_set_by_the_environment_when_the_profile_is_built(mon
         monkeypatch.delenv(var, raising=False)
     prof = C.get_profile("smoke")
     assert prof.runtime.workers == 1 and prof.runtime.threads is None
-    assert prof.to_dict()["runtime"] == {"workers": 1, "threads": None}
+    assert prof.to_dict()["runtime"] == {"workers": 1, "threads": None, "tune_malloc": True}
     assert C.runtime_env({}) == {} and C.runtime_env({"NEARID_THREADS": " "}) == {}
     assert C.runtime_env({"OMP_NUM_THREADS": "3"}) == {"runtime.threads": 3}
     assert C.runtime_env({"NEARID_THREADS": "1", "OMP_NUM_THREADS": "3", "NEARID_WORKERS": "2"}) == {

@@ -182,8 +182,10 @@ def world_source_backend(cfg: Profile, root: str | Path, source: str):
 
 def _regenerate_in_worker(cfg: Profile, root: str, out_root: str, source: str, items, quality,
                           batch_size: int) -> str:
+    from ..allocator import tune_allocator
     from .runner import generate_source
 
+    tune_allocator(cfg.runtime.tune_malloc)            # a spawned process starts with glibc's defaults
     backend, request_fn = world_source_backend(cfg, root, source)
     generate_source(backend, items, out_root, source, seed=cfg.seed, shard=(0, 1), quality=quality, retries=0,
                     batch_size=batch_size, progress=False, input_root=root, request_fn=request_fn)

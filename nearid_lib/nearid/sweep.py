@@ -210,7 +210,7 @@ def _train_in_worker(cfg: Profile, root: str, kw: dict, threads: int) -> str:
     from ..data import load_nearid
     from ..run import set_torch_threads
 
-    set_torch_threads(threads)              # the main process's count: the same float summation order
+    set_torch_threads(threads, cfg.runtime.tune_malloc)   # same thread count: same float summation order
     cfg = replace(cfg, runtime=replace(cfg.runtime, workers=1))     # no nested process pools (feature caches)
     res = train_and_score(cfg, load_nearid(root), None, progress=False, **kw)
     return str(res.directory)

@@ -364,7 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         k, v = kv.split("=", 1)
         over[k] = v
     cfg = get_profile(args.profile, overrides=over)
-    set_torch_threads(cfg.runtime.threads)
+    set_torch_threads(cfg.runtime.threads, cfg.runtime.tune_malloc)
     data = load_nearid(args.data or nearid_root(cfg.name))
     if args.out:
         out = Path(args.out)
