@@ -257,11 +257,12 @@ def _check_protocols(protocols) -> tuple[str, ...]:
 def _profile_data(cfg, progress: bool) -> NearIDData:
     """The profile's NearID-schema data, only what the protocols read: the procedural world's
     evaluation split (``cfg.eval.split``: its identities with their distractors and MTG pairs, plus
-    the edit grids and FPR galleries), built once and reused (a full world already on disk is used
-    as it is), or the released data already materialised at ``nearid_root(profile)``."""
+    the edit grids and FPR galleries; not the graded set, which it does not score), built once and
+    reused (a full world already on disk is used as it is), or the released data already
+    materialised at ``nearid_root(profile)``."""
     if cfg.world.source == "procedural":
         splits = tuple(dict.fromkeys((cfg.eval.split, "test")))     # grids and galleries come with test
-        return load_nearid(build_world(cfg, progress=progress, splits=splits), splits=splits)
+        return load_nearid(build_world(cfg, progress=progress, splits=splits, graded=False), splits=splits)
     return load_nearid(nearid_root(cfg.name))
 
 

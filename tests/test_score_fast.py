@@ -119,3 +119,23 @@ def test_store_embedder_resumes_after_an_interrupt(worlds, tmp_path):
     fresh = StoreEmbedder(ue, data, None, batch_size=8, progress=False)
     fresh.ensure(rels, masks)
     np.testing.assert_allclose(got, fresh.lookup(rels), rtol=0, atol=1e-6)
+
+
+def test_score_builds_leave_out_the_graded_set_until_asked(worlds, tmp_path):
+    """``graded=False`` (what score_encoder builds): no graded images or table; a later build that
+    asks for the graded set adds exactly the full build's graded files, nothing else changes."""
+    cfg, full, part = worlds
+    assert cfg.world.n_graded_anchors > 0
+    lean = build_world(cfg, tmp_path / "lean", progress=False, splits=("test",), graded=False)
+    dl, dp = _digest(lean), _digest(part)
+    graded_files = {k for k in dp if "graded_" in k or k == "graded.csv"}
+    assert len(graded_files) > 10 and "graded.csv" in graded_files
+    assert set(dl) == set(dp) - graded_files
+    assert all(dl[k] == dp[k] for k in dl)
+    assert load_nearid(lean, splits=("test",)).graded is None
+    assert "graded_images" not in json.loads((lean / "manifest.json").read_text())["counts"]
+    # a score build reuses a world that has the set; a build asking for it grows a lean one
+    assert build_world(cfg, part, progress=False, splits=("test",), graded=False) == part
+    build_world(cfg, lean, progress=False, splits=("test",))
+    assert _digest(lean) == dp
+    assert len(load_nearid(lean, splits=("test",)).graded)

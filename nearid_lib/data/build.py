@@ -126,18 +126,22 @@ def manifest_splits(manifest: dict) -> tuple[str, ...]:
 
 
 def build_world(cfg, root: str | os.PathLike | None = None, n_workers: int | None = None,
-                progress: bool = True, force: bool = False, splits=None) -> Path:
+                progress: bool = True, force: bool = False, splits=None, graded: bool = True) -> Path:
     """Build (or finish building) the NearID-mini world for profile ``cfg`` into ``root``
     (default ``data_dir(cfg.name) / "nearid"``) and return ``root``.
 
     A complete dataset with the same world fingerprint is returned untouched (unless ``force``).
     ``n_workers`` defaults to ``cfg.world.n_workers``; the output bytes do not depend on it.
     ``splits`` (e.g. ``("test",)``): build only those splits' items (see the module docstring);
-    a dataset on disk that already holds them (a full one included) is returned untouched."""
+    a dataset on disk that already holds them (a full one included) is returned untouched.
+    ``graded=False`` leaves the graded set (ID-Sim's Subjects2k / DreamBench++ analogue, which
+    :func:`nearid_lib.score_encoder` does not score) out of a split-selected build; a full build,
+    and any later build asking for it, adds it (its items are seeded by id like every other)."""
     root = Path(root) if root is not None else data_dir(cfg.name) / "nearid"
     sel = _selected_splits(splits)
     full = sel == _SPLITS
     wc = cfg.world
+    graded = bool(graded) or full
     if wc.source != "procedural":
         raise ValueError(f"build_world builds the procedural world; profile {cfg.name!r} has "
                          f"world.source={wc.source!r} (use nearid_lib.data.released instead)")
@@ -153,11 +157,14 @@ def build_world(cfg, root: str | os.PathLike | None = None, n_workers: int | Non
         try:
             m = json.loads(man_path.read_text())
             if m.get("fingerprint") == fp:
-                if set(sel) <= set(manifest_splits(m)):
+                has_graded = "graded_images" in m.get("counts", {})
+                needs_graded = graded and "test" in sel and int(wc.n_graded_anchors) > 0 and not has_graded
+                if set(sel) <= set(manifest_splits(m)) and not needs_graded:
                     return root
-                # a split-selected world grows: its tables keep the splits it already holds
+                # a split-selected world grows: its tables keep the splits (and sets) it already holds
                 sel = _selected_splits(set(sel) | set(manifest_splits(m)))
                 full = sel == _SPLITS
+                graded = graded or has_graded or full
         except json.JSONDecodeError:
             pass
     # From here on the dataset is incomplete: remove the marker first.
@@ -203,7 +210,7 @@ def build_world(cfg, root: str | os.PathLike | None = None, n_workers: int | Non
     # edit grids and FPR galleries are evaluation-only sets: they come with the test split. The
     # graded set (ID-Sim's Subjects2k / DreamBench++ analogue) has grids of anchors of its own.
     n_grids = wc.n_grid_anchors if "test" in sel else 0
-    n_graded = int(wc.n_graded_anchors) if "test" in sel else 0
+    n_graded = int(wc.n_graded_anchors) if "test" in sel and graded else 0
     stages = [("grids", "grid", n_grids)] + ([("graded", "graded", n_graded)] if n_graded else [])
     for stage, prefix, n in stages:
         man = _run_stage(stage, _job_grid, [(f"{prefix}_{i:04d}", (cfg, root, i, prefix))
