@@ -157,3 +157,36 @@ def test_reads_through_the_data_helpers_nearid_data(encoder, dataset, tmp_path):
                                         cache_root=tmp_path / "b", progress=False)
     assert via_data.dir.name == via_root.dir.name       # same key: same root fingerprint
     assert torch.equal(via_data.tokens(np.arange(7)), via_root.tokens(np.arange(7)))
+
+
+def test_one_definition_of_foreground_only():
+    """fg (black) and fg_grey (FPR's background removal) are fill_background with two fills: every
+    pixel outside the mask is the fill, every pixel inside is unchanged (checked pixel by pixel);
+    a 0-255 mask means > 127; a mask of another size is an error naming the variant."""
+    import numpy as np
+    from PIL import Image
+
+    from nearid_lib.features.variants import BG_GREY, apply_variant, fill_background, needs_mask
+    from nearid_lib.fpr.encoders import remove_background
+
+    rng = np.random.default_rng(0)
+    arr = rng.integers(0, 256, (9, 7, 3), dtype=np.uint8)
+    mask = rng.random((9, 7)) > 0.5
+    im = Image.fromarray(arr)
+    for variant, fill in (("fg", (0, 0, 0)), ("fg_grey", BG_GREY)):
+        out = np.asarray(apply_variant(im, mask, variant))
+        for y in range(9):
+            for x in range(7):
+                want = arr[y, x] if mask[y, x] else np.array(fill, np.uint8)
+                assert (out[y, x] == want).all()
+        assert needs_mask(variant)
+    np.testing.assert_array_equal(np.asarray(remove_background(im, mask)), np.asarray(apply_variant(im, mask, "fg_grey")))
+    as_l = (mask * 255).astype(np.uint8)
+    as_l[0, 0] = 100 if mask[0, 0] else 0                     # <= 127 is background
+    ref = mask.copy()
+    ref[0, 0] = False
+    np.testing.assert_array_equal(np.asarray(fill_background(im, as_l)), np.asarray(fill_background(im, ref)))
+    with pytest.raises(ValueError, match="variant 'fg': mask size"):
+        apply_variant(im, mask[:5], "fg")
+    with pytest.raises(ValueError, match="needs a mask"):
+        apply_variant(im, None, "fg_grey")

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from .cache import TokenCache, cache_name
 from .on_the_fly import OnTheFlyFeatures
-from .variants import VARIANTS, apply_variant, default_loaders, register_variant
+from .variants import BG_GREY, VARIANTS, apply_variant, default_loaders, fill_background, register_variant
 
-__all__ = ["TokenCache", "OnTheFlyFeatures", "VARIANTS", "register_variant", "apply_variant",
-           "default_loaders", "cache_name"]
+__all__ = ["TokenCache", "OnTheFlyFeatures", "VARIANTS", "BG_GREY", "fill_background", "register_variant",
+           "apply_variant", "default_loaders", "cache_name"]

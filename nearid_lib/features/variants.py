@@ -1,5 +1,7 @@
 """Deterministic image variants a feature cache keys on (``"full"``; ``"fg"``: background blacked out
-with the object mask; more with :func:`register_variant`) and the default image / mask loaders."""
+with the object mask; ``"fg_grey"``: background set to a neutral grey, FPR's background removal;
+more with :func:`register_variant`), the one definition of "foreground only"
+(:func:`fill_background`) and the default image / mask loaders."""
 from __future__ import annotations
 
 import os
@@ -11,7 +13,7 @@ from PIL import Image
 
 from ..imageio import load_image, load_mask
 
-__all__ = ["VARIANTS", "register_variant", "apply_variant", "default_loaders", "ImageLoader", "MaskLoader",
+__all__ = ["VARIANTS", "BG_GREY", "fill_background", "register_variant", "apply_variant", "default_loaders", "ImageLoader", "MaskLoader",
            "needs_mask", "check_variant"]
 
 ImageLoader = Callable[[str], Image.Image]
@@ -22,20 +24,44 @@ def _full(image: Image.Image, mask: np.ndarray | None) -> Image.Image:
     return image
 
 
+# Grey that an ImageNet-normalised encoder sees as ~0: a background "removed" becomes neutral
+# (FPR Section 5.2 / Figure 7, variant "fg_grey").
+BG_GREY = (124, 116, 104)
+
+
+def fill_background(image: Image.Image, mask, fill: tuple[int, int, int] = (0, 0, 0), where: str = "") -> Image.Image:
+    """The image with every pixel outside ``mask`` set to ``fill``: the one definition of "foreground
+    only" (variants ``fg``: black, ``fg_grey``: :data:`BG_GREY`; FPR's background removal).
+
+    ``mask``: bool [H, W] (True = object) or 0-255 values / a mode-L image (> 127 = object). A mask
+    whose size differs from its image's is an error naming ``where`` (the image file, row or
+    variant), the rule of the dataset loader: resizing it would silently misplace the object."""
+    tag = f"{where}: " if where else ""
+    if mask is None:
+        raise ValueError(f"{tag}needs a mask for every image")
+    img = np.asarray(image.convert("RGB")).copy()
+    m = np.asarray(mask)
+    m = m > 127 if m.dtype != bool else m
+    if m.shape != img.shape[:2]:
+        raise ValueError(f"{tag}mask size {m.shape[1::-1]} differs from its image size {img.shape[1::-1]} (W, H)")
+    img[~m] = fill
+    return Image.fromarray(img)
+
+
 def _fg(image: Image.Image, mask: np.ndarray | None) -> Image.Image:
     """Background blacked out: keep the pixels where ``mask`` is True."""
-    if mask is None:
-        raise ValueError("variant 'fg' needs a mask for every image")
-    arr = np.asarray(image.convert("RGB"))
-    m = np.asarray(mask)
-    if m.shape != arr.shape[:2]:
-        raise ValueError(f"variant 'fg': mask shape {m.shape} does not match image {arr.shape[:2]}")
-    return Image.fromarray(np.where(m.astype(bool)[..., None], arr, 0).astype(np.uint8))
+    return fill_background(image, mask, (0, 0, 0), "variant 'fg'")
 
 
-VARIANTS: dict[str, Callable[[Image.Image, np.ndarray | None], Image.Image]] = {"full": _full, "fg": _fg}
+def _fg_grey(image: Image.Image, mask: np.ndarray | None) -> Image.Image:
+    """Background set to the neutral grey :data:`BG_GREY` (FPR's background removal)."""
+    return fill_background(image, mask, BG_GREY, "variant 'fg_grey'")
 
-_NEEDS_MASK = {"fg"}
+
+VARIANTS: dict[str, Callable[[Image.Image, np.ndarray | None], Image.Image]] = {"full": _full, "fg": _fg,
+                                                                            "fg_grey": _fg_grey}
+
+_NEEDS_MASK = {"fg", "fg_grey"}
 
 
 

@@ -22,10 +22,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
-from PIL import Image
 
 from tqdm.auto import tqdm
 
+from ..features.variants import BG_GREY, fill_background
 from ..imageio import load_image, load_mask
 from ..io_utils import atomic_write
 from ..models import load_encoder, resolve_name
@@ -37,8 +37,7 @@ __all__ = ["get_encoder", "encoder_fingerprint", "image_list_hash", "EmbeddingCa
            "remove_background", "train_feature_classifier", "FeatureClassifier", "ClassifierEncoder", "MIEWID_HUB_ID",
            "BIOCLIP2_HUB_ID", "RemoteCodeError", "clear_encoders"]
 
-# Grey that an ImageNet-normalised encoder sees as ~0: backgrounds "removed" become neutral.
-BG_FILL = (124, 116, 104)
+BG_FILL = BG_GREY          # the neutral grey of a removed background (features.variants)
 _POOL: dict[tuple, Any] = {}
 
 
@@ -126,19 +125,10 @@ class EmbeddingCache:
 
 def remove_background(image, mask, fill: tuple[int, int, int] = BG_FILL, where: str = ""):
     """The image with every pixel outside ``mask`` (bool [H,W] or mode-L PIL, 255 = object) set
-    to a neutral grey (paper Section 5.2 / Fig. 7).
-
-    A mask whose size differs from its image's is an error naming ``where`` (the image file or
-    row), the rule of the dataset loader (:func:`nearid_lib.data.schema.read_mask`): resizing it
-    would silently misplace the object."""
-    img = np.asarray(image.convert("RGB")).copy()
-    m = np.asarray(mask)
-    m = m > 127 if m.dtype != bool else m
-    if m.shape != img.shape[:2]:
-        tag = f"{where}: " if where else ""
-        raise ValueError(f"{tag}mask size {m.shape[1::-1]} differs from its image size {img.shape[1::-1]} (W, H)")
-    img[~m] = fill
-    return Image.fromarray(img)
+    to a neutral grey (paper Section 5.2 / Fig. 7): the ``fg_grey`` image variant,
+    :func:`nearid_lib.features.variants.fill_background` (a mask of another size is an error naming
+    ``where``)."""
+    return fill_background(image, mask, fill, where)
 
 
 def embed_images(model, paths: Sequence[str | os.PathLike], cache: EmbeddingCache | None = None,
