@@ -69,7 +69,7 @@ def main() -> None:
     import nearid_lib
     from nearid_lib.data import nearid_root
 
-    import nearid_lib.score_protocols as sp
+    import nearid_lib.score as sc
 
     phases: dict[str, float] = {}
 
@@ -82,8 +82,8 @@ def main() -> None:
                 phases[name] = round(time.perf_counter() - t, 1)
         return run
 
-    for proto in ("nearid", "idsim", "fpr"):          # score_encoder imports them at call time
-        setattr(sp, f"run_{proto}", timed(proto, getattr(sp, f"run_{proto}")))
+    for proto in ("nearid", "idsim", "fpr"):          # the protocol runners score_encoder calls
+        setattr(sc, f"run_{proto}", timed(proto, getattr(sc, f"run_{proto}")))
     fn = lite0_callable(seed=args.seed)
     t0 = time.perf_counter()
     rep = nearid_lib.score_encoder(fn, profile=args.profile, name="lite0-sized", progress=False)

@@ -45,9 +45,11 @@ from .config import get_profile
 from .data import NearIDData, build_world, load_nearid, nearid_root
 from .features.variants import apply_variant, needs_mask
 from .io_utils import atomic_write
-from .nearid.embedder import Embedder
+from .nearid.embedder import Embedder, group_items
 from .nearid.scorers import EmbeddingBenchEncoder
 from .paths import cache_dir, checkpoint_dir, out_dir as out_root
+from .score_card import assemble_table, summary_markdown, write_card
+from .score_protocols import run_fpr, run_idsim, run_nearid
 from .user_encoders import ResolvedEncoder, UserEncoder, resolve_encoder
 
 __all__ = ["score_encoder", "ScoreReport", "Participant", "PROTOCOLS", "StoreEmbedder", "StoreBenchEncoder"]
@@ -122,6 +124,22 @@ class StoreEmbedder(Embedder):
                 self._save_chunk(variant, pending)
                 pending = []
         self._save_chunk(variant, pending)
+
+    def prefetch(self, groups, variants: Sequence[str] = ("full",),
+                 extra: tuple[Sequence[str], Sequence[str]] | None = None) -> None:
+        """Embed every image of ``groups`` for each variant in one pass per variant (one progress
+        bar), with the ``extra`` images (the edit grids) in the full-image pass."""
+        groups = list(groups)
+        for v in variants:
+            rels, masks = [], []
+            for g in groups:
+                r, m = group_items(self.data, g)
+                rels += r
+                masks += m
+            if v == "full" and extra is not None:
+                rels += list(extra[0])
+                masks += list(extra[1])
+            self.ensure(rels, masks, v)
 
     def lookup(self, rels: Sequence[str], variant: str = "full") -> np.ndarray:
         """``[n, D]`` embeddings of already embedded images (L2-normalised)."""
@@ -235,8 +253,6 @@ class ScoreReport:
         return self.table[self.table.kind == "yours"].iloc[0].to_dict()
 
     def _repr_markdown_(self) -> str:
-        from .score_card import summary_markdown
-
         return summary_markdown(self)
 
     def __repr__(self) -> str:
@@ -333,9 +349,6 @@ def score_encoder(encoder: Any, protocols: Sequence[str] = PROTOCOLS, profile: s
     The calling process gets glibc's malloc thresholds for large tensors
     (:func:`~nearid_lib.allocator.tune_allocator`; ``runtime.tune_malloc=false`` leaves them).
     """
-    from .score_card import assemble_table, write_card
-    from .score_protocols import run_fpr, run_idsim, run_nearid
-
     protocols = _check_protocols(protocols)
     cfg = get_profile(profile, overrides, seed=seed)
     tune_allocator(cfg.runtime.tune_malloc)       # ~2x faster CPU forwards (nearid_lib.allocator)

@@ -34,33 +34,27 @@ PROFILE = "mini"
 SEED = 0
 
 # %%
-import time
-
 import pandas as pd
 import torch
 
 from nearid_lib.claims import evaluate_claims
-from nearid_lib.data import load_profile_data
 from nearid_lib.io_utils import write_csv, write_json
-from nearid_lib.models import load_backbone, resolve_name
+from nearid_lib.models import resolve_name
 from nearid_lib.nearid.ablations import main_row
+from nearid_lib.nearid.bench import run_bench
 from nearid_lib.nearid.claims import CLAIMS_BY_NOTEBOOK, NEARID_CLAIMS
 from nearid_lib.nearid.dbpp import dbpp_for_profile
-from nearid_lib.nearid.embedder import image_groups
-from nearid_lib.nearid.evaluate import backbone_throughput, evaluate_encoder, n_bench_images, source_groups
-from nearid_lib.nearid.pairs import grid_pairs
+from nearid_lib.nearid.evaluate import backbone_throughput, n_bench_images, source_groups
 from nearid_lib.nearid.scorers import load_bench_encoders
-from nearid_lib.nearid.sweep import RowSpec, run_rows, seeds_of
+from nearid_lib.nearid.sweep import RowSpec, run_rows
 from nearid_lib.nearid.tables import (fig4_dbpp_category, per_seed, seed_mean, table1, table2_dbpp, table5, table7,
                                       table7_sweep_row)
-from nearid_lib.run import start_run
+from nearid_lib.run import setup_notebook
 from nearid_lib.seeding import make_rng
 
-run = start_run(PROFILE, SEED, "04_eval_nearid_bench")
-cfg = run.cfg
-data = load_profile_data(cfg, build=False)
+nb = setup_notebook(PROFILE, SEED, "04_eval_nearid_bench", backbone=True)
+run, cfg, data, backbone, seeds = nb.run, nb.cfg, nb.data, nb.backbone, nb.seeds
 groups = source_groups(data.sources, data.train_sources)
-seeds = seeds_of(cfg)
 print("sources:", data.sources, "| training:", data.train_sources)
 print("groups:", groups)
 
@@ -70,42 +64,24 @@ print("groups:", groups)
 # encoder reuses the heads' backbone object, so all read the same feature caches.
 
 # %%
-backbone = load_backbone(cfg)[0]
 main = run_rows(cfg, data, backbone, [main_row(cfg)], seeds)
 encoders = load_bench_encoders(cfg, data, checkpoints=[(r.seed, r.directory) for r in main.runs["nearid"]])
 for b in encoders:
     print(f"{b.name:>22s}  {b.kind:9s}  {b.label}")
 
 # %% [markdown]
-# ## Feature caches (the cold part of an evaluation)
-# Backbone tokens of every test image (positives, every distractor source, MTG), full and FG-only,
-# are computed once and cached; everything after this cell reads the cache.
-
-# %%
-t0 = time.perf_counter()
-test_groups = image_groups(data, splits=(cfg.eval.split,))
-variants = ("full", "fg") if cfg.eval.fg_only else ("full",)
-for b in encoders:
-    if b.kind == "embedding":
-        b.embedder.build(test_groups, variants)
-cache_seconds = time.perf_counter() - t0
-print(f"caches ready in {cache_seconds:.1f}s")
-
-# %% [markdown]
 # ## Evaluate every encoder (full image and foreground only)
+# One call (`nearid.bench.run_bench`, as `score_encoder` runs it): backbone tokens of every test image
+# (positives, every distractor source, MTG), full and FG-only, are cached first (the cold part of an
+# evaluation); then each encoder is scored from the caches over NearID, MTG and DreamBench++.
 
 # %%
-grid = grid_pairs(data, cfg.eval.split) if cfg.eval.dbpp_standin else None
 dbpp_fn, dbpp_why = dbpp_for_profile(cfg)     # DreamBench++ human ratings, or why there are none
 print("DreamBench++:", "human ratings" if dbpp_fn else dbpp_why)
-results = []
-for b in encoders:
-    t0 = time.perf_counter()
-    r = evaluate_encoder(b, data, cfg.eval.split, variants, grid=grid, dbpp=dbpp_fn)
-    r.seconds["total"] = time.perf_counter() - t0
-    results.append(r)
-    print(f"{b.name:>22s}: {r.seconds['total']:.1f}s", {k: round(v, 3) for k, v in r.coverage.items()
-                                                       if k.startswith("coverage")})
+bench = run_bench(encoders, data, cfg, dbpp=dbpp_fn)
+results, variants, cache_seconds = bench.results, bench.variants, bench.cache_seconds
+print(f"caches ready in {cache_seconds:.1f}s")
+bench.summary()
 
 # %% [markdown]
 # ## Table 1 - main results (percent for SSR/PA, Pearson r for alignment)

@@ -37,8 +37,8 @@ from nearid_lib.idsim.claims import CLAIMS_BY_NOTEBOOK, IDSIM_CLAIMS, sensitivit
 from nearid_lib.idsim.model import load_idsim
 from nearid_lib.idsim.prefix import PrefixStore
 from nearid_lib.idsim.released import SENSITIVITY_REASON
-from nearid_lib.idsim.sensitivity import (grid_similarities, per_anchor_sensitivity, plot_sensitivity_bars,
-                                          plot_similarity_curves, sensitivity_summary, similarity_curves)
+from nearid_lib.idsim.sensitivity import (plot_sensitivity_bars, plot_similarity_curves, run_sensitivity,
+                                          similarity_curves)
 from nearid_lib.io_utils import write_csv
 from nearid_lib.models import load_encoder
 from nearid_lib.paths import cache_dir, checkpoint_dir
@@ -65,18 +65,17 @@ if GRIDS:
                         path=cache_dir(PROFILE) / "idsim" / f"eval_prefix_s{SEED}.safetensors")
     emb = embed_encoders(model, store, grids.path.tolist(), nearid=nearid)
     store.save()
-    sims = grid_similarities(grids, emb)
-    write_csv(sims, run.results / "grid_similarities.csv")
 
 # %% [markdown]
 # ## Per-anchor regressions and bootstrap over anchors
 
 # %%
 if GRIDS:
-    fits, wide = per_anchor_sensitivity(sims)
-    write_csv(fits, run.results / "per_anchor_fits.csv")
     # the rng key keeps this notebook's former number: the same bootstrap draws as before the renumbering
-    summary = sensitivity_summary(wide, cfg.idsim.n_bootstrap, make_rng(SEED, "09_sensitivity_bootstrap"))
+    sens = run_sensitivity(grids, emb, cfg.idsim.n_bootstrap, make_rng(SEED, "09_sensitivity_bootstrap"))
+    sims, wide, summary = sens.sims, sens.wide, sens.summary
+    write_csv(sims, run.results / "grid_similarities.csv")
+    write_csv(sens.fits, run.results / "per_anchor_fits.csv")
     labels = encoder_labels(cfg)
     table = summary.assign(
         model=[labels[e][0] for e in summary.encoder], ours_label=[labels[e][1] for e in summary.encoder],

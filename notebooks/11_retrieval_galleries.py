@@ -86,11 +86,18 @@ for table_name, why in skips.items():
 HAVE_REFS, HAVE_GEN = "11_fpr_oracle" not in skips, "11_fpr_generated" not in skips
 
 # %% [markdown]
+# ## The protocol: oracle (references as queries) and the generated images of every method
+# One call per run (`fpr.experiments.run_fpr`, as `score_encoder` runs it): every encoder embeds
+# the references, the gallery and the generated images (cached), then each retrieval is scored.
+
+# %%
+fpr = X.run_fpr(models, split, generated if HAVE_GEN else None, cfg, cache, DATASET, oracle=HAVE_REFS)
+
+# %% [markdown]
 # ## Oracle: real reference images as queries (paper Table 1)
 
 # %%
-oracle, oracle_pq = (X.oracle_table(models, split.train, split.gallery, cfg, cache, DATASET, per_query=True)
-                     if HAVE_REFS else (None, None))
+oracle, oracle_pq = fpr.oracle, fpr.oracle_per_query
 if HAVE_REFS:
     run.write_table(oracle, "11_fpr_oracle")
 oracle
@@ -100,10 +107,10 @@ oracle
 
 # %%
 if HAVE_GEN:
-    main, per_query, extras = X.main_comparison(models, generated, split.gallery, cfg, cache, DATASET)
+    main, per_query, extras = fpr.main, fpr.per_query, fpr.extras
     run.write_table(main, "11_fpr_generated_long")
     write_csv(per_query, run.results / "per_query.csv")
-    agreement = X.per_identity_agreement(per_query)
+    agreement = fpr.agreement_of("ap")
     run.write_table(agreement.drop(columns=["names", "rhos"], errors="ignore"), "11_fpr_drift_agreement")
     display(main[[c for c in ("method", "drift", "context", "encoder", "sim", "map", "top1", "auc", "ndcg")
                   if c in main.columns]])

@@ -2,6 +2,7 @@
 fixtures, and the paired agreement difference that claim 3 needs."""
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from nearid_lib.fpr import EmbeddingCache
@@ -141,3 +142,32 @@ def test_claims_v3_with_the_earlier_criteria_verdicts_beside():
     assert c.verdict[0] == "does not hold"
     assert "v1: nearid" in c.earlier_verdicts[0] and "(1dc7a21)" in c.earlier_verdicts[0]
     assert c.earlier_verdicts[0].endswith("-> does not hold")
+
+
+def test_run_fpr_is_the_notebook_steps(tmp_path):
+    """run_fpr (notebook 11 and score_encoder) equals the oracle table, the main comparison and the
+    agreement of each metric computed step by step, on the smoke world's galleries and simulated
+    generators; agreement_of picks one metric's rows."""
+    from nearid_lib import get_profile
+    from nearid_lib.data import build_world
+    from nearid_lib.fpr import experiments as X
+    from nearid_lib.fpr import load_fpr_split, read_generated, simulate_methods
+
+    cfg = get_profile("smoke", {"retrieval.encoders": ("efficientnet-lite0",)})
+    root = build_world(cfg, tmp_path / "nearid", progress=False, splits=("test",), graded=False)
+    split = load_fpr_split(root / "fpr")
+    gen = read_generated(simulate_methods(cfg, root, cfg.retrieval.methods, cfg.retrieval.n_generated_per_id))
+    models = X.load_encoders(X.encoder_specs(cfg))
+    cache = EmbeddingCache(tmp_path / "cache")
+    res = X.run_fpr(models, split, gen, cfg, cache, "mini-test", progress=False)
+    oracle, opq = X.oracle_table(models, split.train, split.gallery, cfg, cache, "mini-test", per_query=True)
+    main, pq, _ = X.main_comparison(models, gen, split.gallery, cfg, cache, "mini-test", progress=False)
+    pd.testing.assert_frame_equal(res.oracle, oracle)
+    pd.testing.assert_frame_equal(res.oracle_per_query, opq)
+    pd.testing.assert_frame_equal(res.main, main)
+    pd.testing.assert_frame_equal(res.per_query, pq)
+    ap = res.agreement_of("ap")
+    assert set(res.agreement.metric) == {"ap", "sim"} and set(ap.metric) == {"ap"}
+    pd.testing.assert_frame_equal(ap, X.per_identity_agreement(pq, "ap"))
+    none = X.run_fpr(models, split, None, cfg, cache, "mini-test", oracle=False, progress=False)
+    assert none.oracle is None and none.main is None and none.agreement_of("ap") is None

@@ -81,3 +81,19 @@ def test_missing_anchor_image_is_an_error():
                   & (grids.factor_level == 0))]
     with pytest.raises(ValueError, match="a1.*viewpoint"):
         grid_similarities(bad, emb)
+
+
+def test_run_sensitivity_is_the_three_steps_with_one_rng():
+    """run_sensitivity (notebook 10 and score_encoder) gives what the three steps give by hand."""
+    from nearid_lib.idsim.sensitivity import run_sensitivity
+
+    grids, emb, _ = _synthetic(n_anchors=6, seed=3)
+    res = run_sensitivity(grids, emb, 200, np.random.default_rng(7))
+    sims = grid_similarities(grids, emb)
+    fits, wide = per_anchor_sensitivity(sims)
+    pd.testing.assert_frame_equal(res.sims, sims)
+    pd.testing.assert_frame_equal(res.fits, fits)
+    pd.testing.assert_frame_equal(res.wide, wide)
+    pd.testing.assert_frame_equal(res.summary, sensitivity_summary(wide, 200, np.random.default_rng(7)))
+    other = run_sensitivity(grids, emb, 200, np.random.default_rng(8)).summary
+    assert not np.allclose(other["low"], res.summary["low"])          # the rng is the one passed

@@ -139,3 +139,46 @@ def test_score_builds_leave_out_the_graded_set_until_asked(worlds, tmp_path):
     build_world(cfg, lean, progress=False, splits=("test",))
     assert _digest(lean) == dp
     assert len(load_nearid(lean, splits=("test",)).graded)
+
+
+def test_run_bench_prefetches_then_scores_like_evaluate_encoder(worlds, tmp_path):
+    """run_bench (notebook 04 and score_encoder): a callable's every image, edit grids included, is
+    embedded in the prefetch pass (scoring again embeds nothing more), and the scores equal
+    evaluate_encoder's on a fresh embedder that was never prefetched."""
+    from dataclasses import replace
+
+    from nearid_lib.nearid.bench import run_bench
+    from nearid_lib.nearid.evaluate import evaluate_encoder
+    from nearid_lib.nearid.pairs import grid_pairs
+    from nearid_lib.score import StoreBenchEncoder, StoreEmbedder
+    from nearid_lib.user_encoders import UserEncoder
+
+    cfg, _, part = worlds
+    cfg = replace(cfg, eval=replace(cfg.eval, fg_only=True, dbpp_standin=True))
+    data = load_nearid(part, splits=("test",))
+    calls = {"n": 0}
+
+    def enc(images):
+        calls["n"] += len(images)
+        return np.stack([np.asarray(im, float).reshape(-1, 3)[::7].mean(0) + np.asarray(im, float)[:8, :8].std()
+                         for im in images]) + 1.0
+
+    ue = UserEncoder(enc, "rgb-stats")
+    benc = StoreBenchEncoder(StoreEmbedder(ue, data, None, 16, False), "rgb", "rgb")
+    bench = run_bench([benc], data, cfg)
+    assert bench.variants == ("full", "fg") and bench.grid is not None and len(bench.grid)
+    calls["n"] = 0
+    grid = grid_pairs(data, "test")
+    again = evaluate_encoder(benc, data, "test", ("full", "fg"), grid=grid)
+    assert calls["n"] == 0                                  # everything was embedded by the prefetch
+    fresh = StoreBenchEncoder(StoreEmbedder(ue, data, None, 16, False), "rgb", "rgb")
+    ref = evaluate_encoder(fresh, data, "test", ("full", "fg"), grid=grid)
+    assert calls["n"] > 0
+    r = bench.results[0]
+    for res in (r, again):
+        for v in ("full", "fg"):
+            assert res.nearid[v]["pooled"] == ref.nearid[v]["pooled"]
+            pd.testing.assert_series_equal(pd.Series(res.mtg[v], dtype=float), pd.Series(ref.mtg[v], dtype=float))
+        np.testing.assert_array_equal(res.dbpp_scores, ref.dbpp_scores)
+        assert repr(res.dbpp) == repr(ref.dbpp) and res.dbpp["kind"] == "procedural"
+    assert "total" in r.seconds and list(bench.summary().encoder) == ["rgb"]

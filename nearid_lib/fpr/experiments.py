@@ -24,7 +24,7 @@ from .protocol import oracle_scores, rank_generator, top_k_lists
 if TYPE_CHECKING:
     from ..config import Profile
 
-__all__ = ["EncoderSpec", "encoder_specs", "load_encoders", "main_comparison", "per_identity_agreement",
+__all__ = ["EncoderSpec", "FPRRun", "run_fpr", "encoder_specs", "load_encoders", "main_comparison", "per_identity_agreement",
            "oracle_table", "qualitative_cases", "prepare_data", "skip_reasons", "sampling_size", "GLOBAL_TABLES"]
 
 
@@ -105,14 +105,14 @@ def oracle_table(models: dict, train, gallery, cfg: Profile, cache, dataset: str
     return (table, pd.concat(pqs, ignore_index=True)) if per_query else table
 
 
-def main_comparison(models: dict, generated, gallery, cfg: Profile, cache, dataset: str = "NearID-mini"
-                    ) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+def main_comparison(models: dict, generated, gallery, cfg: Profile, cache, dataset: str = "NearID-mini",
+                    progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """Paper Figure 3 / Tables 5-13: per method x encoder, pairwise similarity (to ``ref_path``)
     and gallery mAP side by side (+ top-1, ROC-AUC, nDCG). Returns ``(table, per_query, embeddings)``."""
     tabs, pqs, embs = [], [], {}
     for name, m in models.items():
         res = rank_generator(generated, gallery, m, group_by=cfg.retrieval.group_by, cache_dir=cache,
-                             batch_size=cfg.retrieval.batch_size)
+                             batch_size=cfg.retrieval.batch_size, progress=progress)
         s = res.summary.copy()
         s["encoder"] = name
         tabs.append(s)
@@ -125,6 +125,48 @@ def main_comparison(models: dict, generated, gallery, cfg: Profile, cache, datas
             tab[c] = tab.method.map(meta[c])
     tab.insert(0, "dataset", dataset)
     return tab, pd.concat(pqs, ignore_index=True), embs
+
+
+@dataclass
+class FPRRun:
+    """What :func:`run_fpr` returns. ``oracle`` / ``oracle_per_query``: FPR Table 1 (references as
+    queries) per encoder and group, and each reference's AP; ``main`` / ``per_query``: per method x
+    encoder (sim, mAP, top-1, AUC, nDCG, true drift and context where known) and per generated
+    image; ``extras``: each encoder's embeddings; ``agreement``: per encoder and metric (``ap``,
+    ``sim``), the mean per-identity Spearman rho with the negative true drift. Parts a run could
+    not produce (no references, no generated images) are None."""
+
+    oracle: pd.DataFrame | None = None
+    oracle_per_query: pd.DataFrame | None = None
+    main: pd.DataFrame | None = None
+    per_query: pd.DataFrame | None = None
+    extras: dict = field(default_factory=dict)
+    agreement: pd.DataFrame | None = None
+
+    def agreement_of(self, metric: str = "ap") -> pd.DataFrame | None:
+        """The ``agreement`` rows of one metric (``"ap"``: mAP, ``"sim"``: pairwise similarity)."""
+        if self.agreement is None:
+            return None
+        return self.agreement[self.agreement.metric == metric].reset_index(drop=True)
+
+
+def run_fpr(models: dict, split: FPRSplit, generated: pd.DataFrame | None, cfg: Profile, cache,
+            dataset: str = "NearID-mini", oracle: bool = True, progress: bool = True) -> FPRRun:
+    """The Finer-Personalization Rank protocol for every encoder of ``models`` (name -> model): the
+    oracle (:func:`oracle_table`, when ``oracle``), the main comparison of the generated images
+    (:func:`main_comparison`, when there are any) and each metric's per-identity agreement with the
+    true drift (:func:`per_identity_agreement`). Notebook 11 and :func:`nearid_lib.score_encoder`
+    both run it."""
+    out = FPRRun()
+    if oracle:
+        out.oracle, out.oracle_per_query = oracle_table(models, split.train, split.gallery, cfg, cache, dataset,
+                                                        per_query=True)
+    if generated is not None and len(generated):
+        out.main, out.per_query, out.extras = main_comparison(models, generated, split.gallery, cfg, cache, dataset,
+                                                              progress=progress)
+        out.agreement = pd.concat([per_identity_agreement(out.per_query, m) for m in ("ap", "sim")],
+                                  ignore_index=True)
+    return out
 
 
 def per_identity_agreement(per_query: pd.DataFrame, metric: str = "ap") -> pd.DataFrame:

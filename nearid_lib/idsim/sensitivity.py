@@ -15,6 +15,7 @@ factor. Similarities are raw cosine similarities, as in the paper (no per-encode
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import matplotlib.pyplot as plt
@@ -23,7 +24,7 @@ import pandas as pd
 
 from ..stats import bootstrap_columns, sensitivity_ols
 
-__all__ = ["FACTORS", "GRIDS", "grid_similarities", "per_anchor_sensitivity", "sensitivity_summary",
+__all__ = ["FACTORS", "GRIDS", "SensitivityRun", "run_sensitivity", "grid_similarities", "per_anchor_sensitivity", "sensitivity_summary",
            "similarity_curves", "plot_sensitivity_bars", "plot_similarity_curves"]
 
 GRIDS = ("background", "viewpoint", "lighting")
@@ -92,6 +93,29 @@ def sensitivity_summary(wide: pd.DataFrame, n_boot: int, rng: np.random.Generato
                        float(np.nanmean([r2.get((e, gname), np.nan) for gname in GRIDS]))
                        for e, f in zip(boot.encoder, boot.factor)]
     return boot
+
+
+@dataclass
+class SensitivityRun:
+    """What :func:`run_sensitivity` returns: the long similarity table, the per-(encoder, grid,
+    anchor) OLS fits, the per-(encoder, anchor) sensitivities and their bootstrap summary."""
+
+    sims: pd.DataFrame
+    fits: pd.DataFrame
+    wide: pd.DataFrame
+    summary: pd.DataFrame
+
+
+def run_sensitivity(grids: pd.DataFrame, emb: Mapping[str, Mapping[str, np.ndarray]], n_boot: int,
+                    rng: np.random.Generator) -> SensitivityRun:
+    """The selective-sensitivity protocol for every encoder of ``emb`` (encoder -> {grid image path:
+    vector}): similarities to each grid's anchor image (:func:`grid_similarities`), per-anchor OLS
+    (:func:`per_anchor_sensitivity`) and the bootstrap over anchors (:func:`sensitivity_summary`,
+    ``n_boot`` resamples drawn from ``rng``). Notebook 10 and :func:`nearid_lib.score_encoder`
+    both run it."""
+    sims = grid_similarities(grids, emb)
+    fits, wide = per_anchor_sensitivity(sims)
+    return SensitivityRun(sims, fits, wide, sensitivity_summary(wide, n_boot, rng))
 
 
 def similarity_curves(sims: pd.DataFrame) -> pd.DataFrame:

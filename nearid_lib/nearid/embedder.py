@@ -192,6 +192,14 @@ class Embedder:
         kw.pop("batch_size")
         return TokenCache.complete(self.backbone, rels, masks=masks, variant=variant, data=self.data, **kw)
 
+    def prefetch(self, groups: Iterable[str], variants: Sequence[str] = ("full",),
+                 extra: tuple[Sequence[str], Sequence[str]] | None = None) -> None:
+        """Make every image of ``groups`` ready for each variant before a protocol scores them: the
+        caches of :meth:`build`. ``extra`` ``(relpaths, masks)`` are images outside the groups (the
+        edit grids, full image) that an embedder without caches embeds in the same pass; this one
+        embeds them when they are scored."""
+        self.build(groups, variants)
+
     def build(self, groups: Iterable[str] | None = None, variants: Sequence[str] = ("full",),
               workers: int | None = None) -> None:
         """Build (or load) the caches of ``groups`` (default: all) for each variant.
