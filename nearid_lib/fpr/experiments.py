@@ -24,8 +24,8 @@ from .protocol import oracle_scores, rank_generator, top_k_lists
 if TYPE_CHECKING:
     from ..config import Profile
 
-__all__ = ["EncoderSpec", "FPRRun", "run_fpr", "encoder_specs", "load_encoders", "main_comparison", "per_identity_agreement",
-           "oracle_table", "qualitative_cases", "prepare_data", "skip_reasons", "sampling_size", "GLOBAL_TABLES"]
+__all__ = ["EncoderSpec", "FPRRun", "run_fpr", "encoder_specs", "load_encoders", "main_comparison",
+           "per_identity_agreement", "oracle_table", "qualitative_cases", "prepare_data", "skip_reasons", "sampling_size", "GLOBAL_TABLES"]
 
 
 @dataclass

@@ -24,8 +24,8 @@ import pandas as pd
 
 from ..stats import bootstrap_columns, sensitivity_ols
 
-__all__ = ["FACTORS", "GRIDS", "SensitivityRun", "run_sensitivity", "grid_similarities", "per_anchor_sensitivity", "sensitivity_summary",
-           "similarity_curves", "plot_sensitivity_bars", "plot_similarity_curves"]
+__all__ = ["FACTORS", "GRIDS", "SensitivityRun", "run_sensitivity", "grid_similarities", "per_anchor_sensitivity",
+           "sensitivity_summary", "similarity_curves", "plot_sensitivity_bars", "plot_similarity_curves"]
 
 GRIDS = ("background", "viewpoint", "lighting")
 FACTORS = ("identity",) + GRIDS

@@ -234,8 +234,9 @@ class Embedder:
         from tqdm.auto import tqdm
 
         with ProcessPoolExecutor(n, mp_context=get_context("spawn")) as ex:
+            tune = self.cfg.runtime.tune_malloc if self.cfg is not None else True
             futs = [ex.submit(_cache_in_worker, self.backbone, str(self.data.root), g, v, self._cache_kw(),
-                              torch.get_num_threads()) for v, g in todo]
+                              torch.get_num_threads(), tune) for v, g in todo]
             for f in tqdm(as_completed(futs), total=len(futs), desc="feature caches", unit="cache",
                           disable=not self.progress):
                 f.result()                  # a failed build raises here, with the worker's error
@@ -356,13 +357,14 @@ class Embedder:
         return F.normalize(torch.cat(outs), dim=-1)
 
 
-def _cache_in_worker(backbone, root: str, group: str, variant: str, kw: dict[str, Any], threads: int) -> str:
+def _cache_in_worker(backbone, root: str, group: str, variant: str, kw: dict[str, Any], threads: int,
+                     tune_malloc: bool = True) -> str:
     """Build one cache in a worker process (:meth:`Embedder.build`: what :meth:`Embedder.cache`
     builds, ``kw`` = its ``_cache_kw()``); returns the group."""
     from ..data import load_nearid
     from ..run import set_torch_threads
 
-    set_torch_threads(threads)
+    set_torch_threads(threads, tune_malloc)
     data = load_nearid(root)
     rels, masks = group_items(data, group)
     TokenCache.build_or_load(backbone, rels, masks=masks, variant=variant, data=data, progress=False, **kw)
