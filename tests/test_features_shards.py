@@ -147,3 +147,29 @@ def test_sigkill_mid_write_resumes(tmp_path):
     assert torch.equal(st.get(_keys(ids)), torch.stack([_grid(i) for i in ids]))   # every committed grid exact
     assert st.put(_keys([n]), _grid(n)[None]) == 1                                # and writing resumes
     assert torch.equal(ShardedTokenStore.open(tmp_path).get(_keys([n, 0])), torch.stack([_grid(n), _grid(0)]))
+
+
+def _create_stores(root, rounds, barrier, writer):
+    for k in range(rounds):
+        barrier.wait()                    # every process creates store k at the same moment
+        ShardedTokenStore(Path(root) / f"s{k}", 4, 8, "int8", key="k", writer=writer)
+
+
+def test_ranks_create_one_store_at_the_same_moment(tmp_path):
+    """The ranks of a launch open the training store together: each writes meta.json through its own
+    temporary file (a shared ``meta.tmp`` let one rank rename the other's file away: FileNotFoundError,
+    seen in CI under torchrun)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    n, rounds = 4, 40
+    barrier = ctx.Barrier(n, timeout=20)   # a process that died breaks it: the others fail, never hang
+    procs = [ctx.Process(target=_create_stores, args=(tmp_path, rounds, barrier, f"w{i}")) for i in range(n)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(90)
+    assert [p.exitcode for p in procs] == [0] * n
+    for k in range(rounds):
+        assert ShardedTokenStore.open(tmp_path / f"s{k}").key == "k"
+    assert not list(tmp_path.rglob("*.tmp*"))

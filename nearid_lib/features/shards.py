@@ -31,6 +31,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import torch
 
+from ..io_utils import atomic_write_text
+
 __all__ = ["ShardedTokenStore", "CODECS", "encode_tokens", "decode_tokens", "record_bytes"]
 
 Key = tuple[str, str]          # (relpath, variant)
@@ -151,9 +153,8 @@ class ShardedTokenStore:
             raise FileNotFoundError(f"{self.root} is not a token store (no meta.json)")
         else:
             self.root.mkdir(parents=True, exist_ok=True)
-            tmp = mpath.with_suffix(".tmp")
-            tmp.write_text(json.dumps(meta, indent=1))
-            os.replace(tmp, mpath)
+            # a unique temporary per process: the ranks of one launch create the store at the same moment
+            atomic_write_text(mpath, json.dumps(meta, indent=1))
         self._shards: dict[str, _Shard] = {}
         self._where: dict[Key, tuple[str, int]] = {}
         self.refresh()

@@ -44,6 +44,7 @@ from tqdm.auto import tqdm
 
 from ..config import get_profile
 from ..io_utils import atomic_save_image
+from ..launch import end_launch, launched_state
 from ..paths import data_dir
 from .base import FillBackend, FillRequest, get_backend
 from .items import (GenItem, append_record, item_relpath, item_seed, items_from_dataset, load_inputs,
@@ -81,14 +82,6 @@ def _check_items(items: Sequence[GenItem], source_name: str, batch_size: int) ->
         seen.add(it.item_id)
 
 
-
-
-def launched_state():
-    """accelerate's ``PartialState`` under a multi-process launch, else ``None`` (imported lazily:
-    :func:`nearid_lib.nearid.distributed.launched_state` needs torch)."""
-    from ..nearid.distributed import launched_state as _ls
-
-    return _ls()
 
 
 def _request(job: _Job, it: GenItem, inputs, attempt: int) -> FillRequest:
@@ -282,8 +275,7 @@ def main(argv: Iterable[str] | None = None) -> dict[str, Any]:
         if not args.no_merge:
             _, report = merge_source(root, args.source, items, profile=cfg.name, backend=backend_name)
             print(report.to_string(index=False))
-    if state is not None:
-        state.wait_for_everyone()           # no rank exits before the table is written
+    end_launch()                            # no rank exits before the table is written
     return summary
 
 

@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 import torch
 
-from ..nearid.distributed import launched_state
+from ..launch import end_launch, launched_state
 from .model import VLMJudge
 from .shards import score_pairs_sharded
 
@@ -83,7 +83,6 @@ def main(argv: Iterable[str] | None = None):
         write_csv(table, args.out)
         print(json.dumps({"out": str(args.out), "n": int(len(table)), **{
             k: v for k, v in res.summary().items() if k in ("n_covered", "coverage", "n_hit_limit")}}))
-    if state is not None:
-        state.wait_for_everyone()
+    end_launch()                    # every rank waits for the table, then leaves the group
     return table
 

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..nearid.distributed import launched_state
+from ..launch import launched_state
 from .answers import JudgeScores
 
 __all__ = ["score_pairs_sharded"]

@@ -9,8 +9,6 @@ global batch. Everything is the identity when torch.distributed is not initialis
 """
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.distributed as dist
 import torch.distributed.nn.functional as dist_nn
@@ -18,7 +16,7 @@ from torch import Tensor
 
 from .loss_terms import Pool
 
-__all__ = ["launched_state", "is_distributed", "world_size", "rank", "all_gather_with_grad", "all_gather_nograd",
+__all__ = ["is_distributed", "world_size", "rank", "all_gather_with_grad", "all_gather_nograd",
            "all_reduce_sum", "gather_pool"]
 
 
@@ -99,17 +97,3 @@ def gather_pool(anchor: Tensor, positives: Tensor, pos_mask: Tensor | None = Non
         anchors=all_gather_with_grad(anchor) if with_anchors else None,
         reduce_sum=all_reduce_sum,
     )
-
-
-def launched_state():
-    """accelerate's ``PartialState`` when this process belongs to a multi-process launch
-    (``torchrun``, ``accelerate launch``), else ``None`` (a notebook, a plain script).
-
-    ``cpu=True`` without CUDA: otherwise accelerate reports ``DistributedType.NO`` under torchrun on
-    CPU ranks and every rank would believe it is alone."""
-    dist = torch.distributed.is_available() and torch.distributed.is_initialized()
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 and not dist:
-        return None
-    from accelerate import PartialState
-
-    return PartialState(cpu=not torch.cuda.is_available())

@@ -43,6 +43,7 @@ from ..config import Profile, get_profile, profile_to_dict
 from ..data import load_nearid, nearid_root
 from ..paths import checkpoint_dir
 from ..io_utils import write_json
+from ..launch import end_launch
 from ..models import MAPHead, load_backbone, resolve_device, save_head
 from ..run import set_torch_threads
 from ..seeding import make_rng, torch_generator
@@ -383,6 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutil.rmtree(ck, ignore_errors=True)
         shutil.copytree(out, ck, ignore=shutil.ignore_patterns("resume", "units_*", "mtg_*"))
         print(f"published the head to {ck}")
+    end_launch()   # every rank leaves the process group before exit (a torchrun rank can abort otherwise)
     return 0
 
 
