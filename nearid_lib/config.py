@@ -81,9 +81,12 @@ def _mini() -> Profile:
         # (main head and ablations) is trained with this one recipe
         train=TrainConfig(lr=3e-3, weight_decay=5e-2, warmup_steps=30, batch_size=64, epochs=12,
                           max_steps=648, token_crop=0.3, checkpoint_every=200),
-        eval=EvalConfig(),
+        # each benchmark scores the backbone's class at random init beside the others: the chance
+        # reference (a random network that beats the pretrained one says what an analogue rewards)
+        eval=EvalConfig(encoders=("efficientnet-lite0", "nearid", "efficientnet-lite0@random")),
         # the mini world has 6 subjects x 10 gallery images per species, 24 subjects in all
-        retrieval=RetrievalConfig(gallery_sizes=(1, 3, 5, 10), subject_counts=(3, 4, 5, 6)),
+        retrieval=RetrievalConfig(encoders=("efficientnet-lite0", "nearid", "efficientnet-lite0@random"),
+                                  gallery_sizes=(1, 3, 5, 10), subject_counts=(3, 4, 5, 6)),
         generate=GenerateConfig(out_resolution=224, reject_unchanged_below=0.005,
                                 verify_splits=("test",)),
         # ID-Sim mini budget (2 shared CPU cores): few instances; micro-batch 8 as in the paper but

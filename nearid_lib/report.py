@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -181,6 +182,48 @@ def provenance_summary(tables: Path) -> str:
             f"written {dates[0]} to {dates[-1]} UTC." if dates else "")
 
 
+def chance_notes(claims: pd.DataFrame, tables: Path) -> pd.Series:
+    """Per claim row, the metrics of its ``criterion`` on which the random-init network reaches the
+    pretrained frozen encoder in a NearID chance table (``04_chance.csv``: metric ``mtg_mo`` is the
+    quantity ``<row>.mtg.mo``), with both values; "" for every other claim (and without the table)."""
+    path = tables / "04_chance.csv"
+    notes = pd.Series([""] * len(claims), index=claims.index, dtype=object)
+    if not path.exists() or "criterion" not in claims:
+        return notes
+    ch = pd.read_csv(path)
+    ch = ch[ch["random_reaches_frozen"].astype(str).str.lower() == "true"]
+    for _, c in ch.iterrows():
+        pat = re.compile(r"\." + re.escape(str(c["metric"])).replace("_", r"\.", 1) + r"\b")
+        hit = claims["criterion"].fillna("").astype(str).str.contains(pat)
+        note = f"random init reaches the frozen encoder on {c['metric']} ({c['random_init']:.3g} vs {c['frozen']:.3g})"
+        notes[hit] = [f"{n}; {note}" if n else note for n in notes[hit]]
+    return notes
+
+
+def _chance_section(tables: Path) -> list[str]:
+    """The chance references (``*_chance.csv`` of :func:`nearid_lib.chance.chance_check`): every
+    metric where a random-init network reaches the pretrained encoder first, then all of them."""
+    files = sorted(tables.glob("*_chance.csv"))
+    if not files:
+        return []
+    frame = pd.concat([pd.read_csv(f).assign(source=f"tables/{f.name}") for f in files], ignore_index=True)
+    if frame.empty:
+        return []
+    reach = frame["random_reaches_frozen"].astype(str).str.lower() == "true"
+    out = ["## Chance references", "",
+           "Every benchmark also scores the backbone's class at a fixed random init (never trained). Where "
+           "that network reaches the pretrained frozen encoder (`random_reaches_frozen`), the analogue "
+           "rewards something a random network reads off the pixels: such a row is not evidence about "
+           "identity.", "",
+           f"The random-init network reaches the pretrained one on {int(reach.sum())} of {len(frame)} metrics"
+           + (":" if reach.any() else "."), ""]
+    if reach.any():
+        out += [render_markdown_table(frame[reach]), ""]
+    out += ["<details><summary>All chance references</summary>", "", render_markdown_table(frame), "",
+            "</details>", ""]
+    return out
+
+
 def render_report(figures: Path, specs: list[TableSpec] | None = None, title: str = "Reproduced results",
                   profile_note: str = "") -> str:
     """Markdown for ``figures/README.md``: claims, every table beside the paper's, every figure."""
@@ -228,10 +271,18 @@ def render_report(figures: Path, specs: list[TableSpec] | None = None, title: st
             flagged = frame["flags"].fillna("").astype(str).str.len() > 0
             out += [f"{int(flagged.sum())} claim(s) compare a quantity that lies below its metric's chance "
                     "level (column `flags`): such a number measures what the benchmark rewards, not identity.", ""]
-        cols = [c for c in ("claim", "paper", "ours", "verdict", "flags", "earlier_verdicts", "criterion", "detail",
+        frame["chance"] = chance_notes(frame, figures / "tables")
+        reached = frame["chance"].str.len() > 0
+        if reached.any():
+            out += [f"{int(reached.sum())} claim(s) compare a metric on which a network at random init reaches the "
+                    "pretrained frozen encoder (column `chance`, from the chance references below): their "
+                    "numbers say what the analogue rewards in pixels, not what the encoder knows about identity.",
+                    ""]
+        cols = [c for c in ("claim", "paper", "ours", "verdict", "flags", "chance", "earlier_verdicts", "criterion", "detail",
                             "revision", "profile", "source") if c in frame]
         out += [render_markdown_table(frame[cols]), ""]
 
+    out += _chance_section(figures / "tables")
     with_ours = [s for s in specs if s.ours]
     descriptive = [s for s in specs if not s.ours]
     out += ["## Tables", ""]

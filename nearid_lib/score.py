@@ -211,7 +211,8 @@ def _baselines(cfg, data, progress: bool, notes: list[str]) -> list[Participant]
     from .nearid.scorers import load_bench_encoders
 
     ck = checkpoint_dir(cfg.name)
-    names = [n for n in cfg.eval.encoders if n != "nearid" or (ck / "nearid").exists()]
+    # the chance reference ("<encoder>@random") stays in the notebooks: the card states chance levels
+    names = [n for n in cfg.eval.encoders if (n != "nearid" or (ck / "nearid").exists()) and "@" not in n]
     if "nearid" in cfg.eval.encoders and "nearid" not in names:
         notes.append(f"NearID head: not trained for profile {cfg.name!r} yet ({ck / 'nearid'} absent); train it "
                      f"with notebook 03_train_nearid or `nearid train --profile {cfg.name}`")

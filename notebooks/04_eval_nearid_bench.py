@@ -47,8 +47,8 @@ from nearid_lib.nearid.dbpp import dbpp_for_profile
 from nearid_lib.nearid.evaluate import backbone_throughput, n_bench_images, source_groups
 from nearid_lib.nearid.scorers import load_bench_encoders
 from nearid_lib.nearid.sweep import RowSpec, run_rows
-from nearid_lib.nearid.tables import (fig4_dbpp_category, per_seed, seed_mean, table1, table2_dbpp, table5, table7,
-                                      table7_sweep_row)
+from nearid_lib.nearid.tables import (chance_table, fig4_dbpp_category, per_seed, seed_mean, table1, table2_dbpp,
+                                      table5, table7, table7_sweep_row)
 from nearid_lib.run import setup_notebook
 from nearid_lib.seeding import make_rng
 
@@ -121,6 +121,18 @@ t7 = pd.concat([t7, table7_sweep_row(ceiling, "fg_trained", "NearID (Ours), trai
                ignore_index=True)
 run.write_table(t7, "04_table7_fg_only", seeds=seeds)
 t7[["method", "full_ssr", "full_pa", "fg_ssr", "fg_pa", "delta_ssr", "n_seeds"]].round(1)
+
+# %% [markdown]
+# ## The chance reference
+# The backbone's class at a fixed random init (`efficientnet-lite0@random` in `mini`'s `eval.encoders`) is
+# scored like every other encoder. Where it reaches the pretrained frozen encoder, the analogue rewards
+# something a network that was never trained reads off the pixels (the report lists those metrics).
+
+# %%
+chance = chance_table(t1, t7, cfg.eval.encoders, cfg.backbone.name)
+if len(chance):
+    run.write_table(chance, "04_chance")
+chance
 
 # %% [markdown]
 # ## DreamBench++ (Table 2, Figure 4 numbers)

@@ -42,6 +42,7 @@ import pandas as pd
 from IPython.display import display
 
 from nearid_lib import make_rng
+from nearid_lib.chance import chance_check
 from nearid_lib.claims import claim, evaluate_claims
 from nearid_lib.idsim.ablations import OUTPUTS, ablation_claims, ablation_runs, ablation_table, row_profile
 from nearid_lib.idsim.bench import (bench_keys, benchmark_table, embed_encoders, encoder_labels,
@@ -178,6 +179,9 @@ if WORLD:
     labels = encoder_labels(cfg)
     table = benchmark_table(results, labels, PROFILE)
     run.write_table(table, "09_idsim_benchmarks")
+    # the frozen backbone beside its class at random init (the report lists where chance reaches it)
+    run.write_table(chance_check(table, "model", labels["frozen"][0], labels["random"][0], ["value"],
+                                 "ID-Sim benchmarks", by=["benchmark", "metric_id"]), "09_chance")
     display(table.pivot(index=["benchmark", "metric_id"], columns="model", values="value"))
 
 # %%

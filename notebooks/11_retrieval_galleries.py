@@ -115,6 +115,18 @@ if HAVE_GEN:
     display(main[[c for c in ("method", "drift", "context", "encoder", "sim", "map", "top1", "auc", "ndcg")
                   if c in main.columns]])
 
+# %% [markdown]
+# ## The chance reference
+# The general encoder's class at a fixed random init (`efficientnet-lite0@random` in `mini`'s
+# `retrieval.encoders`) beside the pretrained one: the oracle's mAP and top-1, and each metric's agreement
+# with the true drift. Where the random network reaches the pretrained one, the galleries reward pixels.
+
+# %%
+chance = T.chance_table(oracle, fpr.agreement, cfg.retrieval.encoders)
+if len(chance):
+    run.write_table(chance, "11_chance")
+chance
+
 # %%
 if HAVE_GEN:
     display(run.figure(F.plot_main(main, PROFILE), "11_fpr_main"))

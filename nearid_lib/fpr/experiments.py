@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..data import build_world
+from ..models import split_weights
 from ..paths import checkpoint_dir, data_dir
 from ..seeding import make_rng
 from .analysis import drift_agreement
@@ -36,7 +37,7 @@ class EncoderSpec:
     kwargs: dict = field(default_factory=dict)
     available: bool = True
     note: str = ""
-    role: str = "general"          # "general" (CLIP/DINO/frozen GAP) | "specialised"
+    role: str = "general"          # "general" (CLIP/DINO/frozen GAP) | "specialised" | "chance" (random init)
 
 
 
@@ -52,7 +53,11 @@ def encoder_specs(cfg: Profile, checkpoint_root: Path | None = None) -> list[Enc
     out = []
     for name in cfg.retrieval.encoders:
         kw: dict[str, Any] = {"tiny": bool(cfg.backbone.tiny)}
-        spec = EncoderSpec(name, kw, role="specialised" if name in _SPECIALISED else "general")
+        base, weights = split_weights(name)
+        if weights == "random":
+            kw["weights"] = "random"      # "<encoder>@random": the chance reference
+        spec = EncoderSpec(name, kw, role=("chance" if weights else
+                                           "specialised" if name in _SPECIALISED else "general"))
         if name == "nearid":
             ck = Path(checkpoint_root or checkpoint_dir(cfg.name)) / "nearid"
             kw["checkpoint"] = str(ck)
@@ -70,7 +75,7 @@ def encoder_specs(cfg: Profile, checkpoint_root: Path | None = None) -> list[Enc
                 spec.note = ("MiewID runs code from its hub repo (trust_remote_code): opt in with "
                              "NEARID_SET='retrieval.allow_remote_code=true'; its rows are skipped")
             kw["allow_remote_code"] = bool(cfg.retrieval.allow_remote_code)
-        if name in ("efficientnet-lite0", "frozen-gap") and not cfg.backbone.tiny:
+        if base in ("efficientnet-lite0", "frozen-gap") and not cfg.backbone.tiny:
             kw["image_size"] = cfg.backbone.image_size
         out.append(spec)
     return out
@@ -84,7 +89,7 @@ def load_encoders(specs: Sequence[EncoderSpec]) -> dict[str, Any]:
         if not s.available:
             continue
         try:
-            models[s.name] = get_encoder(s.name, **s.kwargs)[0]
+            models[s.name] = get_encoder(split_weights(s.name)[0], **s.kwargs)[0]
         except (OSError, RemoteCodeError, ValueError, KeyError, RuntimeError) as err:
             s.available, s.note = False, f"could not load: {type(err).__name__}: {str(err)[:200]}"
     return models

@@ -23,7 +23,9 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-__all__ = ["ROLES", "PAPER_DATASETS", "paper_dataset_key", "role_encoders", "dataset_scores",
+from ..chance import CHANCE_COLUMNS, chance_check
+
+__all__ = ["chance_table", "ROLES", "PAPER_DATASETS", "paper_dataset_key", "role_encoders", "dataset_scores",
            "generated_table", "paper_table_name", "split_by_dataset", "dataset_view"]
 
 ROLES = ("clip_i", "dino", "spec")
@@ -132,3 +134,19 @@ def dataset_view(per_query: pd.DataFrame, whole: str, species_col: str = "specie
         raise KeyError(f"dataset_view: per_query has neither 'dataset' nor {species_col!r}")
     return pd.concat([per_query.assign(dataset="mini/" + per_query[species_col].astype(str)),
                       per_query.assign(dataset=whole)], ignore_index=True)
+
+
+def chance_table(oracle: pd.DataFrame | None, agreement: pd.DataFrame | None, encoders: Sequence[str],
+                 general: str = "efficientnet-lite0") -> pd.DataFrame:
+    """The pretrained ``general`` encoder beside the ``"<name>@random"`` of ``encoders``
+    (``cfg.retrieval.encoders``): the oracle's mAP and top-1 per species group, and the per-identity
+    agreement of mAP and similarity with the true drift (:func:`nearid_lib.chance.chance_check`)."""
+    chance = next((n for n in encoders if n.endswith("@random")), None)
+    parts = []
+    if chance is not None and oracle is not None and len(oracle):
+        parts.append(chance_check(oracle, "encoder", general, chance, ["map", "top1"], "FPR Table 1 (oracle)",
+                                  by=["group"]))
+    if chance is not None and agreement is not None and len(agreement):
+        parts.append(chance_check(agreement, "encoder", general, chance, ["mean_rho"],
+                                  "FPR agreement with the true drift", by=["metric"]))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=CHANCE_COLUMNS)

@@ -20,9 +20,10 @@ from .backbones import Encoder, EncoderOutput, Preprocess  # noqa: E402
 from .checkpoint import export_release_head, load_head, load_release_head, save_head  # noqa: E402
 from .map_head import MLP, MAPHead, drop_tokens  # noqa: E402
 from .registry import NearIDEncoder, encoder_aliases, list_encoders, load_backbone, load_encoder, \
-    register_encoder, resolve_device, resolve_name  # noqa: E402
+    register_encoder, resolve_device, resolve_name, split_weights, RANDOM_INIT  # noqa: E402
 from . import specialised  # noqa: E402,F401  (registers "bioclip2", "miewid", "classifier")
 
 __all__ = ["MAPHead", "MLP", "drop_tokens", "Encoder", "EncoderOutput", "Preprocess", "NearIDEncoder",
            "load_encoder", "load_backbone", "register_encoder", "list_encoders", "encoder_aliases", "resolve_name",
+           "split_weights", "RANDOM_INIT",
            "resolve_device", "save_head", "load_head", "load_release_head", "export_release_head"]

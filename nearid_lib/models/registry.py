@@ -14,7 +14,7 @@ nearid                         a backbone above + a trained :class:`MAPHead`  ba
 
 Keyword arguments: ``tiny`` (random-init tiny config of the same class, offline), ``device``,
 ``dtype`` ("float32" | "float16" | "bfloat16"), ``weights`` (a local folder/file instead of the
-hub id), ``hub_id``, ``frozen`` (default True: eval mode, no grads), ``image_size`` (EfficientNet,
+hub id, or ``"random"``: the full-size model at a fixed random init, the chance reference), ``hub_id``, ``frozen`` (default True: eval mode, no grads), ``image_size`` (EfficientNet,
 DINO). ``nearid`` takes ``checkpoint`` (our head folder, a release safetensors file/folder, or a hub
 repo id such as ``Aleksandar/nearid-siglip2``), ``backbone`` (name) and ``head`` (a MAPHead).
 """
@@ -36,7 +36,7 @@ from .map_head import MAPHead
 if TYPE_CHECKING:
     from ..config import BackboneConfig, Profile
 
-__all__ = ["load_backbone", "load_encoder", "register_encoder", "list_encoders", "encoder_aliases", "resolve_name",
+__all__ = ["load_backbone", "load_encoder", "split_weights", "RANDOM_INIT", "register_encoder", "list_encoders", "encoder_aliases", "resolve_name",
            "resolve_device", "StackedEncoder", "NearIDEncoder", "RELEASE_REPO"]
 
 RELEASE_REPO = "Aleksandar/nearid-siglip2"
@@ -70,6 +70,22 @@ def encoder_aliases() -> dict[str, str]:
     """Every alias with the registered name it stands for (a copy: register with
     :func:`register_encoder`)."""
     return dict(_ALIASES)
+
+
+RANDOM_INIT = "@random"     # "<encoder>@random" in a profile's encoder list: that encoder at random init
+
+
+def split_weights(name: str) -> tuple[str, str | None]:
+    """``("efficientnet-lite0", "random")`` for ``"efficientnet-lite0@random"`` (a profile's
+    encoder lists name the chance reference this way), ``(name, None)`` without a suffix. Any other
+    suffix is an error naming the one that exists."""
+    base, sep, weights = name.partition("@")
+    if not sep:
+        return name, None
+    if "@" + weights != RANDOM_INIT or not base:
+        raise KeyError(f"encoder {name!r}: the only weights suffix is {RANDOM_INIT!r} "
+                       f"(e.g. 'efficientnet-lite0{RANDOM_INIT}', the encoder at random init)")
+    return base, "random"
 
 
 def resolve_name(name: str) -> str:

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from ..features import TokenCache, apply_variant
 from ..judge import VLMJudge, score_pairs_sharded
-from ..models import NearIDEncoder, load_backbone, load_encoder, resolve_name
+from ..models import RANDOM_INIT, NearIDEncoder, load_backbone, load_encoder, resolve_name, split_weights
 from ..paths import cache_dir, checkpoint_dir
 from .embedder import Embedder
 from .evaluate import embed_split, nearid_bench
@@ -219,7 +219,10 @@ class EmbeddingBenchEncoder:
 
 
 # --------------------------------------------------------------------------- encoders of a profile
-def _frozen_label(name: str, tiny: bool) -> str:
+def _frozen_label(name: str, tiny: bool, random_init: bool = False) -> str:
+    if random_init:       # no "frozen" in it: the figures give the chance reference its own grey
+        base = {"efficientnet-lite0": "EfficientNet-Lite0 GAP"}.get(name, name)
+        return f"{base} at random init (chance reference)"
     base = {"efficientnet-lite0": "EfficientNet-Lite0 GAP (frozen)"}.get(name, f"{name} (frozen)")
     return ("tiny random-init " + base) if tiny else base
 
@@ -280,10 +283,16 @@ def load_bench_encoders(cfg: Profile, data: NearIDData, checkpoint=None, judge=N
                 benc.seed = seed
                 out.append(benc)
             continue
-        canon = resolve_name(name)
-        shared = nearid_enc is not None and resolve_name(nearid_enc.backbone.name) == canon
+        base, weights = split_weights(name)
+        canon = resolve_name(base)
+        shared = nearid_enc is not None and resolve_name(nearid_enc.backbone.name) == canon and weights is None
         if shared:
             enc = nearid_enc.backbone          # same backbone object -> same caches
+        elif weights == "random":              # the chance reference: the class at a fixed random init
+            enc, _ = load_backbone(cfg, name=canon, weights="random")
+            emb = Embedder(enc, data, profile=cfg, progress=False, store_tokens=False)
+            out.append(EmbeddingBenchEncoder(emb, canon + RANDOM_INIT, _frozen_label(canon, False, random_init=True)))
+            continue
         else:
             enc, _ = load_backbone(cfg, name=canon)
         # the head's backbone keeps its tokens (one cache serves both rows); other frozen encoders

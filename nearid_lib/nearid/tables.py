@@ -16,12 +16,13 @@ import numpy as np
 import pandas as pd
 
 from .. import metrics
+from ..chance import CHANCE_COLUMNS, chance_check
 from ..models import resolve_name
 from .dbpp import PROCEDURAL_NOTE
 from .evaluate import EncoderResult, main_sources
 
 __all__ = ["PAPER_KEYS", "paper_keys", "source_key", "table1", "table5", "table7", "table2_dbpp",
-           "fig4_dbpp_category", "per_seed", "seed_mean", "table7_sweep_row"]
+           "fig4_dbpp_category", "per_seed", "seed_mean", "table7_sweep_row", "chance_table"]
 
 # canonical encoder -> (Table 1 row, Table 5 method, Table 7 method, Table 2 column prefix)
 PAPER_KEYS: dict[str, tuple[str, str, str, str | None]] = {
@@ -53,10 +54,15 @@ _GROUP_KEYS = {"training": "Avg. (training, 4)", "unseen_fill": "Avg. (unseen fi
 def paper_keys(name: str) -> tuple[str, str, str, str | None]:
     """Paper key values of an encoder (canonical or alias name; a VLM judge is ``"vlm"``); unknown
     encoders get their own name (ours-only rows)."""
+    base, weights = name.partition("@")[0], name.partition("@")[2]
     try:
-        name = resolve_name(name)
+        base = resolve_name(base)
     except Exception:  # noqa: BLE001 - unknown names simply get their own keys
         pass
+    if weights == "random":         # the chance reference (the class itself, at random init): ours only
+        key = f"{base} at random init (chance)"
+        return key, key, key, None
+    name = base if not weights else name
     return PAPER_KEYS.get(name, (name, name, name, None))
 
 
@@ -173,7 +179,7 @@ def table2_dbpp(results: Sequence[EncoderResult], profile: str) -> pd.DataFrame:
         if r.dbpp is None:
             continue
         kind = r.dbpp.get("kind", kind)
-        pref = paper_keys(r.name)[3] or r.name.replace("-", "_")
+        pref = paper_keys(r.name)[3] or r.name.replace("-", "_").replace("@", "_")
         cols[pref] = r.dbpp["per_method"].set_index("method")
     if not cols:
         return pd.DataFrame()
@@ -189,7 +195,7 @@ def table2_dbpp(results: Sequence[EncoderResult], profile: str) -> pd.DataFrame:
            "rating": rows[0]["rating"]}
     for r in results:
         if r.dbpp is not None:
-            pref = paper_keys(r.name)[3] or r.name.replace("-", "_")
+            pref = paper_keys(r.name)[3] or r.name.replace("-", "_").replace("@", "_")
             agg[f"{pref}_h"], agg[f"{pref}_h_std"] = r.dbpp["m_h"], r.dbpp["m_h_sem"]
     rows.append(agg)
     return pd.DataFrame(rows)
@@ -268,3 +274,18 @@ def table7_sweep_row(sweep, key: str, method: str) -> pd.DataFrame:
     row["delta_ssr"] = row["fg_ssr"] - row["full_ssr"]
     row["delta_mo"] = row["fg_mo"] - row["full_mo"]
     return pd.DataFrame([row])
+
+
+def chance_table(t1: pd.DataFrame, t7: pd.DataFrame, encoders: Sequence[str], backbone: str) -> pd.DataFrame:
+    """The pretrained frozen ``backbone`` beside its class at random init (the ``"<name>@random"`` of
+    ``encoders``, i.e. ``cfg.eval.encoders``) on Table 1's NearID, MTG and DreamBench++ metrics and
+    Table 7's foreground-only ones (:func:`nearid_lib.chance.chance_check`); empty without a chance row."""
+    chance = next((n for n in encoders if n.endswith("@random")), None)
+    if chance is None:
+        return pd.DataFrame(columns=CHANCE_COLUMNS)
+    f, c = paper_keys(backbone), paper_keys(chance)
+    m1 = [m for m in ("nearid_ssr", "nearid_pa", "mtg_mo", "mtg_mopair", "mtg_ssr", "mtg_pa", "dbpp_mh",
+                      "dbpp_mh_procedural") if m in t1.columns]
+    m7 = [m for m in ("fg_ssr", "fg_pa") if m in t7.columns]
+    return pd.concat([chance_check(t1, "row", f[0], c[0], m1, "NearID Table 1"),
+                      chance_check(t7, "method", f[2], c[2], m7, "NearID Table 7")], ignore_index=True)
