@@ -27,7 +27,7 @@ __all__ = ["OKABE_ITO", "apply_style", "method_color", "savefig", "save", "kerne
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
 _FIXED = {"nearid": "#0072B2", "ours": "#0072B2", "frozen": "#E69F00", "siglip2": "#E69F00",
           "oracle": "#000000", "clip": "#009E73", "dino": "#CC79A7", "qwen": "#D55E00", "vlm": "#D55E00",
-          "vsm": "#56B4E9"}
+          "vsm": "#56B4E9", "chance": "#999999", "@random": "#999999"}   # grey: random init, the chance reference
 _ASSIGNED: dict[str, str] = {}
 
 

@@ -109,7 +109,6 @@ def test_world_gallery_near_duplicates_are_what_the_curated_rule_drops(smoke_wor
     from nearid_lib.fpr.datasets import sample_gallery
 
     cfg, data = get_profile("smoke"), smoke_world
-    first = cfg.world.refs_per_id
     n_rep = 0
     for name, g in data.fpr_gallery.groupby("name", sort=True):
         ks = [int(p.rsplit("gal", 1)[1].split(".")[0]) for p in g.file_path]

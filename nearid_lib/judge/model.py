@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..models._compat import ensure_torchvision
+from ..compat import ensure_torchvision
 from .answers import JudgeScores
 
 __all__ = ["JUDGE_PROMPT", "VLMJudge", "build_tiny_qwen3vl"]

@@ -12,7 +12,7 @@
 """
 from __future__ import annotations
 
-from ._compat import ensure_torchvision
+from ..compat import ensure_torchvision
 
 ensure_torchvision()  # before anything imports timm / transformers vision code
 
