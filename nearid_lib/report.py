@@ -182,6 +182,27 @@ def provenance_summary(tables: Path) -> str:
             f"written {dates[0]} to {dates[-1]} UTC." if dates else "")
 
 
+def seeds_line(claims: pd.DataFrame) -> str:
+    """One sentence: the most training seeds behind any claim of each claims file (column ``seeds``,
+    one count per side, e.g. ``3/1``: a trained head of 3 seeds against a frozen encoder), naming the
+    files whose claims rest on fewer seeds than the most any file has. "" without the column."""
+    if "seeds" not in claims or "source" not in claims:
+        return ""
+    def most(v) -> int:
+        parts = [int(float(x)) for x in str(v).split("/") if x.strip() not in ("", "nan")]
+        return max(parts, default=0)
+    per = claims.assign(_n=claims["seeds"].map(most)).groupby("source", sort=True)["_n"].max()
+    if per.empty or per.max() <= 0:
+        return ""
+    top = int(per.max())
+    fewer = [f"`{src}` ({n})" for src, n in per.items() if 0 < n < top]
+    line = f"Training seeds behind the claims (column `seeds`, per side): up to {top}."
+    if fewer:
+        line += (" Fewer in " + ", ".join(fewer) + ": the profile trains those models fewer times "
+                 "(docs/mini.md, \"Seeds\").")
+    return line
+
+
 def chance_notes(claims: pd.DataFrame, tables: Path) -> pd.Series:
     """Per claim row, the metrics of its ``criterion`` on which the random-init network reaches the
     pretrained frozen encoder in a NearID chance table (``04_chance.csv``: metric ``mtg_mo`` is the
@@ -262,6 +283,9 @@ def render_report(figures: Path, specs: list[TableSpec] | None = None, title: st
         counts = frame["verdict"].value_counts()
         out += ["Summary: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in
                                         ("holds", "does not hold", "inconclusive", "not testable")) + ".", ""]
+        seeds = seeds_line(frame)
+        if seeds:
+            out += [seeds, ""]
         if "earlier_verdicts" in frame:
             revised = frame["earlier_verdicts"].fillna("").astype(str).str.len() > 0
             out += [f"{int(revised.sum())} claim(s) had their criterion revised after a result was seen: "

@@ -124,3 +124,14 @@ def test_partial_tables_say_which_rows_are_missing(tmp_path):
     assert "_Rows not produced: the MLLM rows need hosted APIs._" in text
     # without ours the table is not produced at all: the partial note is not shown
     assert "Rows not produced" not in report.render_report(tmp_path / "nofigs", report.load_specs(pv))
+
+
+def test_seeds_line_names_the_claims_with_fewer_seeds():
+    frame = pd.DataFrame({"seeds": ["3/1", "3/3", "1/1", "1", None],
+                          "source": ["tables/claims_04.csv", "tables/claims_05.csv", "tables/claims_09.csv",
+                                     "tables/claims_11.csv", "tables/claims_11.csv"]})
+    line = report.seeds_line(frame)
+    assert line.startswith("Training seeds behind the claims (column `seeds`, per side): up to 3.")
+    assert "`tables/claims_09.csv` (1), `tables/claims_11.csv` (1)" in line and "claims_05" not in line
+    assert report.seeds_line(frame.drop(columns="seeds")) == ""
+    assert "Fewer" not in report.seeds_line(frame.iloc[:2])
