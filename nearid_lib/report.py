@@ -182,6 +182,15 @@ def provenance_summary(tables: Path) -> str:
             f"written {dates[0]} to {dates[-1]} UTC." if dates else "")
 
 
+def point_claims(claims: pd.DataFrame) -> pd.Series:
+    """True for a claim judged on point values: it has a verdict of holds / does not hold but no
+    interval (``ci_low`` empty). Claims files without the interval columns count as interval-judged."""
+    if "ci_low" not in claims:
+        return pd.Series(False, index=claims.index)
+    decided = claims["verdict"].isin(["holds", "does not hold"])
+    return decided & pd.to_numeric(claims["ci_low"], errors="coerce").isna()
+
+
 def seeds_line(claims: pd.DataFrame) -> str:
     """One sentence: the most training seeds behind any claim of each claims file (column ``seeds``,
     one count per side, e.g. ``3/1``: a trained head of 3 seeds against a frozen encoder), naming the
@@ -304,7 +313,14 @@ def render_report(figures: Path, specs: list[TableSpec] | None = None, title: st
                     ""]
         cols = [c for c in ("claim", "paper", "ours", "verdict", "flags", "chance", "earlier_verdicts", "criterion", "detail",
                             "revision", "profile", "source") if c in frame]
-        out += [render_markdown_table(frame[cols]), ""]
+        point = point_claims(frame)
+        out += [render_markdown_table(frame.loc[~point, cols]), ""]
+        if point.any():
+            out += ["### Point comparisons", "",
+                    f"{int(point.sum())} claim(s) are judged on point values, without an interval (a rank "
+                    "correlation over a handful of methods, a count of metrics won, the best of a few "
+                    "rows): their verdict describes this run, it does not test the claim.", "",
+                    render_markdown_table(frame.loc[point, cols]), ""]
 
     out += _chance_section(figures / "tables")
     with_ours = [s for s in specs if s.ours]

@@ -135,3 +135,15 @@ def test_seeds_line_names_the_claims_with_fewer_seeds():
     assert "`tables/claims_09.csv` (1), `tables/claims_11.csv` (1)" in line and "claims_05" not in line
     assert report.seeds_line(frame.drop(columns="seeds")) == ""
     assert "Fewer" not in report.seeds_line(frame.iloc[:2])
+
+
+def test_point_valued_claims_are_listed_apart(tmp_path):
+    (tmp_path / "tables").mkdir()
+    pd.DataFrame({"claim": ["interval claim", "point claim", "untestable"], "paper": ["p"] * 3, "ours": ["o"] * 3,
+                  "verdict": ["holds", "does not hold", "not testable"], "ci_low": [0.1, None, None],
+                  "profile": ["mini"] * 3}).to_csv(tmp_path / "tables" / "claims_x.csv", index=False)
+    text = report.render_report(tmp_path, specs=[])
+    main, _, point = text.partition("### Point comparisons")
+    assert "| interval claim |" in main and "| untestable |" in main and "| point claim |" not in main
+    assert "1 claim(s) are judged on point values" in point and "| point claim |" in point
+    assert report.point_claims(pd.DataFrame({"verdict": ["holds"]})).tolist() == [False]
