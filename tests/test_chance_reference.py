@@ -125,3 +125,39 @@ def test_claims_on_a_metric_chance_reaches_carry_a_note(tmp_path):
     text = report.render_report(tmp_path, specs=[])
     assert "1 claim(s) compare a metric on which a network at random init reaches" in text
     assert "| random init reaches the frozen encoder on mtg_mo (0.34 vs 0.25) |" in text
+
+
+@pytest.mark.parametrize("name", ["siglip2-so400m-patch14-384", "clip-vit-b32", "dinov2-base"])
+def test_transformers_encoders_at_random_init_read_only_the_config(tmp_path, monkeypatch, name):
+    """``weights="random"`` on a transformers encoder: the architecture of its hub repo (config only,
+    through the mirror) at a fixed random init - not the repo's weights, the same draw every time."""
+    import transformers
+
+    from nearid_lib.models import load_encoder
+    from nearid_lib.models.registry import _REGISTRY
+
+    cls_name, cfg = {
+        "siglip2-so400m-patch14-384": ("SiglipVisionModel", transformers.SiglipVisionConfig(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=32,
+            patch_size=8)),
+        "clip-vit-b32": ("CLIPVisionModelWithProjection", transformers.CLIPVisionConfig(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=32,
+            patch_size=8, projection_dim=16)),
+        "dinov2-base": ("Dinov2Model", transformers.Dinov2Config(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2, image_size=32, patch_size=8)),
+    }[name]
+    hub_id = _REGISTRY[name].hub_id
+    torch.manual_seed(123)
+    saved = getattr(transformers, cls_name)(cfg)
+    saved.save_pretrained(tmp_path / hub_id)
+    monkeypatch.setenv("NEARID_HUB_DIR", str(tmp_path))
+    pre = load_encoder(name)[0]
+    rnd = load_encoder(name, weights="random")[0]
+    again = load_encoder(name, weights="random")[0]
+    assert rnd.weights == "random" and "w=random" in rnd.cache_key() and pre.cache_key() != rnd.cache_key()
+    assert rnd.model.config.hidden_size == 32                      # the repo's architecture
+    a, b, c = pre.model.state_dict(), rnd.model.state_dict(), again.model.state_dict()
+    assert all(torch.equal(b[k], c[k]) for k in b)                 # the same draw on every load
+    assert any(not torch.equal(a[k], b[k]) for k in a if a[k].is_floating_point() and a[k].numel() > 1)
+    x = torch.rand(2, 3, 32, 32)
+    assert not torch.allclose(pre(x).pooled, rnd(x).pooled)
