@@ -13,9 +13,15 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-__all__ = ["chance_check", "CHANCE_COLUMNS"]
+__all__ = ["chance_check", "chance_encoder", "CHANCE_COLUMNS", "RANDOM_INIT"]
 
+RANDOM_INIT = "@random"     # "<encoder>@random" in a profile's encoder list: that encoder at random init
 CHANCE_COLUMNS = ["benchmark", "group", "metric", "frozen", "random_init", "margin", "random_reaches_frozen"]
+
+
+def chance_encoder(encoders: Sequence[str]) -> str | None:
+    """The chance reference of an encoder list (its first ``"<name>@random"``), or None."""
+    return next((n for n in encoders if n.endswith(RANDOM_INIT)), None)
 
 
 def chance_check(table: pd.DataFrame, who: str, frozen: str, chance: str, metrics: Sequence[str],

@@ -212,6 +212,11 @@ def seeds_line(claims: pd.DataFrame) -> str:
     return line
 
 
+def _reached(chance: pd.DataFrame) -> pd.Series:
+    """``random_reaches_frozen`` as booleans, however the CSV reader typed it."""
+    return chance["random_reaches_frozen"].astype(str).str.lower() == "true"
+
+
 def chance_notes(claims: pd.DataFrame, tables: Path) -> pd.Series:
     """Per claim row, the metrics of its ``criterion`` on which the random-init network reaches the
     pretrained frozen encoder in a NearID chance table (``04_chance.csv``: metric ``mtg_mo`` is the
@@ -221,7 +226,7 @@ def chance_notes(claims: pd.DataFrame, tables: Path) -> pd.Series:
     if not path.exists() or "criterion" not in claims:
         return notes
     ch = pd.read_csv(path)
-    ch = ch[ch["random_reaches_frozen"].astype(str).str.lower() == "true"]
+    ch = ch[_reached(ch)]
     for _, c in ch.iterrows():
         pat = re.compile(r"\." + re.escape(str(c["metric"])).replace("_", r"\.", 1) + r"\b")
         hit = claims["criterion"].fillna("").astype(str).str.contains(pat)
@@ -239,7 +244,7 @@ def _chance_section(tables: Path) -> list[str]:
     frame = pd.concat([pd.read_csv(f).assign(source=f"tables/{f.name}") for f in files], ignore_index=True)
     if frame.empty:
         return []
-    reach = frame["random_reaches_frozen"].astype(str).str.lower() == "true"
+    reach = _reached(frame)
     out = ["## Chance references", "",
            "Every benchmark also scores the backbone's class at a fixed random init (never trained). Where "
            "that network reaches the pretrained frozen encoder (`random_reaches_frozen`), the analogue "

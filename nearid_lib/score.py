@@ -207,12 +207,13 @@ def _user(res: ResolvedEncoder, cfg, data, name, store_folder, batch_size, progr
 
 def _baselines(cfg, data, progress: bool, notes: list[str]) -> list[Participant]:
     """The profile's frozen encoders, the NearID head (when trained) and ID-Sim (when trained)."""
-    from .models import load_encoder
+    from .models import load_encoder, split_weights
     from .nearid.scorers import load_bench_encoders
 
     ck = checkpoint_dir(cfg.name)
     # the chance reference ("<encoder>@random") stays in the notebooks: the card states chance levels
-    names = [n for n in cfg.eval.encoders if (n != "nearid" or (ck / "nearid").exists()) and "@" not in n]
+    names = [n for n in cfg.eval.encoders if (n != "nearid" or (ck / "nearid").exists())
+             and split_weights(n)[1] is None]
     if "nearid" in cfg.eval.encoders and "nearid" not in names:
         notes.append(f"NearID head: not trained for profile {cfg.name!r} yet ({ck / 'nearid'} absent); train it "
                      f"with notebook 03_train_nearid or `nearid train --profile {cfg.name}`")

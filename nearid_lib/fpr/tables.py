@@ -23,7 +23,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..chance import CHANCE_COLUMNS, chance_check
+from ..chance import CHANCE_COLUMNS, chance_check, chance_encoder
 
 __all__ = ["chance_table", "ROLES", "PAPER_DATASETS", "paper_dataset_key", "role_encoders", "dataset_scores",
            "generated_table", "paper_table_name", "split_by_dataset", "dataset_view"]
@@ -141,7 +141,7 @@ def chance_table(oracle: pd.DataFrame | None, agreement: pd.DataFrame | None, en
     """The pretrained ``general`` encoder beside the ``"<name>@random"`` of ``encoders``
     (``cfg.retrieval.encoders``): the oracle's mAP and top-1 per species group, and the per-identity
     agreement of mAP and similarity with the true drift (:func:`nearid_lib.chance.chance_check`)."""
-    chance = next((n for n in encoders if n.endswith("@random")), None)
+    chance = chance_encoder(encoders)
     parts = []
     if chance is not None and oracle is not None and len(oracle):
         parts.append(chance_check(oracle, "encoder", general, chance, ["map", "top1"], "FPR Table 1 (oracle)",

@@ -31,6 +31,7 @@ import torch
 from .backbones import CLIPEncoder, DinoEncoder, Encoder, EncoderOutput, Preprocess, SiglipEncoder, \
     TimmEfficientNetEncoder
 from .checkpoint import is_head_checkpoint, load_head, load_release_head, load_release_tower
+from ..chance import RANDOM_INIT
 from .map_head import MAPHead
 
 if TYPE_CHECKING:
@@ -70,9 +71,6 @@ def encoder_aliases() -> dict[str, str]:
     """Every alias with the registered name it stands for (a copy: register with
     :func:`register_encoder`)."""
     return dict(_ALIASES)
-
-
-RANDOM_INIT = "@random"     # "<encoder>@random" in a profile's encoder list: that encoder at random init
 
 
 def split_weights(name: str) -> tuple[str, str | None]:

@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from .. import metrics
-from ..chance import CHANCE_COLUMNS, chance_check
-from ..models import resolve_name
+from ..chance import CHANCE_COLUMNS, chance_check, chance_encoder
+from ..models import resolve_name, split_weights
 from .dbpp import PROCEDURAL_NOTE
 from .evaluate import EncoderResult, main_sources
 
@@ -54,15 +54,14 @@ _GROUP_KEYS = {"training": "Avg. (training, 4)", "unseen_fill": "Avg. (unseen fi
 def paper_keys(name: str) -> tuple[str, str, str, str | None]:
     """Paper key values of an encoder (canonical or alias name; a VLM judge is ``"vlm"``); unknown
     encoders get their own name (ours-only rows)."""
-    base, weights = name.partition("@")[0], name.partition("@")[2]
     try:
-        base = resolve_name(base)
+        base, weights = split_weights(name)
+        name = resolve_name(base)
     except Exception:  # noqa: BLE001 - unknown names simply get their own keys
-        pass
+        weights = None
     if weights == "random":         # the chance reference (the class itself, at random init): ours only
-        key = f"{base} at random init (chance)"
+        key = f"{name} at random init (chance)"
         return key, key, key, None
-    name = base if not weights else name
     return PAPER_KEYS.get(name, (name, name, name, None))
 
 
@@ -280,7 +279,7 @@ def chance_table(t1: pd.DataFrame, t7: pd.DataFrame, encoders: Sequence[str], ba
     """The pretrained frozen ``backbone`` beside its class at random init (the ``"<name>@random"`` of
     ``encoders``, i.e. ``cfg.eval.encoders``) on Table 1's NearID, MTG and DreamBench++ metrics and
     Table 7's foreground-only ones (:func:`nearid_lib.chance.chance_check`); empty without a chance row."""
-    chance = next((n for n in encoders if n.endswith("@random")), None)
+    chance = chance_encoder(encoders)
     if chance is None:
         return pd.DataFrame(columns=CHANCE_COLUMNS)
     f, c = paper_keys(backbone), paper_keys(chance)
