@@ -70,11 +70,11 @@ def main() -> None:
         c = row_profile(cfg, ov, args.seed)
         tag = "_".join(f"{k}{v}" for k, v in sorted(ov.items()) if k in ("adapt_stages", "backbone")) or "base"
         base = cache_dir(args.profile) / "idsim" / "diag"
-        res = train_idsim(c, data, store_path=base / f"train_prefix_{tag}_s{args.seed}.safetensors",
+        res = train_idsim(c, data, store_path=base / f"train_prefix_{tag}_s{args.seed}",
                           log=lambda m: None)
         model = res["model"]
         store = PrefixStore(model, data, n_variants=0, seed=args.seed,
-                            path=base / f"grid_prefix_{tag}_s{args.seed}.safetensors")
+                            path=base / f"grid_prefix_{tag}_s{args.seed}")
         emb = embed_encoders(model, store, grids.path.tolist())
         store.save()
         _, wide = per_anchor_sensitivity(grid_similarities(grids, emb))

@@ -43,8 +43,7 @@ import torch
 from .allocator import tune_allocator
 from .config import get_profile
 from .data import NearIDData, build_world, load_nearid, nearid_root
-from .features.variants import apply_variant, needs_mask
-from .io_utils import atomic_write
+from .features import FeatureStore, dataset_refs, embed
 from .nearid.embedder import Embedder, group_items
 from .nearid.scorers import EmbeddingBenchEncoder
 from .paths import cache_dir, checkpoint_dir, out_dir as out_root
@@ -60,70 +59,25 @@ PROTOCOLS = ("nearid", "idsim", "fpr")
 # --------------------------------------------------------------------------- a callable over dataset images
 class StoreEmbedder(Embedder):
     """An :class:`~nearid_lib.nearid.embedder.Embedder` whose embeddings come from a
-    :class:`UserEncoder` run on the images themselves (a callable has no tokens to cache): kept in
-    memory per variant and, with ``folder``, on disk per (encoder fingerprint, dataset, variant) in
-    chunks of ``chunk_images`` (``<key>/<n>.npz``), each written atomically as soon as it is
-    embedded: a killed run loses at most one chunk and the next run embeds only the rest."""
-
-    chunk_images = 256
+    :class:`UserEncoder` run on the images themselves (a callable has no tokens to cache), through
+    the library's one feature path (:func:`nearid_lib.features.embed`): rows keyed by relpath in a
+    :class:`~nearid_lib.features.FeatureStore` under ``folder`` (None: memory), scoped to the
+    dataset's fingerprint, written in chunks of ``chunk_images`` as soon as each fills: a killed
+    run loses at most one chunk and the next run embeds only the rest."""
 
     def __init__(self, encoder: UserEncoder, data: NearIDData, folder: Path | None = None,
-                 batch_size: int = 32, progress: bool = True):
+                 batch_size: int = 32, progress: bool = True, chunk_images: int = 256):
         super().__init__(encoder, data, use_cache=False, store_tokens=False, batch_size=batch_size,
                          progress=progress)
-        self.folder, self._table, self._chunks = folder, {}, {}
+        self.store = FeatureStore(folder, chunk_items=chunk_images)
         ident = json.dumps(data.manifest, sort_keys=True) + str(Path(data.root).resolve())
-        self._data_fp = hashlib.sha1(ident.encode()).hexdigest()[:16]
+        self.scope = "dataset=" + hashlib.sha1(ident.encode()).hexdigest()[:16]
 
-    def _file(self, variant: str) -> Path | None:
-        """The variant's chunk folder (None without ``folder``)."""
-        if self.folder is None:
-            return None
-        key = hashlib.sha1(f"{self.encoder.fingerprint}|{self._data_fp}|{variant}".encode()).hexdigest()[:20]
-        return self.folder / key
-
-    def _memo(self, variant: str) -> dict[str, np.ndarray]:
-        if variant not in self._table:
-            d, tab = self._file(variant), {}
-            files = sorted(d.glob("*.npz")) if d is not None and d.is_dir() else []
-            for f in files:
-                with np.load(f) as z:
-                    tab.update(zip(z["keys"].tolist(), z["emb"]))
-            self._table[variant], self._chunks[variant] = tab, len(files)
-        return self._table[variant]
-
-    def _save_chunk(self, variant: str, keys: list[str]) -> None:
-        d = self._file(variant)
-        if d is None or not keys:
-            return
-        tab, n = self._table[variant], self._chunks[variant]
-        emb = np.stack([tab[k] for k in keys]).astype(np.float32)
-        arr = np.array(keys, dtype=str)
-        atomic_write(d / f"{n:05d}.npz", lambda p: np.savez(open(p, "wb"), keys=arr, emb=emb))
-        self._chunks[variant] = n + 1
-
-    def ensure(self, rels: Sequence[str], masks: Sequence[str], variant: str = "full") -> None:
-        """Embed every image of ``rels`` (with its ``masks`` for a masked variant) not embedded yet,
-        saving a chunk every ``chunk_images`` images."""
-        tab = self._memo(variant)
-        todo = [(r, m) for r, m in dict.fromkeys(zip(rels, masks)) if r not in tab]
-        if not todo:
-            return
-        from tqdm.auto import tqdm
-
-        bs, pending = self.batch_size, []
-        for i in tqdm(range(0, len(todo), bs), desc=f"embed {self.encoder.name} [{variant}]", unit="batch",
-                      disable=not self.progress):
-            chunk = todo[i:i + bs]
-            ims = [apply_variant(self.data.image(r), self.data.mask(m) if needs_mask(variant) else None, variant)
-                   for r, m in chunk]
-            for (r, _), e in zip(chunk, self.encoder.embed(ims, batch_size=bs).numpy()):
-                tab[r] = e
-                pending.append(r)
-            if len(pending) >= self.chunk_images:
-                self._save_chunk(variant, pending)
-                pending = []
-        self._save_chunk(variant, pending)
+    def ensure(self, rels: Sequence[str], masks: Sequence[str], variant: str = "full") -> np.ndarray:
+        """Embeddings ``[n, D]`` (L2-normalised) of ``rels`` (with their ``masks`` for a masked
+        variant), embedding the ones not in the store yet."""
+        return embed(self.encoder, dataset_refs(self.data, list(rels), list(masks)), variant, self.store,
+                     scope=self.scope, batch_size=self.batch_size, progress=self.progress)
 
     def prefetch(self, groups, variants: Sequence[str] = ("full",),
                  extra: tuple[Sequence[str], Sequence[str]] | None = None) -> None:
@@ -141,26 +95,19 @@ class StoreEmbedder(Embedder):
                 masks += list(extra[1])
             self.ensure(rels, masks, v)
 
-    def lookup(self, rels: Sequence[str], variant: str = "full") -> np.ndarray:
-        """``[n, D]`` embeddings of already embedded images (L2-normalised)."""
-        tab = self._memo(variant)
-        return np.stack([tab[r] for r in rels]) if len(rels) else np.zeros((0, self.encoder.embed_dim), np.float32)
-
     def embed(self, relpaths: Sequence[str], variant: str = "full") -> torch.Tensor:
         own = self._owners()
         missing = [r for r in relpaths if r not in own]
         if missing:
             raise KeyError(f"{missing[0]!r} is not an image of the dataset at {self.data.root}")
-        self.ensure(relpaths, [own[r][1] for r in relpaths], variant)
-        return torch.from_numpy(self.lookup(list(relpaths), variant).astype(np.float32))
+        return torch.from_numpy(self.ensure(relpaths, [own[r][1] for r in relpaths], variant).astype(np.float32))
 
 
 class StoreBenchEncoder(EmbeddingBenchEncoder):
     """The NearID-bench encoder of a callable: every image (dataset or grid) through its StoreEmbedder."""
 
     def embed(self, data: NearIDData, rels: Sequence[str], masks: Sequence[str], variant: str = "full") -> np.ndarray:
-        self.embedder.ensure(list(rels), list(masks), variant)
-        return self.embedder.lookup(list(rels), variant).astype(np.float64)
+        return self.embedder.ensure(list(rels), list(masks), variant).astype(np.float64)
 
 
 # --------------------------------------------------------------------------- who is scored

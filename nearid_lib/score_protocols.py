@@ -76,14 +76,14 @@ def run_fpr(parts: Sequence[Participant], cfg: Profile, data: NearIDData, batch_
     of mAP and of similarity with the negative true drift: which metric ranks generators right)."""
     from dataclasses import replace
 
-    from .fpr import EmbeddingCache
+    from .features import FeatureStore
     from .fpr.experiments import run_fpr as fpr_protocol
 
     if cfg.world.source == "procedural" and data.fpr_gallery is None:
         notes.append("FPR: the dataset has no galleries (fpr/gallery_data.csv); not scored")
         return {}
     split, gen = _fpr_data(cfg, data)
-    ec = EmbeddingCache(cache_dir(cfg.name) / "retrieval" if cache else None)
+    ec = FeatureStore(cache_dir(cfg.name) / "retrieval" if cache else None)
     cfg = replace(cfg, retrieval=replace(cfg.retrieval, batch_size=batch_size))
     res = fpr_protocol({p.key: p.model for p in parts}, split, gen, cfg, ec, progress=progress)
     oracle = res.oracle[res.oracle.group == "all"].drop(columns="dataset").reset_index(drop=True)

@@ -130,7 +130,7 @@ if not WORLD and scores.any_benchmark and scores.results:
 
 # %%
 if WORLD:
-    train_prefix = cache_dir(PROFILE) / "idsim" / f"train_prefix_s{SEED}.safetensors"
+    train_prefix = cache_dir(PROFILE) / "idsim" / f"train_prefix_s{SEED}"
     res = train_idsim(cfg, data, store_path=train_prefix)
     model, hist, trip = res["model"], res["history"], res["triplets"]
     ckpt = save_idsim(model, checkpoint_dir(PROFILE) / "idsim",
@@ -170,7 +170,7 @@ if WORLD:
     nearid = load_encoder("nearid", checkpoint=nearid_dir)[0] if nearid_dir.exists() else None
     print("NearID head:", nearid_dir if nearid is not None else "absent (run notebook 03) - skipped")
     store = PrefixStore(model, data, n_variants=0, seed=SEED,
-                        path=cache_dir(PROFILE) / "idsim" / f"eval_prefix_s{SEED}.safetensors")
+                        path=cache_dir(PROFILE) / "idsim" / f"eval_prefix_s{SEED}")
     emb = embed_encoders(model, store, keys, nearid=nearid)
     # the pixel-space floor ("colour_hist") and chance ("random": the backbone, never trained), one image load
     emb.update(baseline_embeddings(cfg, data, keys, seed=SEED))
@@ -279,7 +279,7 @@ if WORLD:
 # %%
 if WORLD:
     abl_runs = ablation_runs(cfg, data, list(cfg.idsim.ablation_tables), train_store_path=train_prefix,
-                             eval_store_path=cache_dir(PROFILE) / "idsim" / f"val_prefix_s{SEED}.safetensors",
+                             eval_store_path=cache_dir(PROFILE) / "idsim" / f"val_prefix_s{SEED}",
                              log=lambda m: None)
     write_csv(abl_runs.drop(columns="units"), run.results / "ablation_runs.csv")
     abl_tables = {key: ablation_table(abl_runs, key, seed=SEED) for key in cfg.idsim.ablation_tables}

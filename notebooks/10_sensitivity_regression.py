@@ -62,7 +62,7 @@ if GRIDS:
     notes = [] if nearid is not None else [f"NearID head skipped: {nearid_dir} absent (run notebook 03)"]
     print(notes or "NearID head loaded")
     store = PrefixStore(model, data, n_variants=0, seed=SEED,
-                        path=cache_dir(PROFILE) / "idsim" / f"eval_prefix_s{SEED}.safetensors")
+                        path=cache_dir(PROFILE) / "idsim" / f"eval_prefix_s{SEED}")
     emb = embed_encoders(model, store, grids.path.tolist(), nearid=nearid)
     store.save()
 

@@ -46,7 +46,8 @@ import pandas as pd
 from IPython.display import display
 
 from nearid_lib import make_rng
-from nearid_lib.fpr import EmbeddingCache, ablations as A, experiments as X, figures as F, tables as T
+from nearid_lib.features import FeatureStore
+from nearid_lib.fpr import ablations as A, experiments as X, figures as F, tables as T
 from nearid_lib.fpr.claims import retrieval_claims
 from nearid_lib.io_utils import write_csv
 from nearid_lib.paths import cache_dir
@@ -56,7 +57,7 @@ t0 = time.time()
 run = start_run(PROFILE, SEED, "11_retrieval_galleries")
 cfg = run.cfg
 rc = cfg.retrieval
-cache = EmbeddingCache(cache_dir(PROFILE) / "retrieval")
+cache = FeatureStore(cache_dir(PROFILE) / "retrieval")
 
 # %% [markdown]
 # ## Data: reference set, gallery, simulated methods

@@ -188,5 +188,7 @@ def test_one_definition_of_foreground_only():
     np.testing.assert_array_equal(np.asarray(fill_background(im, as_l)), np.asarray(fill_background(im, ref)))
     with pytest.raises(ValueError, match="variant 'fg': mask size"):
         apply_variant(im, mask[:5], "fg")
+    with pytest.raises(ValueError, match=r"^views/a\.png: mask size \(7, 5\) differs"):   # names the image
+        apply_variant(im, mask[:5], "fg", where="views/a.png")
     with pytest.raises(ValueError, match="needs a mask"):
         apply_variant(im, None, "fg_grey")

@@ -5,26 +5,31 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from nearid_lib.fpr import EmbeddingCache, RemoteCodeError, embed_images, get_encoder
+from nearid_lib.fpr import FeatureStore, RemoteCodeError, embed_images, get_encoder
 
 from _fpr_cases import _fixture
 
 
-def test_embedding_cache_hit_and_miss(tmp_path):
+def test_embedding_store_reads_rows_by_content(tmp_path):
+    """Rows are keyed by each file's bytes: the same list is read, a subset is read (no new row),
+    new bytes under an old name are computed again, and a new store on the folder reads them all."""
     root = _fixture(tmp_path)
     model, _ = get_encoder("efficientnet-lite0", tiny=True)
-    cache = EmbeddingCache(tmp_path / "c")
+    cache = FeatureStore(tmp_path / "c")
     paths = [str(p) for p in sorted((root / "gallery").glob("*.png"))]
     a = embed_images(model, paths, cache)
-    assert (cache.hits, cache.misses) == (0, 1)
+    assert (cache.hits, cache.misses, cache.n_computed) == (0, 1, len(paths))
     b = embed_images(model, paths, cache)
     assert (cache.hits, cache.misses) == (1, 1) and np.array_equal(a, b)
-    embed_images(model, paths[:-1], cache)                      # other image list -> miss
-    assert cache.misses == 2
-    Image.new("RGB", (32, 32), (1, 2, 3)).save(paths[0])        # same names, new bytes -> miss
-    embed_images(model, paths, cache)
-    assert cache.misses == 3
+    sub = embed_images(model, paths[:-1], cache)                # a subset: its rows are read
+    assert (cache.hits, cache.n_computed) == (2, len(paths)) and np.array_equal(sub, a[:-1])
+    Image.new("RGB", (32, 32), (1, 2, 3)).save(paths[0])        # same name, new bytes -> one new row
+    c = embed_images(model, paths, cache)
+    assert (cache.misses, cache.n_computed) == (2, len(paths) + 1)
+    assert not np.allclose(c[0], a[0]) and np.array_equal(c[1:], a[1:])
     assert np.allclose(np.linalg.norm(a, axis=1), 1, atol=1e-5)
+    again = FeatureStore(tmp_path / "c")                        # another process: reads the chunks
+    assert np.array_equal(embed_images(model, paths, again), c) and again.n_computed == 0
 
 
 def test_miewid_requires_explicit_opt_in():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from nearid_lib.fpr import EmbeddingCache
+from nearid_lib.features import FeatureStore
 
 
 def test_paper_profile_path_on_released_layout_fixture(tmp_path, monkeypatch):
@@ -34,7 +34,7 @@ def test_paper_profile_path_on_released_layout_fixture(tmp_path, monkeypatch):
     specs = X.encoder_specs(cfg)
     models = X.load_encoders(specs)
     assert not X.skip_reasons(split, gen, specs)
-    cache = EmbeddingCache(tmp_path / "cache")
+    cache = FeatureStore(tmp_path / "cache")
     main, pq, _ = X.main_comparison(models, gen, split.gallery, cfg, cache, ds)
     assert set(main.method) == {"DreamBooth", "IP-Adapter"} and main["map"].between(0, 1).all()
     bg, bg_pq = background_ablation(models, split.train, split.gallery, cfg, cache, ds, per_query=True)
@@ -158,7 +158,7 @@ def test_run_fpr_is_the_notebook_steps(tmp_path):
     split = load_fpr_split(root / "fpr")
     gen = read_generated(simulate_methods(cfg, root, cfg.retrieval.methods, cfg.retrieval.n_generated_per_id))
     models = X.load_encoders(X.encoder_specs(cfg))
-    cache = EmbeddingCache(tmp_path / "cache")
+    cache = FeatureStore(tmp_path / "cache")
     res = X.run_fpr(models, split, gen, cfg, cache, "mini-test", progress=False)
     oracle, opq = X.oracle_table(models, split.train, split.gallery, cfg, cache, "mini-test", per_query=True)
     main, pq, _ = X.main_comparison(models, gen, split.gallery, cfg, cache, "mini-test", progress=False)

@@ -105,20 +105,17 @@ def test_store_embedder_resumes_after_an_interrupt(worlds, tmp_path):
     ue = UserEncoder(enc, "mean-rgb")
     probe = calls["n"]
     calls["limit"] = probe + 20                       # dies in the 3rd batch of 8
-    e1 = StoreEmbedder(ue, data, tmp_path / "store", batch_size=8, progress=False)
-    e1.chunk_images = 8
+    e1 = StoreEmbedder(ue, data, tmp_path / "store", batch_size=8, progress=False, chunk_images=8)
     with pytest.raises(KeyboardInterrupt):
         e1.ensure(rels, masks)
     saved = sum(len(np.load(f)["keys"]) for f in (tmp_path / "store").rglob("*.npz"))
     assert saved == 16                                 # two chunks reached the disk before the kill
     calls["limit"], calls["n"] = None, 0
     e2 = StoreEmbedder(ue, data, tmp_path / "store", batch_size=8, progress=False)
-    e2.ensure(rels, masks)
+    got = e2.ensure(rels, masks)
     assert calls["n"] == len(set(rels)) - 16           # only the rest was embedded
-    got = e2.lookup(rels)
     fresh = StoreEmbedder(ue, data, None, batch_size=8, progress=False)
-    fresh.ensure(rels, masks)
-    np.testing.assert_allclose(got, fresh.lookup(rels), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(got, fresh.ensure(rels, masks), rtol=0, atol=1e-6)
 
 
 def test_score_builds_leave_out_the_graded_set_until_asked(worlds, tmp_path):

@@ -19,14 +19,22 @@ half-built cache is never read.
 Augmentations that cannot be cached (random crops, colour jitter of the pixels) use
 :class:`OnTheFlyFeatures`, which has the same ``features(relpaths)`` call but runs the backbone.
 
-Modules: :mod:`.variants` (image variants and loaders), :mod:`.cache` (:class:`TokenCache`),
+Everything else (FPR's embeddings, ID-Sim's prefix features, a user's callable in
+``score_encoder``) goes through the one per-item path: :func:`embed` over a :class:`FeatureStore`
+keyed by encoder, variant, payload and scope (:mod:`.store`, :mod:`.embed`).
+
+Modules: :mod:`.variants` (image variants and loaders), :mod:`.store` (:class:`FeatureStore`),
+:mod:`.embed` (:func:`embed`, :class:`ImageRef`), :mod:`.cache` (:class:`TokenCache`),
 :mod:`.on_the_fly` (:class:`OnTheFlyFeatures`); every name is re-exported here.
 """
 from __future__ import annotations
 
 from .cache import TokenCache, cache_name
+from .embed import PAYLOADS, ImageRef, dataset_refs, embed, file_refs, variant_images
 from .on_the_fly import OnTheFlyFeatures
+from .store import FeatureStore, FeatureTable, encoder_fingerprint
 from .variants import BG_GREY, VARIANTS, apply_variant, default_loaders, fill_background, register_variant
 
-__all__ = ["TokenCache", "OnTheFlyFeatures", "VARIANTS", "BG_GREY", "fill_background", "register_variant",
+__all__ = ["FeatureStore", "FeatureTable", "embed", "ImageRef", "PAYLOADS", "file_refs", "dataset_refs",
+           "variant_images", "encoder_fingerprint", "TokenCache", "OnTheFlyFeatures", "VARIANTS", "BG_GREY", "fill_background", "register_variant",
            "apply_variant", "default_loaders", "cache_name"]

@@ -17,7 +17,8 @@ from tqdm.auto import tqdm
 
 from ..io_utils import Manifest, write_csv, write_json
 from ..paths import cache_dir
-from .variants import ImageLoader, MaskLoader, apply_variant, check_variant, default_loaders, needs_mask
+from .embed import ImageRef, variant_images
+from .variants import ImageLoader, MaskLoader, check_variant, default_loaders, needs_mask
 
 __all__ = ["TokenCache", "cache_name", "backbone_of"]
 
@@ -301,11 +302,9 @@ class _Encoder:
 
     def batch(self, b0: int, b1: int, pooled: np.ndarray, tokens: np.ndarray | None) -> None:
         """Rows ``b0:b1``: load, apply the variant, run the backbone, write pooled (and tokens)."""
-        imgs = []
-        for rel, m in self.entries[b0:b1]:
-            im = self.loader(rel)
-            mk = self.mask_loader(m) if (m and needs_mask(self.variant)) else None
-            imgs.append(apply_variant(im, mk, self.variant))
+        refs = [ImageRef(rel, lambda rel=rel: self.loader(rel), (lambda m=m: self.mask_loader(m)) if m else None, rel)
+                for rel, m in self.entries[b0:b1]]
+        imgs = variant_images(refs, self.variant)     # the one image path (features.embed)
         with torch.no_grad():
             out = self.bb(self.bb.preprocess.batch(imgs))
         pooled[b0:b1] = out.pooled.float().cpu().numpy().astype(self.np_dtype)

@@ -84,10 +84,17 @@ def register_variant(name: str, fn: Callable[[Image.Image, np.ndarray | None], I
         _NEEDS_MASK.add(name)
 
 
-def apply_variant(image: Image.Image, mask: np.ndarray | None, variant: str) -> Image.Image:
-    """``VARIANTS[variant](image, mask)``, with a clear error for unknown names."""
+def apply_variant(image: Image.Image, mask: np.ndarray | None, variant: str, where: str = "") -> Image.Image:
+    """``VARIANTS[variant](image, mask)``, with a clear error for unknown names; ``where`` (the
+    image file or row) replaces the variant's name at the head of a bad mask's error."""
     check_variant(variant)
-    return VARIANTS[variant](image, mask)
+    if not where:
+        return VARIANTS[variant](image, mask)
+    try:
+        return VARIANTS[variant](image, mask)
+    except ValueError as err:
+        msg = str(err).removeprefix(f"variant {variant!r}: ")
+        raise ValueError(f"{where}: {msg}") from err
 
 
 def default_loaders(root: str | os.PathLike | None = None, data: Any = None) -> tuple[ImageLoader, MaskLoader]:

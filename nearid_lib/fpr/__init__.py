@@ -17,9 +17,8 @@ and :mod:`.ablations` (the notebook's tables), :mod:`.claims`, :mod:`.figures`.
 from .analysis import drift_agreement, spread
 from .datasets import (CUB_GROUPS, N_CARS_MODELS, WILDLIFE_SPECIES, build_cars_split, build_cub_split,
                        build_wildlife_split, sample_gallery, split_reference_gallery)
-from .encoders import (EmbeddingCache, FeatureClassifier, RemoteCodeError, clear_encoders, embed_images,
-                       encoder_fingerprint, get_encoder, image_list_hash, remove_background,
-                       train_feature_classifier)
+from .encoders import (FeatureClassifier, FeatureStore, RemoteCodeError, clear_encoders, embed_images,
+                       encoder_fingerprint, get_encoder, remove_background, train_feature_classifier)
 from .layout import (FPR_COLUMNS, FPRLayoutError, FPRSplit, check_disjoint, load_fpr_split, read_fpr_table,
                      read_generated, resolve_paths, write_fpr_table)
 from .methods import DEFAULT_METHODS, fpr_identity, render_generated, simulate_methods
@@ -31,8 +30,8 @@ __all__ = [
     "clip_t", "load_gallery", "FPR_COLUMNS", "FPRLayoutError", "FPRSplit", "read_fpr_table",
     "write_fpr_table", "read_generated", "load_fpr_split", "check_disjoint", "resolve_paths",
     "sample_gallery", "split_reference_gallery", "build_cub_split", "build_cars_split",
-    "build_wildlife_split", "CUB_GROUPS", "WILDLIFE_SPECIES", "N_CARS_MODELS", "EmbeddingCache",
-    "embed_images", "encoder_fingerprint", "image_list_hash", "get_encoder", "clear_encoders",
+    "build_wildlife_split", "CUB_GROUPS", "WILDLIFE_SPECIES", "N_CARS_MODELS", "FeatureStore",
+    "embed_images", "encoder_fingerprint", "get_encoder", "clear_encoders",
     "remove_background", "train_feature_classifier", "FeatureClassifier", "RemoteCodeError",
     "DEFAULT_METHODS", "fpr_identity", "render_generated", "simulate_methods", "drift_agreement", "spread",
 ]

@@ -7,33 +7,30 @@ ones (``clip-vit-b32``, ``dinov2-base``, ``efficientnet-lite0`` = the frozen-GAP
 trains the linear or one-hidden-layer MLP classifier of the ``classifier`` encoder on frozen
 backbone features.
 
-Each encoder loads once per process (:func:`get_encoder` memoises) and embeds in batches.
-Embeddings are cached as ``.npy`` under ``cache_dir(profile)/retrieval`` with the key
-``sha1(encoder fingerprint | image-list hash | variant)``: the fingerprint is the encoder's
-``cache_key()`` plus a hash of its trainable/random weights (a checkpoint hash for ``nearid``,
-the parameters of a tiny random-init model), the image-list hash covers every file's *bytes*.
+Each encoder loads once per process (:func:`get_encoder` memoises) and embeds in batches through
+the library's one feature path (:func:`nearid_lib.features.embed.embed`): rows live in a
+:class:`~nearid_lib.features.FeatureStore` under ``cache_dir(profile)/retrieval``, keyed by the
+encoder's fingerprint (its ``cache_key()`` plus a hash of its trainable/random weights: a trained
+head, a classifier, a tiny random-init model) and by each image file's *bytes* (and its mask's).
 """
 from __future__ import annotations
 
-import hashlib
 import os
-from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 
-from tqdm.auto import tqdm
 
+from ..features.embed import embed, file_refs
+from ..features.store import FeatureStore, encoder_fingerprint
 from ..features.variants import BG_GREY, fill_background
-from ..imageio import load_image, load_mask
-from ..io_utils import atomic_write
 from ..models import load_encoder, resolve_name
 from ..models.classifier import FeatureClassifier
 from ..models.specialised import BIOCLIP2_HUB_ID, MIEWID_HUB_ID, ClassifierEncoder, RemoteCodeError
 from ..seeding import torch_generator
 
-__all__ = ["get_encoder", "encoder_fingerprint", "image_list_hash", "EmbeddingCache", "embed_images",
+__all__ = ["get_encoder", "encoder_fingerprint", "FeatureStore", "embed_images",
            "remove_background", "train_feature_classifier", "FeatureClassifier", "ClassifierEncoder", "MIEWID_HUB_ID",
            "BIOCLIP2_HUB_ID", "RemoteCodeError", "clear_encoders"]
 
@@ -59,70 +56,6 @@ def clear_encoders() -> None:
     _POOL.clear()
 
 
-# ----------------------------------------------------------------------------- fingerprints + cache
-def encoder_fingerprint(model) -> str:
-    """``cache_key()`` + a hash of the weights that the key does not pin down: a trained head
-    (``nearid``), a trained classifier, or every parameter of a tiny random-init model."""
-    # A frozen model's weights never change: hash them once (a tiny random-init model has
-    # millions of parameters and the notebook embeds many image sets).
-    memo = getattr(model, "_fpr_fingerprint", None)
-    if memo is not None and getattr(model, "frozen", False):
-        return memo
-    h = hashlib.sha1(model.cache_key().encode())
-    parts = []
-    if getattr(model, "tiny", False):
-        parts.append(model)
-    for attr in ("head", "classifier"):
-        if hasattr(model, attr) and isinstance(getattr(model, attr), torch.nn.Module):
-            parts.append(getattr(model, attr))
-    for mod in parts:
-        for k, v in sorted(mod.state_dict().items()):
-            h.update(k.encode())
-            h.update(v.detach().cpu().contiguous().float().numpy().tobytes())
-    fp = h.hexdigest()
-    if getattr(model, "frozen", False):
-        object.__setattr__(model, "_fpr_fingerprint", fp)
-    return fp
-
-
-def image_list_hash(paths: Sequence[str | os.PathLike], masks: Sequence[str] | None = None) -> str:
-    """sha1 over the ordered list of image files' bytes (and masks, when given)."""
-    h = hashlib.sha1()
-    for i, p in enumerate(paths):
-        h.update(Path(p).read_bytes())
-        h.update(b"|")
-        if masks is not None:
-            h.update(Path(masks[i]).read_bytes() if masks[i] else b"-")
-    h.update(str(len(paths)).encode())
-    return h.hexdigest()
-
-
-class EmbeddingCache:
-    """``.npy`` files in ``folder`` keyed by encoder fingerprint + image list + variant; counts
-    ``hits``/``misses`` (tests and logs use them)."""
-
-    def __init__(self, folder: str | os.PathLike | None):
-        self.folder = Path(folder) if folder is not None else None
-        self.hits = 0
-        self.misses = 0
-
-    def key(self, fingerprint: str, images_hash: str, variant: str = "") -> str:
-        return hashlib.sha1(f"{fingerprint}|{images_hash}|{variant}".encode()).hexdigest()
-
-    def get_or_compute(self, key: str, compute: Callable[[], np.ndarray]) -> np.ndarray:
-        if self.folder is not None:
-            path = self.folder / f"{key}.npy"
-            if path.exists():
-                self.hits += 1
-                return np.load(path)
-        self.misses += 1
-        arr = np.asarray(compute(), dtype=np.float32)
-        if self.folder is not None:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            atomic_write(self.folder / f"{key}.npy", lambda p: np.save(open(p, "wb"), arr))
-        return arr
-
-
 def remove_background(image, mask, fill: tuple[int, int, int] = BG_FILL, where: str = ""):
     """The image with every pixel outside ``mask`` (bool [H,W] or mode-L PIL, 255 = object) set
     to a neutral grey (paper Section 5.2 / Fig. 7): the ``fg_grey`` image variant,
@@ -131,14 +64,17 @@ def remove_background(image, mask, fill: tuple[int, int, int] = BG_FILL, where: 
     return fill_background(image, mask, fill, where)
 
 
-def embed_images(model, paths: Sequence[str | os.PathLike], cache: EmbeddingCache | None = None,
+def embed_images(model, paths: Sequence[str | os.PathLike], cache: FeatureStore | None = None,
                  batch_size: int = 32, masks: Sequence[str] | None = None,
                  background: str = "kept", progress: bool = True) -> np.ndarray:
-    """L2-normalised embeddings [N, E] (float32) of image files, through the cache.
+    """L2-normalised embeddings [N, E] (float32) of image files, through the one feature path
+    (:func:`nearid_lib.features.embed.embed`): rows keyed by each file's bytes in ``cache`` (a
+    :class:`~nearid_lib.features.FeatureStore`), so an image scored by one experiment is read,
+    not recomputed, by the next.
 
-    ``background="removed"`` composites each image on neutral grey with its mask (``masks``
-    required, one per path; an empty mask path is an error naming the image). Images are read by
-    :mod:`nearid_lib.imageio`; ``progress`` shows a bar over the batches on a cache miss."""
+    ``background="removed"`` composites each image on neutral grey with its mask (the ``fg_grey``
+    variant; ``masks`` required, one per path; an empty mask path is an error naming the image).
+    Images are read by :mod:`nearid_lib.imageio`; ``progress`` shows a bar over the batches."""
     paths = [str(p) for p in paths]
     if background not in ("kept", "removed"):
         raise ValueError(f"embed_images: background must be 'kept' or 'removed', got {background!r}")
@@ -150,24 +86,9 @@ def embed_images(model, paths: Sequence[str | os.PathLike], cache: EmbeddingCach
             raise ValueError(f"embed_images: no mask for {len(empty)} image(s), e.g. {empty[0]}")
     if not paths:
         return np.zeros((0, getattr(model, "embed_dim", 0)), np.float32)
-
-    def compute():
-        out = []
-        for i in tqdm(range(0, len(paths), batch_size), desc=f"embed ({getattr(model, 'name', 'encoder')})",
-                      unit="batch", disable=not progress):
-            ims = []
-            for j in range(i, min(i + batch_size, len(paths))):
-                im = load_image(paths[j])          # the one loader (nearid_lib.imageio)
-                if background == "removed":
-                    im = remove_background(im, load_mask(masks[j]), where=f"{paths[j]} (mask {masks[j]})")
-                ims.append(im)
-            out.append(model.embed(ims, batch_size=batch_size).numpy())
-        return np.concatenate(out)
-
-    cache = cache or EmbeddingCache(None)
-    key = cache.key(encoder_fingerprint(model),
-                    image_list_hash(paths, masks if background == "removed" else None), background)
-    return cache.get_or_compute(key, compute)
+    refs = file_refs(paths, masks if background == "removed" else None)
+    return embed(model, refs, "fg_grey" if background == "removed" else "full", cache, batch_size=batch_size,
+                 progress=progress, desc=f"embed ({getattr(model, 'name', 'encoder')})").astype(np.float32)
 
 
 # ----------------------------------------------------------------------------- feature classifier

@@ -33,7 +33,7 @@ import pandas as pd
 import torch
 
 from ..metrics import cosine_similarity_matrix, ndcg, retrieval_map, verification_auc
-from .encoders import EmbeddingCache, embed_images, get_encoder
+from .encoders import FeatureStore, embed_images, get_encoder
 from .layout import FPRLayoutError, load_fpr_split, read_fpr_table, read_generated, resolve_paths
 
 __all__ = ["score_embeddings", "rank_generator", "RankResult", "oracle_scores", "top_k_lists",
@@ -160,7 +160,7 @@ def rank_generator(generated, gallery, encoder: str | Any = "efficientnet-lite0"
         group_by: ``"species"`` ranks each query against its own group's gallery; None: the whole file.
         sim_to: ``"ref_path"`` | ``"references"`` | ``"gallery"`` (see the module docstring).
         background: ``"kept"`` or ``"removed"`` (needs ``mask_path`` in both tables).
-        cache_dir: where embeddings are cached (None: no cache).
+        cache_dir: the feature store folder of the embeddings (or a :class:`FeatureStore`; None: in memory).
         progress: progress bars while images are embedded (:mod:`nearid_lib.imageio` reads them).
 
     Returns:
@@ -184,7 +184,7 @@ def rank_generator(generated, gallery, encoder: str | Any = "efficientnet-lite0"
         enc_name = encoder
     else:
         model, enc_name = encoder, getattr(encoder, "name", "encoder")
-    cache = cache_dir if isinstance(cache_dir, EmbeddingCache) else EmbeddingCache(cache_dir)
+    cache = cache_dir if isinstance(cache_dir, FeatureStore) else FeatureStore(cache_dir)
 
     def emb(df):
         masks = list(df.mask_path) if (background == "removed" and "mask_path" in df.columns) else None
@@ -251,7 +251,7 @@ def _similarity(model, gen, q_emb, gal, g_emb, refs, sim_to, cache, batch_size, 
 
 
 def oracle_scores(model, train: pd.DataFrame, gallery: pd.DataFrame, group_by: str | None = "species",
-                  cache: EmbeddingCache | None = None, batch_size: int = 32,
+                  cache: FeatureStore | None = None, batch_size: int = 32,
                   background: str = "kept", return_per_query: bool = False):
     """Paper Table 1: the real reference images as queries. ``sim`` = mean cosine between each
     reference and the gallery images of its identity ("similarity between real images");

@@ -1,21 +1,21 @@
-"""The cache of frozen prefix features of ID-Sim training and evaluation (:class:`PrefixStore`): the
+"""The store of frozen prefix features of ID-Sim training and evaluation (:class:`PrefixStore`): the
 frozen part of the backbone runs once per image (and augmentation draw); training runs only the
-adapted suffix (:mod:`nearid_lib.idsim.model`)."""
+adapted suffix (:mod:`nearid_lib.idsim.model`). The features go through the library's one feature
+path (:func:`nearid_lib.features.embed`, payload ``"prefix"``) into a
+:class:`~nearid_lib.features.FeatureStore`."""
 from __future__ import annotations
 
 import hashlib
 import json
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
 from PIL import Image
-from safetensors import safe_open
-from safetensors.torch import load_file, save_file
 
-from ..io_utils import atomic_write
+from ..features import FeatureStore, ImageRef, embed
 from ..seeding import derive_seed
 from .sampling import augment, load_key
 
@@ -28,31 +28,30 @@ __all__ = ["PrefixStore", "frozen_embeddings"]
 class PrefixStore:
     """Frozen prefix features of images (``model.prefix``), computed once per (key, variant).
 
-    Variant 0 is the clean image, variants 1..V are :func:`augment` draws. Stored as float16 on
-    the CPU; optional persistence to ``path`` (safetensors, keyed by the model's prefix cache key
-    so a different backbone/resolution/split never reads stale features)."""
+    Variant 0 is the clean image, variants 1..V are :func:`augment` draws (row ``<key>@<variant>``).
+    Stored as float16 in a :class:`~nearid_lib.features.FeatureStore` under ``path`` (a folder;
+    None: memory), whose table key is the model's prefix cache key, the seed and the dataset's
+    fingerprint, so a different backbone, resolution, seed or world never reads stale features.
+    Rows reach the disk in chunks as they are computed (a killed job resumes); :meth:`save`
+    writes the rest."""
 
     def __init__(self, model, data: NearIDData, n_variants: int = 0, seed: int = 0, batch_size: int = 32,
                  path: str | Path | None = None):
         self.model, self.data, self.V, self.seed, self.bs = model, data, int(n_variants), seed, batch_size
-        self.feats: dict[tuple[str, int], torch.Tensor] = {}
         self.path = Path(path) if path else None
-        self.n_computed = 0
-        self._saved_at = -1
-        if self.path and self.path.exists():
-            with safe_open(str(self.path), "pt") as f:
-                meta = f.metadata() or {}
-            if (meta.get("cache_key") == model.cache_key() and meta.get("seed") == str(seed)
-                    and meta.get("data") == self._data_key()):
-                for k, v in load_file(str(self.path)).items():
-                    key, _, var = k.rpartition("@")
-                    self.feats[(key, int(var))] = v
-                self._saved_at = 0          # the file holds everything this store has
+        self.store = FeatureStore(self.path)
+        self.scope = f"seed={seed}|data={self._data_key()}"
+
+    @property
+    def n_computed(self) -> int:
+        """Rows this store computed (not read from disk)."""
+        return self.store.n_computed
 
     def _data_key(self) -> str:
         """Fingerprint of the dataset (its manifest): a rebuilt world never reads stale features."""
         man = json.dumps(getattr(self.data, "manifest", {}) or {}, sort_keys=True, default=str)
-        return hashlib.blake2b(f"{self.data.root}|{man}".encode(), digest_size=8).hexdigest()
+        root = getattr(self.data, "root", "")
+        return hashlib.blake2b(f"{root}|{man}".encode(), digest_size=8).hexdigest()
 
     def _image(self, key: str, variant: int) -> Image.Image:
         img = load_key(self.data, key, self.seed)
@@ -60,28 +59,27 @@ class PrefixStore:
             img = augment(img, derive_seed("aug", key, variant, base=self.seed))
         return img
 
-    def ensure(self, keys: Sequence[str], variants: Sequence[int] | None = None,
-               progress: Callable[[str], None] | None = None) -> None:
-        """Compute missing (key, variant) features (all variants by default)."""
+    def _table(self):
+        return self.store.table("idsim-prefix", self.model.cache_key(), "full", "prefix", self.scope)
+
+    def ensure(self, keys: Sequence[str], variants: Sequence[int] | None = None, progress: bool = False) -> None:
+        """Compute missing (key, variant) features (all variants by default), in batches of
+        ``batch_size`` in key order; ``progress`` shows a bar."""
         variants = list(range(self.V + 1)) if variants is None else list(variants)
-        todo = [(k, v) for k in dict.fromkeys(keys) for v in variants if (k, v) not in self.feats]
-        pre = self.model.preprocess
-        for i in range(0, len(todo), self.bs):
-            chunk = todo[i:i + self.bs]
-            x = torch.stack([pre(self._image(k, v)) for k, v in chunk])
-            f = self.model.prefix(x).to("cpu", torch.float16)
-            for (k, v), fi in zip(chunk, f):
-                self.feats[(k, v)] = fi.clone()
-            self.n_computed += len(chunk)
-            if progress and (i // self.bs) % 10 == 0:
-                progress(f"prefix {min(i + self.bs, len(todo))}/{len(todo)}")
+        refs = [ImageRef(f"{k}@{v}", lambda k=k, v=v: self._image(k, v), None, f"load_key({k!r}) draw {v}")
+                for k in dict.fromkeys(keys) for v in variants]
+        embed(self.model, refs, "full", self.store, payload="prefix", scope=self.scope, batch_size=self.bs,
+              progress=progress, desc="idsim prefix")
 
     def get(self, keys: Sequence[str], variants: Sequence[int] | None = None) -> torch.Tensor:
         """Stacked features [B, ...] (float32) of keys (variant 0 unless given)."""
         variants = [0] * len(keys) if variants is None else list(variants)
-        for v in sorted(set(variants)):
-            self.ensure([k for k, vv in zip(keys, variants) if vv == v and (k, v) not in self.feats], [v])
-        return torch.stack([self.feats[(k, v)] for k, v in zip(keys, variants)]).float()
+        rows = [f"{k}@{v}" for k, v in zip(keys, variants)]
+        table = self._table()
+        if table.missing(rows):
+            for v in sorted(set(variants)):
+                self.ensure([k for k, vv in zip(keys, variants) if vv == v and f"{k}@{v}" not in table], [v])
+        return torch.from_numpy(table.get(rows)).float()
 
     @contextmanager
     def using(self, model) -> Iterator[PrefixStore]:
@@ -102,14 +100,8 @@ class PrefixStore:
             self.model = own
 
     def save(self) -> None:
-        """Persist to ``path`` (no-op without a path or when nothing was computed since the last save)."""
-        if not self.path or (self.n_computed == self._saved_at and self.path.exists()):
-            return
-        self._saved_at = self.n_computed
-        tensors = {f"{k}@{v}": t.contiguous() for (k, v), t in self.feats.items()}
-        meta = {"cache_key": self.model.cache_key(), "seed": str(self.seed), "data": self._data_key()}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.path, lambda p: save_file(tensors, str(p), metadata=meta))
+        """Write the rows not on disk yet (no-op without a path)."""
+        self.store.flush()
 
 
 @torch.no_grad()

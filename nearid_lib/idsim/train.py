@@ -88,7 +88,7 @@ def _cache_triplets(cfg: Profile, data: NearIDData, model, store: PrefixStore, l
                           mix=c.mix, label_noise=c.label_noise)
     all_keys = list(dict.fromkeys(trip[["anchor", "positive", "negative"]].to_numpy().ravel().tolist()))
     n0 = store.n_computed
-    store.ensure(all_keys, progress=log)
+    store.ensure(all_keys, progress=True)
     store.save()
     t_cache = time.time() - t0
     log(f"idsim: {len(inst)} instances, {len(trip)} triplets, {len(all_keys)} images "

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..features import TokenCache, apply_variant
+from ..features import TokenCache, dataset_refs, variant_images
 
 if TYPE_CHECKING:
     from ..config import Profile
@@ -333,13 +333,10 @@ class Embedder:
 
     def _embed_uncached(self, relpaths: list[str], variant: str) -> torch.Tensor:
         own = self._owners()
+        refs = dataset_refs(self.data, relpaths, [own.get(r, (None, ""))[1] for r in relpaths])
         outs = []
-        for i in range(0, len(relpaths), self.batch_size):
-            imgs = []
-            for r in relpaths[i:i + self.batch_size]:
-                m = own.get(r, (None, ""))[1]
-                mk = self.data.mask(m) if (variant != "full" and m) else None
-                imgs.append(apply_variant(self.data.image(r), mk, variant))
+        for i in range(0, len(refs), self.batch_size):
+            imgs = variant_images(refs[i:i + self.batch_size], variant)     # the one image path
             pix = self.backbone.preprocess.batch(imgs)
             with torch.no_grad():
                 out = self.backbone(pix)
