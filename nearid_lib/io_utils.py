@@ -6,6 +6,8 @@ finished item ids; a job restarted with the same command skips what the manifest
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import json
 import os
 import tempfile
@@ -143,3 +145,23 @@ class Manifest:
 
     def pending(self, ids: Iterable[object]) -> list[object]:
         return [i for i in ids if str(i) not in self._done]
+
+
+@contextmanager
+def file_lock(path: str | os.PathLike):
+    """Hold an exclusive advisory lock on ``path`` (created if needed) for the ``with`` block: how
+    processes that would build the same thing (two sweep workers needing one feature cache) take
+    turns; the second finds the first's result. Without ``fcntl`` (Windows) it does not lock."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:           # pragma: no cover - not POSIX
+        yield
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)

@@ -192,3 +192,35 @@ def test_one_definition_of_foreground_only():
         apply_variant(im, mask[:5], "fg", where="views/a.png")
     with pytest.raises(ValueError, match="needs a mask"):
         apply_variant(im, None, "fg_grey")
+
+
+def _build_counting(encoder, root, rels, cache_root, barrier, log):
+    def loader(rel):
+        with open(log, "a") as f:         # one line per image this process encodes
+            f.write(rel + "\n")
+        return Image.open(root / rel).convert("RGB")
+
+    barrier.wait()                        # both processes ask for the cache at the same moment
+    TokenCache.build_or_load(encoder, rels, root=root, cache_root=cache_root, loader=loader, batch_size=2,
+                             chunk_size=2, progress=False)
+
+
+def test_two_processes_asking_for_one_cache_build_it_once(encoder, dataset, tmp_path):
+    """Two sweep workers needing the same cache take turns (a lock per cache): the second loads the
+    first's. Without it both wrote one partial folder, and one read a half-created pooled.npy
+    (EOFError, seen in a mini run with two workers and empty caches)."""
+    import multiprocessing as mp
+
+    root, rels, _ = dataset
+    ctx = mp.get_context("fork")
+    barrier, log = ctx.Barrier(2, timeout=20), tmp_path / "loads.txt"
+    procs = [ctx.Process(target=_build_counting, args=(encoder, root, rels, tmp_path / "c", barrier, log))
+             for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    assert sorted(log.read_text().split()) == sorted(rels)          # every image encoded once, in all
+    cache = TokenCache.build_or_load(encoder, rels, root=root, cache_root=tmp_path / "c", progress=False)
+    np.testing.assert_allclose(cache.pooled_for(rels).numpy(), _direct(encoder, root, rels)[1], rtol=0, atol=2e-3)

@@ -15,7 +15,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from ..io_utils import Manifest, write_csv, write_json
+from ..io_utils import Manifest, file_lock, write_csv, write_json
 from ..paths import cache_dir
 from .embed import ImageRef, variant_images
 from .variants import ImageLoader, MaskLoader, check_variant, default_loaders, needs_mask
@@ -196,13 +196,17 @@ class TokenCache:
                     "n_tokens": bb.n_tokens, "token_dim": bb.token_dim, "embed_dim": bb.embed_dim,
                     "dtype": dtype, "store_tokens": store_tokens, "chunk_size": chunk_size}
         part = parent / (name + ".partial")
-        _init_partial(part, building, entries)
-        encode = _Encoder(bb, entries, variant, loader, mask_loader, batch_size, _np_dtype(dtype))
-        if not encode.chunks(part, chunk_size, store_tokens, progress, max_chunks):
-            return None  # type: ignore[return-value]
-        meta = {**building, "name": name, "backbone_name": bb.name, "image_size": bb.image_size,
-                "preprocess": bb.preprocess.key(), "root": str(root_p) if root_p else None}
-        _publish(part, final, meta)
+        # one builder at a time (two sweep workers may need the same cache): the next one loads it
+        with file_lock(parent / (name + ".lock")):
+            if (final / "meta.json").exists():
+                return cls(final, in_memory=in_memory)
+            _init_partial(part, building, entries)
+            encode = _Encoder(bb, entries, variant, loader, mask_loader, batch_size, _np_dtype(dtype))
+            if not encode.chunks(part, chunk_size, store_tokens, progress, max_chunks):
+                return None  # type: ignore[return-value]
+            meta = {**building, "name": name, "backbone_name": bb.name, "image_size": bb.image_size,
+                    "preprocess": bb.preprocess.key(), "root": str(root_p) if root_p else None}
+            _publish(part, final, meta)
         return cls(final, in_memory=in_memory)
 
 
