@@ -36,5 +36,5 @@ from .store import FeatureStore, FeatureTable, encoder_fingerprint
 from .variants import BG_GREY, VARIANTS, apply_variant, default_loaders, fill_background, register_variant
 
 __all__ = ["FeatureStore", "FeatureTable", "embed", "ImageRef", "PAYLOADS", "file_refs", "dataset_refs",
-           "variant_images", "encoder_fingerprint", "TokenCache", "OnTheFlyFeatures", "VARIANTS", "BG_GREY", "fill_background", "register_variant",
-           "apply_variant", "default_loaders", "cache_name"]
+           "variant_images", "encoder_fingerprint", "TokenCache", "OnTheFlyFeatures", "VARIANTS", "BG_GREY",
+           "fill_background", "register_variant", "apply_variant", "default_loaders", "cache_name"]
