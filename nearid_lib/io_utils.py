@@ -6,11 +6,10 @@ finished item ids; a job restarted with the same command skips what the manifest
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import json
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterable
 

@@ -29,8 +29,6 @@ The report card (:mod:`nearid_lib.score_card`) lands in ``out_dir`` (default
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -43,7 +41,7 @@ import torch
 from .allocator import tune_allocator
 from .config import get_profile
 from .data import NearIDData, build_world, load_nearid, nearid_root
-from .features import FeatureStore, dataset_refs, embed
+from .features import FeatureStore, dataset_refs, dataset_scope, embed
 from .nearid.embedder import Embedder, group_items
 from .nearid.scorers import EmbeddingBenchEncoder
 from .paths import cache_dir, checkpoint_dir, out_dir as out_root
@@ -70,8 +68,7 @@ class StoreEmbedder(Embedder):
         super().__init__(encoder, data, use_cache=False, store_tokens=False, batch_size=batch_size,
                          progress=progress)
         self.store = FeatureStore(folder, chunk_items=chunk_images)
-        ident = json.dumps(data.manifest, sort_keys=True) + str(Path(data.root).resolve())
-        self.scope = "dataset=" + hashlib.sha1(ident.encode()).hexdigest()[:16]
+        self.scope = dataset_scope(data)
 
     def ensure(self, rels: Sequence[str], masks: Sequence[str], variant: str = "full") -> np.ndarray:
         """Embeddings ``[n, D]`` (L2-normalised) of ``rels`` (with their ``masks`` for a masked

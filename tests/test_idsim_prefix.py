@@ -63,3 +63,17 @@ def test_token_maps_compute_missing_features_with_their_model():
     want = token_maps(b, PrefixStore(b, _DATA), ["x", "yy"])    # a store of b's own
     np.testing.assert_array_equal(got, want)
     assert shared.model is a
+
+
+def test_a_new_store_on_the_same_folder_reads_the_rows_whichever_call_comes_first(tmp_path):
+    """get() and ensure() open one table (features.feature_table): a store reopened on a folder reads
+    what an earlier one wrote, even when get() is its first call (it computes nothing)."""
+    a = _Model(1.0)
+    first = PrefixStore(a, _DATA, path=tmp_path / "p")
+    first.ensure(["x", "yy"])
+    first.save()
+    again = PrefixStore(_Model(1.0), _DATA, path=tmp_path / "p")
+    got = again.get(["yy", "x"])
+    assert again.n_computed == 0
+    assert torch.equal(got, first.get(["yy", "x"]))
+    assert len(list((tmp_path / "p").iterdir())) == 1                   # one table folder

@@ -30,11 +30,11 @@ Modules: :mod:`.variants` (image variants and loaders), :mod:`.store` (:class:`F
 from __future__ import annotations
 
 from .cache import TokenCache, cache_name
-from .embed import PAYLOADS, ImageRef, dataset_refs, embed, file_refs, variant_images
+from .embed import PAYLOADS, ImageRef, dataset_refs, dataset_scope, embed, feature_table, file_refs, variant_images
 from .on_the_fly import OnTheFlyFeatures
 from .store import FeatureStore, FeatureTable, encoder_fingerprint
 from .variants import BG_GREY, VARIANTS, apply_variant, default_loaders, fill_background, register_variant
 
-__all__ = ["FeatureStore", "FeatureTable", "embed", "ImageRef", "PAYLOADS", "file_refs", "dataset_refs",
+__all__ = ["FeatureStore", "FeatureTable", "embed", "feature_table", "dataset_scope", "ImageRef", "PAYLOADS", "file_refs", "dataset_refs",
            "variant_images", "encoder_fingerprint", "TokenCache", "OnTheFlyFeatures", "VARIANTS", "BG_GREY",
            "fill_background", "register_variant", "apply_variant", "default_loaders", "cache_name"]

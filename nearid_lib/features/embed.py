@@ -19,6 +19,7 @@ grids use the same :func:`variant_images` into their array caches (:mod:`.cache`
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -28,10 +29,11 @@ import torch
 from PIL import Image
 
 from ..imageio import load_image, load_mask
-from .store import FeatureStore, encoder_fingerprint
+from .store import FeatureStore, FeatureTable, encoder_fingerprint
 from .variants import apply_variant, check_variant, needs_mask
 
-__all__ = ["ImageRef", "Payload", "PAYLOADS", "embed", "variant_images", "file_refs", "dataset_refs"]
+__all__ = ["ImageRef", "Payload", "PAYLOADS", "embed", "feature_table", "variant_images", "file_refs", "dataset_refs",
+           "dataset_scope"]
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,17 @@ PAYLOADS: dict[str, Payload] = {
 }
 
 
+def feature_table(encoder, store: FeatureStore, variant: str = "full", payload: str = "embedding",
+                  scope: str = "") -> FeatureTable:
+    """The table of ``store`` that :func:`embed` reads and fills for these arguments (the one
+    place its key, and the folder name shown to people, is derived)."""
+    if payload not in PAYLOADS:
+        raise KeyError(f"unknown payload {payload!r}; valid: {', '.join(PAYLOADS)}")
+    check_variant(variant)
+    name = str(getattr(encoder, "name", type(encoder).__name__))
+    return store.table(name, PAYLOADS[payload].identity(encoder), variant, payload, scope)
+
+
 def embed(encoder, refs: Sequence[ImageRef], variant: str = "full", store: FeatureStore | None = None,
           payload: str = "embedding", scope: str = "", batch_size: int = 32, progress: bool = True,
           desc: str | None = None) -> np.ndarray:
@@ -97,12 +110,9 @@ def embed(encoder, refs: Sequence[ImageRef], variant: str = "full", store: Featu
     ``payload``: ``"embedding"`` (float32, L2-normalised) or ``"prefix"`` (:data:`PAYLOADS`).
     ``scope``: what the ref keys mean when they are not content hashes (a dataset fingerprint);
     part of the table key, with the encoder's identity, ``variant`` and ``payload``."""
-    if payload not in PAYLOADS:
-        raise KeyError(f"unknown payload {payload!r}; valid: {', '.join(PAYLOADS)}")
-    check_variant(variant)
-    pl, store = PAYLOADS[payload], store if store is not None else FeatureStore()
-    name = str(getattr(encoder, "name", type(encoder).__name__))
-    table = store.table(name, pl.identity(encoder), variant, payload, scope)
+    store = store if store is not None else FeatureStore()
+    table, pl = feature_table(encoder, store, variant, payload, scope), PAYLOADS[payload]
+    name = table.key["name"]
     todo = {}
     for r in refs:
         if r.key not in table:
@@ -154,8 +164,17 @@ def file_refs(paths: Sequence[str | Path], masks: Sequence[str | None] | None = 
     return out
 
 
+def dataset_scope(data) -> str:
+    """The scope of rows keyed by a dataset's relpaths: a fingerprint of its root and manifest, so a
+    rebuilt world (or another one) never reads stale rows."""
+    man = json.dumps(getattr(data, "manifest", {}) or {}, sort_keys=True, default=str)
+    root = getattr(data, "root", None)
+    ident = f"{Path(root).resolve() if root is not None else ''}|{man}"
+    return "dataset=" + hashlib.sha1(ident.encode()).hexdigest()[:16]
+
+
 def dataset_refs(data, relpaths: Sequence[str], masks: Sequence[str]) -> list[ImageRef]:
     """Refs of a dataset's images (``data.image`` / ``data.mask``, a NearIDData), keyed by relpath
-    (give the dataset's fingerprint as :func:`embed`'s ``scope``)."""
+    (give :func:`dataset_scope` of the dataset as :func:`embed`'s ``scope``)."""
     return [ImageRef(r, lambda r=r: data.image(r), (lambda m=m: data.mask(m)) if m else None, r)
             for r, m in zip(relpaths, masks)]

@@ -103,7 +103,7 @@ class FeatureTable:
             raise KeyError(f"feature store table {self.name}: no row for {err.args[0]!r}") from None
         if not rows:
             raise ValueError(f"feature store table {self.name}: get() of no keys has no shape")
-        return np.ascontiguousarray(np.stack(rows))
+        return np.stack(rows)               # rows are C order (add), so is the stack
 
     def add(self, keys: Sequence[str], values: np.ndarray) -> None:
         """Keep ``values[i]`` as the row of ``keys[i]`` (an existing row is kept); a full chunk is

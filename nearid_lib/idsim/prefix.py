@@ -5,8 +5,6 @@ path (:func:`nearid_lib.features.embed`, payload ``"prefix"``) into a
 :class:`~nearid_lib.features.FeatureStore`."""
 from __future__ import annotations
 
-import hashlib
-import json
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Sequence
@@ -15,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from ..features import FeatureStore, ImageRef, embed
+from ..features import FeatureStore, ImageRef, dataset_scope, embed, feature_table
 from ..seeding import derive_seed
 from .sampling import augment, load_key
 
@@ -40,27 +38,18 @@ class PrefixStore:
         self.model, self.data, self.V, self.seed, self.bs = model, data, int(n_variants), seed, batch_size
         self.path = Path(path) if path else None
         self.store = FeatureStore(self.path)
-        self.scope = f"seed={seed}|data={self._data_key()}"
+        self.scope = f"seed={seed}|{dataset_scope(data)}"
 
     @property
     def n_computed(self) -> int:
         """Rows this store computed (not read from disk)."""
         return self.store.n_computed
 
-    def _data_key(self) -> str:
-        """Fingerprint of the dataset (its manifest): a rebuilt world never reads stale features."""
-        man = json.dumps(getattr(self.data, "manifest", {}) or {}, sort_keys=True, default=str)
-        root = getattr(self.data, "root", "")
-        return hashlib.blake2b(f"{root}|{man}".encode(), digest_size=8).hexdigest()
-
     def _image(self, key: str, variant: int) -> Image.Image:
         img = load_key(self.data, key, self.seed)
         if variant:
             img = augment(img, derive_seed("aug", key, variant, base=self.seed))
         return img
-
-    def _table(self):
-        return self.store.table("idsim-prefix", self.model.cache_key(), "full", "prefix", self.scope)
 
     def ensure(self, keys: Sequence[str], variants: Sequence[int] | None = None, progress: bool = False) -> None:
         """Compute missing (key, variant) features (all variants by default), in batches of
@@ -75,7 +64,7 @@ class PrefixStore:
         """Stacked features [B, ...] (float32) of keys (variant 0 unless given)."""
         variants = [0] * len(keys) if variants is None else list(variants)
         rows = [f"{k}@{v}" for k, v in zip(keys, variants)]
-        table = self._table()
+        table = feature_table(self.model, self.store, "full", "prefix", self.scope)
         if table.missing(rows):
             for v in sorted(set(variants)):
                 self.ensure([k for k, vv in zip(keys, variants) if vv == v and f"{k}@{v}" not in table], [v])
