@@ -19,11 +19,14 @@ half-built cache is never read.
 Augmentations that cannot be cached (random crops, colour jitter of the pixels) use
 :class:`OnTheFlyFeatures`, which has the same ``features(relpaths)`` call but runs the backbone.
 
-Everything else (FPR's embeddings, ID-Sim's prefix features, a user's callable in
-``score_encoder``) goes through the one per-item path: :func:`embed` over a :class:`FeatureStore`
-keyed by encoder, variant, payload and scope (:mod:`.store`, :mod:`.embed`).
+Every feature of the three papers and ``score_encoder`` is read through one call,
+:func:`embed` over a :class:`FeatureStore` keyed by encoder, variant, payload and scope
+(:mod:`.store`, :mod:`.embed`): per-item rows for embeddings and prefixes, and for token grids
+(payloads ``tokens``, ``pooled``) the layouts of :mod:`.layouts`: the caches above per image
+group (:class:`~.layouts.GroupArrays`) or the int8 shard store (:class:`~.layouts.ShardGrids`).
 
 Modules: :mod:`.variants` (image variants and loaders), :mod:`.store` (:class:`FeatureStore`),
+:mod:`.layouts` (token-grid layouts),
 :mod:`.embed` (:func:`embed`, :class:`ImageRef`), :mod:`.cache` (:class:`TokenCache`),
 :mod:`.on_the_fly` (:class:`OnTheFlyFeatures`); every name is re-exported here.
 """

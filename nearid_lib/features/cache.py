@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 from ..io_utils import Manifest, file_lock, write_csv, write_json
 from ..paths import cache_dir
 from .embed import ImageRef, variant_images
+from .store import backbone_of
 from .variants import ImageLoader, MaskLoader, check_variant, default_loaders, needs_mask
 
 __all__ = ["TokenCache", "cache_name", "backbone_of"]
@@ -71,12 +72,6 @@ def cache_name(backbone_key: str, backbone_name: str, variant: str, entries: lis
     digest = h.hexdigest()
     return f"{_slug(backbone_name)}-{_slug(variant)}-{digest[:16]}", digest
 
-
-
-def backbone_of(encoder):
-    """What a cache encodes with: a NearID encoder caches its backbone's tokens (the head is what
-    trains over them); any other encoder is its own backbone."""
-    return getattr(encoder, "backbone", encoder)
 
 
 # ----------------------------------------------------------------------------- the cache

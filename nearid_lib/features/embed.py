@@ -13,8 +13,9 @@ returns the rows of every ref::
 
 Payloads (what a row holds): ``"embedding"`` = ``encoder.embed(images)`` (any library encoder,
 a user's callable wrapped as :class:`~nearid_lib.user_encoders.UserEncoder`, a NearID model);
-``"prefix"`` = the frozen prefix features of an adapted model (ID-Sim, float16). NearID's token
-grids use the same :func:`variant_images` into their array caches (:mod:`.cache`, :mod:`.shards`).
+``"prefix"`` = the frozen prefix features of an adapted model (ID-Sim, float16); ``"tokens"`` /
+``"pooled"`` = a backbone's token grid / own pooled output (NearID), which a store usually keeps in
+a layout of :mod:`.layouts` (group caches, the int8 shard store) rather than in rows.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ import torch
 from PIL import Image
 
 from ..imageio import load_image, load_mask
-from .store import FeatureStore, FeatureTable, encoder_fingerprint
+from .store import FeatureStore, FeatureTable, backbone_of, encoder_fingerprint
 from .variants import apply_variant, check_variant, needs_mask
 
 __all__ = ["ImageRef", "Payload", "PAYLOADS", "embed", "feature_table", "variant_images", "file_refs", "dataset_refs",
@@ -39,12 +40,14 @@ __all__ = ["ImageRef", "Payload", "PAYLOADS", "embed", "feature_table", "variant
 @dataclass(frozen=True)
 class ImageRef:
     """One image for :func:`embed`: ``key`` (its row in the store), ``load() -> PIL``, ``mask()``
-    (None when it has none) and ``where`` (names it in errors; default the key)."""
+    (None when it has none), ``where`` (names it in errors; default the key) and ``mask_key`` (the
+    mask's relpath, for layouts that key a whole image list by its masks: :mod:`.layouts`)."""
 
     key: str
     load: Callable[[], Image.Image]
     mask: Callable[[], np.ndarray] | None = None
     where: str = ""
+    mask_key: str = ""
 
 
 def variant_images(refs: Sequence[ImageRef], variant: str) -> list[Image.Image]:
@@ -66,11 +69,13 @@ def variant_images(refs: Sequence[ImageRef], variant: str) -> list[Image.Image]:
 
 @dataclass(frozen=True)
 class Payload:
-    """What a row holds: ``compute(encoder, images, batch_size) -> array [n, ...]`` and
-    ``identity(encoder) -> str``, the encoder part of the table key."""
+    """What a row holds: ``compute(encoder, images, batch_size) -> array [n, ...]``,
+    ``identity(encoder) -> str`` (the encoder part of the table key) and ``shape(encoder)``, the
+    shape of one row (what :func:`embed` of no refs returns ``[0, *shape]`` of)."""
 
     compute: Callable[[Any, list[Image.Image], int], np.ndarray]
     identity: Callable[[Any], str]
+    shape: Callable[[Any], tuple[int, ...]] = lambda enc: (int(getattr(enc, "embed_dim", 0)),)
 
 
 def _embedding(encoder, images: list[Image.Image], batch_size: int) -> np.ndarray:
@@ -83,9 +88,30 @@ def _prefix(model, images: list[Image.Image], batch_size: int) -> np.ndarray:
     return model.prefix(x).to("cpu", torch.float16).numpy()
 
 
+@torch.no_grad()
+def _backbone_out(encoder, images: list[Image.Image], what: str) -> np.ndarray:
+    bb = backbone_of(encoder)
+    out = getattr(bb(bb.preprocess.batch(images)), what)
+    if out is None:
+        raise ValueError(f"{bb.name} has no {what}")
+    return out.float().cpu().numpy()
+
+
+def _grid_shape(encoder) -> tuple[int, ...]:
+    bb = backbone_of(encoder)
+    return (int(bb.n_tokens), int(bb.token_dim))
+
+
 PAYLOADS: dict[str, Payload] = {
     "embedding": Payload(_embedding, encoder_fingerprint),
-    "prefix": Payload(_prefix, lambda model: model.cache_key()),   # the frozen prefix only
+    "prefix": Payload(_prefix, lambda model: model.cache_key(), lambda model: ()),   # the frozen prefix only
+    # a backbone's token grid and its own pooled output (not normalised): NearID's heads train on
+    # the grids; a store usually keeps them in a layout of :mod:`.layouts`
+    "tokens": Payload(lambda enc, ims, bs: _backbone_out(enc, ims, "tokens"),
+                      lambda enc: encoder_fingerprint(backbone_of(enc)), _grid_shape),
+    "pooled": Payload(lambda enc, ims, bs: _backbone_out(enc, ims, "pooled"),
+                      lambda enc: encoder_fingerprint(backbone_of(enc)),
+                      lambda enc: (int(backbone_of(enc).embed_dim),)),
 }
 
 
@@ -95,6 +121,8 @@ def feature_table(encoder, store: FeatureStore, variant: str = "full", payload: 
     place its key, and the folder name shown to people, is derived)."""
     if payload not in PAYLOADS:
         raise KeyError(f"unknown payload {payload!r}; valid: {', '.join(PAYLOADS)}")
+    if payload in store.layouts:                  # token grids: a layout's table (.layouts)
+        return store.layouts[payload].table(encoder, variant, payload)
     check_variant(variant)
     name = str(getattr(encoder, "name", type(encoder).__name__))
     return store.table(name, PAYLOADS[payload].identity(encoder), variant, payload, scope)
@@ -102,43 +130,33 @@ def feature_table(encoder, store: FeatureStore, variant: str = "full", payload: 
 
 def embed(encoder, refs: Sequence[ImageRef], variant: str = "full", store: FeatureStore | None = None,
           payload: str = "embedding", scope: str = "", batch_size: int = 32, progress: bool = True,
-          desc: str | None = None) -> np.ndarray:
+          desc: str | None = None, tensor: bool = False, device=None):
     """The rows ``[len(refs), ...]`` of ``refs`` for ``encoder`` under ``variant``: read from
-    ``store`` (default: a fresh in-memory one) or computed, in the order given and in batches of
-    ``batch_size``, and kept there (chunks on disk as they fill, the rest at the end).
+    ``store`` (default: a fresh in-memory one) or computed, and kept there (a row table computes
+    the missing refs in the order given and in batches of ``batch_size``, writing chunks as they
+    fill; a layout of :mod:`.layouts` fills its own way).
 
-    ``payload``: ``"embedding"`` (float32, L2-normalised) or ``"prefix"`` (:data:`PAYLOADS`).
-    ``scope``: what the ref keys mean when they are not content hashes (a dataset fingerprint);
-    part of the table key, with the encoder's identity, ``variant`` and ``payload``."""
+    ``payload``: ``"embedding"`` (float32, L2-normalised), ``"prefix"``, ``"tokens"`` or
+    ``"pooled"`` (a backbone's grid / pooled output; :data:`PAYLOADS`). ``scope``: what the ref
+    keys mean when they are not content hashes (a dataset fingerprint); part of a row table's key,
+    with the encoder's identity, ``variant`` and ``payload``. ``tensor``: a torch tensor (on
+    ``device``) instead of a numpy array."""
     store = store if store is not None else FeatureStore()
-    table, pl = feature_table(encoder, store, variant, payload, scope), PAYLOADS[payload]
-    name = table.key["name"]
-    todo = {}
+    table = feature_table(encoder, store, variant, payload, scope)
+    todo: dict[str, ImageRef] = {}
     for r in refs:
         if r.key not in table:
             todo.setdefault(r.key, r)
-    todo_refs = list(todo.values())
-    if todo_refs:
+    if todo:
         store.misses += 1
-        starts = range(0, len(todo_refs), batch_size)
-        if progress and len(starts) > 1:
-            from tqdm.auto import tqdm
-
-            starts = tqdm(starts, desc=desc or f"embed {name} [{variant}]", unit="batch")
-        try:
-            for i in starts:
-                part = todo_refs[i:i + batch_size]
-                values = pl.compute(encoder, variant_images(part, variant), batch_size)
-                table.add([r.key for r in part], values)
-                store.n_computed += len(part)
-        finally:
-            table.flush()                     # what was computed is kept, even on an error
+        store.n_computed += table.fill(encoder, list(todo.values()), batch_size, progress,
+                                       desc or f"embed {table.key['name']} [{variant}]")
     else:
         store.hits += 1
     if not refs:
-        dim = getattr(encoder, "embed_dim", 0) if payload == "embedding" else 0
-        return np.zeros((0, dim), np.float32)
-    return table.get([r.key for r in refs])
+        out = np.zeros((0,) + tuple(PAYLOADS[payload].shape(encoder)), np.float32)
+        return torch.from_numpy(out) if tensor else out
+    return table.get([r.key for r in refs], tensor=tensor, device=device)
 
 
 def _content_key(path: str, mask: str | None) -> str:
@@ -176,5 +194,5 @@ def dataset_scope(data) -> str:
 def dataset_refs(data, relpaths: Sequence[str], masks: Sequence[str]) -> list[ImageRef]:
     """Refs of a dataset's images (``data.image`` / ``data.mask``, a NearIDData), keyed by relpath
     (give :func:`dataset_scope` of the dataset as :func:`embed`'s ``scope``)."""
-    return [ImageRef(r, lambda r=r: data.image(r), (lambda m=m: data.mask(m)) if m else None, r)
+    return [ImageRef(r, lambda r=r: data.image(r), (lambda m=m: data.mask(m)) if m else None, r, m or "")
             for r, m in zip(relpaths, masks)]

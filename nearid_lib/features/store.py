@@ -17,10 +17,11 @@ experiment is read, not recomputed, by the next one that lists it. On disk a tab
 ``values``), each written atomically as soon as it fills: a killed job loses at most one chunk,
 and the next run computes only the rest. When two chunks hold the same key, the older one wins.
 
-Fixed image lists whose token grids train a head live in the array layout of
-:class:`~nearid_lib.features.cache.TokenCache` (memory-mapped, one folder per list), and the
-paper profile's int8 grids in :class:`~nearid_lib.features.shards.ShardedTokenStore`; both are
-filled through the same image path (:func:`nearid_lib.features.embed.variant_images`).
+A backbone's token grids (payloads ``tokens`` and ``pooled``) are too large for per-item rows and
+training reads them by random rows: a store made with ``layouts={"tokens": ..., "pooled": ...}``
+keeps them in a layout of :mod:`.layouts` instead (memory-mapped :class:`~.cache.TokenCache`
+arrays per image group, or the paper profile's int8 :class:`~.shards.ShardedTokenStore`), behind
+the same table calls; :func:`~.embed.embed` reads and fills every kind alike.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ import torch
 
 from ..io_utils import atomic_write, atomic_write_text
 
-__all__ = ["FeatureStore", "FeatureTable", "encoder_fingerprint"]
+__all__ = ["FeatureStore", "FeatureTable", "encoder_fingerprint", "backbone_of"]
 
 
 def encoder_fingerprint(model) -> str:
@@ -60,6 +61,12 @@ def encoder_fingerprint(model) -> str:
     if getattr(model, "frozen", False):
         object.__setattr__(model, "_store_fingerprint", fp)
     return fp
+
+
+def backbone_of(encoder):
+    """What grids are cached for: a NearID encoder's backbone (the head is what trains over its
+    tokens); any other encoder is its own backbone."""
+    return getattr(encoder, "backbone", encoder)
 
 
 def _slug(s: str) -> str:
@@ -95,15 +102,42 @@ class FeatureTable:
         """The keys without a row, deduplicated, in first-seen order."""
         return [k for k in dict.fromkeys(keys) if k not in self._rows]
 
-    def get(self, keys: Sequence[str]) -> np.ndarray:
-        """The rows of ``keys`` stacked ``[n, ...]`` (C order); a key without a row raises naming it."""
+    def get(self, keys: Sequence[str], tensor: bool = False, device=None):
+        """The rows of ``keys`` stacked ``[n, ...]`` (C order; ``tensor``: a torch tensor on
+        ``device``); a key without a row raises naming it."""
         try:
             rows = [self._rows[k] for k in keys]
         except KeyError as err:
             raise KeyError(f"feature store table {self.name}: no row for {err.args[0]!r}") from None
         if not rows:
             raise ValueError(f"feature store table {self.name}: get() of no keys has no shape")
-        return np.stack(rows)               # rows are C order (add), so is the stack
+        out = np.stack(rows)               # rows are C order (add), so is the stack
+        if not tensor:
+            return out
+        t = torch.from_numpy(out)
+        return t if device is None else t.to(device)
+
+    def fill(self, encoder, refs, batch_size: int, progress: bool, desc: str | None) -> int:
+        """Compute the rows of ``refs`` (:class:`~.embed.ImageRef` s this table lacks) in the order
+        given and in batches of ``batch_size``, keeping each batch (chunks on disk as they fill,
+        the rest at the end, even on an error). Returns the number of rows computed."""
+        from .embed import PAYLOADS, variant_images
+
+        compute = PAYLOADS[self.key["payload"]].compute
+        starts = range(0, len(refs), batch_size)
+        if progress and len(starts) > 1:
+            from tqdm.auto import tqdm
+
+            starts = tqdm(starts, desc=desc, unit="batch")
+        n = 0
+        try:
+            for i in starts:
+                part = refs[i:i + batch_size]
+                self.add([r.key for r in part], compute(encoder, variant_images(part, self.key["variant"]), batch_size))
+                n += len(part)
+        finally:
+            self.flush()                      # what was computed is kept, even on an error
+        return n
 
     def add(self, keys: Sequence[str], values: np.ndarray) -> None:
         """Keep ``values[i]`` as the row of ``keys[i]`` (an existing row is kept); a full chunk is
@@ -140,12 +174,14 @@ class FeatureTable:
 
 class FeatureStore:
     """Per-item features of any encoder, variant and payload (module docstring), under ``folder``
-    (None: in memory for this process). ``hits`` / ``misses`` count :func:`~.embed.embed` calls
+    (None: in memory for this process); ``layouts`` maps a payload to the layout that holds it. ``hits`` / ``misses`` count :func:`~.embed.embed` calls
     that computed nothing / something; ``n_computed`` the rows computed."""
 
-    def __init__(self, folder: str | os.PathLike | None = None, chunk_items: int = 256):
+    def __init__(self, folder: str | os.PathLike | None = None, chunk_items: int = 256,
+                 layouts: dict | None = None):
         self.folder = Path(folder) if folder is not None else None
         self.chunk_items = int(chunk_items)
+        self.layouts = dict(layouts or {})      # payload -> a layout of .layouts (token grids)
         self._tables: dict[str, FeatureTable] = {}
         self.hits = self.misses = self.n_computed = 0
 

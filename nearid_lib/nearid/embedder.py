@@ -15,24 +15,26 @@ object mask)::
     emb = Embedder(enc, data)                                   # no profile: cache/ folder, one process
     e = emb.embed(relpaths, variant="full")                     # [n, E], L2-normalised
 
-Where tokens live follows the profile's ``train.token_store``: ``"cache"`` (smoke, mini) keeps
-them in each group's float16 :class:`TokenCache`; a codec (``"int8"`` in paper) reads and fills
-the sharded store that training fills (:func:`~nearid_lib.nearid.stream.open_train_store`: one
-store per backbone, dataset and codec, each grid encoded once whichever job needs it first), and
-the group caches keep only the pooled outputs. Embeddings from a store grid are the head on the
-decoded grid, whether it was read or just computed.
+Every read is :func:`nearid_lib.features.embed` (payloads ``tokens`` and ``pooled``) over the
+embedder's :class:`~nearid_lib.features.FeatureStore` (``emb.store``), whose layouts
+(:mod:`nearid_lib.features.layouts`) hold the grids. Where tokens live follows the profile's
+``train.token_store``: ``"cache"`` (smoke, mini) keeps them in each group's float16
+:class:`TokenCache` (:class:`~nearid_lib.features.layouts.GroupArrays`); a codec (``"int8"`` in
+paper) reads and fills the sharded store that training fills
+(:func:`~nearid_lib.nearid.stream.open_train_store`: one store per backbone, dataset and codec,
+each grid encoded once whichever job needs it first; :class:`~nearid_lib.features.layouts.ShardGrids`),
+and the group caches keep only the pooled outputs. Embeddings from a store grid are the head on
+the decoded grid, whether it was read or just computed.
 """
 from __future__ import annotations
 
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from multiprocessing import get_context
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..features import TokenCache, dataset_refs, variant_images
+from ..features import FeatureStore, TokenCache, dataset_refs, dataset_scope, embed
+from ..features.layouts import GroupArrays, ShardGrids
 
 if TYPE_CHECKING:
     from ..config import Profile
@@ -146,32 +148,28 @@ class Embedder:
             workers = profile.runtime.workers if profile is not None else 1
         self.workers = int(workers)
         self._stream = None                                 # StreamFeatures over the shared store
-        self._caches: dict[tuple[str, str], Any] = {}      # (variant, group) -> TokenCache
-        self._index: dict[str, dict[str, tuple[str, int]]] = {}   # variant -> relpath -> (group, row)
-        self._owner: dict[str, tuple[str, str]] | None = None     # relpath -> (group, mask)
+        # where the grids live: group caches (pooled, and tokens unless a sharded store holds them)
+        self.arrays = GroupArrays(self.backbone, data, image_groups(data), lambda g: group_items(data, g),
+                                  self._cache_kw(), progress=progress,
+                                  tune_malloc=profile.runtime.tune_malloc if profile is not None else True)
+        layouts = {"pooled": self.arrays}
+        if self._cached_tokens:
+            layouts["tokens"] = self.arrays
+        self.store = FeatureStore(layouts=layouts if use_cache else None)   # uncached: rows in memory
+        self.scope = dataset_scope(data)
 
     # -- caches
-    def _owners(self) -> dict[str, tuple[str, str]]:
-        if self._owner is None:
-            own: dict[str, tuple[str, str]] = {}
-            for g in image_groups(self.data):
-                for r, m in zip(*group_items(self.data, g)):
-                    own.setdefault(r, (g, m))
-            self._owner = own
-        return self._owner
+    @property
+    def _caches(self) -> dict[tuple[str, str], TokenCache]:
+        """``(variant, group) -> TokenCache`` of the caches loaded so far."""
+        return self.arrays.caches
 
-    def cache(self, group: str, variant: str = "full"):
+    def _owners(self) -> dict[str, tuple[str, str]]:
+        return self.arrays.owners()
+
+    def cache(self, group: str, variant: str = "full") -> TokenCache:
         """The :class:`TokenCache` of one image group and variant (built on first use)."""
-        key = (variant, group)
-        if key not in self._caches:
-            rels, masks = group_items(self.data, group)
-            c = TokenCache.build_or_load(self.backbone, rels, masks=masks, variant=variant, data=self.data,
-                                         progress=self.progress, **self._cache_kw())
-            self._caches[key] = c
-            idx = self._index.setdefault(variant, {})
-            for r, row in c.index.items():
-                idx.setdefault(r, (group, row))
-        return self._caches[key]
+        return self.arrays.cache(group, variant)
 
     @property
     def _cached_tokens(self) -> bool:
@@ -185,12 +183,7 @@ class Embedder:
 
     def complete(self, group: str, variant: str = "full") -> bool:
         """Whether the cache of ``group`` / ``variant`` is built (on disk or loaded)."""
-        if (variant, group) in self._caches:
-            return True
-        rels, masks = group_items(self.data, group)
-        kw = self._cache_kw()
-        kw.pop("batch_size")
-        return TokenCache.complete(self.backbone, rels, masks=masks, variant=variant, data=self.data, **kw)
+        return self.arrays.complete(group, variant)
 
     def prefetch(self, groups: Iterable[str], variants: Sequence[str] = ("full",),
                  extra: tuple[Sequence[str], Sequence[str]] | None = None) -> None:
@@ -211,7 +204,6 @@ class Embedder:
         store, the store gets every grid of ``groups`` x ``variants`` it lacks (in this process,
         resumable) and the group caches only the pooled outputs."""
         groups = list(image_groups(self.data) if groups is None else groups)
-        pairs = [(v, g) for v in variants for g in groups]
         if self.use_cache and self.store_tokens and self.token_store != "cache":
             items: dict[str, str] = {}
             for g in groups:
@@ -220,46 +212,9 @@ class Embedder:
             self.stream().prefill(items.items(), variants=variants, progress=self.progress)
         if workers is None:
             workers = 1 if getattr(self.backbone, "tiny", False) else self.workers
-        if workers > 1 and self.use_cache:
-            todo = [(v, g) for v, g in pairs if not self.complete(g, v)]
-            if len(todo) > 1:
-                self._build_in_workers(todo, workers)
-        for v, g in pairs:
-            self.cache(g, v)
+        self.arrays.build(groups, variants, workers=workers if self.use_cache else 1)
 
-    def _build_in_workers(self, todo: list[tuple[str, str]], workers: int) -> None:
-        todo = sorted(todo, key=lambda vg: -len(group_items(self.data, vg[1])[0]))
-        n = min(workers, len(todo))
-        print(f"building {len(todo)} feature caches in {n} worker processes", flush=True)
-        from tqdm.auto import tqdm
-
-        with ProcessPoolExecutor(n, mp_context=get_context("spawn")) as ex:
-            tune = self.cfg.runtime.tune_malloc if self.cfg is not None else True
-            futs = [ex.submit(_cache_in_worker, self.backbone, str(self.data.root), g, v, self._cache_kw(),
-                              torch.get_num_threads(), tune) for v, g in todo]
-            for f in tqdm(as_completed(futs), total=len(futs), desc="feature caches", unit="cache",
-                          disable=not self.progress):
-                f.result()                  # a failed build raises here, with the worker's error
-
-    def _locate(self, relpaths: Sequence[str], variant: str) -> list[tuple[str, int]]:
-        idx = self._index.setdefault(variant, {})
-        out = []
-        for r in relpaths:
-            if r not in idx:
-                own = self._owners().get(r)
-                if own is None:
-                    raise KeyError(f"{r!r} is not an image of the dataset at {self.data.root}")
-                self.cache(own[0], variant)
-            out.append(idx[r])
-        return out
-
-    # -- features
-    def tokens(self, relpaths: Sequence[str], variant: str = "full") -> torch.Tensor:
-        """Backbone tokens [n, N, D] (float32, CPU) of ``relpaths`` (from the caches or the store)."""
-        if self.token_store != "cache":
-            return self._store_tokens(list(relpaths), variant).float().cpu()
-        return self._gather(relpaths, variant, "tokens")
-
+    # -- features: every read goes through features.embed over this embedder's store
     def stream(self):
         """The :class:`~nearid_lib.nearid.stream.StreamFeatures` over the sharded token store that
         training fills (same folder: backbone, dataset and codec); this process writes its own shards."""
@@ -274,95 +229,58 @@ class Embedder:
                                           amp_dtype=torch.bfloat16 if cuda else None)
         return self._stream
 
-    def _store_tokens(self, relpaths: list[str], variant: str) -> torch.Tensor:
-        if not self.store_tokens:
-            raise ValueError("this Embedder was made with store_tokens=False: it reads no tokens")
-        if variant not in ("full", "fg"):
-            raise ValueError(f"the token store holds the variants full and fg, not {variant!r}")
-        own = self._owners()
-        missing = [r for r in relpaths if r not in own]
-        if missing:
-            raise KeyError(f"{missing[0]!r} is not an image of the dataset at {self.data.root}")
-        masks = [own[r][1] for r in relpaths]
-        fg = np.full(len(relpaths), variant == "fg")
-        return self.stream().tokens(relpaths, masks, fg, np.random.default_rng(0))
+    def _rows(self, relpaths: Sequence[str], variant: str, payload: str,
+              masks: Sequence[str] | None = None) -> torch.Tensor:
+        """:func:`~nearid_lib.features.embed` of dataset images (``masks``: images outside the
+        dataset's groups too, such as edit grids) for ``payload`` ``tokens`` / ``pooled``."""
+        relpaths = list(relpaths)
+        if masks is None:
+            own = self._owners()
+            if self.use_cache:
+                missing = [r for r in relpaths if r not in own]
+                if missing:
+                    raise KeyError(f"{missing[0]!r} is not an image of the dataset at {self.data.root}")
+            masks = [own.get(r, (None, ""))[1] for r in relpaths]
+        if payload == "tokens":
+            if not self.store_tokens:
+                raise ValueError("this Embedder was made with store_tokens=False: it reads no tokens")
+            if self.use_cache and "tokens" not in self.store.layouts:      # a sharded token store
+                self.store.layouts["tokens"] = ShardGrids(self.stream())
+        return embed(self.backbone, dataset_refs(self.data, relpaths, list(masks)), variant, self.store,
+                     payload=payload, scope=self.scope, batch_size=self.batch_size, progress=self.progress,
+                     tensor=True)
 
-    def pooled(self, relpaths: Sequence[str], variant: str = "full") -> torch.Tensor:
+    def tokens(self, relpaths: Sequence[str], variant: str = "full",
+               masks: Sequence[str] | None = None) -> torch.Tensor:
+        """Backbone tokens [n, N, D] (float32, CPU) of ``relpaths`` (from the caches or the store)."""
+        return self._rows(relpaths, variant, "tokens", masks).float().cpu()
+
+    def pooled(self, relpaths: Sequence[str], variant: str = "full",
+               masks: Sequence[str] | None = None) -> torch.Tensor:
         """The backbone's own pooled outputs [n, E] (not normalised)."""
-        return self._gather(relpaths, variant, "pooled")
-
-    def _gather(self, relpaths, variant, what):
-        loc = self._locate(relpaths, variant)
-        names = np.array([g for g, _ in loc], dtype=object)
-        rows = np.fromiter((r for _, r in loc), dtype=np.int64, count=len(loc))
-        out = None
-        for g in sorted(set(names)):
-            sel = np.flatnonzero(names == g)
-            c = self._caches[(variant, g)]
-            t = c.tokens(rows[sel]) if what == "tokens" else c.pooled(rows[sel])
-            if out is None:
-                out = torch.empty((len(relpaths),) + tuple(t.shape[1:]), dtype=t.dtype)
-            out[torch.from_numpy(sel)] = t
-        if out is None:
-            dim = (self.backbone.n_tokens, self.backbone.token_dim) if what == "tokens" else (self.backbone.embed_dim,)
-            out = torch.zeros((0,) + dim)
-        return out
+        return self._rows(relpaths, variant, "pooled", masks)
 
     @torch.no_grad()
-    def embed(self, relpaths: Sequence[str], variant: str = "full") -> torch.Tensor:
-        """L2-normalised embeddings [n, E] (float32, CPU) of dataset images."""
+    def embed(self, relpaths: Sequence[str], variant: str = "full", masks: Sequence[str] | None = None,
+              head_batch: int | None = None) -> torch.Tensor:
+        """L2-normalised embeddings [n, E] (float32, CPU) of dataset images: the head on the
+        backbone's tokens (in batches of ``head_batch``, default this embedder's), or the
+        backbone's pooled output without a head. ``masks``: as in :meth:`tokens`."""
         relpaths = list(relpaths)
-        if not self.use_cache:
-            return self._embed_uncached(relpaths, variant)
         if self.head is None:
-            return F.normalize(self.pooled(relpaths, variant).float(), dim=-1)
+            return F.normalize(self.pooled(relpaths, variant, masks).float(), dim=-1)
         was = self.head.training
         self.head.eval()
         p = next(self.head.parameters())
+        step = head_batch or self.head_batch
         outs = []
         try:
-            for i in range(0, len(relpaths), self.head_batch):
-                part = relpaths[i:i + self.head_batch]
-                tok = self._store_tokens(part, variant) if self.token_store != "cache" else self.tokens(part, variant)
+            for i in range(0, len(relpaths), step):
+                part_masks = None if masks is None else list(masks)[i:i + step]
+                tok = self._rows(relpaths[i:i + step], variant, "tokens", part_masks)
                 outs.append(self.head(tok.to(device=p.device, dtype=p.dtype)).float().cpu())
         finally:
             self.head.train(was)
         if not outs:
             return torch.zeros(0, self.head.out_dim)
         return F.normalize(torch.cat(outs), dim=-1)
-
-    def _embed_uncached(self, relpaths: list[str], variant: str) -> torch.Tensor:
-        own = self._owners()
-        refs = dataset_refs(self.data, relpaths, [own.get(r, (None, ""))[1] for r in relpaths])
-        outs = []
-        for i in range(0, len(refs), self.batch_size):
-            imgs = variant_images(refs[i:i + self.batch_size], variant)     # the one image path
-            pix = self.backbone.preprocess.batch(imgs)
-            with torch.no_grad():
-                out = self.backbone(pix)
-                if self.head is None:
-                    e = out.pooled
-                else:
-                    was = self.head.training
-                    self.head.eval()
-                    p = next(self.head.parameters())
-                    e = self.head(out.tokens.to(device=p.device, dtype=p.dtype))
-                    self.head.train(was)
-            outs.append(e.float().cpu())
-        if not outs:
-            return torch.zeros(0, self.backbone.embed_dim if self.head is None else self.head.out_dim)
-        return F.normalize(torch.cat(outs), dim=-1)
-
-
-def _cache_in_worker(backbone, root: str, group: str, variant: str, kw: dict[str, Any], threads: int,
-                     tune_malloc: bool = True) -> str:
-    """Build one cache in a worker process (:meth:`Embedder.build`: what :meth:`Embedder.cache`
-    builds, ``kw`` = its ``_cache_kw()``); returns the group."""
-    from ..data import load_nearid
-    from ..run import set_torch_threads
-
-    set_torch_threads(threads, tune_malloc)
-    data = load_nearid(root)
-    rels, masks = group_items(data, group)
-    TokenCache.build_or_load(backbone, rels, masks=masks, variant=variant, data=data, progress=False, **kw)
-    return group

@@ -20,9 +20,8 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 import numpy as np
 import pandas as pd
 import torch
-import torch.nn.functional as F
 
-from ..features import TokenCache, apply_variant
+from ..features import apply_variant
 from ..judge import VLMJudge, score_pairs_sharded
 from ..models import RANDOM_INIT, NearIDEncoder, load_backbone, load_encoder, resolve_name, split_weights
 from ..paths import cache_dir, checkpoint_dir
@@ -182,24 +181,10 @@ class EmbeddingBenchEncoder:
         if todo:
             uniq = list(dict.fromkeys(rels[i] for i in todo))
             mk = {rels[i]: masks[i] for i in todo}
-            emb = self.embedder
-            c = TokenCache.build_or_load(emb.backbone, uniq, masks=[mk[u] for u in uniq], variant=variant,
-                                         data=emb.data, profile=emb.profile, cache_root=emb.cache_root,
-                                         batch_size=emb.batch_size, store_tokens=emb.store_tokens,
-                                         progress=False)
-            with torch.no_grad():
-                if emb.head is None:
-                    e = F.normalize(c.pooled_for(uniq).float(), dim=-1)
-                else:
-                    was = emb.head.training
-                    emb.head.eval()
-                    p = next(emb.head.parameters())
-                    parts = []
-                    for i in range(0, len(uniq), 256):
-                        t = c.tokens_for(uniq[i:i + 256]).to(device=p.device, dtype=p.dtype)
-                        parts.append(emb.head(t).float().cpu())
-                    emb.head.train(was)
-                    e = F.normalize(torch.cat(parts), dim=-1)
+            emb, um = self.embedder, [mk[u] for u in uniq]
+            if emb.use_cache and emb.head is not None and emb._cached_tokens:
+                emb.pooled(uniq, variant, masks=um)     # one cache over exactly these images, then read
+            e = emb.embed(uniq, variant, masks=um, head_batch=256)
             for u, v in zip(uniq, e.numpy()):
                 memo[u] = v
         return np.stack([memo[r] for r in rels])
