@@ -106,7 +106,7 @@ def test_row_store_tokens_and_pooled_are_the_backbone_outputs(smoke_world, encod
     assert empty.shape == (0, encoder.n_tokens, encoder.token_dim)
 
 
-def test_shard_grids_keep_what_the_disk_budget_refuses(smoke_world, encoder, tmp_path):
+def test_shard_grids_stream_what_the_disk_budget_refuses(smoke_world, encoder, tmp_path):
     data = smoke_world
     rels, masks = [x[:5] for x in group_items(data, "positives@test")]
     st = ShardedTokenStore(tmp_path / "s", encoder.n_tokens, encoder.token_dim, "int8", writer="w")
@@ -118,8 +118,10 @@ def test_shard_grids_keep_what_the_disk_budget_refuses(smoke_world, encoder, tmp
     t, _ = _backbone(encoder, data, rels, masks, "fg")
     want = decode_tokens(encode_tokens(t, "int8"), encoder.n_tokens, encoder.token_dim, "int8")
     assert torch.allclose(got, want, atol=1e-5)        # stored and kept grids: the store's precision
+    assert not store.layouts["tokens"].overflow                # nothing piles up in memory
     again = embed(encoder, dataset_refs(data, rels, masks), "fg", store, payload="tokens", tensor=True)
-    assert torch.equal(again, got) and stream.stats["forwards"] == len(rels)   # nothing computed twice
+    # past the budget the store streams: the 3 refused grids are computed again, the 2 stored read
+    assert torch.equal(again, got) and stream.stats["forwards"] == len(rels) + 3 and len(st) == 2
     with pytest.raises(ValueError, match="variants full and fg"):
         embed(encoder, dataset_refs(data, rels, masks), "fg_grey", store, payload="tokens")
 

@@ -12,8 +12,9 @@ grids are not kept as per-item rows:
   Both payloads come from the same caches (``pooled``: the backbone's own pooled output).
 * :class:`ShardGrids` (paper): payload ``tokens`` in the int8 :class:`~.shards.ShardedTokenStore`
   that training fills (one grid per image and variant, each process writing its own shards).
-  ``fill`` runs the backbone on the missing images; a grid past the store's disk budget is kept in
-  memory for this process. ``get`` decodes on the backbone's device.
+  ``fill`` runs the backbone on the missing images; a grid past the store's disk budget is handed
+  to the next ``get`` only (past the budget, the store streams). ``get`` decodes on the backbone's
+  device.
 
     arrays = GroupArrays(backbone, data, groups, items=lambda g: group_items(data, g))
     store = FeatureStore(layouts={"tokens": arrays, "pooled": arrays})
@@ -21,6 +22,7 @@ grids are not kept as per-item rows:
 """
 from __future__ import annotations
 
+import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from typing import Any, Callable, Iterable, Sequence
@@ -214,7 +216,9 @@ class ShardGrids:
         if stream.store is None:
             raise ValueError("ShardGrids needs a StreamFeatures with a store")
         self.stream = stream
-        self.overflow: dict[tuple[str, str], torch.Tensor] = {}    # grids past the disk budget
+        # grids past the disk budget, computed by the last fill and handed to the next get only:
+        # past the budget the store degrades to streaming (no grid piles up in memory)
+        self.overflow: dict[tuple[str, str], torch.Tensor] = {}
         self.just: set[tuple[str, str]] = set()     # filled since the last get (not counted as hits)
 
     def table(self, encoder, variant: str, payload: str) -> "_ShardTable":
@@ -238,7 +242,8 @@ class _ShardTable:
 
     def fill(self, encoder, refs, batch_size: int, progress: bool, desc: str | None) -> int:
         """Run the backbone on ``refs`` (the fg variant masks with each ref's ``mask_key``) and store
-        the grids; what the disk budget refuses stays in memory at the store's precision."""
+        the grids; what the disk budget refuses goes, at the store's precision, to the next
+        :meth:`get` only (it is computed again when asked again: streaming)."""
         s, st = self.grids.stream, self.grids.stream.store
         rels, masks = [r.key for r in refs], [r.mask_key for r in refs]
         tok = s.encode(rels, masks, np.full(len(refs), self.variant == "fg"))
@@ -264,9 +269,12 @@ class _ShardTable:
         out = torch.empty(len(ks), s.n_tokens, s.token_dim, dtype=s.out_dtype, device=dev)
         stored = np.fromiter((k not in self.grids.overflow for k in ks), dtype=bool, count=len(ks))
         if stored.any():
+            t0 = time.perf_counter()
             sel = np.flatnonzero(stored)
             out[torch.from_numpy(sel).to(dev)] = s.store.get([ks[i] for i in sel], device=dev,
                                                              out_dtype=s.out_dtype)
+            s.stats["read_s"] += time.perf_counter() - t0
         for i in np.flatnonzero(~stored):
             out[int(i)] = self.grids.overflow[ks[i]].to(dev, s.out_dtype)
+        self.grids.overflow.clear()
         return out if tensor else out.cpu().numpy()

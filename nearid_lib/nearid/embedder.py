@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from ..features import FeatureStore, TokenCache, dataset_refs, dataset_scope, embed
-from ..features.layouts import GroupArrays, ShardGrids
+from ..features.layouts import GroupArrays
 
 if TYPE_CHECKING:
     from ..config import Profile
@@ -245,7 +245,7 @@ class Embedder:
             if not self.store_tokens:
                 raise ValueError("this Embedder was made with store_tokens=False: it reads no tokens")
             if self.use_cache and "tokens" not in self.store.layouts:      # a sharded token store
-                self.store.layouts["tokens"] = ShardGrids(self.stream())
+                self.store.layouts["tokens"] = self.stream().features.layouts["tokens"]
         return embed(self.backbone, dataset_refs(self.data, relpaths, list(masks)), variant, self.store,
                      payload=payload, scope=self.scope, batch_size=self.batch_size, progress=self.progress,
                      tensor=True)

@@ -13,9 +13,12 @@ computes each (image, variant) at most once, never computes what training never 
 disk of float16 (0.84 MB per 729 x 1152 grid) and degrades to pure streaming past a disk budget.
 
 Modes:
-* ``store`` given: hits are read from the store (uint8 records decoded on the backbone's device),
-  misses run the backbone and are written (up to the store's budget). No pixel augmentation (the
-  stored grid is reused across steps); token-level augmentations stay in the head/trainer.
+* ``store`` given: the store is a layout of a :class:`~nearid_lib.features.FeatureStore`
+  (``feats.features``, :class:`~nearid_lib.features.layouts.ShardGrids`) and each variant's slots go
+  through :func:`~nearid_lib.features.embed`: hits are read from the store (uint8 records decoded
+  on the backbone's device), misses run the backbone and are written (up to the store's budget;
+  past it, they are streamed). No pixel augmentation (the stored grid is reused across steps);
+  token-level augmentations stay in the head/trainer.
 * ``store=None``: pure streaming, every slot runs the backbone; ``augment(img, rng)`` may then
   apply per-slot pixel augmentations exactly as the paper does.
 
@@ -37,8 +40,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..features import apply_variant
-from ..features.shards import ShardedTokenStore, decode_tokens, encode_tokens
+from ..features import FeatureStore, apply_variant, dataset_refs, embed
+from ..features.layouts import ShardGrids
+from ..features.shards import ShardedTokenStore
 from .embedder import group_items, image_groups
 from .rows import train_groups
 
@@ -85,6 +89,8 @@ class StreamFeatures:
             raise ValueError(f"store grids [{store.n_tokens}, {store.token_dim}] do not match the backbone's "
                              f"[{self.n_tokens}, {self.token_dim}]")
         self.stats = {"slots": 0, "hits": 0, "forwards": 0, "written": 0, "read_s": 0.0, "backbone_s": 0.0}
+        # the store as a layout of a FeatureStore: what tokens() and an Embedder read through embed()
+        self.features = FeatureStore(layouts={"tokens": ShardGrids(self)}) if store is not None else None
 
     @property
     def n_tokens(self) -> int:
@@ -106,37 +112,36 @@ class StreamFeatures:
         fg = np.asarray(fg, dtype=bool)
         if not len(rels) == len(masks) == len(fg):
             raise ValueError(f"rels, masks, fg differ in length: {len(rels)}, {len(masks)}, {len(fg)}")
+        if self.store is not None:
+            return self._from_store(list(map(str, rels)), list(masks), fg)
+        # pure streaming: one forward per distinct image and variant; with augmentations every slot
+        # draws its own
         keys = [(str(r), VARIANTS[int(f)]) for r, f in zip(rels, fg)]
-        out = torch.empty(len(keys), self.n_tokens, self.token_dim, dtype=self.out_dtype, device=self.device)
-        hit = self.store.has(keys) if self.store is not None else np.zeros(len(keys), dtype=bool)
-        if hit.any():
-            t0 = time.perf_counter()
-            sel = np.flatnonzero(hit)
-            out[torch.from_numpy(sel).to(self.device)] = self.store.get(
-                [keys[i] for i in sel], device=self.device, out_dtype=self.out_dtype)
-            self.stats["read_s"] += time.perf_counter() - t0
-        miss = np.flatnonzero(~hit)
-        if len(miss):
-            # one forward per distinct (image, variant); with augmentations every slot draws its own
-            first: dict = {}
-            uniq, inv = [], []
-            for i in miss:
-                k = keys[i] if self.augment is None else i
-                if k not in first:
-                    first[k] = len(uniq)
-                    uniq.append(i)
-                inv.append(first[k])
-            uniq, inv = np.asarray(uniq, dtype=np.int64), np.asarray(inv, dtype=np.int64)
-            tok = self.encode([rels[i] for i in uniq], [masks[i] for i in uniq], fg[uniq], rng)
-            if self.store is not None:
-                self.stats["written"] += self.store.put([keys[i] for i in uniq], tok)
-                # what a step sees does not depend on whether the grid was already stored (a warm
-                # store, another rank, a resumed run): always the store's precision
-                st = self.store
-                tok = decode_tokens(encode_tokens(tok, st.dtype), st.n_tokens, st.token_dim, st.dtype)
-            out[torch.from_numpy(miss).to(self.device)] = tok[torch.from_numpy(inv).to(tok.device)].to(self.out_dtype)
+        first: dict = {}
+        uniq, inv = [], []
+        for i in range(len(keys)):
+            k = keys[i] if self.augment is None else i
+            if k not in first:
+                first[k] = len(uniq)
+                uniq.append(i)
+            inv.append(first[k])
+        uniq, inv = np.asarray(uniq, dtype=np.int64), np.asarray(inv, dtype=np.int64)
+        tok = self.encode([rels[i] for i in uniq], [masks[i] for i in uniq], fg[uniq], rng)
         self.stats["slots"] += len(keys)
-        self.stats["hits"] += int(hit.sum())
+        return tok[torch.from_numpy(inv).to(tok.device)].to(self.out_dtype)
+
+    def _from_store(self, rels: list[str], masks: list[str], fg: np.ndarray) -> torch.Tensor:
+        """Slots through the one feature path: :func:`~nearid_lib.features.embed` of each variant's
+        slots over :attr:`features` (grids read from the store, the missing ones encoded and
+        written; a step sees the store's precision whether a grid was read or just computed)."""
+        out = torch.empty(len(rels), self.n_tokens, self.token_dim, dtype=self.out_dtype, device=self.device)
+        for variant in VARIANTS:
+            sel = np.flatnonzero(fg == (variant == "fg"))
+            if len(sel):
+                refs = dataset_refs(self.data, [rels[i] for i in sel], [masks[i] for i in sel])
+                out[torch.from_numpy(sel).to(self.device)] = embed(
+                    self.backbone, refs, variant, self.features, payload="tokens", batch_size=self.batch_size,
+                    progress=False, tensor=True, device=self.device).to(self.out_dtype)
         return out
 
     # ------------------------------------------------------------------ the backbone
