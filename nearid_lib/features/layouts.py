@@ -97,10 +97,10 @@ class GroupArrays:
 
     def complete(self, group: str, variant: str = "full") -> bool:
         """Whether the cache of ``group`` / ``variant`` is built (on disk or loaded)."""
-        if (variant, group) in self.caches:
-            return True
+        return (variant, group) in self.caches or self._on_disk(*self.items(group), variant)
+
+    def _on_disk(self, rels: Sequence[str], masks: Sequence[str], variant: str) -> bool:
         kw = {k: v for k, v in self.cache_kw.items() if k != "batch_size"}
-        rels, masks = self.items(group)
         return TokenCache.complete(self.backbone, list(rels), masks=list(masks), variant=variant, data=self.data, **kw)
 
     def build(self, groups: Iterable[str], variants: Sequence[str] = ("full",), workers: int = 1) -> None:
@@ -156,16 +156,14 @@ class _GroupTable:
         a, own = self.arrays, self.arrays.owners()
         groups = list(dict.fromkeys(own[r.key][0] for r in refs if r.key in own))
         outside = [r for r in refs if r.key not in own]
-        n = 0
-        for g in groups:
-            n += 0 if a.complete(g, self.variant) else len(a.items(g)[0])
-            a.cache(g, self.variant)
+        lists = [((self.variant, g), *a.items(g), a.progress) for g in groups]
         if outside:
-            rels, masks = [r.key for r in outside], [r.mask_key for r in outside]
-            probe = TokenCache.complete(a.backbone, rels, masks=masks, variant=self.variant, data=a.data,
-                                        **{k: v for k, v in a.cache_kw.items() if k != "batch_size"})
-            n += 0 if probe else len(rels)
-            a._load((self.variant, f"outside:{len(a.caches)}"), rels, masks, progress=False)
+            lists.append(((self.variant, f"outside:{len(a.caches)}"), [r.key for r in outside],
+                          [r.mask_key for r in outside], False))
+        n = 0
+        for key, rels, masks, progress in lists:      # every group is loaded (not in a.caches yet)
+            n += 0 if a._on_disk(rels, masks, self.variant) else len(dict.fromkeys(rels))
+            a._load(key, rels, masks, progress)
         return n
 
     def get(self, keys: Sequence[str], tensor: bool = False, device=None):
