@@ -15,6 +15,8 @@ from nearid_lib import hub
 from nearid_lib.data.masks import (DEFAULT_REPO, ObjectMasker, binarize, identity_prompt,
                                    masker_fingerprint, save_tiny_clipseg)
 
+from _tolerance import assert_close_across_batching, decisions_agree
+
 
 @pytest.fixture(scope="module")
 def mirror(tmp_path_factory):
@@ -83,11 +85,17 @@ def test_batching_matches_one_by_one_and_is_deterministic(mirror, masker):
         mp.setenv(hub.HUB_DIR_ENV, str(mirror))
         single = ObjectMasker.from_pretrained(batch_size=1)
     batched = masker(ims, PROMPTS)
+    assert not any(masker.last_fallback)
     one = [single([im], [p])[0] for im, p in zip(ims, PROMPTS)]
-    for a, b in zip(batched, one):
-        assert np.array_equal(a, b)
-    for a, b in zip(masker.probabilities(ims, PROMPTS), single.probabilities(ims, PROMPTS)):
-        np.testing.assert_allclose(a, b, atol=1e-5)
+    probs = masker.probabilities(ims, PROMPTS)
+    # batched vs one by one: another batch composition, so the probabilities agree to the batching
+    # tolerance (tests/_tolerance.py, item 2) and the masks wherever the probability is not within
+    # that tolerance of the threshold (this fixture never falls back to the top-k rule)
+    for a, b, p in zip(batched, one, probs):
+        assert decisions_agree(a, b, p, masker.threshold)
+    for a, b in zip(probs, single.probabilities(ims, PROMPTS)):
+        assert_close_across_batching(a, b, "CLIPSeg probabilities, batched vs one by one")
+    # the same batch again: the same order of computation, so exactly the same masks (item 1)
     assert all(np.array_equal(a, b) for a, b in zip(batched, masker(ims, PROMPTS)))
     # The masks depend on the prompt (the tiny model is random, but conditioned on the text).
     p1 = masker.probabilities(ims[:1], ["a red ceramic mug"])[0]
@@ -213,14 +221,14 @@ def test_missing_model_names_repo_and_download_command(tmp_path, monkeypatch):
         ObjectMasker.from_pretrained()
     msg = str(err.value)
     assert DEFAULT_REPO in msg
-    assert f"huggingface-cli download {DEFAULT_REPO} --local-dir" in msg
+    assert f"hf download {DEFAULT_REPO} --local-dir" in msg
     # A half-copied mirror folder (config only, no weights): same kind of error.
     folder = tmp_path / DEFAULT_REPO
     folder.mkdir(parents=True)
     (folder / "config.json").write_text("{}")
     with pytest.raises(hub.HubError) as err:
         ObjectMasker.from_pretrained()
-    assert DEFAULT_REPO in str(err.value) and "huggingface-cli download" in str(err.value)
+    assert DEFAULT_REPO in str(err.value) and "hf download" in str(err.value)
 
 
 def test_input_validation(masker):
