@@ -26,9 +26,11 @@
 #
 # `paper` (`idsim.source = "released"`): ID-Sim's curated training set is not public, so nothing is
 # trained (never on NearID data). The public benchmarks (Subjects2k from the hub, DreamBench++ from
-# its hand download) are scored with what can be had: the frozen rows (DINOv3, CLIP, DINOv2,
-# SigLIP2), the NearID head of notebook 03 and the datasets' own GPT-4o annotations; every table
-# that needs a trained or the released ID-Sim is skipped with its reason (`nearid_lib/idsim/released.py`).
+# its hand download) are scored with the released ID-Sim (`idsim-release`: the authors' LoRA merged
+# into the `transformers` DINOv3 ViT-L/16, their two heads; `nearid_lib/idsim/release_model.py`),
+# the frozen rows (DINOv3, CLIP, DINOv2, SigLIP2), the NearID head of notebook 03 and the datasets'
+# own GPT-4o annotations; the tables that need ID-Sim *trained* here (the ablations) are skipped with
+# their reason (`nearid_lib/idsim/released.py`).
 
 # %% tags=["parameters"]
 PROFILE = "mini"
@@ -102,8 +104,9 @@ if not WORLD:
             run.skip_table(name, f"no public ID-Sim benchmark could be scored: {why}")
     patch = released_patch_table(scores, PROFILE) if scores.any_benchmark else None
     if patch is not None:
+        gone = "ours_no_patch" if "ours" in patch.columns else "ours_no_patch, ours"
         run.write_table(patch, "09_idsim_patch", not_scored=skipped,
-                        not_produced={"ours_no_patch, ours": skipped["ID-Sim (released checkpoint)"]})
+                        not_produced={gone: skipped["ID-Sim (released checkpoint)"]})
         display(patch)
     else:
         run.skip_table("09_idsim_patch", f"the frozen {cfg.idsim.backbone} patch column needs the backbone and a "
@@ -118,7 +121,7 @@ if not WORLD and scores.any_benchmark and scores.results:
     fig, ax = plt.subplots(figsize=(8, 3))
     wide.plot.bar(ax=ax)
     ax.set_ylabel("value")
-    ax.set_title(f"ID-Sim public benchmarks, frozen rows ({PROFILE}; "
+    ax.set_title(f"ID-Sim public benchmarks ({PROFILE}; "
                  f"{scores.n_s2k} Subjects2k / {scores.n_dbpp} DreamBench++ pairs)")
     ax.legend(fontsize=7)
     fig.tight_layout()

@@ -9,9 +9,14 @@
   ``data_gpt_rating/concept_preservation_full/<method>.json``.
 - :func:`write_idsim_models`: the Subjects2k hub dataset (``chaenayo/Subjects2k``) in its published
   schema (:func:`subjects2k_features`: ``reference_image``, ``test_image``, ``pair_id``,
-  ``human_votes``, ``human_agreement``, ``binary_label``, ``num_human_votes``, ``gpt_score``) and a
-  tiny random-init ``DINOv3ViTModel`` under ``facebook/dinov3-vitl16-pretrain-lvd1689m`` (the
-  frozen DINOv3 row of ID-Sim's tables). DINOv2, CLIP, SigLIP2 and the Qwen3-VL judge come from
+  ``human_votes``, ``human_agreement``, ``binary_label``, ``num_human_votes``, ``gpt_score``) and
+  :func:`write_idsim_backbones`: a tiny random-init ``DINOv3ViTModel`` under
+  ``facebook/dinov3-vitl16-pretrain-lvd1689m`` (the frozen DINOv3 row of ID-Sim's tables) and a tiny
+  released ID-Sim over it under ``chaenayo/id-sim_dinov3_vitl16_cls_patch`` in the release's exact
+  file layout (:func:`write_idsim_release`: ``adapter_config.json`` as PEFT writes it,
+  ``adapter_model.safetensors`` with the LoRA of every block's fused qkv in Meta's key space,
+  ``mlp_cls.pth`` / ``mlp_patch.pth`` residual-head state dicts), which
+  :mod:`nearid_lib.idsim.release_model` loads. DINOv2, CLIP, SigLIP2 and the Qwen3-VL judge come from
   :mod:`.nearid`.
 
 Images are tiny procedural scenes (:mod:`.nearid`'s shapes): a "generated" image of a subject keeps
@@ -29,7 +34,8 @@ from PIL import Image
 from .nearid import _COLOURS, _SHAPES, _background, _draw, _png, _view_box, write_dataset_repo
 
 __all__ = ["DBPP_FIXTURE_SUBJECTS", "DBPP_FIXTURE_METHODS", "subjects2k_features", "write_dreambenchpp",
-           "write_idsim_downloads", "write_subjects2k", "write_idsim_models"]
+           "write_idsim_downloads", "write_subjects2k", "write_idsim_models", "write_idsim_backbones",
+           "write_idsim_release", "TINY_DINOV3"]
 
 PX = 48
 # (category folder, NN, subject name) of the fixture's reference images
@@ -164,15 +170,70 @@ def write_subjects2k(repo_dir: Path, n_pairs: int = 16, seed: int = 0) -> Path:
     return write_dataset_repo(repo_dir, {"train": cols}, subjects2k_features(), _s2k_card(n_pairs))
 
 
-def write_idsim_models(hub_dir: str | Path) -> list[str]:
-    """The Subjects2k dataset repo and a tiny random-init DINOv3 under the paper's ids in ``hub_dir``."""
+# the tiny random-init DINOv3 of the mirror (its size is the dry run's idsim.image_size, 32 px)
+TINY_DINOV3 = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=32,
+                   patch_size=8, num_register_tokens=2)
+
+
+def write_idsim_release(repo_dir: str | Path, hidden_size: int, num_layers: int, rank: int = 4, alpha: float = 8.0,
+                        head_hidden: int = 16, use_rslora: bool = False, seed: int = 7) -> Path:
+    """A tiny released ID-Sim in the release's exact file layout under ``repo_dir``: the four files
+    of ``chaenayo/id-sim_dinov3_vitl16_cls_patch`` (:data:`nearid_lib.idsim.release_model.RELEASE_FILES`)
+    for a base of width ``hidden_size`` and ``num_layers`` blocks. The LoRA is random and non-zero
+    (B too: a trained adapter, not a fresh one), keys in Meta's key space as PEFT saves them
+    (``base_model.model.extractor.model.blocks.N.attn.qkv.lora_{A,B}.weight``: A [r, D], B [3D, r]);
+    the heads have random weights and ``beta_logit``."""
+    import torch
+    from safetensors.torch import save_file
+
+    repo_dir = Path(repo_dir)
+    repo_dir.mkdir(parents=True, exist_ok=True)
+    g = torch.Generator().manual_seed(seed)
+    D = hidden_size
+    tensors = {}
+    for n in range(num_layers):
+        key = f"base_model.model.extractor.model.blocks.{n}.attn.qkv"
+        tensors[f"{key}.lora_A.weight"] = torch.randn(rank, D, generator=g) / D ** 0.5
+        tensors[f"{key}.lora_B.weight"] = 0.2 * torch.randn(3 * D, rank, generator=g)
+    save_file(tensors, str(repo_dir / "adapter_model.safetensors"), metadata={"format": "pt"})
+    # the fields PEFT writes (peft 0.21, LoRA on a non-transformers module)
+    config = {"peft_type": "LORA", "task_type": None, "base_model_name_or_path": None, "revision": None,
+              "inference_mode": True, "r": rank, "lora_alpha": alpha, "lora_dropout": 0.0, "bias": "none",
+              "target_modules": ["qkv"], "use_rslora": use_rslora, "use_dora": False, "fan_in_fan_out": False,
+              "init_lora_weights": True, "modules_to_save": None, "rank_pattern": {}, "alpha_pattern": {},
+              "layers_to_transform": None, "layers_pattern": None, "layer_replication": None, "lora_bias": False,
+              "megatron_config": None, "megatron_core": "megatron.core", "loftq_config": {},
+              "exclude_modules": None, "target_parameters": None, "trainable_token_indices": None}
+    (repo_dir / "adapter_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    for name in ("mlp_cls", "mlp_patch"):
+        head = {"ln.weight": 1.0 + 0.1 * torch.randn(D, generator=g), "ln.bias": 0.1 * torch.randn(D, generator=g),
+                "fc1.weight": torch.randn(head_hidden, D, generator=g) / D ** 0.5,
+                "fc1.bias": 0.1 * torch.randn(head_hidden, generator=g),
+                "fc2.weight": torch.randn(D, head_hidden, generator=g) / head_hidden ** 0.5,
+                "fc2.bias": 0.1 * torch.randn(D, generator=g), "beta_logit": torch.tensor(-1.0)}
+        torch.save(head, repo_dir / f"{name}.pth")
+    return repo_dir
+
+
+def write_idsim_backbones(hub_dir: str | Path) -> list[str]:
+    """The tiny random-init DINOv3 (:data:`TINY_DINOV3`) under ``facebook/dinov3-vitl16-pretrain-lvd1689m``
+    and the tiny released ID-Sim over it (:func:`write_idsim_release`) under
+    ``chaenayo/id-sim_dinov3_vitl16_cls_patch``; returns the repo ids."""
     import torch
     from transformers import DINOv3ViTConfig, DINOv3ViTModel
 
+    from ..idsim.release_model import BASE_REPO, RELEASE_REPO
+
+    hub_dir = Path(hub_dir)
+    torch.manual_seed(6)
+    DINOv3ViTModel(DINOv3ViTConfig(**TINY_DINOV3)).save_pretrained(hub_dir / BASE_REPO)
+    write_idsim_release(hub_dir / RELEASE_REPO, TINY_DINOV3["hidden_size"], TINY_DINOV3["num_hidden_layers"])
+    return [BASE_REPO, RELEASE_REPO]
+
+
+def write_idsim_models(hub_dir: str | Path) -> list[str]:
+    """The Subjects2k dataset repo, a tiny random-init DINOv3 and the tiny released ID-Sim over it
+    under the paper's ids in ``hub_dir``."""
     hub_dir = Path(hub_dir)
     write_subjects2k(hub_dir / "chaenayo" / "Subjects2k")
-    torch.manual_seed(6)
-    DINOv3ViTModel(DINOv3ViTConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                   image_size=32, patch_size=8, num_register_tokens=2)).save_pretrained(
-        hub_dir / "facebook" / "dinov3-vitl16-pretrain-lvd1689m")
-    return ["chaenayo/Subjects2k", "facebook/dinov3-vitl16-pretrain-lvd1689m"]
+    return ["chaenayo/Subjects2k", *write_idsim_backbones(hub_dir)]

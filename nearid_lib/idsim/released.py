@@ -11,10 +11,11 @@ What the authors publish (read from their package, ``JuliaChae/id_sim``, June 20
   ``adapter_config.json`` + ``adapter_model.safetensors`` (a PEFT LoRA over their whole
   ``PerceptualModel``), ``mlp_cls.pth`` / ``mlp_patch.pth`` (state dicts of two residual heads
   ``LayerNorm -> Linear(D, 512) -> SiLU -> Linear(512, D)`` plus ``sigmoid(beta_logit) * input``).
-  The backbone is Meta's *native* DINOv3 code loaded through ``torch.hub`` (``facebookresearch/dinov3``)
+  Their backbone is Meta's *native* DINOv3 code loaded through ``torch.hub`` (``facebookresearch/dinov3``)
   with the gated weights ``dinov3_vitl16_pretrain_lvd1689m-8aa4cbdd.pth`` (not redistributed);
-  features = output of block 23 at 448 px, register tokens dropped, embeddings mean-centred and
-  L2-normalised, distance = 1 - cosine of the CLS embeddings (+ pooled-patch cosine in "joint").
+  features = output of block 23 (before the final norm) at 448 px, register tokens dropped,
+  embeddings mean-centred and L2-normalised, distance = 1 - cosine of the CLS embeddings
+  (+ pooled-patch cosine in "joint").
 * Benchmarks: Subjects2k (new, hub dataset ``chaenayo/Subjects2k``: ``reference_image``,
   ``test_image``, ``pair_id``, ``human_votes``, ``human_agreement``, ``binary_label``,
   ``num_human_votes``, ``gpt_score``) and DreamBench++ (its own release,
@@ -26,16 +27,19 @@ What the authors publish (read from their package, ``JuliaChae/id_sim``, June 20
   README): :data:`SENSITIVITY_REASON`.
 
 What notebook 09 produces from public data (:func:`score_released`): Figure 25's Subjects2k and
-DreamBench++ columns for the frozen rows (``idsim.frozen_rows``) and the NearID head; Table 2a's
-embedding rows, its ``MLLM*`` row from the datasets' own GPT-4o annotations (Subjects2k
-``gpt_score``, DreamBench++ ``data_gpt_rating``) and an open MLLM judge row; Table 2b's frozen
-DINOv3 patch column on S2k / DB++.
+DreamBench++ columns for the released ID-Sim (model ``ID-Sim``), the frozen rows
+(``idsim.frozen_rows``) and the NearID head; Table 2a's embedding rows (the released ID-Sim as
+``Ours (ViT-L)``), its ``MLLM*`` row from the datasets' own GPT-4o annotations (Subjects2k
+``gpt_score``, DreamBench++ ``data_gpt_rating``) and an open MLLM judge row; Table 2b on S2k / DB++:
+the frozen DINOv3's patch column (``dinov3``) beside the released ID-Sim's (``ours``).
 
-The released ID-Sim rows are not produced here (:func:`released_idsim_reason`): the LoRA keys of
-``adapter_model.safetensors`` address modules of the native torch.hub DINOv3 model inside the
-package's ``ViTExtractor`` (``feature_extraction/extractor.py``), code that is neither on PyPI nor
-readable from here; mapping those keys onto the ``transformers`` DINOv3 (separate q/k/v, other
-module names) would be a guess, and a guessed format is not a reproduction.
+The released ID-Sim (``idsim.released_model``) is the registered encoder ``idsim-release``
+(:mod:`nearid_lib.idsim.release_model`): the LoRA, whose keys are in Meta's native key space, is
+merged into the fused qkv of the ``transformers`` DINOv3 (``facebook/dinov3-vitl16-pretrain-lvd1689m``,
+Meta's weights converted) and split back into q/k/v; both repos are read through
+:mod:`nearid_lib.hub`. When it cannot be read (e.g. not in the mirror) its rows are absent and
+:func:`not_scored` says why, with the download command. Table 2b's ``ours_no_patch`` (ID-Sim trained
+with the CLS loss only) is not released.
 """
 from __future__ import annotations
 
@@ -45,8 +49,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from .. import hub
 from ..data.schema import DataError
+from .release_model import RELEASE_FILES
 from .public_bench import (SUBJECTS2K_COLUMNS, dbpp_gpt_metrics, dbpp_metrics, judge_metrics, judge_pairs,
                            load_subjects2k, pair_scores, subjects2k_gpt_metrics, subjects2k_metrics)
 
@@ -56,13 +60,14 @@ if TYPE_CHECKING:
 from ..data.benchmarks import DreamBenchPP
 
 __all__ = ["RELEASED_FILES", "DINOV3_NATIVE_WEIGHTS", "SUBJECTS2K_COLUMNS", "UNPUBLISHED_BENCHMARKS",
-           "SENSITIVITY_REASON", "PAPER_MODEL_KEYS", "released_idsim_reason", "load_subjects2k",
+           "SENSITIVITY_REASON", "PAPER_MODEL_KEYS", "RELEASE_ROW", "RELEASE_KEY", "released_idsim_reason",
+           "load_release_row", "load_subjects2k",
            "pair_scores", "subjects2k_metrics", "subjects2k_gpt_metrics", "dbpp_metrics", "dbpp_gpt_metrics",
            "judge_pairs", "judge_metrics", "load_frozen_row", "load_frozen_rows", "ReleasedScores",
            "load_benchmarks", "score_released", "released_table", "released_mllm_table", "released_patch_table",
            "not_scored", "world_only_tables"]
 
-RELEASED_FILES = ("adapter_config.json", "adapter_model.safetensors", "mlp_cls.pth", "mlp_patch.pth")
+RELEASED_FILES = RELEASE_FILES      # the files of the release's hub repo
 DINOV3_NATIVE_WEIGHTS = "dinov3_vitl16_pretrain_lvd1689m-8aa4cbdd.pth"
 # benchmark -> why ID-Sim's evaluation set cannot be rebuilt from public files
 UNPUBLISHED_BENCHMARKS = {
@@ -78,7 +83,10 @@ SENSITIVITY_REASON = ("ID-Sim's selective-sensitivity data (the per-instance edi
                       "sensitivity analysis tools as 'coming soon'), and the paper profile has no world grids")
 
 # registry name -> the model key of paper_values/idsim_fig25_full_results (None: no paper row)
-PAPER_MODEL_KEYS = {"dinov3-vitl16": "DINOv3", "clip-vit-l14": "CLIP"}
+PAPER_MODEL_KEYS = {"dinov3-vitl16": "DINOv3", "clip-vit-l14": "CLIP", "idsim-release": "ID-Sim"}
+RELEASE_ROW = "idsim-release"                  # the released ID-Sim's scorer key (its registry name)
+RELEASE_KEY = "ID-Sim (released checkpoint)"   # its entry in not_scored()
+_RELEASE_2A_ROW = "Ours (ViT-L)"               # its row of paper_values/idsim_table2a_mllm
 
 # our metric ids of the public benchmarks (nearid_lib.idsim.bench.BENCH_INFO keys)
 _DATA = {"subjects2k_ap": "Subjects2k (chaenayo/Subjects2k), binary_label", 
@@ -87,17 +95,24 @@ _DATA = {"subjects2k_ap": "Subjects2k (chaenayo/Subjects2k), binary_label",
          "dreambench_kendall": "DreamBench++ generated images, mean human concept-preservation score"}
 
 
-def released_idsim_reason(repo_id: str) -> str:
-    """Why the released ID-Sim rows are not in the tables (always a reason: see the module
-    docstring), saying whether ``repo_id`` is in the hub mirror / reachable."""
-    where = ("present in the hub mirror" if hub.hub_dir() is not None and hub.is_available(repo_id)
-             else "not in the hub mirror" if hub.hub_dir() is not None else "on the hub")
-    return (f"released ID-Sim checkpoint {repo_id} ({where}; files {', '.join(RELEASED_FILES)}) not scored: "
-            f"its PEFT LoRA keys address Meta's native torch.hub DINOv3 modules inside id_sim's ViTExtractor "
-            f"(gated backbone weights {DINOV3_NATIVE_WEIGHTS}), code that is not on PyPI and could not be read "
-            f"here; loading it through another DINOv3 implementation would mean guessing the key layout")
+def released_idsim_reason(repo_id: str) -> str | None:
+    """Why the released ID-Sim ``repo_id`` (or its base DINOv3) cannot be read, without loading it:
+    which one is not in the hub mirror, with the download command (:class:`~nearid_lib.hub.HubError`'s
+    message); None when both are in the mirror, or when no mirror is set (the hub is asked at load
+    time, and a failed load is the reason then)."""
+    from .release_model import release_available
+
+    return release_available(repo_id)
 
 
+def load_release_row(cfg: Profile, device=None):
+    """The released ID-Sim ``idsim.released_model`` (registered encoder ``idsim-release``) at
+    ``idsim.image_size`` (448 in ``paper``), on ``device`` (default: the profile's)."""
+    from ..models import load_encoder, resolve_device
+
+    kw = {"image_size": cfg.idsim.image_size} if cfg.idsim.image_size else {}
+    return load_encoder(RELEASE_ROW, device=resolve_device(cfg.device) if device is None else device,
+                        checkpoint=cfg.idsim.released_model, **kw)[0]
 
 
 # ----------------------------------------------------------------------------- frozen rows
@@ -127,8 +142,10 @@ class ReleasedScores:
     """Everything notebook 09 scores on the public ID-Sim benchmarks in the ``released`` source.
 
     ``results``: scorer -> {metric_id: value, n_pairs...} for pooled embeddings (frozen rows by
-    registry name, ``nearid``); ``patch``: the frozen ID-Sim backbone's aggregated patch embedding
-    (Table 2b's DINOv3 column); ``gpt``: the datasets' own GPT-4o annotations (Table 2a MLLM*);
+    registry name, ``nearid``, the released ID-Sim as :data:`RELEASE_ROW`: its CLS embedding);
+    ``patch``: the frozen ID-Sim backbone's aggregated patch embedding (Table 2b's DINOv3 column);
+    ``release_patch``: the released ID-Sim's (Table 2b's ``ours``); ``gpt``: the datasets' own
+    GPT-4o annotations (Table 2a MLLM*);
     ``judge``: the open MLLM judge (``idsim.mllm_judge``) and its per-pair ``answers``;
     ``missing``: benchmark or scorer -> why it is absent."""
 
@@ -136,6 +153,8 @@ class ReleasedScores:
     labels: dict[str, str] = field(default_factory=dict)
     patch: dict[str, float] | None = None
     patch_label: str = ""
+    release_patch: dict[str, float] | None = None
+    release_patch_label: str = ""
     gpt: dict[str, float] = field(default_factory=dict)
     judge: dict[str, float] | None = None
     judge_label: str = ""
@@ -183,7 +202,9 @@ def load_benchmarks(cfg: Profile) -> tuple[Any, DreamBenchPP | None, pd.DataFram
 def score_released(cfg: Profile, nearid=None, log=print) -> ReleasedScores:
     """Score every public ID-Sim benchmark (:func:`load_benchmarks`) with every scorer that can be
     had without ID-Sim's unpublished training set: the frozen rows (``idsim.frozen_rows``, one
-    loaded at a time), the NearID head ``nearid`` (notebook 03's, when given), the datasets' own
+    loaded at a time), the released ID-Sim (:func:`load_release_row`: CLS and patch embedding; a
+    failed load is a reason in ``missing[RELEASE_KEY]``), the NearID head ``nearid`` (notebook
+    03's, when given), the datasets' own
     GPT-4o annotations, and the open MLLM judge ``idsim.mllm_judge`` (on at most
     ``idsim.mllm_max_pairs`` pairs per benchmark)."""
     from ..models import resolve_device, resolve_name
@@ -219,6 +240,22 @@ def score_released(cfg: Profile, nearid=None, log=print) -> ReleasedScores:
             out.patch = score(name, enc, "patch")
             out.patch_label = f"{name} mean of L2-normalised patch tokens (frozen; {enc.weights})"
         del enc
+    rel, why = None, released_idsim_reason(cfg.idsim.released_model)
+    if why is None:
+        try:
+            rel = load_release_row(cfg)
+        except (OSError, ValueError, KeyError, TypeError) as err:     # HubError is an OSError
+            why = f"released ID-Sim checkpoint {cfg.idsim.released_model} not loaded: {err}"
+    if rel is None:
+        out.missing[RELEASE_KEY] = why
+        log(why)
+    else:
+        where = f"{cfg.idsim.released_model} over {rel.info['base']}, {rel.preprocess.image_size} px"
+        out.results[RELEASE_ROW] = score(RELEASE_ROW, rel)
+        out.labels[RELEASE_ROW] = f"released ID-Sim, CLS embedding ({where}; LoRA merged into transformers DINOv3)"
+        out.release_patch = score(RELEASE_ROW, rel, "patch")
+        out.release_patch_label = f"released ID-Sim, mean of its L2-normalised mlp_patch embeddings ({where})"
+        del rel
     if nearid is not None:
         nearid = nearid.to(resolve_device(cfg.device))
         out.results["nearid"] = score("nearid", nearid)
@@ -280,7 +317,7 @@ def released_mllm_table(sc: ReleasedScores, profile: str) -> pd.DataFrame:
     from .mllm import mllm_table
 
     results = {k: {**v, "n_pairs": None} for k, v in sc.results.items()}
-    labels = {k: ("", sc.labels[k]) for k in sc.results}
+    labels = {k: (_RELEASE_2A_ROW if k == RELEASE_ROW else "", sc.labels[k]) for k in sc.results}
     notes = {k: "" for k in sc.results}
     if sc.gpt:
         results["gpt_annotations"] = {**sc.gpt, "n_pairs": None}
@@ -306,17 +343,23 @@ def released_mllm_table(sc: ReleasedScores, profile: str) -> pd.DataFrame:
 
 
 def released_patch_table(sc: ReleasedScores, profile: str) -> pd.DataFrame | None:
-    """ID-Sim Table 2b's ``dinov3`` column on the public benchmarks (S2k AP, DB++ Spearman): the
-    frozen backbone's aggregated patch embedding; ``ours_no_patch`` / ``ours`` need trained ID-Sim
-    models (not produced, :func:`released_idsim_reason`). None when the backbone was not scored."""
-    if not sc.patch:
+    """ID-Sim Table 2b on the public benchmarks (S2k AP, DB++ Spearman): ``dinov3`` = the frozen
+    backbone's aggregated patch embedding, ``ours`` = the released ID-Sim's (each column only when
+    it was scored); ``ours_no_patch`` needs an ID-Sim trained with the CLS loss only (not released).
+    None when neither was scored."""
+    cols = [(c, v, lab) for c, v, lab in (("dinov3", sc.patch, sc.patch_label),
+                                         ("ours", sc.release_patch, sc.release_patch_label)) if v]
+    if not cols:
         return None
     rows = []
     for ds, metric, mid in (("S2k", "AP", "subjects2k_ap"), ("DB++", "Spearman", "dreambench_spearman")):
-        if mid in sc.patch:
+        have = [(c, v[mid], lab) for c, v, lab in cols if mid in v]
+        if have:
             data, n = _data_note(mid, sc)
-            rows.append({"dataset": ds, "metric": metric, "metric_id": mid, "dinov3": float(sc.patch[mid]),
-                         "ours_label": sc.patch_label, "data": data, "n": n, "profile": profile})
+            rows.append({"dataset": ds, "metric": metric, "metric_id": mid,
+                         **{c: float(x) for c, x, _ in have},
+                         "ours_label": "; ".join(f"{c}: {lab}" for c, _, lab in have) if len(cols) > 1
+                         else have[0][2], "data": data, "n": n, "profile": profile})
     return pd.DataFrame(rows) if rows else None
 
 
@@ -325,10 +368,18 @@ _BENCH_OF = {"subjects2k_ap": "Subjects2k", "dreambench_spearman": "DreamBench++
 
 def not_scored(cfg: Profile, sc: ReleasedScores | None = None) -> dict[str, str]:
     """What the released-source benchmark tables leave out and why (recorded in their provenance):
-    the unpublished benchmarks, the released ID-Sim checkpoint, and any benchmark / scorer that
-    could not be read in this run."""
+    the unpublished benchmarks, what of the released ID-Sim is not scored (when it is: only Table
+    2b's unreleased ``ours_no_patch``), and any benchmark / scorer that could not be read in this run."""
     out = {f"benchmark {k}": v for k, v in UNPUBLISHED_BENCHMARKS.items()}
-    out["ID-Sim (released checkpoint)"] = released_idsim_reason(cfg.idsim.released_model)
+    repo = cfg.idsim.released_model
+    if sc is not None and RELEASE_ROW in sc.results:
+        out[RELEASE_KEY] = (f"the released ID-Sim {repo} is scored (Figure 25 'ID-Sim', Table 2a "
+                            f"'{_RELEASE_2A_ROW}', Table 2b 'ours'); Table 2b's ours_no_patch (ID-Sim trained with "
+                            f"the CLS loss only) is not released")
+    else:
+        out[RELEASE_KEY] = ((sc.missing.get(RELEASE_KEY) if sc is not None else None)
+                            or released_idsim_reason(repo)
+                            or f"released ID-Sim checkpoint {repo} not scored: no public benchmark could be read")
     out["ID-Sim (trained here)"] = ("ID-Sim's curated training set (real instance pairs + generative edits, "
                                     "App. A) is not public; the paper profile does not train ID-Sim on NearID data")
     if sc is not None:
@@ -345,6 +396,10 @@ def world_only_tables(cfg: Profile) -> dict[str, str]:
                 "training set (real instance pairs + generative edits, App. A) is not public")
     out = {OUTPUTS[k]: f"training ablation ({k}): {no_train}" for k in cfg.idsim.ablation_tables}
     rel = released_idsim_reason(cfg.idsim.released_model)
-    out["09_idsim_persam"] = f"Table 2c runs PerSAM on PODS: {UNPUBLISHED_BENCHMARKS['PODS']}; {rel}"
-    out["claims_09_idsim"] = f"the claims compare ID-Sim with its frozen backbone, and no ID-Sim is scored: {rel}"
+    tail = f"; {rel}" if rel else ""
+    out["09_idsim_persam"] = f"Table 2c runs PerSAM on PODS: {UNPUBLISHED_BENCHMARKS['PODS']}{tail}"
+    out["claims_09_idsim"] = ("the claims are decided on per-unit evidence of ID-Sim's PODS, CUTE and graded-edit "
+                              "benchmarks, whose evaluation subsets are not published (the released ID-Sim is set "
+                              "beside its frozen backbone on Subjects2k and DreamBench++ in 09_idsim_benchmarks)"
+                              + tail)
     return out

@@ -1,0 +1,599 @@
+"""The released ID-Sim model (``chaenayo/id-sim_dinov3_vitl16_cls_patch``) loaded into ``transformers``.
+
+What the release is (facts read from the authors' ``id_sim`` package; see ``docs/library.md``):
+
+* ``adapter_config.json`` + ``adapter_model.safetensors``: a PEFT LoRA saved from a model that wraps
+  Meta's native torch.hub DINOv3 ViT-L/16 inside their perceptual model, so its keys are in Meta's
+  key space, e.g. ``base_model.model.extractor.model.blocks.{N}.attn.qkv.lora_A.weight`` ([r, D]) and
+  ``...lora_B.weight`` ([3D, r]): a delta of Meta's *fused* ``attn.qkv`` weight (rows q, k, v).
+* ``mlp_cls.pth`` / ``mlp_patch.pth``: plain state dicts of two residual heads
+  ``z = fc2(silu(fc1(ln(x)))) + sigmoid(beta_logit) * x`` (:class:`ResidualHead`), keys
+  ``ln.weight ln.bias fc1.weight fc1.bias fc2.weight fc2.bias beta_logit``.
+* The base is DINOv3 ViT-L/16 LVD-1689M, which ``transformers`` ships converted from Meta's keys as
+  ``facebook/dinov3-vitl16-pretrain-lvd1689m`` (``DINOv3ViTModel``: the fused qkv split into
+  ``q_proj``/``k_proj``/``v_proj``, ``attn.proj`` -> ``o_proj``, ``mlp.fc1``/``fc2`` ->
+  ``up_proj``/``down_proj``, Meta's masked key bias dropped).
+
+:func:`load_idsim_release` therefore merges each LoRA delta where Meta applies it: per block, the
+fused ``[3D, D]`` weight is rebuilt from ``q_proj``/``k_proj``/``v_proj`` (in that order),
+``scale * B @ A`` is added (``scale = lora_alpha / r``, or ``lora_alpha / sqrt(r)`` with rsLoRA, as
+``adapter_config.json`` says) and the result is split back. ``attn.proj`` / ``mlp.fc1`` /
+``mlp.fc2`` deltas (when ``target_modules`` names them) go to ``o_proj`` / ``up_proj`` /
+``down_proj``. Every adapter tensor must be consumed: a key outside that map, a block index out of
+range, a shape that does not fit, a lone ``lora_A`` / ``lora_B`` or a setting this merge cannot honour
+(``bias != "none"``, DoRA, ``modules_to_save``, rank/alpha patterns, base-modifying initialisations)
+is an error naming the file and the key.
+
+Features as the release computes them (:class:`IDSimRelease`): the output of the **last block
+before the final LayerNorm** (a forward hook on the last ``DINOv3ViTLayer``; in transformers 5.24
+that tensor is also ``hidden_states[-1]``, checked in the tests, while the 4.5x sources replace the
+last entry by the post-norm output, so the hook, not the index, is what this code relies on),
+tokens ``[CLS, registers, patches]`` with the registers dropped, CLS through
+``mlp_cls`` and every patch token through ``mlp_patch``, each embedding mean-centred over its
+feature dimension and then L2-normalised (DreamSim-style ``normalize_embedding``). Images: RGB, a
+square bicubic resize to 448 x 448 (PIL, antialiased; no crop), [0, 1], ImageNet mean / std (the
+library's image loader composes an alpha channel onto black where the authors' ``convert("RGB")``
+drops it: the two differ for images with transparency only).
+
+Distances (the release's default policy, "pooled cosine"; Sinkhorn is never used by its public
+API): ``cls = 1 - cos(cls_a, cls_b)``; ``patch = 1 - cos(mean_a, mean_b)`` where ``mean`` is the
+mean of the (normalised) patch embeddings; ``joint = cls + patch`` in [0, 4]
+(:meth:`IDSimRelease.distance`). As an :class:`~nearid_lib.models.encoder_base.Encoder` the model's
+``pooled`` output is the normalised CLS embedding and its ``tokens`` the normalised patch
+embeddings, so every scorer of the library (``embed`` = CLS cosine; a patch scorer's mean of
+normalised tokens = the release's patch embedding) reads the release's own quantities.
+
+``load_encoder("idsim-release")`` builds it through :mod:`nearid_lib.hub` (both repos from the
+local mirror when ``NEARID_HUB_DIR`` is set); ``tiny=True`` reads the tiny release that the dry-run
+mirror holds (:func:`nearid_lib.dryrun.idsim.write_idsim_backbones`) and needs ``NEARID_HUB_DIR``.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .. import hub
+from ..models.encoder_base import IMAGENET_MEAN, IMAGENET_STD, Encoder, EncoderOutput, Preprocess
+
+__all__ = ["RELEASE_REPO", "BASE_REPO", "RELEASE_FILES", "RELEASE_IMAGE_SIZE", "HEAD_KEYS", "ReleaseFormatError",
+           "AdapterConfig", "ResidualHead", "IDSimRelease", "read_adapter", "merge_adapter", "load_head",
+           "normalize_embedding", "load_idsim_release", "release_encoder", "release_available"]
+
+RELEASE_REPO = "chaenayo/id-sim_dinov3_vitl16_cls_patch"
+BASE_REPO = "facebook/dinov3-vitl16-pretrain-lvd1689m"
+RELEASE_FILES = ("adapter_config.json", "adapter_model.safetensors", "mlp_cls.pth", "mlp_patch.pth")
+RELEASE_IMAGE_SIZE = 448
+HEAD_KEYS = ("ln.weight", "ln.bias", "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "beta_logit")
+
+# Meta module (inside a block) -> the transformers Linear(s) it became. qkv is fused in Meta's code.
+_META_TO_HF = {"attn.qkv": ("attention.q_proj", "attention.k_proj", "attention.v_proj"),
+               "attn.proj": ("attention.o_proj",), "mlp.fc1": ("mlp.up_proj",), "mlp.fc2": ("mlp.down_proj",)}
+# base_model.model (PEFT's wrapper) . extractor.model (id_sim's ViTExtractor -> Meta's ViT) . blocks.N.<module>
+# .lora_{A,B} [.<adapter name>] .weight; PEFT drops the adapter name when saving, older files may keep it
+_KEY = re.compile(r"^(?:base_model\.model\.)?extractor\.model\.blocks\.(?P<block>\d+)\."
+                  r"(?P<module>attn\.qkv|attn\.proj|mlp\.fc1|mlp\.fc2)\.lora_(?P<ab>[AB])"
+                  r"(?:\.[A-Za-z0-9_\-]+)?\.weight$")
+# adapter_config.json settings that change what the saved tensors mean: refused when set
+_REFUSED = {"use_dora": "DoRA (a magnitude vector besides B @ A)",
+            "fan_in_fan_out": "transposed LoRA weights (Conv1D layers)",
+            "lora_bias": "a bias on lora_B",
+            "modules_to_save": "fully trained copies of base modules",
+            "rank_pattern": "per-module ranks",
+            "alpha_pattern": "per-module alphas",
+            "layer_replication": "replicated layers",
+            "target_parameters": "LoRA on raw parameters",
+            "trainable_token_indices": "trained token embeddings",
+            "use_qalora": "quantisation-aware LoRA (pooled inputs)",
+            "alora_invocation_tokens": "activated LoRA (applied after invocation tokens only)",
+            "use_bdlora": "block-diagonal LoRA",
+            "loftq_config": "LoftQ (a quantised, modified base)",
+            "megatron_config": "Megatron parallel layers",
+            "arrow_config": "Arrow routing over several adapters",
+            "kasa_config": "KaSA (a modified base)",
+            "velora_config": "VeLoRA",
+            "monteclora_config": "MonteCLoRA"}
+# initialisations after which B @ A is the whole change of the base (others, e.g. PiSSA / OLoRA /
+# CorDA / LoRA-GA, also rewrite the base weights, which the file does not hold)
+_PLAIN_INITS = (True, False, "gaussian", "eva")
+
+
+class ReleaseFormatError(ValueError):
+    """A release file that does not have the layout this loader maps; the message names the file
+    and the key (or setting)."""
+
+
+def _hf_hint(repo: str) -> str:
+    return f"fetch it with: {hub.download_command(repo)}"
+
+
+# ----------------------------------------------------------------------------- adapter
+@dataclass(frozen=True)
+class AdapterConfig:
+    """The settings of ``adapter_config.json`` that the merge uses (:meth:`from_file` validates the
+    rest). ``target_modules``: a list of module names (PEFT matches a name or a ``.``-suffix) or
+    one regex string (PEFT's full match)."""
+
+    r: int
+    lora_alpha: float
+    use_rslora: bool = False
+    target_modules: tuple[str, ...] | str = ("qkv",)
+    bias: str = "none"
+    file: str = "adapter_config.json"
+
+    @property
+    def scale(self) -> float:
+        """PEFT's ``scaling``: ``lora_alpha / r``, or ``lora_alpha / sqrt(r)`` with rsLoRA."""
+        return self.lora_alpha / (math.sqrt(self.r) if self.use_rslora else self.r)
+
+    def targets(self, module: str) -> bool:
+        """Whether PEFT would have wrapped the module of full name ``module``."""
+        if isinstance(self.target_modules, str):
+            return re.fullmatch(self.target_modules, module) is not None
+        return any(module == t or module.endswith("." + t) for t in self.target_modules)
+
+    @classmethod
+    def from_dict(cls, cfg: Mapping[str, Any], file: str = "adapter_config.json") -> AdapterConfig:
+        """Validated settings of one ``adapter_config.json`` (see the module docstring)."""
+        if not isinstance(cfg, Mapping):
+            raise ReleaseFormatError(f"{file}: expected a JSON object, got {type(cfg).__name__}")
+        ptype = cfg.get("peft_type", "LORA")
+        if str(ptype).upper() != "LORA":
+            raise ReleaseFormatError(f"{file}: peft_type {ptype!r} is not a LoRA adapter")
+        for key in ("r", "lora_alpha", "target_modules"):
+            if cfg.get(key) is None:
+                raise ReleaseFormatError(f"{file}: key {key!r} missing")
+        r, alpha = cfg["r"], cfg["lora_alpha"]
+        if not isinstance(r, int) or isinstance(r, bool) or r < 1:
+            raise ReleaseFormatError(f"{file}: key 'r' must be a positive integer, got {r!r}")
+        if not isinstance(alpha, (int, float)) or isinstance(alpha, bool):
+            raise ReleaseFormatError(f"{file}: key 'lora_alpha' must be a number, got {alpha!r}")
+        bias = cfg.get("bias", "none")
+        if bias != "none":
+            raise ReleaseFormatError(f"{file}: key 'bias' is {bias!r}; only 'none' can be merged (the file's "
+                                     f"trained biases would change the base's)")
+        for key, what in _REFUSED.items():
+            if cfg.get(key):
+                raise ReleaseFormatError(f"{file}: key {key!r} = {cfg[key]!r} ({what}) cannot be merged by this "
+                                         f"loader")
+        init = cfg.get("init_lora_weights", True)
+        if init not in _PLAIN_INITS:
+            raise ReleaseFormatError(f"{file}: key 'init_lora_weights' = {init!r} rewrites the base weights at "
+                                     f"initialisation; the adapter alone cannot be merged into the released base")
+        tm = cfg["target_modules"]
+        if isinstance(tm, str):
+            targets: tuple[str, ...] | str = tm
+        elif isinstance(tm, (list, tuple)) and tm and all(isinstance(t, str) for t in tm):
+            targets = tuple(tm)
+        else:
+            raise ReleaseFormatError(f"{file}: key 'target_modules' must be a module name list or a regex, "
+                                     f"got {tm!r}")
+        return cls(r=r, lora_alpha=float(alpha), use_rslora=bool(cfg.get("use_rslora", False)),
+                   target_modules=targets, bias=bias, file=file)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> AdapterConfig:
+        try:
+            cfg = json.loads(Path(path).read_text())
+        except json.JSONDecodeError as err:
+            raise ReleaseFormatError(f"{path}: not valid JSON ({err})") from err
+        return cls.from_dict(cfg, str(path))
+
+
+def read_adapter(folder: str | os.PathLike) -> tuple[AdapterConfig, dict[str, torch.Tensor]]:
+    """``(config, tensors)`` of ``folder/adapter_config.json`` and ``folder/adapter_model.safetensors``
+    (read with safetensors, on the CPU)."""
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    cfg = AdapterConfig.from_file(folder / "adapter_config.json")
+    f = folder / "adapter_model.safetensors"
+    try:
+        tensors = load_file(str(f))
+    except Exception as err:  # safetensors raises its own error types
+        raise ReleaseFormatError(f"{f}: not a readable safetensors file ({type(err).__name__}: {err})") from err
+    return cfg, tensors
+
+
+def _encoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The transformer blocks of a ``DINOv3ViTModel`` (``model.layer`` in transformers 5.x,
+    ``layer`` in 4.5x)."""
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layer", None) if inner is not None else None
+    if layers is None:
+        layers = getattr(model, "layer", None)
+    if not isinstance(layers, nn.ModuleList):
+        raise TypeError(f"{type(model).__name__}: no list of transformer layers (model.layer / layer)")
+    return layers
+
+
+@dataclass(frozen=True)
+class _Delta:
+    """One merged LoRA delta: ``scale * B @ A`` added to ``linear.weight`` (B: the rows of that Linear)."""
+
+    linear: nn.Linear
+    A: torch.Tensor
+    B: torch.Tensor
+    scale: float
+
+    def weight(self, like: torch.Tensor) -> torch.Tensor:
+        d = (self.B.to(device=like.device, dtype=torch.float32) @ self.A.to(device=like.device, dtype=torch.float32))
+        return d * self.scale
+
+
+@torch.no_grad()
+def merge_adapter(model: nn.Module, cfg: AdapterConfig, tensors: Mapping[str, torch.Tensor],
+                  file: str = "adapter_model.safetensors") -> list[_Delta]:
+    """Merge every LoRA tensor of ``tensors`` (Meta key space) into the ``DINOv3ViTModel`` ``model``
+    in place; returns the merged deltas (what :meth:`IDSimRelease.adapters_disabled` takes back out).
+
+    Fused qkv: ``W = cat(q, k, v)`` [3D, D]; ``W += scale * B @ A``; split into ``q, k, v`` again.
+    Everything is checked before a weight changes, so a failed merge leaves ``model`` untouched."""
+    layers = _encoder_layers(model)
+    pairs: dict[tuple[int, str], dict[str, tuple[str, torch.Tensor]]] = {}
+    for key in sorted(tensors):
+        m = _KEY.match(key)
+        if m is None:
+            raise ReleaseFormatError(
+                f"{file}: key {key!r} is not consumed: this loader maps LoRA tensors of Meta's DINOv3 blocks "
+                f"only (base_model.model.extractor.model.blocks.N.{{attn.qkv,attn.proj,mlp.fc1,mlp.fc2}}"
+                f".lora_{{A,B}}.weight)")
+        block, module, ab = int(m["block"]), m["module"], m["ab"]
+        if block >= len(layers):
+            raise ReleaseFormatError(f"{file}: key {key!r}: block {block} is out of range (the base has "
+                                     f"{len(layers)} blocks, 0..{len(layers) - 1})")
+        if not cfg.targets(f"extractor.model.blocks.{block}.{module}"):
+            raise ReleaseFormatError(f"{file}: key {key!r}: module {module} is not among target_modules "
+                                     f"{cfg.target_modules!r} of {cfg.file}")
+        slot = pairs.setdefault((block, module), {})
+        if ab in slot:
+            raise ReleaseFormatError(f"{file}: key {key!r}: a second lora_{ab} for block {block} {module} "
+                                     f"(first: {slot[ab][0]!r})")
+        slot[ab] = (key, tensors[key])
+    plan: list[tuple[list[nn.Linear], torch.Tensor, torch.Tensor]] = []
+    for (block, module), slot in sorted(pairs.items()):
+        for ab, other in (("A", "B"), ("B", "A")):
+            if ab not in slot:
+                raise ReleaseFormatError(f"{file}: key {slot[other][0]!r} has no lora_{ab} partner for "
+                                         f"block {block} {module}")
+        layer = layers[block]
+        if module == "mlp.fc1" and hasattr(layer.mlp, "gate_proj"):
+            raise ReleaseFormatError(f"{file}: key {slot['A'][0]!r}: the base has a gated MLP; Meta's mlp.fc1 "
+                                     f"has no single counterpart")
+        linears = [layer.get_submodule(name) for name in _META_TO_HF[module]]
+        out_dim = sum(lin.out_features for lin in linears)
+        in_dim = linears[0].in_features
+        (ka, A), (kb, B) = slot["A"], slot["B"]
+        if tuple(A.shape) != (cfg.r, in_dim):
+            raise ReleaseFormatError(f"{file}: key {ka!r} has shape {tuple(A.shape)}; block {block} {module} "
+                                     f"needs [r={cfg.r}, {in_dim}]")
+        if tuple(B.shape) != (out_dim, cfg.r):
+            raise ReleaseFormatError(f"{file}: key {kb!r} has shape {tuple(B.shape)}; block {block} {module} "
+                                     f"needs [{out_dim}, r={cfg.r}]")
+        plan.append((linears, A.float(), B.float()))
+    deltas: list[_Delta] = []
+    for linears, A, B in plan:
+        # the fused qkv rows of Meta's block are [q; k; v]: B's rows split the same way, A is shared
+        rows = [lin.out_features for lin in linears]
+        fused = torch.cat([lin.weight.float() for lin in linears], 0)                 # [3D, D] (or [D', D])
+        fused += cfg.scale * (B.to(fused.device) @ A.to(fused.device))
+        for lin, w, b in zip(linears, fused.split(rows, 0), B.split(rows, 0)):
+            lin.weight.copy_(w.to(lin.weight.dtype))
+            deltas.append(_Delta(lin, A, b.contiguous(), cfg.scale))
+    return deltas
+
+
+# ----------------------------------------------------------------------------- heads
+class ResidualHead(nn.Module):
+    """The release's projection head: ``fc2(silu(fc1(ln(x)))) + sigmoid(beta_logit) * x`` (the
+    output has the input's width; LayerNorm eps 1e-5, PyTorch's default)."""
+
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.ln = nn.LayerNorm(dim)
+        self.fc1 = nn.Linear(dim, hidden)
+        self.fc2 = nn.Linear(hidden, dim)
+        self.beta_logit = nn.Parameter(torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.silu(self.fc1(self.ln(x)))) + torch.sigmoid(self.beta_logit) * x
+
+
+def load_head(path: str | os.PathLike, dim: int) -> ResidualHead:
+    """A :class:`ResidualHead` from ``path`` (``torch.load(weights_only=True)``), strictly: a
+    missing or unexpected key, or a shape that does not fit the base width ``dim``, is an error
+    naming the file and the key."""
+    path = Path(path)
+    try:
+        sd = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # pickle / zip errors of a damaged or non-tensor file
+        raise ReleaseFormatError(f"{path}: not a tensor state dict loadable with torch.load(weights_only=True) "
+                                 f"({type(err).__name__}: {err})") from err
+    if not isinstance(sd, Mapping):
+        raise ReleaseFormatError(f"{path}: expected a state dict, got {type(sd).__name__}")
+    missing = [k for k in HEAD_KEYS if k not in sd]
+    if missing:
+        raise ReleaseFormatError(f"{path}: key {missing[0]!r} missing (a head needs {', '.join(HEAD_KEYS)})")
+    extra = sorted(k for k in sd if k not in HEAD_KEYS)
+    if extra:
+        raise ReleaseFormatError(f"{path}: unexpected key {extra[0]!r} (a head has {', '.join(HEAD_KEYS)})")
+    bad = [k for k in HEAD_KEYS if not isinstance(sd[k], torch.Tensor)]
+    if bad:
+        raise ReleaseFormatError(f"{path}: key {bad[0]!r} is not a tensor")
+    hidden = int(sd["fc1.weight"].shape[0])
+    head = ResidualHead(dim, hidden)
+    want = {k: tuple(v.shape) for k, v in head.state_dict().items()}
+    for k in HEAD_KEYS:
+        if tuple(sd[k].shape) != want[k]:
+            raise ReleaseFormatError(f"{path}: key {k!r} has shape {tuple(sd[k].shape)}, expected {want[k]} "
+                                     f"(base width {dim}, head hidden {hidden})")
+    head.load_state_dict({k: sd[k].float() for k in HEAD_KEYS}, strict=True)
+    return head
+
+
+def normalize_embedding(x: torch.Tensor) -> torch.Tensor:
+    """The release's embedding normalisation: mean-centre over the last (feature) dim, then L2."""
+    x = x.float()
+    return F.normalize(x - x.mean(dim=-1, keepdim=True), dim=-1)
+
+
+# ----------------------------------------------------------------------------- the encoder
+class IDSimRelease(Encoder):
+    """The released ID-Sim (see the module docstring): a ``DINOv3ViTModel`` with the LoRA merged,
+    ``mlp_cls`` and ``mlp_patch``.
+
+    ``model(pixel_values)`` -> ``EncoderOutput(tokens=[B, N, D] normalised patch embeddings,
+    pooled=[B, D] normalised CLS embedding)``. Like :class:`~nearid_lib.idsim.model.IDSimModel`:
+    :meth:`prefix` (pixels: a ViT has no frozen prefix), :meth:`raw_from_prefix` (the backbone's
+    pre-norm CLS and patch tokens the heads read), :meth:`project` (the heads, unnormalised),
+    :meth:`from_prefix`, :meth:`adapters_disabled` (the base DINOv3 inside the block). For pairs of
+    images: :meth:`embeddings` (``cls`` / ``patch`` / ``joint``) and :meth:`distance`."""
+
+    def __init__(self, backbone: nn.Module, mlp_cls: ResidualHead, mlp_patch: ResidualHead, deltas: list[_Delta],
+                 *, image_size: int, name: str = "idsim-release", tiny: bool = False, weights: str | None = None,
+                 info: dict[str, Any] | None = None):
+        cfg = backbone.config
+        patch = int(cfg.patch_size)
+        if image_size % patch:
+            raise ValueError(f"{name}: image_size {image_size} is not a multiple of the patch size {patch}")
+        super().__init__(name, Preprocess(image_size, IMAGENET_MEAN, IMAGENET_STD, "squash", 1.0, "bicubic"),
+                         tiny=tiny, frozen=True, weights=weights)
+        self.model = backbone
+        self.mlp_cls = mlp_cls
+        self.mlp_patch = mlp_patch
+        self._deltas = deltas
+        self._n_prefix = 1 + int(getattr(cfg, "num_register_tokens", 0) or 0)
+        self.info = dict(info or {})
+        self._finish()
+
+    # ------------------------------------------------------------------ features
+    def backbone_tokens(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """[B, 1 + R + N, D]: the last block's output **before** the final LayerNorm (a forward hook
+        on the last layer; the model's own outputs are post-norm)."""
+        got: list[torch.Tensor] = []
+        last = _encoder_layers(self.model)[-1]
+        handle = last.register_forward_hook(
+            lambda mod, args, out: got.append(out[0] if isinstance(out, (tuple, list)) else out))
+        try:
+            self.model(pixel_values=pixel_values.to(device=self.device, dtype=self.dtype))
+        finally:
+            handle.remove()
+        return got[-1]
+
+    @torch.no_grad()
+    def prefix(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """The frozen part: a ViT has none, so the pixel values themselves."""
+        return pixel_values.to(device=self.device, dtype=self.dtype)
+
+    def raw_from_prefix(self, feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cls [B, D], patch tokens [B, N, D]): the pre-norm tokens of :meth:`backbone_tokens`,
+        registers dropped."""
+        h = self.backbone_tokens(feats)
+        return h[:, 0], h[:, self._n_prefix:]
+
+    def project(self, cls: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The heads: (``mlp_cls(cls)`` [B, D], ``mlp_patch(tokens)`` [B, N, D]), not normalised."""
+        p = self.mlp_cls.fc1.weight
+        return self.mlp_cls(cls.to(p.dtype)), self.mlp_patch(tokens.to(p.dtype))
+
+    def from_prefix(self, feats: torch.Tensor) -> EncoderOutput:
+        """Normalised (:func:`normalize_embedding`) patch embeddings as ``tokens``, CLS as ``pooled``."""
+        c, z = self.project(*self.raw_from_prefix(feats))
+        return EncoderOutput(normalize_embedding(z), normalize_embedding(c))
+
+    def _forward(self, pixel_values):
+        return self.from_prefix(pixel_values)
+
+    @contextlib.contextmanager
+    def adapters_disabled(self) -> Iterator[None]:
+        """Within the block the backbone is the base DINOv3 (each merged delta subtracted; the
+        merged weights are restored exactly on exit)."""
+        saved = [(d.linear, d.linear.weight.detach().clone()) for d in self._deltas]
+        try:
+            with torch.no_grad():
+                for d in self._deltas:
+                    w = d.linear.weight
+                    w.copy_((w.float() - d.weight(w)).to(w.dtype))
+            yield
+        finally:
+            with torch.no_grad():
+                for lin, w in saved:
+                    lin.weight.copy_(w)
+
+    # ------------------------------------------------------------------ the metric
+    @torch.no_grad()
+    def embeddings(self, images: Sequence[Any], batch_size: int = 16,
+                   kinds: Sequence[str] = ("cls", "patch", "joint")) -> dict[str, torch.Tensor]:
+        """L2-normalised embeddings of ``images`` by kind: ``cls`` [N, D]; ``patch`` [N, D] (mean of
+        the normalised patch embeddings, normalised: its cosine is the release's patch similarity);
+        ``joint`` [N, 2D] = ``[cls, patch] / sqrt(2)`` (cosine = mean of the two cosines);
+        ``tokens`` [N, T, D] (the normalised patch embeddings themselves)."""
+        bad = [k for k in kinds if k not in ("cls", "patch", "joint", "tokens")]
+        if bad:
+            raise ValueError(f"{self.name}.embeddings: unknown kind(s) {bad}; valid: cls, patch, joint, tokens")
+        out = self.encode(images, batch_size=batch_size)
+        cls = out.pooled
+        patch = F.normalize(out.tokens.mean(1), dim=-1)
+        res = {"cls": cls, "patch": patch, "joint": torch.cat([cls, patch], 1) / math.sqrt(2), "tokens": out.tokens}
+        return {k: res[k] for k in kinds}
+
+    @torch.no_grad()
+    def distance(self, first: Sequence[Any], second: Sequence[Any], mode: str = "joint",
+                 batch_size: int = 16) -> np.ndarray:
+        """The release's distance of ``first[i]`` and ``second[i]``: ``cls`` = 1 - cos of the CLS
+        embeddings, ``patch`` = 1 - cos of the mean patch embeddings, ``joint`` = their sum (0..4)."""
+        if mode not in ("cls", "patch", "joint"):
+            raise ValueError(f"{self.name}.distance: mode must be 'cls', 'patch' or 'joint', got {mode!r}")
+        if len(first) != len(second):
+            raise ValueError(f"{self.name}.distance: {len(first)} first images vs {len(second)} second images")
+        a = self.embeddings(first, batch_size, ("cls", "patch"))
+        b = self.embeddings(second, batch_size, ("cls", "patch"))
+        d = {k: 1.0 - (a[k] * b[k]).sum(-1).double() for k in ("cls", "patch")}
+        return (d["cls"] + d["patch"] if mode == "joint" else d[mode]).numpy()
+
+    # ------------------------------------------------------------------ identity
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    def spec(self) -> dict[str, Any]:
+        spec = super().spec()
+        spec.update({"checkpoint": self.info.get("release"), "base": self.info.get("base")})
+        return spec
+
+    def cache_key(self) -> str:
+        """Identity of the produced features: weights (the release files' hash and the base's
+        source), dtype, preprocessing and this module's code."""
+        from ..runmeta import code_fingerprint
+
+        code = code_fingerprint("idsim/release_model.py", "models/encoder_base.py", "imageio.py")
+        return (f"{self.name}|tiny={int(self.tiny)}|w={self.weights}|dtype={str(self.dtype).replace('torch.', '')}"
+                f"|{self.preprocess.key()}|code={code}")
+
+
+# ----------------------------------------------------------------------------- loading
+def _release_folder(repo_or_dir: str) -> tuple[Path, str | None]:
+    """The local folder of the release and its revision: an existing folder, the mirror's copy
+    (``NEARID_HUB_DIR``; absent: :class:`~nearid_lib.hub.HubError` with the download command), or a
+    hub snapshot of :data:`RELEASE_FILES`."""
+    where = hub.resolve(repo_or_dir, "model")
+    if where.local:
+        return Path(where.source), where.revision
+    from huggingface_hub import snapshot_download
+
+    try:
+        path = snapshot_download(repo_or_dir, revision=where.revision, allow_patterns=list(RELEASE_FILES))
+    except Exception as err:  # offline, gated, unknown repo: say what to do
+        raise OSError(f"idsim-release: cannot download {repo_or_dir!r} from the Hugging Face hub "
+                      f"({type(err).__name__}); run once with hub access (HF_HUB_OFFLINE unset), or put it in a "
+                      f"local mirror and set {hub.HUB_DIR_ENV}: {_hf_hint(repo_or_dir)}") from err
+    return Path(path), where.revision
+
+
+def _files_hash(folder: Path) -> str:
+    h = hashlib.sha256()
+    for f in RELEASE_FILES:
+        with open(folder / f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()[:12]
+
+
+def _dtype(dtype: Any) -> torch.dtype | None:
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    table = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+    if dtype not in table:
+        raise ValueError(f"idsim-release: dtype must be one of {', '.join(table)}, got {dtype!r}")
+    return table[dtype]
+
+
+def load_idsim_release(repo_or_dir: str | os.PathLike = RELEASE_REPO, base: str | os.PathLike = BASE_REPO,
+                       device: str | torch.device = "cpu", dtype: Any = None, image_size: int | None = None,
+                       tiny: bool = False, name: str = "idsim-release") -> IDSimRelease:
+    """The released ID-Sim as an :class:`IDSimRelease` (see the module docstring).
+
+    ``repo_or_dir``: the release (hub repo id, resolved through :mod:`nearid_lib.hub`, or a local
+    folder holding :data:`RELEASE_FILES`); ``base``: the ``transformers`` DINOv3 it adapts (repo id
+    or ``save_pretrained`` folder). The merge runs in float32; the backbone is then cast to
+    ``dtype`` ("float32" default, "bfloat16", "float16"; the heads stay float32). ``image_size``:
+    default 448 (the release's), the base config's own size for ``tiny``.
+
+    Raises :class:`~nearid_lib.hub.HubError` (a repo missing from the mirror, with its download
+    command), FileNotFoundError naming a missing release file, :class:`ReleaseFormatError` naming
+    the file and key that does not map."""
+    from transformers import DINOv3ViTModel
+
+    from ..models.backbones import _from_pretrained
+
+    folder, rev = _release_folder(str(repo_or_dir))
+    for f in RELEASE_FILES:
+        if not (folder / f).is_file():
+            raise FileNotFoundError(f"idsim-release: {f} missing in {folder} (the release holds "
+                                    f"{', '.join(RELEASE_FILES)}); {_hf_hint(str(repo_or_dir))}")
+    cfg, tensors = read_adapter(folder)
+    base_model = _from_pretrained(DINOv3ViTModel, name, str(base), None, str(base))
+    if not isinstance(base_model, DINOv3ViTModel):
+        raise TypeError(f"{name}: base {base!r} is a {type(base_model).__name__}, not a DINOv3ViTModel")
+    base_model = base_model.float().eval()
+    dim = int(base_model.config.hidden_size)
+    deltas = merge_adapter(base_model, cfg, tensors, str(folder / "adapter_model.safetensors"))
+    mlp_cls = load_head(folder / "mlp_cls.pth", dim)
+    mlp_patch = load_head(folder / "mlp_patch.pth", dim)
+    dt = _dtype(dtype)
+    if dt is not None and dt != torch.float32:
+        base_model = base_model.to(dt)
+    size = image_size or (int(base_model.config.image_size) if tiny else RELEASE_IMAGE_SIZE)
+    base_rev = hub.reads().get(str(base), {}).get("revision")
+    weights = (f"{repo_or_dir}@{rev or 'unpinned'}#{_files_hash(folder)}+{base}@{base_rev or 'unpinned'}")
+    info = {"release": str(repo_or_dir), "release_path": str(folder), "release_revision": rev, "base": str(base),
+            "base_revision": base_rev, "r": cfg.r, "lora_alpha": cfg.lora_alpha, "use_rslora": cfg.use_rslora,
+            "scale": cfg.scale, "target_modules": cfg.target_modules, "n_lora_tensors": len(tensors),
+            "n_merged": len(deltas)}
+    model = IDSimRelease(base_model, mlp_cls, mlp_patch, deltas, image_size=size, name=name, tiny=tiny,
+                         weights=weights, info=info)
+    return model.to(device) if device is not None and str(device) != "cpu" else model
+
+
+def release_available(repo_id: str = RELEASE_REPO, base: str = BASE_REPO) -> str | None:
+    """None when both the release and its base can be read (in the mirror, or the hub when no
+    mirror is set), else the reason: which of the two is not in the hub mirror, with
+    :class:`~nearid_lib.hub.HubError`'s message (the download command). Loads nothing."""
+    for rid, what in ((repo_id, "released ID-Sim checkpoint"),
+                      (base, f"base DINOv3 of the released ID-Sim {repo_id},")):
+        if not hub.is_available(rid):
+            try:
+                hub.resolve(rid, "model")
+            except hub.HubError as err:
+                return f"{what} {rid} not in the hub mirror: {err}"
+    return None
+
+
+def release_encoder(tiny: bool = False, checkpoint: str | os.PathLike | None = None,
+                    base: str | os.PathLike | None = None, hub_id: str | None = None, weights: str | None = None,
+                    **kw: Any) -> IDSimRelease:
+    """What ``load_encoder("idsim-release", ...)`` builds (:mod:`nearid_lib.models.registry`):
+    ``checkpoint`` (default: the registered release repo), ``base``, ``image_size``, ``dtype``;
+    other keywords are ignored. ``tiny=True`` reads the dry-run mirror's tiny release (a full
+    release is never random-init: without ``NEARID_HUB_DIR`` it is an error saying so)."""
+    if weights is not None:
+        raise ValueError(f"idsim-release: weights={weights!r} is not supported (the release's weights are the "
+                         f"LoRA and heads of checkpoint= over base=; there is no random-init release)")
+    if tiny and hub.hub_dir() is None:
+        raise OSError(f"idsim-release: tiny=True reads the tiny release of a dry-run mirror, and "
+                      f"{hub.HUB_DIR_ENV} is not set. Write one with `python -m nearid_lib.dryrun HUB_DIR "
+                      f"DOWNLOADS_DIR` (nearid_lib.dryrun.idsim.write_idsim_backbones) and set "
+                      f"{hub.HUB_DIR_ENV}=HUB_DIR, or load the real release with tiny=False")
+    return load_idsim_release(checkpoint or hub_id or RELEASE_REPO, base or BASE_REPO, device="cpu",
+                              dtype=kw.get("dtype"), image_size=kw.get("image_size"), tiny=tiny)
