@@ -139,7 +139,7 @@ $(DRYRUN_MIRROR): $(wildcard nearid_lib/dryrun/*.py) nearid_lib/data/released.py
 	@touch $@
 
 dryrun-paper: $(STAMP) $(if $(DRYRUN_HUB),,$(DRYRUN_MIRROR))
-	env $(DRYRUN_ENV) NEARID_SET="$$($(PY) -m nearid_lib.dryrun overrides)" \
+	env $(DRYRUN_ENV) NEARID_SET="$$(env $(DRYRUN_ENV) $(PY) -m nearid_lib.dryrun overrides)" \
 	  $(MAKE) --no-print-directory notebooks PROFILE=paper NB_OUT=$(DRYRUN_DIR)/notebooks
 	env $(DRYRUN_ENV) $(PY) -m nearid_lib.dryrun check $(DRYRUN_DIR)/figures
 

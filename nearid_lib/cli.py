@@ -7,6 +7,7 @@
     nearid rank GENERATED GALLERY [--encoder efficientnet-lite0] [--group-by species] [--out CSV]
     nearid train [--profile mini] [--set train.lr=3e-4 ...]          # the NearID head (notebook 03)
     nearid report [--profile mini]                                   # figures/README.md (notebook 99)
+    nearid dbpp-mh RATINGS_DIR [--scores NAME=DIR ...] --out FILE.csv  # DreamBench++ M-H from per-image scores
 
 ``ENCODER`` is, in this order of precedence, ``package.module:function`` or ``file.py:function``
 naming your callable ``list[PIL.Image] -> [N, D]``, a registered name, a ``timm:...`` /
@@ -51,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     ap = argparse.ArgumentParser(prog="nearid", description="NearID / ID-Sim / FPR: score your encoder or "
                                  "generator, train the NearID head, render the report.")
-    sub = ap.add_subparsers(dest="command", required=True, metavar="{score,sim,rank,train,report}")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="{score,sim,rank,train,report,dbpp-mh}")
 
     s = sub.add_parser("score", help="score an encoder on NearID, ID-Sim and FPR beside the baselines and papers")
     s.add_argument("encoder", help="module:function, file.py:function, registered name, timm:/open_clip: "
@@ -101,6 +102,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="render figures/README.md from the tables (what notebook 99_report does)")
     _common(p)
+
+    d = sub.add_parser("dbpp-mh", help="DreamBench++ metric-to-human r (NearID Table 2, Table 1's DB++ column, "
+                       "Figure 4) from per-image scores in the layout of the NearID authors' ratings folder")
+    d.add_argument("ratings", help="the ratings folder (dreambench_plus/ratings of Gorluxor/NearID: "
+                   "data_<scorer>_rating/, data_human_rating/merged_data/group{1,2}/)")
+    d.add_argument("--scores", action="append", default=[], metavar="NAME=DIR",
+                   help="your own scorer: a folder of <method>.json {image key: score} (repeatable)")
+    d.add_argument("--out", required=True, help="CSV with one row per (scorer, category, method): scorer, "
+                   "category, method, r, r_spread, n")
+    _common(d)
     return ap
 
 
@@ -195,6 +206,26 @@ def _report(args, over) -> int:
     return 0
 
 
+def _dbpp_mh(args, over) -> int:
+    import pandas as pd
+
+    from .io_utils import write_csv
+    from .nearid.dbpp_released import mh_long, read_ratings
+
+    extra = {}
+    for kv in args.scores:
+        name, sep, folder = kv.partition("=")
+        if not sep or not name.strip() or not folder.strip():
+            raise ValueError(f"--scores needs NAME=DIR, got {kv!r}")
+        extra[name.strip()] = folder.strip()
+    mh = mh_long(read_ratings(args.ratings, extra))
+    head = mh[(mh["method"] == "fisher_z") & mh["category"].isin(["object", "all4"])]
+    with pd.option_context("display.width", 160):
+        print(head.pivot(index="scorer", columns="category", values="r").to_string(float_format=lambda v: f"{v:.3f}"))
+    print(f"wrote {write_csv(mh, Path(args.out))} ({len(mh)} rows)")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``nearid`` / ``python -m nearid_lib``; returns the exit status."""
     ap = build_parser()
@@ -211,7 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the profile's threads; a bad --set (or NEARID_SET) fails here, loudly, for every command
         rt = get_profile(args.profile, over).runtime
         set_torch_threads(rt.threads, rt.tune_malloc)
-        commands = {"score": _score, "sim": _sim, "rank": _rank, "train": _train, "report": _report}
+        commands = {"score": _score, "sim": _sim, "rank": _rank, "train": _train, "report": _report,
+                    "dbpp-mh": _dbpp_mh}
         return commands[args.command](args, over)
     except (ConfigError, FileNotFoundError, ValueError, OSError, KeyError) as err:
         msg = " ".join(str(err).split())        # one line, as the README promises (no traceback)

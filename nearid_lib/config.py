@@ -26,14 +26,14 @@ from .config_values import ConfigError, ConfigValueError, coerce as _coerce  # n
 
 __all__ = [
     "PROFILES", "Profile", "WorldConfig", "BackboneConfig", "HeadConfig", "TrainConfig",
-    "EvalConfig", "GenerateConfig", "RetrievalConfig", "IDSimConfig", "RuntimeConfig", "get_profile",
+    "EvalConfig", "GenerateConfig", "RetrievalConfig", "IDSimConfig", "JudgeConfig", "RuntimeConfig", "get_profile",
     "profile_to_dict", "ConfigError", "env_overrides", "runtime_env", "with_overrides",
 ]
 
 
 from .config_sections import (BackboneConfig, EvalConfig, GenerateConfig, HeadConfig,  # noqa: F401
-                              IDSimConfig, Profile, RetrievalConfig, RuntimeConfig, TrainConfig,
-                              WorldConfig)
+                              IDSimConfig, JudgeConfig, Profile, RetrievalConfig, RuntimeConfig,
+                              TrainConfig, WorldConfig)
 
 
 def _smoke() -> Profile:
@@ -112,7 +112,9 @@ def _paper() -> Profile:
         train=TrainConfig(mixed_precision="fp16", token_store="int8"),
         eval=EvalConfig(
             n_seeds=1,      # 6.5 A100-hours a head: the paper reports one run per row
-            encoders=("clip-vit-l14", "dinov2-large", "siglip2-so400m-patch14-384", "nearid", "nearid-release"),
+            # both readouts of the frozen SigLIP2 (MAP head: NearID/MTG; mean of patch tokens: DB++)
+            encoders=("clip-vit-l14", "dinov2-large", "siglip2-so400m-patch14-384",
+                      "siglip2-so400m-patch14-384-meanpool", "nearid", "nearid-release"),
             vlm_judge="Qwen/Qwen3-VL-30B-A3B-Instruct", dbpp_root=None, dbpp_human=True, dbpp_standin=False,
         ),
         generate=GenerateConfig(

@@ -317,6 +317,16 @@ class IDSimConfig:
 
 
 @dataclass(frozen=True)
+class JudgeConfig:
+    """The VLM judge's instruction (NearID Table 1's Qwen3-VL row; the model is ``eval.vlm_judge``)."""
+
+    # a text file with the judge's instruction, sent after the two images as the authors do (their
+    # evaluation/vl_template_v2.txt, a 0-10 JSON "score" rubric: set this to reproduce their Qwen3-VL
+    # rows); None: our prompt (nearid_lib.judge.JUDGE_PROMPT), sent before the images
+    prompt_file: str | None = None
+
+
+@dataclass(frozen=True)
 class RuntimeConfig:
     """How a run uses the machine. The environment sets both once, when the profile is built
     (:func:`nearid_lib.config.get_profile`: ``NEARID_WORKERS``; ``NEARID_THREADS``, else
@@ -360,6 +370,7 @@ class Profile:
     generate: GenerateConfig = field(default_factory=GenerateConfig)
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     idsim: IDSimConfig = field(default_factory=IDSimConfig)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
 
     def to_dict(self) -> dict[str, Any]:

@@ -45,6 +45,7 @@ class TableSpec:
     paper_csv: Path | None = None
     not_reproduced: str = ""      # why a profile does not produce it (paper_values meta)
     partial: str = ""             # which of the paper's rows a profile cannot produce, and why
+    also: tuple[tuple[str, str], ...] = ()   # further tables of ours beside the same paper values: (path, what)
 
     @classmethod
     def from_meta(cls, meta_path: Path) -> "TableSpec":
@@ -56,7 +57,8 @@ class TableSpec:
         return cls(key=meta["key"], paper=meta["paper"], table=meta["table"], title=meta["title"],
                    key_columns=tuple(meta["key_columns"]), metrics=dict(meta["metrics"]),
                    ours=meta.get("ours"), notes=meta.get("notes", ""), paper_csv=csv,
-                   not_reproduced=meta.get("not_reproduced", ""), partial=meta.get("partial", ""))
+                   not_reproduced=meta.get("not_reproduced", ""), partial=meta.get("partial", ""),
+                   also=tuple((k, v) for k, v in (meta.get("also") or {}).items()))
 
 
 def load_specs(folder: Path | None = None) -> list[TableSpec]:
@@ -344,6 +346,9 @@ def render_report(figures: Path, specs: list[TableSpec] | None = None, title: st
             out += [f"_Ours: not produced in this run (expected `{s.ours}`).{why}_", ""]
         else:
             out += [f"_Ours: `{s.ours}`, profile: {_read_profile(ours, ours_path)}._", ""]
+            split = (read_table_meta(ours_path) or {}).get("split") or {}
+            if split and not split.get("official", True):
+                out += [f"_**Split:** {split.get('note') or 'not the authors official partition'}._", ""]
             if s.partial:
                 out += [f"_Rows not produced: {s.partial}_", ""]
         if paper.empty:
@@ -357,6 +362,18 @@ def render_report(figures: Path, specs: list[TableSpec] | None = None, title: st
         else:
             table = side_by_side(paper, ours, s.key_columns, list(s.metrics))
             out += [render_markdown_table(table), ""]
+        for path, what in s.also:
+            extra = figures / path
+            if extra.exists():
+                other = pd.read_csv(extra)
+                out += [f"Also `{path}`: {what}.", ""]
+                if _joinable(paper, other, s):
+                    out += [render_markdown_table(side_by_side(paper, other, s.key_columns, list(s.metrics))), ""]
+                else:
+                    out += [render_markdown_table(other.drop(columns=["profile"], errors="ignore")), ""]
+            else:
+                why = skip_reason(extra)
+                out += [f"_Also `{path}` ({what}): {'skipped: ' + why if why else 'not produced in this run'}._", ""]
         if s.notes:
             out += [f"Notes: {s.notes}", ""]
     if descriptive:

@@ -39,8 +39,9 @@ import torch
 from . import hub
 from .allocator import tune_allocator
 from .config import Profile, get_profile
+from .gates import closed_gates
 from .io_utils import read_table_meta, skipped_path, table_meta_path, write_csv, write_json
-from .paths import figures_dir, results_dir
+from .paths import data_dir, figures_dir, results_dir
 from .plots import save
 from .runmeta import write_run_metadata
 from .seeding import seed_everything
@@ -102,6 +103,9 @@ class Run:
         read = hub.reads()
         if read:    # the hub repositories this notebook read so far, where from, at which revision
             out["hub"] = read
+        split = _dataset_split(self.profile)
+        if split:   # which train/val/test partition the dataset holds (official, or our rule)
+            out["split"] = split
         return out
 
     def write_table(self, df: pd.DataFrame, name: str, **extra: Any) -> Path:
@@ -120,8 +124,9 @@ class Run:
         if not reason or not reason.strip():
             raise ValueError(f"skip_table({name!r}): a skipped table needs a stated reason")
         path = skipped_path(self.tables / f"{name}.csv")
-        write_json({"table": f"{name}.csv", "skipped": True, "reason": reason.strip(), **self.provenance(),
-                    **extra}, path)
+        # the declared inputs (nearid_lib.gates) this table lacks now: the dry run accepts no other skip
+        write_json({"table": f"{name}.csv", "skipped": True, "reason": reason.strip(),
+                    "gates": closed_gates(name), **self.provenance(), **extra}, path)
         print(f"table {name}: skipped - {reason.strip()}")
         return path
 
@@ -135,6 +140,17 @@ class Run:
         """Save ``fig`` as ``<figures>/<name>.png`` (atomically) and return it, so that a notebook cell
         ending with this call also shows the figure inline."""
         return save(fig, self.figures / f"{name}.png", dpi=dpi)
+
+
+def _dataset_split(profile: str) -> dict | None:
+    """The ``split`` record of the profile's NearID dataset manifest (source, sha256, counts), when
+    the dataset exists and records one (the released data does: :mod:`nearid_lib.data.splits`)."""
+    man = data_dir(profile) / "nearid" / "manifest.json"
+    try:
+        rec = json.loads(man.read_text()).get("split")
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) else None
 
 
 ALLOW_CPU_ENV = "NEARID_ALLOW_CPU"

@@ -245,16 +245,16 @@ def _named(df: pd.DataFrame | None, parts: Sequence[Participant]) -> pd.DataFram
     out["encoder"] = keys.map(lab).fillna(keys)
     out.insert(int(out.columns.get_loc("encoder")) + 1, "kind", keys.map(kind))
     if "method" in out.columns and "source_label" in out.columns:      # NearID per-source (Table 5 form)
-        first: dict[tuple, str] = {}
+        first: dict[str, str] = {}
         for canon, v in PAPER_KEYS.items():
-            first.setdefault(v, canon)          # the paper's own model; later entries stand in for it
+            first.setdefault(v[1], canon)       # the paper's own model; later entries stand in for it
         name = {p.key: getattr(p.bench, "name", None) for p in parts}
 
         def row(k: str) -> str:
             v = PAPER_KEYS.get(name.get(k) or "")
             if v is None or kind.get(k) == "yours":
                 return ""
-            return v[1] if first[v] == name[k] else f"{v[1]} (stand-in)"
+            return v[1] if first[v[1]] == name[k] else f"{v[1]} (stand-in)"
 
         out = out.drop(columns="method")
         out.insert(int(out.columns.get_loc("kind")) + 1, "paper_row", [row(k) for k in keys])

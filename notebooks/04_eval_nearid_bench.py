@@ -36,6 +36,7 @@ SEED = 0
 # %%
 import pandas as pd
 import torch
+from IPython.display import display
 
 from nearid_lib.claims import evaluate_claims
 from nearid_lib.io_utils import write_csv, write_json
@@ -44,6 +45,7 @@ from nearid_lib.nearid.ablations import main_row
 from nearid_lib.nearid.bench import run_bench
 from nearid_lib.nearid.claims import CLAIMS_BY_NOTEBOOK, NEARID_CLAIMS
 from nearid_lib.nearid.dbpp import dbpp_for_profile
+from nearid_lib.nearid.dbpp_released import RATINGS_WHY, RELEASED_TABLES, released_tables
 from nearid_lib.nearid.evaluate import backbone_throughput, n_bench_images, source_groups
 from nearid_lib.nearid.scorers import load_bench_encoders
 from nearid_lib.nearid.sweep import RowSpec, run_rows
@@ -87,7 +89,8 @@ bench.summary()
 # ## Table 1 - main results (percent for SSR/PA, Pearson r for alignment)
 
 # %%
-t1 = seed_mean([table1(rs, groups, PROFILE) for _, rs in per_seed(results)], ["row"])
+split = data.manifest.get("split")      # the released data's partition (official, or our rule: flagged)
+t1 = seed_mean([table1(rs, groups, PROFILE, split=split) for _, rs in per_seed(results)], ["row"])
 run.write_table(t1, "04_table1_main", seeds=seeds)
 t1
 
@@ -149,6 +152,26 @@ elif cfg.eval.dbpp_human:          # paper: the ratings were expected; say why t
     run.skip_table("04_table2_dbpp", dbpp_why)
     run.skip_table("04_fig4_dbpp_per_category", dbpp_why)
 t2
+
+# %% [markdown]
+# ## DreamBench++ from the authors' released per-image scores (any profile)
+# The NearID authors publish every scorer's per-image DreamBench++ score (their GitHub release,
+# `dreambench_plus/ratings`: GPT-4o, DINOv2, CLIP-I, SigLIP2 mean-pooled and MAP head, VSM,
+# Qwen3-VL-30B, NearID) beside the two human rater groups. From them, on a CPU in seconds: Table 2
+# (object category, per method r ± half the two groups' difference), Table 1's DB++ column (the
+# object category's Fisher-z mean over the 7 methods, as reported) with the Fisher-z mean over the
+# four categories beside it, and Figure 4's per-category numbers. `nearid dbpp-mh` computes the
+# same for your own metric's per-image scores.
+
+# %%
+released = released_tables(PROFILE)
+if released is None:
+    for name in RELEASED_TABLES:
+        run.skip_table(name, RATINGS_WHY)
+else:
+    for name, table in released.items():
+        run.write_table(table, name)
+    display(released["04_dbpp_released_table1"][["row", "dbpp_mh", "dbpp_mh_std", "dbpp_mh_all4", "n_object"]])
 
 # %% [markdown]
 # ## Per-pair MTG scores (for the score distributions of notebook 08)

@@ -22,10 +22,12 @@ from nearid_lib.data import load_nearid
 from nearid_lib.data.released import (RELEASED_SOURCES, TABLE5_TRAIN_SOURCES, assign_splits, distractor_features,
                                       materialise_released, positive_features, read_split_files)
 from nearid_lib.data.schema import DataError
-from nearid_lib.dryrun.nearid import write_nearid_datasets
+from nearid_lib.data.splits import RULE_NOTE
+from nearid_lib.dryrun.nearid import fixture_splits, write_authors_release, write_nearid_datasets
 
 # The columns of the authors' upload script (scripts/upload_nearid_datasets.py of Gorluxor/NearID):
-# positives and every distractor repo; no mask column, no split column.
+# positives and every distractor repo; no mask column. The positives also carry the official
+# ``split`` column (the authors' guide), which the second fixture variant leaves out.
 PUBLISHED_POSITIVES = {"id": "int64", "category": "string", "category_description": "string", "img1": "Image",
                        "img2": "Image", "img3": "Image", "n_images": "int64", "objaverse_id": "string",
                        "prompts1": "string", "prompts2": "string", "prompts3": "string", "quality": "string"}
@@ -60,6 +62,14 @@ def mirror(tmp_path_factory):
     return d
 
 
+@pytest.fixture(scope="module")
+def mirror_nosplit(tmp_path_factory):
+    """The positives without the ``split`` column (the variant the guide does not promise)."""
+    d = tmp_path_factory.mktemp("hub_nosplit")
+    write_nearid_datasets(d, n_ids=18, split_column=False)
+    return d
+
+
 @pytest.fixture
 def hub_env(mirror, monkeypatch):
     monkeypatch.setenv("NEARID_HUB_DIR", str(mirror))
@@ -82,16 +92,69 @@ def _edited(ds: datasets.Dataset, fn) -> datasets.Dataset:
     return datasets.Dataset.from_dict(cols, features=ds.features)
 
 
-def test_fixture_schema_is_the_published_one(hub_env):
+def test_fixture_schema_is_the_published_one(hub_env, tmp_path, monkeypatch):
     assert {c: _kind(f) for c, f in positive_features().items()} == PUBLISHED_POSITIVES
     dist = {c: _kind(f) for c, f in distractor_features().items()}
     assert {f"nimg{k}" for k in (1, 2, 3)} <= set(dist) and "id" in dist
     assert not any("mask" in c or c == "split" for c in [*PUBLISHED_POSITIVES, *dist])
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))
     pos = _load("Aleksandar/NearID")
     assert list(pos) == ["train"]                         # one split, as published
-    assert {c: _kind(f) for c, f in pos["train"].features.items()} == PUBLISHED_POSITIVES
+    assert {c: _kind(f) for c, f in pos["train"].features.items()} == {**PUBLISHED_POSITIVES, "split": "string"}
     for s in RELEASED_SOURCES:
-        assert set(_load(f"Aleksandar/NearID-{s}")["train"].column_names) == set(dist)
+        # the distractors as the hub holds them: save_to_disk folders, several arrow shards, no parquet
+        repo = hub_env / "Aleksandar" / f"NearID-{s}"
+        assert (repo / "train" / "state.json").exists() and (repo / "train" / "dataset_info.json").exists()
+        assert len(list((repo / "train").glob("data-0000*-of-00002.arrow"))) == 2
+        assert not list(repo.rglob("*.parquet"))
+        ds = _load(f"Aleksandar/NearID-{s}")["train"]
+        assert set(ds.column_names) == set(dist)
+        # memory-mapped from the mirror: nothing copied into the datasets cache
+        assert all(str(repo) in f["filename"] for f in ds.cache_files)
+    assert not (tmp_path / "hf_cache").exists() or not any((tmp_path / "hf_cache").rglob("*.arrow"))
+
+
+def test_official_split_column_file_and_rule(hub_env, mirror_nosplit, tmp_path, monkeypatch):
+    """The split, in the guide's order: the positives' column, else the split files (row
+    positions), else our rule, flagged as not official; column and files must agree."""
+    dl = tmp_path / "downloads"
+    split_dir = write_authors_release(dl) / "splits"
+    want = fixture_splits(18)
+    pos = _load("Aleksandar/NearID")
+    root = materialise_released(tmp_path / "col", pos, {}, masker=BoxMasker(), split_dir=split_dir)
+    d = load_nearid(root)
+    assert d.identities.split.tolist() == want
+    man = json.loads((root / "manifest.json").read_text())["split"]
+    assert man["source"] == "split column" and man["official"] and man["checked_against"] == str(split_dir)
+    assert man["counts"] == {"train": 12, "val": 2, "test": 4} and len(man["sha256"]) == 64
+    # the same partition read from the files alone (positives without the column): the same digest
+    monkeypatch.setenv("NEARID_HUB_DIR", str(mirror_nosplit))
+    nos = _load("Aleksandar/NearID")
+    assert "split" not in nos["train"].column_names
+    r2 = materialise_released(tmp_path / "files", nos, {}, masker=BoxMasker(), split_dir=split_dir)
+    m2 = json.loads((r2 / "manifest.json").read_text())["split"]
+    assert load_nearid(r2).identities.split.tolist() == want
+    assert m2["source"] == "split files" and m2["official"] and m2["sha256"] == man["sha256"]
+    assert set(m2["files_sha256"]) == {"train.json", "val.json", "test.json"}
+    # neither: our rule, which keeps the two identities of one asset together (not the official split)
+    r3 = materialise_released(tmp_path / "rule", nos, {}, masker=BoxMasker(), n_val=2, n_test=4)
+    m3 = json.loads((r3 / "manifest.json").read_text())["split"]
+    assert m3["source"] == "rule" and not m3["official"] and m3["note"] == RULE_NOTE
+    assert load_nearid(r3).identities.split.tolist() != want
+    # column and files that disagree: an error naming the row
+    bad = split_dir.parent / "bad_splits"
+    bad.mkdir()
+    test = [i for i, v in enumerate(want) if v == "test"]
+    train = [i for i, v in enumerate(want) if v == "train"]
+    (bad / "val.json").write_text(json.dumps([i for i, v in enumerate(want) if v == "val"]))
+    (bad / "test.json").write_text(json.dumps(test[:-1] + [train[0]]))
+    (bad / "train.json").write_text(json.dumps(sorted(train[1:] + [test[-1]])))
+    with pytest.raises(DataError, match=rf"row {min(train[0], test[-1])}, field 'split'"):
+        materialise_released(tmp_path / "bad", pos, {}, masker=BoxMasker(), split_dir=bad)
+    # an unknown value in the column names its row
+    odd = _edited(pos["train"], lambda c: c["split"].__setitem__(3, "holdout"))
+    with pytest.raises(DataError, match=r"row 3, field 'split': 'holdout'"):
+        materialise_released(tmp_path / "odd", odd, {}, masker=BoxMasker())
 
 
 def test_roundtrip_published_schema(hub_env, tmp_path):
@@ -104,7 +167,8 @@ def test_roundtrip_published_schema(hub_env, tmp_path):
     raw = pos["train"]
     n2 = sum(1 for n in raw["n_images"] if n == 2)
     assert 0 < n2 < len(raw)                                  # the fixture has 2- and 3-view identities
-    # splits by the documented rule, training sources of NearID Table 5
+    # the official split of the positives' column, training sources of NearID Table 5
+    assert d.identities.split.tolist() == fixture_splits(18)
     assert d.identities.split.value_counts().to_dict() == {"train": 12, "val": 2, "test": 4}
     assert d.sources == list(RELEASED_SOURCES) and d.train_sources == list(TABLE5_TRAIN_SOURCES)
     # category_description kept, n_images respected (2-view rows: empty img3 / nimg3)
@@ -124,7 +188,7 @@ def test_roundtrip_published_schema(hub_env, tmp_path):
     assert Image.open(d.path(a)).size == Image.open(d.path(b)).size
     assert masker.calls == int(d.identities.n_views.sum())
     man = json.loads((root / "manifest.json").read_text())
-    assert man["split"]["rule"].startswith("assign_splits") and man["masks"]["model"] == "box-masker-v1"
+    assert man["split"]["source"] == "split column" and man["masks"]["model"] == "box-masker-v1"
     assert man["counts"]["identities"] == {"train": 12, "val": 2, "test": 4}
     assert man["provenance"] == {}
     assert set(d.mtg.split) == {"train", "test"}
@@ -154,17 +218,16 @@ def test_resume_after_interruption(hub_env, tmp_path):
     assert d.train_sources == ["Flux"]
 
 
-def test_distractors_join_by_id_in_any_order(hub_env, tmp_path):
+def test_distractors_must_be_row_aligned(hub_env, tmp_path):
+    """The split files' row positions apply to every distractor repo unchanged (the guide), so a
+    repo in another row order is an error naming the first row whose id differs."""
     pos = _load("Aleksandar/NearID")
     flux = _load("Aleksandar/NearID-Flux")["train"]
+    ids = pos["train"]["id"]
     shuffled = flux.select(list(reversed(range(len(flux)))))
-    a = materialise_released(tmp_path / "a", pos, {"Flux": flux}, masker=BoxMasker(), n_val=2, n_test=4)
-    b = materialise_released(tmp_path / "b", pos, {"Flux": shuffled}, masker=BoxMasker(), n_val=2, n_test=4)
-    ta = pd.read_csv(a / "distractors" / "Flux.csv", dtype=str, keep_default_na=False)
-    tb = pd.read_csv(b / "distractors" / "Flux.csv", dtype=str, keep_default_na=False)
-    pd.testing.assert_frame_equal(ta, tb)
-    im_a = np.asarray(Image.open(a / ta.nimg1.iloc[3]))
-    assert np.array_equal(im_a, np.asarray(Image.open(b / tb.nimg1.iloc[3])))
+    with pytest.raises(DataError, match=rf"NearID-Flux, row 0, field 'id': {ids[-1]} but Aleksandar/NearID row 0 "
+                                        rf"has id {ids[0]}"):
+        materialise_released(tmp_path / "b", pos, {"Flux": shuffled}, masker=BoxMasker())
 
 
 def test_misaligned_and_bad_rows_name_repo_row_id_field(hub_env, tmp_path):
@@ -177,15 +240,16 @@ def test_misaligned_and_bad_rows_name_repo_row_id_field(hub_env, tmp_path):
 
     # a distractor row with an id the positives do not have
     bad = _edited(flux, lambda c: c["id"].__setitem__(5, 999999))
-    with pytest.raises(DataError, match=r"NearID-Flux, row 5, field 'id': id 999999 is not in Aleksandar/NearID"):
+    with pytest.raises(DataError, match=rf"NearID-Flux, row 5, field 'id': 999999 but Aleksandar/NearID row 5 "
+                                        rf"has id {ids[5]}"):
         run(f=bad, sub="a")
-    # a distractor repo one row short: the missing id is named
-    with pytest.raises(DataError, match=rf"NearID-Flux: no row for id {ids[-1]}"):
+    # a distractor repo one row short
+    with pytest.raises(DataError, match=rf"NearID-Flux: {len(ids) - 1} rows, Aleksandar/NearID has {len(ids)}"):
         run(f=flux.select(range(len(flux) - 1)), sub="b")
-    # duplicate ids
-    dup = _edited(flux, lambda c: c["id"].__setitem__(2, ids[1]))
-    with pytest.raises(DataError, match=rf"NearID-Flux, row 2, field 'id': duplicate id {ids[1]}"):
-        run(f=dup, sub="c")
+    # duplicate ids in the positives
+    dup = _edited(pos, lambda c: c["id"].__setitem__(2, ids[1]))
+    with pytest.raises(DataError, match=rf"Aleksandar/NearID, row 2, field 'id': duplicate id {ids[1]}"):
+        run(p=dup, sub="c")
     # n_images that disagrees with the images present
     three = next(i for i, n in enumerate(pos["n_images"]) if n == 3)
     wrong = _edited(pos, lambda c: c["n_images"].__setitem__(three, 2))
@@ -266,7 +330,8 @@ def test_assign_splits_never_straddles_on_random_data():
         assert (per == 1).all()
 
 
-def test_authors_split_files(tmp_path, hub_env):
+def test_authors_split_files(tmp_path, mirror_nosplit, monkeypatch):
+    monkeypatch.setenv("NEARID_HUB_DIR", str(mirror_nosplit))
     (tmp_path / "val.json").write_text("[0, 1]")
     (tmp_path / "test.json").write_text('{"indices": [2, 3, 4]}')
     s, digests = read_split_files(tmp_path, 6)
@@ -276,7 +341,7 @@ def test_authors_split_files(tmp_path, hub_env):
                                 split_dir=tmp_path)
     d = load_nearid(root)
     assert d.identities.split.tolist()[:6] == ["val", "val", "test", "test", "test", "train"]
-    assert json.loads((root / "manifest.json").read_text())["split"]["sha256"] == digests
+    assert json.loads((root / "manifest.json").read_text())["split"]["files_sha256"] == digests
     for text, msg in (("[0, 0]", "already listed"), ("[9]", "outside the 6"), ("[true]", "not a row index"),
                       ("{", "not JSON"), ('{"rows": 1}', "list of row indices")):
         (tmp_path / "test.json").write_text(text)
@@ -285,3 +350,14 @@ def test_authors_split_files(tmp_path, hub_env):
     (tmp_path / "val.json").unlink()
     with pytest.raises(DataError, match="val.json missing"):
         read_split_files(tmp_path, 6)
+
+
+def test_split_files_with_train_json_must_cover_every_row(tmp_path):
+    (tmp_path / "val.json").write_text("[0]")
+    (tmp_path / "test.json").write_text("[1, 2]")
+    (tmp_path / "train.json").write_text("[3, 4]")
+    with pytest.raises(DataError, match=r"1 of the 6 positives are in none of train/val/test.json \(first: row 5\)"):
+        read_split_files(tmp_path, 6)
+    (tmp_path / "train.json").write_text("[3, 4, 5]")
+    s, digests = read_split_files(tmp_path, 6)
+    assert s.tolist() == ["val", "test", "test", "train", "train", "train"] and len(digests) == 3

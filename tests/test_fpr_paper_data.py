@@ -115,7 +115,7 @@ def test_cars_from_the_hub_mirror(hub, tmp_path, monkeypatch):
     pd.testing.assert_frame_equal(cars, again)
     monkeypatch.setenv("NEARID_HUB_DIR", str(tmp_path / "empty"))
     (tmp_path / "empty").mkdir()
-    with pytest.raises(HubError, match="huggingface-cli download Donghyun99/Stanford-Cars --repo-type dataset"):
+    with pytest.raises(HubError, match="hf download Donghyun99/Stanford-Cars --repo-type dataset"):
         read_cars_test(tmp_path / "cars2")
 
 
@@ -148,7 +148,7 @@ def test_absent_downloads_are_skipped_with_reasons(tmp_path, monkeypatch):
     assert not res.folders and set(res.skipped) == set(DATASET_KEYS)
     assert "CUB_200_2011.tgz" in res.skipped["cub_wren"] and str(tmp_path / "dl") in res.skipped["cub_wren"]
     assert "wildlifedatasets/wildlifereid-10k" in res.skipped["zebra"]
-    assert "huggingface-cli download Donghyun99/Stanford-Cars" in res.skipped["stanford_cars"]
+    assert "hf download Donghyun99/Stanford-Cars" in res.skipped["stanford_cars"]
     monkeypatch.setenv("NEARID_DATA", str(tmp_path / "data"))
     monkeypatch.setenv("NEARID_DOWNLOADS", str(tmp_path / "dl"))
     split, gen, _ = X.prepare_data(_paper())

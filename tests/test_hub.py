@@ -52,7 +52,7 @@ def test_missing_repo_names_the_download_command(tmp_path, monkeypatch):
         hub.resolve("Aleksandar/NearID", "dataset")
     msg = str(err.value)
     assert "Aleksandar/NearID" in msg and str(tmp_path) in msg
-    assert f"huggingface-cli download Aleksandar/NearID --repo-type dataset --local-dir {tmp_path}/Aleksandar/NearID" in msg
+    assert f"hf download Aleksandar/NearID --repo-type dataset --local-dir {tmp_path}/Aleksandar/NearID" in msg
     (tmp_path / "org" / "empty").mkdir(parents=True)           # an empty folder is not a download
     with pytest.raises(hub.HubError, match="org/empty"):
         hub.resolve("org/empty")
@@ -131,28 +131,46 @@ def test_dryrun_overrides_are_sizes_only(monkeypatch):
     assert get_profile("paper", env_overrides()) == small
 
 
-def test_check_tables_finds_missing_nan_and_accepts_skips(tmp_path):
+def test_check_tables_finds_missing_nan_and_accepts_only_gated_skips(tmp_path, monkeypatch):
+    """A paper table is written with values, or skipped (or a metric column left empty) for a
+    declared gate (nearid_lib.gates) whose input is absent now; any other skip fails the check."""
     from nearid_lib.report import load_specs
 
+    monkeypatch.setenv("NEARID_DOWNLOADS", str(tmp_path / "downloads"))       # no hand download
     figs = tmp_path / "figs"
     problems = check_tables(figs)
+
     def produced_in(s):
         return json.loads(s.paper_csv.with_name(f"{s.key}.meta.json").read_text()).get("produced_in") or []
 
     paper_specs = [s for s in load_specs() if s.ours and "paper" in produced_in(s)]
-    assert len(problems) == len(paper_specs) and all("neither written nor skipped" in p for p in problems)
+    n_also = sum(len(s.also) for s in paper_specs)
+    assert len(problems) == len(paper_specs) + n_also and all("neither written nor skipped" in p for p in problems)
     spec = next(s for s in paper_specs if s.key == "nearid_table1_main")
     ours = figs / spec.ours
     ours.parent.mkdir(parents=True)
     paper = pd.read_csv(spec.paper_csv)
-    metric = next(c for c in spec.metrics if c in paper and pd.to_numeric(paper[c], errors="coerce").notna().any())
-    pd.DataFrame({metric: [np.nan, np.nan]}).to_csv(ours, index=False)
-    assert any(f"column '{metric}'" in p and "no finite value" in p for p in check_tables(figs))
-    pd.DataFrame({**{m: [0.5] for m in spec.metrics}}).to_csv(ours, index=False)
-    assert not any(spec.key in p for p in check_tables(figs))
+    pd.DataFrame({"nearid_ssr": [np.nan, np.nan]}).to_csv(ours, index=False)
+    assert any("column 'nearid_ssr'" in p and "no finite value" in p for p in check_tables(figs))
+    full = {m: [0.5] for m in spec.metrics if m in paper}
+    pd.DataFrame(full).to_csv(ours, index=False)
+    assert not any(spec.key + ":" in p for p in check_tables(figs))
+    # the DB++ column may stay empty while DreamBench++ is absent (gate "dreambenchpp"), not after
+    pd.DataFrame({**full, "dbpp_mh": [np.nan]}).to_csv(ours, index=False)
+    assert not any(spec.key + ":" in p for p in check_tables(figs))
+    (tmp_path / "downloads" / "dreambenchpp").mkdir(parents=True)
+    assert any("column 'dbpp_mh'" in p for p in check_tables(figs))
+    # a whole table skipped: only for a gate that names it and whose input is absent
     ours.unlink()
     ours.with_name(ours.name[:-4] + ".skipped.json").write_text(json.dumps({"reason": "no data"}))
-    assert not any(spec.key in p for p in check_tables(figs))
+    assert any(spec.key + ":" in p and "without a closed gate" in p for p in check_tables(figs))
+    t2 = next(s for s in paper_specs if s.key == "nearid_table2_dbpp")
+    marker = (figs / t2.ours).with_name("04_table2_dbpp.skipped.json")
+    marker.write_text(json.dumps({"reason": "DreamBench++ not found"}))
+    assert any("nearid_table2_dbpp: tables/04_table2_dbpp.csv skipped without a closed gate" in p
+               for p in check_tables(figs))                              # DreamBench++ is there now
+    (tmp_path / "downloads" / "dreambenchpp").rmdir()
+    assert not any("04_table2_dbpp.csv" in p for p in check_tables(figs))
 
 
 def test_two_mirrors_with_the_same_repo_name_never_share_a_cache(tmp_path, monkeypatch):
@@ -177,9 +195,12 @@ def test_download_command_list_and_readme(capsys):
 
     assert hub.main(["/mirror"]) == 0
     out = capsys.readouterr().out.splitlines()
-    cmds = [ln for ln in out if ln.startswith("huggingface-cli")]
+    assert out[0] == "set -e"                   # a failed download stops the script
+    cmds = [ln for ln in out if ln.startswith("hf ")]
     assert len(cmds) == len(hub.PAPER_REPOS)
-    assert "huggingface-cli download Aleksandar/NearID --repo-type dataset --local-dir /mirror/Aleksandar/NearID" in cmds
+    clones = [ln for ln in out if "git clone" in ln]
+    assert len(clones) == len(hub.GIT_REPOS) and "https://github.com/Gorluxor/NearID $NEARID_DOWNLOADS/NearID" in clones[0]
+    assert "hf download Aleksandar/NearID --repo-type dataset --local-dir /mirror/Aleksandar/NearID" in cmds
     root = Path(__file__).resolve().parents[1]
     readme = (root / "README.md").read_text() + (root / "docs" / "paper-profile.md").read_text()
     import re
@@ -189,3 +210,81 @@ def test_download_command_list_and_readme(capsys):
         listed |= {org_name + a for a in alts.split(",")}
     missing = [r for r, _, _ in hub.PAPER_REPOS if r not in listed]
     assert not missing, f"the paper-profile guide (docs/paper-profile.md) does not list {missing}"
+
+
+def test_every_printed_command_runs_an_executable_that_parses_its_flags(tmp_path):
+    """The printed download lines name executables that exist (``hf`` in the venv beside this
+    python, ``git`` on PATH) and flags those executables accept: each ``hf download`` line runs with
+    ``--dry-run`` offline and must fail *after* parsing (an offline dry-run error, never click's
+    usage error, exit status 2); each ``git clone`` line clones a local repository for real."""
+    import os
+    import shlex
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    hf = Path(sys.executable).with_name("hf")
+    assert hf.exists(), f"{hf} missing: the locked huggingface-hub installs the `hf` client"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    seen_flags = set()
+    for _, cmd in hub.download_commands(tmp_path / "mirror", tmp_path / "downloads"):
+        if cmd.startswith("hf "):
+            argv = shlex.split(cmd)
+            flags = tuple(a for a in argv if a.startswith("--"))
+            if flags in seen_flags:              # one run per distinct flag set (each takes ~0.5 s)
+                continue
+            seen_flags.add(flags)
+            r = subprocess.run([str(hf), *argv[1:], "--dry-run"], env=env, capture_output=True, text=True,
+                               timeout=120)
+            assert r.returncode not in (0, 2), (cmd, r.returncode, r.stderr[-2000:])
+            assert "No such option" not in r.stderr and "Usage:" not in r.stderr, (cmd, r.stderr[-2000:])
+            assert "offline" in r.stderr.lower() or "DryRunError" in r.stderr, r.stderr[-2000:]
+        else:
+            git = shutil.which("git")
+            assert git, "git is not on PATH"
+            src = tmp_path / "src"
+            subprocess.run([git, "init", "-q", str(src)], check=True)
+            (src / "README.md").write_text("x")
+            subprocess.run([git, "-C", str(src), "add", "."], check=True)
+            subprocess.run([git, "-C", str(src), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"],
+                           check=True)
+            local = cmd.replace("https://github.com/Gorluxor/NearID", f"file://{src}")
+            r = subprocess.run(["bash", "-ec", local], capture_output=True, text=True, timeout=120)
+            assert r.returncode == 0, (local, r.stderr)
+            assert (tmp_path / "downloads" / "NearID" / "README.md").exists()
+            r = subprocess.run(["bash", "-ec", local], capture_output=True, text=True, timeout=120)
+            assert r.returncode == 0, "a second run keeps the existing clone"
+    assert {("--repo-type", "--local-dir"), ("--local-dir",)} <= seen_flags
+
+
+def test_download_all_reports_each_repo_and_stops_at_the_first_failure(tmp_path):
+    calls, lines = [], []
+
+    def fetch(repo_id, repo_type, local_dir, revision):
+        calls.append((repo_id, repo_type))
+        if repo_id == "openai/clip-vit-large-patch14":
+            raise OSError("connection reset")
+        d = Path(local_dir)
+        (d / ".cache" / "huggingface" / "download").mkdir(parents=True)
+        (d / ".cache" / "huggingface" / "download" / "a.metadata").write_text("c0ffee\netag\n0\n")
+        (d / "a.bin").write_bytes(b"x" * 1000)
+
+    from pathlib import Path
+
+    only = ["Aleksandar/NearID", "google/siglip2-so400m-patch14-384"]
+    done = hub.download_all(tmp_path / "m", fetch=fetch, repos=only, log=lines.append)
+    assert [d["repo"] for d in done] == only and calls == [(only[0], "dataset"), (only[1], "model")]
+    assert all(d["bytes"] == 1000 and d["revision"] == "c0ffee" for d in done)
+    assert len(lines) == 2 and "c0ffee" in lines[0] and "Aleksandar/NearID" in lines[0]
+    with pytest.raises(hub.DownloadError, match="openai/clip-vit-large-patch14.*connection reset"):
+        hub.download_all(tmp_path / "m2", fetch=fetch, log=lines.append)
+    assert calls[-1][0] == "openai/clip-vit-large-patch14"
+    assert (tmp_path / "m2" / "Aleksandar" / "NearID" / "a.bin").exists()      # earlier downloads stay
+    with pytest.raises(hub.DownloadError, match="unknown repositories"):
+        hub.download_all(tmp_path / "m3", fetch=fetch, repos=["no/such"])
+    cloned = []
+    hub.download_all(tmp_path / "m4", tmp_path / "dl", repos=["Gorluxor/NearID"], fetch=fetch,
+                     clone=lambda url, where: (cloned.append(url), where.mkdir(parents=True)), log=lines.append)
+    assert cloned == ["https://github.com/Gorluxor/NearID"]
+    assert hub.main(["download", str(tmp_path / "m5"), "--only", "no/such"]) == 1

@@ -197,7 +197,7 @@ def test_subjects2k_bad_rows_and_missing_repo(in_mirror, tmp_path, monkeypatch):
     with pytest.raises(DataError, match=r"missing field\(s\) \['gpt_score'\]"):
         R.load_subjects2k("chaenayo/Subjects2k")
     monkeypatch.setenv(hub.HUB_DIR_ENV, str(tmp_path / "empty"))
-    with pytest.raises(hub.HubError, match=r"huggingface-cli download chaenayo/Subjects2k --repo-type dataset"):
+    with pytest.raises(hub.HubError, match=r"hf download chaenayo/Subjects2k --repo-type dataset"):
         R.load_subjects2k("chaenayo/Subjects2k")
 
 
@@ -358,7 +358,7 @@ def test_missing_benchmarks_give_reasons_not_crashes(tmp_path, monkeypatch):
     cfg = get_profile("paper", **{"idsim.mllm_judge": None})
     sc = R.score_released(cfg, log=lambda m: None)
     assert not sc.any_benchmark and not sc.results
-    assert "huggingface-cli download chaenayo/Subjects2k --repo-type dataset" in sc.missing["Subjects2k"]
+    assert "hf download chaenayo/Subjects2k --repo-type dataset" in sc.missing["Subjects2k"]
     assert "yuangpeng/dreambench_plus" in sc.missing["DreamBench++"]
     why = R.not_scored(cfg, sc)
     for b in ("PODS", "DeepFashion2", "AerialCattle", "PetFace", "CUTE"):

@@ -210,3 +210,26 @@ def test_sharded_kill_resume_torn_line_and_judge_check(tmp_path):
         score_pairs_sharded(other, keys, load, answers_dir=tmp_path / "run", state=None)
     with pytest.raises(ValueError, match="unique"):
         score_pairs_sharded(_Fake(), ["a", "a"], load, state=None)
+
+
+def test_prompt_file_is_sent_after_the_two_images(tmp_path):
+    """judge.prompt_file (the authors' evaluation/vl_template_v2.txt): read stripped, sent after
+    image A and image B as their code sends it, and part of the judge's fingerprint."""
+    from nearid_lib.dryrun.nearid import write_authors_release
+    from nearid_lib.judge import read_prompt_file
+
+    tpl = write_authors_release(tmp_path) / "evaluation" / "vl_template_v2.txt"
+    prompt = read_prompt_file(tpl)
+    assert prompt == tpl.read_text().strip() and "score" in prompt
+    judge = VLMJudge.tiny(seed=0, max_new_tokens=4, batch_size=1, prompt=prompt, prompt_after_images=True)
+    text = judge.processor.apply_chat_template(judge._messages(), add_generation_prompt=True, tokenize=False)
+    assert text.count("<|image_pad|>") == 2
+    assert text.rindex("<|image_pad|>") < text.index(prompt[:40])      # both images come first
+    plain = VLMJudge.tiny(seed=0, max_new_tokens=4, batch_size=1)
+    assert judge.fingerprint() != plain.fingerprint() and judge.fingerprint()["prompt_after_images"]
+    assert len(judge.score_pairs(_images(1), _images(1, 1)).raw) == 1
+    with pytest.raises(FileNotFoundError, match="vl_template_v2.txt"):
+        read_prompt_file(tmp_path / "missing.txt")
+    (tmp_path / "empty.txt").write_text("  \n")
+    with pytest.raises(ValueError, match="empty"):
+        read_prompt_file(tmp_path / "empty.txt")

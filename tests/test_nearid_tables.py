@@ -44,3 +44,52 @@ def test_table_builders_keys_and_values():
     assert fro["fg_ssr"] == 100.0 and fro["delta_ssr"] == pytest.approx(100 - (100 + ssr_b) / 2)
     assert fro["delta_mo"] == pytest.approx(0.2)
     assert t7.iloc[1]["delta_ssr"] == pytest.approx(0.0)
+
+
+def test_siglip2_row_reads_out_as_the_authors_compose_it_and_the_split_is_stated():
+    """The frozen SigLIP2 row of Table 1: NearID/MTG through its MAP head, DB++ through the mean of
+    its patch tokens (the authors' guide); the mean-pooled row stays whole. On a split that is not
+    the authors', every row says so and the released-weights row is flagged."""
+    from nearid_lib.data.splits import RULE_NOTE
+    from nearid_lib.nearid.evaluate import EncoderResult, nearid_bench
+
+    from _nearid_cases import A, _split
+
+    nb = nearid_bench(_split({"A": A}), ["A"])
+
+    def res(name, mh):
+        return EncoderResult(name, f"label {name}", nearid={"full": nb}, mtg={"full": None},
+                             dbpp={"kind": "human", "m_h": mh, "m_h_all4": mh - 0.1, "m_h_category": "object"})
+
+    rs = [res("siglip2-so400m-patch14-384", 0.489), res("siglip2-so400m-patch14-384-meanpool", 0.515),
+          res("nearid-release", 0.545)]
+    t = table1(rs, {"main": ["A"]}, "paper").set_index("row")
+    assert t.loc["SigLIP2", "dbpp_mh"] == 0.515 and t.loc["SigLIP2", "dbpp_mh_maphead"] == 0.489
+    assert t.loc["SigLIP2", "dbpp_mh_all4"] == pytest.approx(0.415)
+    assert "mean of the patch tokens" in t.loc["SigLIP2", "dbpp_note"]
+    assert t.loc["SigLIP2 (mean-pooled)", "dbpp_mh"] == 0.515
+    assert t.loc["SigLIP2", "nearid_ssr"] == t.loc["SigLIP2 (mean-pooled)", "nearid_ssr"]   # same tiny case
+    assert "split" not in t.columns                     # no split record (the procedural world)
+    official = table1(rs, {"main": ["A"]}, "paper", split={"source": "split column", "official": True})
+    assert set(official["split"]) == {"official (split column)"} and "flag" not in official.columns
+    ours = table1(rs, {"main": ["A"]}, "paper",
+                  split={"source": "rule", "official": False, "note": RULE_NOTE}).set_index("row")
+    assert ours["split"].str.startswith("not the authors'").all()
+    assert ours["flag"].notna().tolist() == [False, False, True]
+    assert "released weights' training data" in ours.loc["NearID, released weights", "flag"]
+    alone = table1(rs[:1], {"main": ["A"]}, "paper")              # one readout only: nothing composed
+    assert alone.loc[0, "dbpp_mh"] == 0.489 and "dbpp_mh_maphead" not in alone.columns
+
+
+def test_siglip2_mean_readout_is_the_mean_of_its_tokens():
+    import torch
+
+    from nearid_lib.models import load_encoder
+
+    mean, _ = load_encoder("siglip2-so400m-patch14-384-meanpool", tiny=True)
+    mapped, _ = load_encoder("siglip2-so400m-patch14-384", tiny=True)
+    x = torch.randn(2, 3, mean.image_size, mean.image_size, generator=torch.Generator().manual_seed(0))
+    a, b = mean(x), mapped(x)
+    torch.testing.assert_close(a.tokens, b.tokens, rtol=0, atol=0)      # the same tower (same init seed)
+    torch.testing.assert_close(a.pooled, a.tokens.mean(dim=1), rtol=0, atol=0)
+    assert not torch.allclose(b.pooled, a.pooled)

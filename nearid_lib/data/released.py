@@ -4,11 +4,15 @@ schema (``nearid_lib.data.schema``) so that every later notebook is profile-blin
 Published schemas (read from the authors' dataset cards, ``scripts/upload_nearid_datasets.py`` of
 ``Gorluxor/NearID``; :data:`POSITIVE_COLUMNS`, :data:`DISTRACTOR_COLUMNS`):
 
-- ``Aleksandar/NearID`` (positives): one ``train`` split; ``id`` (int64, shared with every distractor
-  repo), ``category``, ``category_description``, ``img1``, ``img2``, ``img3`` (``img3`` empty for
-  2-view identities), ``n_images``, ``objaverse_id``, ``prompts1..3``, ``quality``. No masks, no split.
-- ``Aleksandar/NearID-<source>`` for the nine sources of :data:`RELEASED_SOURCES`: the same columns
-  with the distractors ``nimg1..3`` in place of ``img1..3``; joined to the positives by ``id``.
+- ``Aleksandar/NearID`` (positives, parquet): one ``train`` split of 19,386 rows; ``id`` (int64,
+  sparse, shared with every distractor repo), ``category``, ``category_description``, ``img1``,
+  ``img2``, ``img3`` (``img3`` empty for 2-view identities), ``n_images``, ``objaverse_id``,
+  ``prompts1..3``, ``quality``, and (the authors' guide says) a ``split`` column with the official
+  partition, read when present. No masks.
+- ``Aleksandar/NearID-<source>`` for the nine sources of :data:`RELEASED_SOURCES`: ``save_to_disk``
+  folders (``train/data-0000k-of-0000n.arrow``), read memory-mapped
+  (:func:`nearid_lib.hub.load_hub_dataset`); the same columns with the distractors ``nimg1..3`` in
+  place of ``img1..3``, **row-aligned** with the positives (same ``id`` at every row: checked).
 - ``abdo-eldesokey/mtg-dataset``: ``train`` and ``test`` splits of ``image_{1,2}_original``,
   ``image_{1,2}_inpainted``, ``image_{1,2}_object_mask``, ``image_{1,2}_part_mask``; the oracle
   ``1 - |part ∩ object| / |object|`` is computed from the masks.
@@ -19,11 +23,11 @@ What the release does not carry is made here, deterministically, and recorded in
   segmentation model (:class:`nearid_lib.data.masks.ObjectMasker`, CLIPSeg prompted with the
   identity's ``category_description``), cached with the dataset; the authors' own masks are not
   published, so Table 7's foreground rows use ours (docs/paper-profile.md).
-- **Splits**: the authors' split files when the user has them (``world.split_dir`` holding
-  ``val.json`` / ``test.json``: lists of row indices into the positives, the ``--findx`` format of
-  their evaluation code); otherwise :func:`assign_splits`, a documented deterministic rule giving
-  ``world.n_val_ids`` / ``world.n_test_ids`` identities (paper: 100 / 500) that never share an
-  ``objaverse_id`` or a description with another split.
+- **Splits** (:mod:`nearid_lib.data.splits`): the official partition -- the positives' ``split``
+  column, else the authors' ``splits/{train,val,test}.json`` row positions (``world.split_dir``, or
+  ``$NEARID_DOWNLOADS/NearID/splits`` from the GitHub release); only when neither exists
+  :func:`assign_splits`, a documented deterministic rule giving ``world.n_val_ids`` /
+  ``world.n_test_ids`` identities, flagged as not official in the manifest and every table.
 - **Training sources** follow NearID Table 5 (``world.train_sources``: Flux, Flux_1024, Qwen,
   Qwen_1328); the other sources are unseen.
 
@@ -52,7 +56,8 @@ from .released_schema import (DISTRACTOR_COLUMNS, MTG_COLUMNS, POSITIVE_COLUMNS,
                               _one_split, _open_dataset, _save, _save_mask, _to_mask, _to_rgb, distractor_features,
                               mtg_features, pil_from_value, positive_features)
 from .schema import SCHEMA_VERSION, DataError
-from .splits import assign_splits, read_split_files
+from .splits import (RULE_NOTE, assign_splits, official_split_dir, read_split_files, split_column,
+                     split_digest)
 
 if TYPE_CHECKING:
     from ..config import Profile
@@ -76,20 +81,18 @@ def _id_index(ds, name: str) -> dict[int, int]:
     return index
 
 
-def _join(pos_ids: dict[int, int], dist, name: str, pos_name: str) -> list[int]:
-    """Row of ``dist`` for each positives row (joined by ``id``). The authors' loader also expects
-    the repos to be index-aligned; we join by id and report the first row that is not."""
-    didx = _id_index(dist, name)
-    extra = [(i, v) for v, i in didx.items() if v not in pos_ids]
-    if extra:
-        i, v = min(extra)
-        raise DataError(f"dataset {name}, row {i}, field 'id': id {v} is not in {pos_name}")
-    rows = [0] * len(pos_ids)
-    for v, i in pos_ids.items():
-        if v not in didx:
-            raise DataError(f"dataset {name}: no row for id {v} ({pos_name} row {i})")
-        rows[i] = didx[v]
-    return rows
+def _aligned(pos, dist, name: str, pos_name: str) -> list[int]:
+    """Row of ``dist`` for each positives row. The release is row-aligned (the guide: the split
+    files' row positions apply unchanged to every distractor repo), so row ``i`` of ``dist`` must
+    carry the ``id`` of row ``i`` of the positives; the first row where it does not is an error."""
+    pid, did = list(pos["id"]), list(dist["id"])
+    if len(did) != len(pid):
+        raise DataError(f"dataset {name}: {len(did)} rows, {pos_name} has {len(pid)}; the release is row-aligned")
+    for i, (a, b) in enumerate(zip(pid, did)):
+        if b is None or int(b) != int(a):
+            raise DataError(f"dataset {name}, row {i}, field 'id': {b} but {pos_name} row {i} has id {a}; "
+                            f"the distractor repos must be row-aligned with the positives")
+    return list(range(len(pid)))
 
 
 def _n_views(row: Mapping, i: int, rid: int, name: str, prefix: str) -> list[int]:
@@ -176,7 +179,7 @@ def _materialise_nearid(root: Path, positives: Any, distractors: Mapping[str, An
         name = f"{pos_name}-{s}"
         d = _no_decode(_one_split(obj, name))
         _check_columns(d, name, ["id", "nimg1", "nimg2", "nimg3"])
-        dists[s] = (name, d, _join(pos_ids, d, name, pos_name))
+        dists[s] = (name, d, _aligned(pos, d, name, pos_name))
     meta = pd.DataFrame({c: pos[c] for c in ("id", "objaverse_id", "category_description")})
     if splits is None:
         splits = assign_splits(meta, split_rule["n_val"], split_rule["n_test"], split_rule["seed"])
@@ -261,6 +264,30 @@ def _missing(where: str):
     raise DataError(f"{where}: missing image")
 
 
+def _resolve_splits(pos, pos_name: str, split_dir) -> tuple[pd.Series | None, dict | None]:
+    """The official partition (module :mod:`~nearid_lib.data.splits`): the positives' ``split``
+    column, else the split files of ``split_dir``; ``(None, None)`` when neither exists (the caller
+    falls back to the rule). When both exist they must agree row by row."""
+    files = None
+    if split_dir is not None:
+        files = read_split_files(split_dir, len(pos))
+    if "split" in pos.column_names:
+        col = split_column(pos["split"], f"dataset {pos_name}")
+        info = {"source": "split column", "official": True, "column": "split"}
+        if files is not None:
+            diff = (col != files[0]).to_numpy().nonzero()[0]
+            if len(diff):
+                i = int(diff[0])
+                raise DataError(f"dataset {pos_name}, row {i}, field 'split': {col.iloc[i]!r}, but the split "
+                                f"files in {split_dir} put row {i} in {files[0].iloc[i]!r} "
+                                f"({len(diff)} rows differ)")
+            info.update({"checked_against": str(split_dir), "files_sha256": files[1]})
+        return col, info
+    if files is not None:
+        return files[0], {"source": "split files", "official": True, "dir": str(split_dir), "files_sha256": files[1]}
+    return None, None
+
+
 def materialise_released(out_root: str | os.PathLike, positives: Any = None,
                          distractors: Mapping[str, Any] | None = None, mtg: Any = None,
                          train_sources: Sequence[str] | None = None, fpr: str | os.PathLike | None = None,
@@ -274,8 +301,9 @@ def materialise_released(out_root: str | os.PathLike, positives: Any = None,
     objects or ``save_to_disk`` folders in the published schemas (module docstring); ``fpr``: a
     folder of FPR CSVs (:func:`~nearid_lib.data.benchmarks.load_fpr`). ``masker(images, prompts)``
     returns one bool mask per image (required with ``positives``: the release has no masks).
-    Splits: ``split_dir`` (the authors' ``val.json``/``test.json``) or :func:`assign_splits` with
-    ``n_val``/``n_test``. ``train_sources`` defaults to NearID Table 5's (those present).
+    Splits (:mod:`~nearid_lib.data.splits`): the positives' ``split`` column, else the split files
+    of ``split_dir`` (the authors' ``{train,val,test}.json`` row positions; checked against the column
+    when both exist), else :func:`assign_splits` with ``n_val``/``n_test``, flagged as not official. ``train_sources`` defaults to NearID Table 5's (those present).
     A complete dataset made from the same inputs and settings is returned untouched; an interrupted
     one resumes. ``provenance`` (e.g. the hub revisions read) is stored in the manifest."""
     root = Path(out_root)
@@ -292,15 +320,12 @@ def materialise_released(out_root: str | os.PathLike, positives: Any = None,
     if positives is not None and masker is None:
         raise DataError(f"dataset {positives_name}: the release has no object masks; pass masker= "
                         f"(nearid_lib.data.masks.ObjectMasker) to compute them")
-    split_info: dict[str, Any]
-    splits = None
-    if positives is not None and split_dir is not None:
-        n_rows = len(_one_split(positives, positives_name))
-        splits, digests = read_split_files(split_dir, n_rows)
-        split_info = {"rule": "split files", "dir": str(split_dir), "sha256": digests}
-    else:
-        split_info = {"rule": "assign_splits (objaverse_id/description groups, sha256 order)",
-                      "n_val": int(n_val), "n_test": int(n_test), "seed": int(seed)}
+    splits, split_info = (None, None) if positives is None else _resolve_splits(
+        _one_split(positives, positives_name), positives_name, split_dir)
+    if split_info is None:
+        split_info = {"source": "rule", "official": False, "rule": "assign_splits (objaverse_id/description "
+                      "groups, sha256 order)", "n_val": int(n_val), "n_test": int(n_test), "seed": int(seed),
+                      "note": RULE_NOTE}
     masker_fp = None
     if masker is not None:
         from .masks import ObjectMasker, masker_fingerprint
@@ -331,6 +356,7 @@ def materialise_released(out_root: str | os.PathLike, positives: Any = None,
         for s, d in dists.items():
             write_csv(d, root / "distractors" / f"{s}.csv")
         counts["identities"] = {s: int((ids.split == s).sum()) for s in ("train", "val", "test")}
+        split_info = {**split_info, "sha256": split_digest(ids["split"]), "counts": counts["identities"]}
         counts["positive_images"] = int(ids.n_views.sum())
         counts["distractor_images"] = int(ids.n_views.sum()) * len(dists)
         extra["masks"] = {"model": masker_fp, **mask_stats,
@@ -376,7 +402,8 @@ def load_released_from_hub(cfg: Profile, out_root: str | os.PathLike | None = No
         masker = ObjectMasker.from_pretrained(w.mask_model, device=_device(cfg))
     train = [s for s in w.train_sources if s in dists]
     return materialise_released(out_root, pos, dists, mtg, train_sources=train, positives_name=w.nearid_repo,
-                                profile=cfg.name, seed=cfg.seed, masker=masker, split_dir=w.split_dir,
+                                profile=cfg.name, seed=cfg.seed, masker=masker,
+                                split_dir=official_split_dir(w.split_dir),
                                 n_val=w.n_val_ids, n_test=w.n_test_ids, progress=progress,
                                 provenance={"hub": hub.reads()})
 

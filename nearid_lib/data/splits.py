@@ -1,6 +1,18 @@
-"""Train / val / test splits of the released NearID identities: the authors' split files when the
-user has them (:func:`read_split_files`), else a documented deterministic rule
-(:func:`assign_splits`) under which no ``objaverse_id`` and no description is shared across splits."""
+"""Train / val / test splits of the released NearID identities, in the order the authors' guide
+(``REPRODUCTION.md`` of ``Gorluxor/NearID``) defines them:
+
+1. the positives' own ``split`` column, when the downloaded ``Aleksandar/NearID`` carries one
+   (:func:`split_column`);
+2. else the official split files ``splits/{train,val,test}.json`` of the authors' GitHub release:
+   0-based **row positions** into the unshuffled 19,386-row ``train`` split (18,786 / 100 / 500), not
+   ``id`` values (:func:`read_split_files`; :func:`official_split_dir` finds them);
+3. only when neither exists, a documented deterministic rule (:func:`assign_splits`) under which no
+   ``objaverse_id`` and no description is shared across splits. Its test identities are not the
+   authors', so no number computed on it is comparable with the paper's, and the released NearID
+   weights may have been trained on them: :data:`RULE_NOTE`.
+
+:func:`split_info` describes which one was used (source, sha256, counts); it is stored in the
+dataset manifest and every table's provenance."""
 from __future__ import annotations
 
 import hashlib
@@ -14,7 +26,48 @@ import pandas as pd
 
 from .schema import DataError
 
-__all__ = ["assign_splits", "read_split_files"]
+__all__ = ["assign_splits", "read_split_files", "split_column", "official_split_dir", "RULE_NOTE",
+           "SPLIT_VALUES", "split_digest"]
+
+RULE_NOTE = ("split drawn by this project's deterministic rule, not the authors' official partition "
+             "(splits/*.json of Gorluxor/NearID): numbers are not comparable with the paper's, and the "
+             "released NearID weights may have been trained on these test identities")
+# the values a ``split`` column may hold -> our split names
+SPLIT_VALUES = {"train": "train", "validation": "val", "valid": "val", "val": "val", "test": "test"}
+
+
+def split_digest(splits: pd.Series) -> str:
+    """sha256 of a per-row split assignment (``"<row>:<split>\n"`` lines): the partition's identity."""
+    h = hashlib.sha256()
+    for i, v in enumerate(splits.tolist()):
+        h.update(f"{i}:{v}\n".encode())
+    return h.hexdigest()
+
+
+def split_column(values, where: str) -> pd.Series:
+    """The positives' own ``split`` column (train / val|validation / test) as our split names; a
+    missing or unknown value is a DataError naming ``where`` and the row."""
+    out = []
+    for i, v in enumerate(list(values)):
+        key = str(v).strip().lower() if v is not None else ""
+        if key not in SPLIT_VALUES:
+            raise DataError(f"{where}, row {i}, field 'split': {v!r} is not one of {sorted(SPLIT_VALUES)}")
+        out.append(SPLIT_VALUES[key])
+    return pd.Series(out, name="split")
+
+
+def official_split_dir(split_dir: str | os.PathLike | None = None) -> Path | None:
+    """Where the official split files are: ``split_dir`` when given (``world.split_dir``; it must
+    exist), else ``$NEARID_DOWNLOADS/NearID/splits`` when that folder exists, else None."""
+    if split_dir:
+        d = Path(split_dir).expanduser()
+        if not d.is_dir():
+            raise DataError(f"split files: world.split_dir={d} does not exist")
+        return d
+    from ..paths import downloads_dir
+
+    d = downloads_dir() / "NearID" / "splits"
+    return d if d.is_dir() else None
 
 
 def _norm_text(t: Any) -> str:
@@ -79,14 +132,17 @@ def assign_splits(meta: pd.DataFrame, n_val: int, n_test: int, seed: int = 0) ->
 
 
 def read_split_files(split_dir: str | os.PathLike, n_rows: int) -> tuple[pd.Series, dict[str, str]]:
-    """The authors' split files: ``val.json`` and ``test.json`` in ``split_dir``, each a JSON list of
-    row indices into the positives (or ``{"indices": [...]}``, the ``--findx`` format of their
-    evaluation code). Rows in neither are train. Returns the split per row and the files' sha256."""
+    """The authors' split files in ``split_dir``: ``val.json`` and ``test.json`` (required) and
+    ``train.json`` (the official release has it), each a JSON list of 0-based row positions into the
+    positives (or ``{"indices": [...]}``, the ``--findx`` format of their evaluation code). With
+    ``train.json`` every row must be listed exactly once; without it rows in neither held-out file
+    are train. Returns the split per row and the files' sha256."""
     d = Path(split_dir)
     out = pd.Series(["train"] * n_rows, name="split")
     digests: dict[str, str] = {}
     seen: dict[int, str] = {}
-    for split in ("val", "test"):
+    names = ("train", "val", "test") if (d / "train.json").exists() else ("val", "test")
+    for split in names:
         f = d / f"{split}.json"
         if not f.exists():
             raise DataError(f"split files: {f} missing (world.split_dir={d} must hold val.json and test.json)")
@@ -109,4 +165,8 @@ def read_split_files(split_dir: str | os.PathLike, n_rows: int) -> tuple[pd.Seri
                 raise DataError(f"split files: {f}, entry {j}: row {i} already listed in {seen[i]}")
             seen[i] = f.name
             out.iloc[i] = split
+    if "train" in names and len(seen) != n_rows:
+        first = next(i for i in range(n_rows) if i not in seen)
+        raise DataError(f"split files: {d}: {n_rows - len(seen)} of the {n_rows} positives are in none of "
+                        f"train/val/test.json (first: row {first}); the official files cover every row")
     return out, digests

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import check_tables, overrides_text, write_mirror
+from . import check_tables, overrides_text, readme_settings, write_mirror
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{kind}: {', '.join(names)}")
         return 0
     if a.cmd == "overrides":
-        print(overrides_text())
+        print(overrides_text(readme_settings()))
         return 0
     problems = check_tables(a.figures_dir)
     for line in problems:

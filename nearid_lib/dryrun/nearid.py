@@ -1,11 +1,17 @@
 """NearID part of the dry-run mirror: the released datasets in their published schemas and tiny
 random-init models of the paper's classes saved under the paper's repo ids.
 
-Datasets are written as ``huggingface-cli download --local-dir`` leaves them: ``README.md`` (the
-dataset card with its ``dataset_info`` features) and ``data/<split>-00000-of-00001.parquet``, plus the
-download metadata (``.cache/huggingface/download/*.metadata``) whose first line is the commit read,
-here ``dryrun-fixture``. The schemas are :func:`~nearid_lib.data.released.positive_features`,
-:func:`~nearid_lib.data.released.distractor_features` and the MTG image columns; nothing else.
+Datasets are written as ``hf download --local-dir`` leaves them, each in the layout its publisher
+chose: the positives and MTG as ``push_to_hub`` parquet (``README.md``, the dataset card with its
+``dataset_info`` features, and ``data/<split>-00000-of-00001.parquet``), the nine distractor repos
+as ``save_to_disk`` folders (``README.md`` beside ``dataset_dict.json`` and
+``train/data-0000k-of-0000n.arrow``, ``train/state.json``, ``train/dataset_info.json``, several
+shards), plus the download metadata (``.cache/huggingface/download/*.metadata``) whose first line
+is the commit read, here ``dryrun-fixture``. The schemas are
+:func:`~nearid_lib.data.released.positive_features` (with the official ``split`` column, or without
+it: ``split_column=False``), :func:`~nearid_lib.data.released.distractor_features` and the MTG image
+columns; nothing else. :func:`write_authors_release` writes the authors' GitHub release layout
+(``splits/*.json`` row positions, ``dreambench_plus/ratings``, ``evaluation/vl_template_v2.txt``).
 
 Images are tiny procedural scenes: an identity is a shape, a colour and a stripe count; its views
 put it at other places and scales on other backgrounds; a distractor of a source repaints another
@@ -24,7 +30,7 @@ from PIL import Image, ImageDraw
 from ..data.released import RELEASED_SOURCES, distractor_features, mtg_features, positive_features
 
 __all__ = ["FIXTURE_REVISION", "write_nearid_datasets", "write_nearid_models", "write_dataset_repo",
-           "SOURCE_PX"]
+           "write_disk_repo", "SOURCE_PX", "fixture_splits", "write_authors_release"]
 
 FIXTURE_REVISION = "dryrun-fixture"
 BASE_PX = 64
@@ -138,6 +144,46 @@ def _card(pretty: str, features, splits: list[str], body: str) -> str:
     return "\n".join(lines)
 
 
+def write_disk_repo(repo_dir: Path, cols: dict, features, card: str, num_shards: int = 2) -> Path:
+    """One dataset repo in the ``save_to_disk`` layout of the NearID distractor repos (what
+    ``hf download --local-dir`` leaves): ``README.md`` beside ``DatasetDict({"train": ...})
+    .save_to_disk(repo_dir, num_shards=...)`` (``dataset_dict.json``, ``train/data-0000k-of-0000n.arrow``,
+    ``train/state.json``, ``train/dataset_info.json``) and the download metadata."""
+    import datasets
+
+    repo_dir = Path(repo_dir)
+    repo_dir.mkdir(parents=True, exist_ok=True)
+    ds = datasets.Dataset.from_dict(cols, features=features)
+    datasets.DatasetDict({"train": ds}).save_to_disk(str(repo_dir), num_shards={"train": num_shards})
+    meta = repo_dir / ".cache" / "huggingface" / "download" / "train"
+    meta.mkdir(parents=True, exist_ok=True)
+    for f in sorted((repo_dir / "train").glob("*")):
+        (meta / f"{f.name}.metadata").write_text(f"{FIXTURE_REVISION}\n\"etag\"\n0.0\n")
+    (repo_dir / "README.md").write_text(card)
+    return repo_dir
+
+
+def fixture_splits(n_ids: int) -> list[str]:
+    """The fixture's official partition, by row: ``k = round(n_ids / 9)`` val and ``2k`` test rows
+    spread over the table (2 / 4 of 14 or 18), the rest train; not the project's split rule (which
+    keeps the two identities that share an asset together), so a run that ignored it would not
+    match it."""
+    k = max(1, round(n_ids / 9))
+    out = ["train"] * n_ids
+
+    def take(start: int, step: int, split: str, count: int) -> None:
+        i = start
+        while count:
+            i %= n_ids
+            if out[i] == "train":
+                out[i], count = split, count - 1
+            i += step
+
+    take(3, 9, "val", k)
+    take(1, 5, "test", 2 * k)
+    return out
+
+
 def write_dataset_repo(repo_dir: Path, splits: dict[str, dict], features, card: str) -> Path:
     """One dataset repo in the layout ``huggingface-cli download --local-dir`` leaves:
     ``README.md``, ``data/<split>-00000-of-00001.parquet`` and the download metadata."""
@@ -180,24 +226,56 @@ def _mtg_split(n: int, seed: int, split_id: int) -> dict:
     return cols
 
 
-def write_nearid_datasets(hub_dir: Path, n_ids: int = 18, n_mtg: tuple[int, int] = (6, 6), seed: int = 0) -> list[str]:
-    """``Aleksandar/NearID``, the nine ``Aleksandar/NearID-<source>`` repos and
-    ``abdo-eldesokey/mtg-dataset`` into the mirror ``hub_dir``; returns the repo ids written."""
+def write_nearid_datasets(hub_dir: Path, n_ids: int = 18, n_mtg: tuple[int, int] = (6, 6), seed: int = 0,
+                          split_column: bool = True) -> list[str]:
+    """``Aleksandar/NearID`` (parquet; with the official ``split`` column of :func:`fixture_splits`
+    unless ``split_column=False``), the nine ``Aleksandar/NearID-<source>`` repos (``save_to_disk``
+    folders, 2 shards) and ``abdo-eldesokey/mtg-dataset`` into the mirror ``hub_dir``; returns the
+    repo ids written."""
+    import datasets
+
     hub_dir = Path(hub_dir)
     pos, dist = _rows(n_ids, seed)
+    feats = positive_features()
+    if split_column:
+        pos["split"] = fixture_splits(n_ids)
+        feats = datasets.Features({**feats, "split": datasets.Value("string")})
     body = "Dry-run fixture in the published schema of the NearID datasets (tiny procedural images)."
-    write_dataset_repo(hub_dir / "Aleksandar" / "NearID", {"train": pos}, positive_features(),
-                       _card("NearID (Multi-View Identity Dataset)", positive_features(), ["train"], body))
+    write_dataset_repo(hub_dir / "Aleksandar" / "NearID", {"train": pos}, feats,
+                       _card("NearID (Multi-View Identity Dataset)", feats, ["train"], body))
     out = ["Aleksandar/NearID"]
     for s in RELEASED_SOURCES:
-        write_dataset_repo(hub_dir / "Aleksandar" / f"NearID-{s}", {"train": dist[s]}, distractor_features(),
-                           _card(f"NearID-{s} (Near-Identity Distractors)", distractor_features(), ["train"], body))
+        write_disk_repo(hub_dir / "Aleksandar" / f"NearID-{s}", dist[s], distractor_features(),
+                        _card(f"NearID-{s} (Near-Identity Distractors)", distractor_features(), ["train"], body))
         out.append(f"Aleksandar/NearID-{s}")
     mtg = {"train": _mtg_split(n_mtg[0], seed, 0), "test": _mtg_split(n_mtg[1], seed, 1)}
     write_dataset_repo(hub_dir / "abdo-eldesokey" / "mtg-dataset", mtg, mtg_features(),
                        _card("MTG", mtg_features(), list(mtg), "Dry-run fixture with the MTG image columns."))
     out.append("abdo-eldesokey/mtg-dataset")
     return out
+
+
+def write_authors_release(downloads_dir: Path, n_ids: int = 18, seed: int = 0) -> Path:
+    """The files of the authors' GitHub release (``Gorluxor/NearID``) that the paper path reads, in
+    its layout, at ``downloads_dir/NearID``: ``splits/{train,val,test}.json`` (sorted 0-based row
+    positions of :func:`fixture_splits`), ``dreambench_plus/ratings`` (per-image scores of every
+    scorer and both human groups, :func:`nearid_lib.dryrun.dbpp.write_ratings`) and
+    ``evaluation/vl_template_v2.txt`` (a judge prompt asking for a 0-10 JSON score)."""
+    from .dbpp import write_ratings
+
+    root = Path(downloads_dir) / "NearID"
+    (root / "splits").mkdir(parents=True, exist_ok=True)
+    parts = fixture_splits(n_ids)
+    for split in ("train", "val", "test"):
+        (root / "splits" / f"{split}.json").write_text(json.dumps([i for i, s in enumerate(parts) if s == split]))
+    write_ratings(root / "dreambench_plus" / "ratings", seed=seed)
+    (root / "evaluation").mkdir(parents=True, exist_ok=True)
+    (root / "evaluation" / "vl_template_v2.txt").write_text(
+        "You see two images, A and B. Decide whether they show the same physical object instance "
+        "(not merely the same category). Answer with JSON only: {\"match_cues\": [...], "
+        "\"conflict_cues\": [...], \"background_used\": false, \"confidence\": 0.0, \"score\": 0}, "
+        "where score is an integer from 0 (different instance) to 10 (certainly the same instance).\n")
+    return root
 
 
 # --------------------------------------------------------------------------- models

@@ -33,6 +33,8 @@ def _parse(argv: Iterable[str] | None):
     p.add_argument("--judge", default="tiny", help="'tiny' (random-init, offline) or a hub id / folder")
     p.add_argument("--prompt", choices=("nearid", "idsim"), default="nearid",
                    help="NearID's 0-10 score rubric or ID-Sim's 0-1 similarity")
+    p.add_argument("--prompt-file", default=None, help="the judge's instruction from a text file, sent after the "
+                   "two images (the NearID authors' evaluation/vl_template_v2.txt); overrides --prompt")
     p.add_argument("--max-new-tokens", type=int, default=None)
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--dtype", default="bfloat16")
@@ -58,6 +60,11 @@ def main(argv: Iterable[str] | None = None):
         from ..idsim.mllm import IDSIM_JUDGE_PROMPT
 
         kw.update(prompt=IDSIM_JUDGE_PROMPT, answer_key="similarity", answer_max=1.0)
+    if args.prompt_file:
+        from .model import read_prompt_file
+
+        kw.update(prompt=read_prompt_file(args.prompt_file), prompt_after_images=True, answer_key="score",
+                  answer_max=10.0)
     if args.judge == "tiny":
         judge = VLMJudge.tiny(**kw)
     else:

@@ -6,6 +6,8 @@ processor that runs offline (tests, smoke). The answers are read by :mod:`nearid
 from __future__ import annotations
 
 import hashlib
+import os
+from pathlib import Path
 from typing import Any, Sequence
 
 import torch
@@ -13,7 +15,7 @@ import torch
 from ..compat import ensure_torchvision
 from .answers import JudgeScores
 
-__all__ = ["JUDGE_PROMPT", "VLMJudge", "build_tiny_qwen3vl"]
+__all__ = ["JUDGE_PROMPT", "VLMJudge", "build_tiny_qwen3vl", "read_prompt_file"]
 
 JUDGE_PROMPT = """You judge INSTANCE identity: whether two images show the same physical object, not merely the same kind of object.
 
@@ -94,6 +96,21 @@ def build_tiny_qwen3vl(seed: int = 0, vocab_size: int = 400, image_px: int = 64,
     return model, proc
 
 
+def read_prompt_file(path: str | os.PathLike) -> str:
+    """A judge instruction from a text file (``judge.prompt_file``; e.g. the NearID authors'
+    ``evaluation/vl_template_v2.txt``), stripped as their code reads it; a missing or empty file is
+    an error naming it."""
+    p = Path(path).expanduser()
+    try:
+        text = p.read_text(encoding="utf-8").strip()
+    except OSError as err:
+        raise FileNotFoundError(f"judge.prompt_file {p}: cannot read it ({err}); the NearID authors' template is "
+                                f"evaluation/vl_template_v2.txt of their GitHub release ($NEARID_DOWNLOADS/NearID)") from None
+    if not text:
+        raise ValueError(f"judge.prompt_file {p} is empty")
+    return text
+
+
 class VLMJudge:
     """Pairwise instance-identity judge: ``score_pairs(A, B) -> JudgeScores`` (s = score/10).
 
@@ -106,6 +123,8 @@ class VLMJudge:
         prompt: the instruction text (default :data:`JUDGE_PROMPT`).
         image_size: if set, images are resized to this square size before the processor.
         name: label used in tables.
+        prompt_after_images: send image A, image B, then the prompt text (the NearID authors'
+            layout for their template file, :func:`read_prompt_file`); default: our prompt first.
         answer_key, answer_max: the numeric field of the JSON answer that is read and its range
             ``[0, answer_max]`` (default: NearID's 0-10 ``score``; ID-Sim's judge reads a 0-1
             ``similarity``, :mod:`nearid_lib.idsim.mllm`).
@@ -113,8 +132,10 @@ class VLMJudge:
 
     def __init__(self, model, processor, max_new_tokens: int = 512, batch_size: int = 4,
                  prompt: str = JUDGE_PROMPT, image_size: int | None = None, name: str = "qwen3-vl",
-                 answer_key: str = "score", answer_max: float = 10.0):
+                 answer_key: str = "score", answer_max: float = 10.0, prompt_after_images: bool = False):
         self.model, self.processor = model, processor
+        # the authors' template (evaluation/vl_template_v2.txt) is sent after image A and image B
+        self.prompt_after_images = bool(prompt_after_images)
         self.answer_key, self.answer_max = answer_key, float(answer_max)
         self.max_new_tokens, self.batch_size = int(max_new_tokens), int(batch_size)
         self.prompt, self.image_size, self.name = prompt, image_size, name
@@ -152,6 +173,9 @@ class VLMJudge:
 
     # -- scoring
     def _messages(self) -> list[dict]:
+        if self.prompt_after_images:
+            return [{"role": "user", "content": [{"type": "image"}, {"type": "image"},
+                                                 {"type": "text", "text": self.prompt}]}]
         return [{"role": "user", "content": [
             {"type": "text", "text": self.prompt + "\n\nImage A:"}, {"type": "image"},
             {"type": "text", "text": "\nImage B:"}, {"type": "image"},
@@ -198,7 +222,8 @@ class VLMJudge:
         same judge (:func:`~nearid_lib.judge.shards.score_pairs_sharded`)."""
         return {"name": self.name, "max_new_tokens": self.max_new_tokens, "image_size": self.image_size,
                 "answer_key": self.answer_key, "answer_max": self.answer_max,
-                "prompt_sha1": hashlib.sha1(self.prompt.encode()).hexdigest()[:12]}
+                "prompt_sha1": hashlib.sha1(self.prompt.encode()).hexdigest()[:12],
+                **({"prompt_after_images": True} if self.prompt_after_images else {})}
 
     def __repr__(self) -> str:
         return f"VLMJudge({self.name!r}, max_new_tokens={self.max_new_tokens}, batch_size={self.batch_size})"

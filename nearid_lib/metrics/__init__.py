@@ -16,7 +16,7 @@ metrics).
 from __future__ import annotations
 
 from ._arrays import cosine_similarity_matrix
-from .correlation import fisher_z_mean, metric_to_human, pearson
+from .correlation import MH_COLUMNS, fisher_z_mean, metric_to_human, metric_to_human_groups, pearson
 from .idsim import ndcg, rank_correlations, subjects2k_ap, triplet_accuracy, verification_ap, verification_auc
 from .mtg import mtg_metrics, mtg_ssr_pa
 from .nearid import nearid_similarities, pool_sources, source_breakdown, ssr_pa
@@ -35,6 +35,8 @@ __all__ = [
     "mtg_metrics",
     "mtg_ssr_pa",
     "metric_to_human",
+    "metric_to_human_groups",
+    "MH_COLUMNS",
     "verification_ap",
     "verification_auc",
     "ndcg",

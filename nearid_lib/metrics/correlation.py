@@ -7,7 +7,9 @@ import pandas as pd
 
 from ._arrays import _to_np
 
-__all__ = ["fisher_z_mean", "pearson", "metric_to_human"]
+__all__ = ["fisher_z_mean", "pearson", "metric_to_human", "metric_to_human_groups", "MH_COLUMNS"]
+
+MH_COLUMNS = ["category", "method", "r", "r_spread", "n"]
 
 
 def fisher_z_mean(rs, clip: float = 0.999, return_sem: bool = False, nan_policy: str = "omit"):
@@ -97,3 +99,55 @@ def metric_to_human(metric, human, method, category=None) -> dict:
                          "r_pooled": pearson(g["metric"], g["human"]), "n": len(g)})
         out["per_category"] = pd.DataFrame(rows)
     return out
+
+
+def metric_to_human_groups(metric, humans, method, category, clip: float = 0.9999) -> pd.DataFrame:
+    """M-H as the NearID authors report it (their ``dreambench_plus/pearson.py``; NearID Table 2,
+    Table 1's DB++ column, Figure 4), per category, never over the categories pooled.
+
+    Per (category, method): the Pearson r of ``metric`` with each human rater group of ``humans``
+    separately; ``r`` = their mean, ``r_spread`` = half their range (the table's ±). Per category a
+    ``method = "fisher_z"`` row: the Fisher-z mean over the methods (``r_spread`` = standard error
+    of the per-method r). ``category = "all4"`` rows: each method's (and the Fisher-z row's)
+    Fisher-z mean over the categories (the guide's ``--full`` aggregate), when there are several.
+
+    Args:
+        metric: [M] scores per rated image; ``humans``: a list of [M] arrays, one per rater group.
+        method, category: [M] labels. ``clip``: the release's Fisher-z clip (0.9999).
+
+    Returns:
+        DataFrame with :data:`MH_COLUMNS` (``n`` = images with a finite metric and human score).
+    """
+    m = _to_np(metric, "metric").ravel()
+    hs = [_to_np(h, "human").ravel() for h in humans]
+    meth, cat = np.asarray(method).ravel(), np.asarray(category).ravel()
+    if any(h.shape != m.shape for h in hs) or meth.shape != m.shape or cat.shape != m.shape:
+        raise ValueError(f"metric_to_human_groups: metric {m.shape}, humans {[h.shape for h in hs]}, "
+                         f"method {meth.shape}, category {cat.shape} differ")
+    if not hs:
+        raise ValueError("metric_to_human_groups: no human rater group")
+    rows = []
+    per_cat: dict[str, dict[str, float]] = {}
+    for c in dict.fromkeys(cat.tolist()):
+        rs = {}
+        n_cat = 0
+        for me in dict.fromkeys(meth[cat == c].tolist()):
+            idx = (cat == c) & (meth == me)
+            rg = [pearson(m[idx], h[idx]) for h in hs]
+            n = int((np.isfinite(m[idx]) & np.isfinite(hs[0][idx])).sum())
+            r = float(np.mean(rg))
+            rows.append({"category": c, "method": me, "r": r, "r_spread": float((max(rg) - min(rg)) / 2), "n": n})
+            rs[me] = r
+            n_cat += n
+        fz, sem = fisher_z_mean(list(rs.values()), clip=clip, return_sem=True)
+        rows.append({"category": c, "method": "fisher_z", "r": fz, "r_spread": sem, "n": n_cat})
+        per_cat[c] = {**rs, "fisher_z": fz}
+    if len(per_cat) > 1:
+        n_of = {(x["category"], x["method"]): x["n"] for x in rows}
+        for me in dict.fromkeys(k for v in per_cat.values() for k in v):
+            vals = [v[me] for v in per_cat.values() if me in v]
+            if len(vals) == len(per_cat):
+                fz, sem = fisher_z_mean(vals, clip=clip, return_sem=True)
+                rows.append({"category": "all4", "method": me, "r": fz, "r_spread": sem,
+                             "n": int(sum(n_of[(c, me)] for c in per_cat))})
+    return pd.DataFrame(rows, columns=MH_COLUMNS)

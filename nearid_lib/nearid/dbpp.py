@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ..data import NearIDData
 
 __all__ = ["PROCEDURAL_NOTE", "dbpp_standin", "dbpp_human", "dbpp_mean_ratings", "dbpp_root",
-           "dbpp_for_profile", "DBPP_DIRNAME", "DOWNLOAD_STEPS"]
+           "dbpp_for_profile", "DBPP_DIRNAME", "DOWNLOAD_STEPS", "dbpp_mh_from_scores", "HEADLINE_CATEGORY"]
 
 PROCEDURAL_NOTE = "procedural oracle, not human (DreamBench++ stand-in from the world's edit grids)"
 
@@ -80,52 +80,53 @@ def _human_rows(dbpp: DreamBenchPP, max_rows: int | None) -> pd.DataFrame:
 def dbpp_human(dbpp: DreamBenchPP, max_rows: int | None = None) -> Callable[[Any], tuple]:
     """M-H against DreamBench++ *human* ratings (``nearid_lib.data.benchmarks.load_dreambenchpp``):
     per rated image, s(reference image of its subject, generated image); returns a callable for
-    :func:`~nearid_lib.nearid.evaluate.evaluate_encoder` ``(benc) -> (metric_to_human dict with
-    kind="human", scores)``.
+    :func:`~nearid_lib.nearid.evaluate.evaluate_encoder` ``(benc) -> (M-H dict with kind="human",
+    scores)``.
 
-    The release has two human rater groups; as in its own ``pearson.py`` (and NearID Table 2's
-    "r +- spread"), the Pearson r of each method is computed against each group separately and
-    averaged over groups (``per_method``: ``r`` = mean, ``r_spread`` = half the range, ``n`` =
-    rated images); ``m_h`` is the Fisher-z mean of the per-method r. Per category the same, over
-    the rows of that category. ``scores`` are in the row order of the human ratings."""
+    As the NearID authors report it (their reproduction guide and ``pearson.py``;
+    :func:`nearid_lib.metrics.metric_to_human_groups`): per category and method, the Pearson r
+    against each of the two human rater groups separately, averaged (``r_spread`` = half their
+    difference); per category the Fisher-z mean over the methods. ``m_h`` (Table 1's DB++ column,
+    Tables 3, 8, 9, 10) is the ``object`` category's value (585 of the 1,350 prompts), ``m_h_all4``
+    the Fisher-z mean of the four category values; ``per_method`` (Table 2) the object category's
+    rows; ``per_category`` (Figure 4) one row per category; ``long`` every row. The categories are
+    never pooled into one r. ``scores`` are in the row order of the human ratings."""
     hum = _human_rows(dbpp, max_rows)
 
     def run(benc):
         s = _pair_scores(benc, hum["reference"].tolist(), hum["image"].tolist())
-        cat = hum["category"].to_numpy()
-        per_group = {g: metrics.metric_to_human(s[idx], hum["score"].to_numpy(float)[idx],
-                                                hum["method"].to_numpy()[idx],
-                                                cat[idx] if (cat != "").all() else None)
-                     for g, idx in hum.groupby("group", sort=True).indices.items()}
-        mh = _average_groups(per_group)
-        mh["kind"] = "human"
-        return mh, s
+        return dbpp_mh_from_scores(s, hum), s
 
     return run
 
 
-def _average_groups(per_group: dict[str, dict]) -> dict:
-    """Mean over rater groups of the per-method (and per-category) r; Fisher-z over methods."""
-    def avg(frames, key):
-        d = pd.concat([f.assign(_g=g) for g, f in frames.items()], ignore_index=True)
-        out = d.groupby(key, sort=True).agg(r=("r", "mean"), r_min=("r", "min"), r_max=("r", "max"),
-                                            n=("n", "max")).reset_index()
-        out["r_spread"] = (out.pop("r_max") - out.pop("r_min")) / 2
-        return out
+HEADLINE_CATEGORY = "object"
+_CATEGORY_IDS = {"animal": "live_subject_animal", "human": "live_subject_human", "object": "object", "style": "style"}
 
-    pm = avg({g: m["per_method"] for g, m in per_group.items()}, "method")
-    m_h, sem = metrics.fisher_z_mean(pm["r"], return_sem=True)
-    out = {"m_h": m_h, "m_h_sem": sem, "per_method": pm, "groups": sorted(per_group)}
-    if all("per_category" in m for m in per_group.values()):
-        pc = []
-        for c in sorted({c for m in per_group.values() for c in m["per_category"]["category"]}):
-            rs = [m["per_category"].set_index("category").loc[c] for m in per_group.values()
-                  if c in set(m["per_category"]["category"])]
-            pc.append({"category": c, "r": float(np.mean([x["r"] for x in rs])),
-                       "sem": float(np.mean([x["sem"] for x in rs])),
-                       "r_pooled": float(np.mean([x["r_pooled"] for x in rs])), "n": int(max(x["n"] for x in rs))})
-        out["per_category"] = pd.DataFrame(pc)
-    return out
+
+def dbpp_mh_from_scores(s: np.ndarray, hum: pd.DataFrame) -> dict:
+    """The M-H dict of :func:`dbpp_human` from per-row metric scores ``s`` over the human rating
+    rows ``hum`` (columns ``group``, ``method``, ``subject``, ``prompt_index``, ``category``,
+    ``score``: one row per group and rated image)."""
+    groups = sorted(hum["group"].unique())
+    keys = ["method", "subject", "prompt_index"]
+    by = [hum[hum["group"] == g].assign(_s=s[(hum["group"] == g).to_numpy()]).set_index(keys) for g in groups]
+    common = by[0].index
+    for b in by[1:]:
+        common = common.intersection(b.index)
+    base = by[0].loc[common]
+    cat = base["category"].map(lambda c: _CATEGORY_IDS.get(c, c) if c else "all").to_numpy()
+    long = metrics.metric_to_human_groups(base["_s"].to_numpy(float), [b.loc[common, "score"].to_numpy(float)
+                                                                       for b in by],
+                                          base.index.get_level_values("method").to_numpy(), cat)
+    f = long[long["method"] == "fisher_z"].set_index("category")
+    head = HEADLINE_CATEGORY if HEADLINE_CATEGORY in f.index else f.index[0]
+    pm = long[(long["category"] == head) & (long["method"] != "fisher_z")][["method", "r", "r_spread", "n"]]
+    pc = f.drop(index="all4", errors="ignore").reset_index()[["category", "r", "r_spread", "n"]]
+    return {"m_h": float(f.at[head, "r"]), "m_h_sem": float(f.at[head, "r_spread"]), "m_h_category": head,
+            "m_h_all4": float(f.at["all4", "r"]) if "all4" in f.index else float("nan"),
+            "per_method": pm.reset_index(drop=True), "per_category": pc.rename(columns={"r_spread": "sem"}),
+            "long": long, "groups": groups, "kind": "human"}
 
 
 def dbpp_mean_ratings(dbpp: DreamBenchPP, max_rows: int | None = None) -> pd.DataFrame:

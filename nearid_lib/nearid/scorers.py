@@ -22,7 +22,7 @@ import pandas as pd
 import torch
 
 from ..features import apply_variant
-from ..judge import VLMJudge, score_pairs_sharded
+from ..judge import VLMJudge, read_prompt_file, score_pairs_sharded
 from ..models import RANDOM_INIT, NearIDEncoder, load_backbone, load_encoder, resolve_name, split_weights
 from ..paths import cache_dir, checkpoint_dir
 from .embedder import Embedder
@@ -285,14 +285,19 @@ def load_bench_encoders(cfg: Profile, data: NearIDData, checkpoint=None, judge=N
         emb = Embedder(enc, data, profile=cfg, progress=False, store_tokens=None if shared else False)
         out.append(EmbeddingBenchEncoder(emb, canon, _frozen_label(canon, getattr(enc, "tiny", False))))
     if judge is not None or cfg.eval.vlm_judge:
+        # judge.prompt_file: the authors' template (after the two images, as their code sends it)
+        pk = ({"prompt": read_prompt_file(cfg.judge.prompt_file), "prompt_after_images": True}
+              if cfg.judge.prompt_file else {})
         if judge is None:
             if cfg.eval.vlm_judge == "tiny":
-                judge = VLMJudge.tiny(max_new_tokens=cfg.eval.vlm_max_new_tokens, batch_size=cfg.eval.vlm_batch_size)
+                judge = VLMJudge.tiny(max_new_tokens=cfg.eval.vlm_max_new_tokens, batch_size=cfg.eval.vlm_batch_size,
+                                      **pk)
             else:
                 judge = VLMJudge.from_pretrained(cfg.eval.vlm_judge, device="cuda" if torch.cuda.is_available() else "cpu",
                                                  max_new_tokens=cfg.eval.vlm_max_new_tokens,
-                                                 batch_size=cfg.eval.vlm_batch_size)
-        label = f"VLM judge {judge.name} (score/10)"
+                                                 batch_size=cfg.eval.vlm_batch_size, **pk)
+        label = f"VLM judge {judge.name} (score/10)" + (f", prompt {Path(cfg.judge.prompt_file).name}"
+                                                        if cfg.judge.prompt_file else "")
         if cfg.eval.vlm_max_ids:
             label += f", first {cfg.eval.vlm_max_ids} ids/pairs only"
         answers = None

@@ -19,14 +19,19 @@ from .. import metrics
 from ..chance import CHANCE_COLUMNS, chance_check, chance_encoder
 from ..models import resolve_name, split_weights
 from .dbpp import PROCEDURAL_NOTE
+from .dbpp_released import METHOD_LABELS
 from .evaluate import EncoderResult, main_sources
 
 __all__ = ["PAPER_KEYS", "paper_keys", "source_key", "table1", "table5", "table7", "table2_dbpp",
-           "fig4_dbpp_category", "per_seed", "seed_mean", "table7_sweep_row", "chance_table"]
+           "fig4_dbpp_category", "FIG4_LABELS", "per_seed", "seed_mean", "table7_sweep_row", "chance_table"]
 
 # canonical encoder -> (Table 1 row, Table 5 method, Table 7 method, Table 2 column prefix)
 PAPER_KEYS: dict[str, tuple[str, str, str, str | None]] = {
-    "siglip2-so400m-patch14-384": ("SigLIP2", "SigLIP2", "SigLIP2-SO400M", "siglip2"),
+    # the frozen SigLIP2 row through its own MAP head (the authors' NearID / MTG readout); their
+    # DreamBench++ numbers of the row read the mean of its patch tokens (Table 2's "SigLIP2" column)
+    "siglip2-so400m-patch14-384": ("SigLIP2", "SigLIP2", "SigLIP2-SO400M", "siglip2_maphead"),
+    "siglip2-so400m-patch14-384-meanpool": ("SigLIP2 (mean-pooled)", "SigLIP2 (mean-pooled)",
+                                            "SigLIP2-SO400M (mean-pooled)", "siglip2"),
     "efficientnet-lite0": ("SigLIP2", "SigLIP2", "SigLIP2-SO400M", "siglip2"),   # frozen-backbone stand-in
     "clip-vit-l14": ("CLIP", "CLIP", "CLIP ViT-L/14", "clip"),
     "clip-vit-b32": ("CLIP ViT-B/32", "CLIP ViT-B/32", "CLIP ViT-B/32", None),
@@ -79,10 +84,17 @@ def _pool(nb: dict, members: Sequence[str]) -> dict:
 
 
 def table1(results: Sequence[EncoderResult], groups: Mapping[str, Sequence[str]], profile: str,
-           variant: str = "full") -> pd.DataFrame:
+           variant: str = "full", split: Mapping | None = None) -> pd.DataFrame:
     """NearID Table 1: ``row`` (paper key), ``ours_label``, ``nearid_ssr``/``nearid_pa`` (%, pooled
     over the ``main`` group), ``mtg_mo``, ``mtg_mopair``, ``mtg_ssr``/``mtg_pa`` (%), ``dbpp_mh``
-    (human ratings only) or ``dbpp_mh_procedural`` (the labelled stand-in), support and coverage."""
+    (human ratings, the ``object`` category as the authors report it; ``dbpp_mh_all4`` the Fisher-z
+    mean over the four categories) or ``dbpp_mh_procedural`` (the labelled stand-in), support and
+    coverage.
+
+    ``split``: the dataset manifest's split record (the released data's, :mod:`nearid_lib.data.splits`);
+    with it every row says which partition it was scored on (``split``), and on a partition that is
+    not the authors' the released-weights row is flagged (``flag``): its test identities may be in
+    the released weights' training data."""
     rows = []
     main = main_sources(groups)
     for r in results:
@@ -99,15 +111,47 @@ def table1(results: Sequence[EncoderResult], groups: Mapping[str, Sequence[str]]
         if r.dbpp is not None:
             if r.dbpp.get("kind") == "human":
                 row["dbpp_mh"] = r.dbpp["m_h"]
-                row["dbpp_note"] = "DreamBench++ human ratings"
+                row["dbpp_mh_all4"] = r.dbpp.get("m_h_all4", np.nan)
+                row["dbpp_note"] = (f"DreamBench++ human ratings, {r.dbpp.get('m_h_category', 'object')} category "
+                                    f"(as the authors report Table 1); dbpp_mh_all4: Fisher-z over the 4 categories")
             else:
                 row["dbpp_mh_procedural"] = r.dbpp["m_h"]
                 row["dbpp_note"] = PROCEDURAL_NOTE
         else:
             row["dbpp_note"] = "no DreamBench++ ratings in this profile"
         row.update(r.coverage)
+        if isinstance(split, Mapping) and split.get("source"):
+            official = bool(split.get("official"))
+            row["split"] = (f"official ({split['source']})" if official else
+                            f"not the authors' ({split['source']}): numbers not comparable with the paper's")
+            if not official and paper_keys(r.name)[0] == PAPER_KEYS["nearid-release"][0]:
+                row["flag"] = ("test split drawn by our rule: its identities may be in the released weights' "
+                               "training data (official split files absent)")
         rows.append(row)
-    return pd.DataFrame(rows)
+    return _siglip2_composite(pd.DataFrame(rows))
+
+
+def _siglip2_composite(t: pd.DataFrame) -> pd.DataFrame:
+    """The authors' frozen SigLIP2 row of Table 1 reads NearID / MTG through SigLIP2's MAP head and
+    DreamBench++ through the mean of its patch tokens (their guide: 0.515 mean-pooled, 0.489 MAP
+    head). With both readouts scored, the "SigLIP2" row takes its DB++ value from the mean-pooled
+    row (``dbpp_mh_maphead`` keeps its own) and says so; the mean-pooled row stays, whole."""
+    if t.empty or "row" not in t:
+        return t
+    rows = t["row"].tolist()
+    if "SigLIP2" not in rows or "SigLIP2 (mean-pooled)" not in rows:
+        return t
+    t = t.copy()
+    i, j = rows.index("SigLIP2"), rows.index("SigLIP2 (mean-pooled)")
+    if not np.isfinite(t.at[j, "dbpp_mh"]):
+        return t
+    t.loc[i, "dbpp_mh_maphead"] = t.at[i, "dbpp_mh"]
+    t.loc[i, "dbpp_mh"] = t.at[j, "dbpp_mh"]
+    if "dbpp_mh_all4" in t:
+        t.loc[i, "dbpp_mh_all4"] = t.at[j, "dbpp_mh_all4"]
+    t.loc[i, "dbpp_note"] = (f"{t.at[i, 'dbpp_note']}; as the authors compose this row: NearID/MTG through the "
+                             f"MAP head, DB++ through the mean of the patch tokens (MAP head: dbpp_mh_maphead)")
+    return t
 
 
 def table5(results: Sequence[EncoderResult], groups: Mapping[str, Sequence[str]], profile: str,
@@ -185,7 +229,7 @@ def table2_dbpp(results: Sequence[EncoderResult], profile: str) -> pd.DataFrame:
     methods = list(dict.fromkeys(m for df in cols.values() for m in df.index))
     rows = []
     for m in methods:
-        row = _rated_row("method", m, kind, profile)
+        row = _rated_row("method", METHOD_LABELS.get(m, m) if kind == "human" else m, kind, profile)
         for pref, df in cols.items():
             row[f"{pref}_h"] = float(df.at[m, "r"]) if m in df.index else np.nan
             row[f"n_{pref}"] = int(df.at[m, "n"]) if m in df.index else 0
@@ -200,10 +244,14 @@ def table2_dbpp(results: Sequence[EncoderResult], profile: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+# DreamBench++ category ids -> Figure 4's labels
+FIG4_LABELS = {"live_subject_animal": "Animal", "live_subject_human": "Human", "object": "Object", "style": "Style"}
+
+
 def fig4_dbpp_category(results: Sequence[EncoderResult], profile: str, ours: str = "nearid",
                        frozen: str | None = None) -> pd.DataFrame:
-    """Figure 4 numbers: per category, each encoder's M-H and ``delta_mh_nearid_minus_siglip2``
-    (the head minus the frozen backbone row)."""
+    """Figure 4 numbers: per category (the paper's labels for DreamBench++'s four), each encoder's
+    M-H and ``delta_mh_nearid_minus_siglip2`` (the head minus the frozen backbone row)."""
     per = {r.name: r.dbpp["per_category"].set_index("category")["r"] for r in results
            if r.dbpp is not None and "per_category" in r.dbpp}
     if not per:
@@ -213,7 +261,7 @@ def fig4_dbpp_category(results: Sequence[EncoderResult], profile: str, ours: str
     cats = list(dict.fromkeys(c for s in per.values() for c in s.index))
     rows = []
     for c in cats:
-        row = _rated_row("category", c, kind, profile)
+        row = _rated_row("category", FIG4_LABELS.get(c, c) if kind == "human" else c, kind, profile)
         for n, s in per.items():
             row[f"mh_{n}"] = float(s.get(c, np.nan))
         if ours in per and frozen in per:
