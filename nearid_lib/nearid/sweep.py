@@ -13,6 +13,10 @@ its resumable training state (:func:`~.train.train_head`), the per-identity and 
 A table row reports the mean over seeds of each metric, with ``<metric>_sd`` (the spread over
 seeds) beside it; claims bootstrap the per-unit outcomes of all seeds (:func:`Sweep.evidence`).
 
+Runs that read the same batch stream (:func:`~.group.stream_key`: the same seed and data settings,
+any loss) are trained together, one pass over the token store for all of them
+(:func:`~.group.train_group`, :func:`train_grouped`): each head equals the head trained alone.
+
 Runs are independent, so :func:`run_rows` can train the missing ones in ``workers`` processes
 (the profile's ``runtime.workers``, which ``NEARID_WORKERS`` sets, e.g. 2 on a 2-core machine): each
 worker loads the dataset from its folder and the profile's backbone, uses the main process's torch
@@ -42,14 +46,15 @@ from ..paths import out_dir
 from .checkpoints import run_key
 from .embedder import Embedder
 from .evaluate import embed_split, mtg_bench, mtg_units, nearid_bench, nearid_evidence, summary_row, units_from_bench
+from .group import groups_of, train_group
 from .train import train_head
 
 if TYPE_CHECKING:
     from ..config import Profile
     from ..data import NearIDData
 
-__all__ = ["RowSpec", "RunResult", "Sweep", "seeds_of", "train_and_score", "train_missing", "run_rows", "METRICS",
-           "worker_devices", "run_dir"]
+__all__ = ["RowSpec", "RunResult", "Sweep", "seeds_of", "train_and_score", "train_missing", "train_grouped", "run_rows",
+           "METRICS", "worker_devices", "run_dir"]
 
 METRICS = ("nearid_ssr", "nearid_pa", "mtg_mo", "mtg_mopair", "mtg_ssr", "mtg_pa", "train_ssr", "train_pa",
            "unseen_ssr", "unseen_pa")
@@ -216,6 +221,57 @@ def _train_in_worker(cfg: Profile, root: str, kw: dict, threads: int) -> str:
     return str(res.directory)
 
 
+def _group_in_worker(cfgs: list, root: str, kw: dict, threads: int) -> list[str]:
+    """One group of runs in a worker process: trained together (:func:`~.group.train_group`), then
+    each scored (:func:`train_and_score` finds it trained)."""
+    from ..data import load_nearid
+    from ..run import set_torch_threads
+
+    set_torch_threads(threads, cfgs[0].runtime.tune_malloc)
+    cfgs = [replace(c, runtime=replace(c.runtime, workers=1)) for c in cfgs]
+    data = load_nearid(root)
+    train_group(cfgs, data, None, out_dirs=[_run_dir(c, data, kw.get("run_root")) for c in cfgs], progress=False,
+                cache_root=kw.get("cache_root"))
+    return [str(train_and_score(c, data, None, progress=False, **kw).directory) for c in cfgs]
+
+
+def train_grouped(configs: Sequence[Profile], data: NearIDData, encoder=None, workers: int = 1,
+                  progress: bool = False, **kw: Any) -> int:
+    """Train the missing runs of ``configs`` that share a batch stream with another missing run,
+    group by group (:func:`~.group.groups_of`, :func:`~.group.train_group`); returns how many runs
+    were trained. With ``workers`` > 1 (real backbones) the groups -- each split into up to
+    ``workers`` parts so every process has work -- run in worker processes, which also score them.
+    Runs alone in their stream are left to :func:`train_missing` / :func:`train_and_score`.
+    ``kw``: :func:`train_and_score` options (``run_root``, ``cache_root``, ``split``, ``variants``)."""
+    kw = {k: v for k, v in kw.items() if k != "reuse"}
+    dirs = {_run_dir(c, data, kw.get("run_root")): c for c in configs}      # one entry per distinct run
+    todo = [c for d, c in dirs.items() if not (d / "scores.json").exists() and not (d / "head.safetensors").exists()]
+    groups = [[todo[i] for i in g] for g in groups_of(todo) if len(g) > 1]
+    if not groups:
+        return 0
+    n_runs = sum(len(g) for g in groups)
+    if workers > 1 and not configs[0].backbone.tiny:
+        parts = [g[k::workers] for g in groups for k in range(min(workers, len(g)))]
+        n = min(workers, len(parts))
+        devices = worker_devices(n)
+        ctx = get_context("spawn")
+        queue = ctx.Queue()
+        for d in devices:
+            queue.put(d)
+        print(f"training {n_runs} runs in {len(parts)} groups sharing their batch stream, {n} worker processes",
+              flush=True)
+        with ProcessPoolExecutor(n, mp_context=ctx, initializer=_pin_device, initargs=(queue,)) as ex:
+            futs = [ex.submit(_group_in_worker, part, str(data.root), kw, torch.get_num_threads()) for part in parts]
+            for f in as_completed(futs):
+                f.result()
+        return n_runs
+    for g in groups:
+        print(f"training {len(g)} runs together (one batch stream)", flush=True)
+        train_group(g, data, encoder, out_dirs=[_run_dir(c, data, kw.get("run_root")) for c in g],
+                    progress=progress, cache_root=kw.get("cache_root"))
+    return n_runs
+
+
 def worker_devices(n_workers: int, visible: str | None = None, count: int | None = None) -> list[str | None]:
     """The GPU each of ``n_workers`` sweep workers gets (as a ``CUDA_VISIBLE_DEVICES`` value): the
     visible GPUs (``visible``: the parent's ``CUDA_VISIBLE_DEVICES``; else ``0..count-1``,
@@ -276,10 +332,13 @@ def run_rows(cfg: Profile, data: NearIDData, encoder, rows: Sequence[RowSpec], s
     from ..config import with_overrides
 
     workers = cfg.runtime.workers if workers is None else int(workers)
-    if workers > 1 and not cfg.backbone.tiny and kw.get("reuse", True):
-        configs = [replace(with_overrides(cfg, r.overrides), seed=int(s)) for r in rows
-                   for s in (seeds_of(cfg) if seeds is None else seeds)]
-        train_missing(configs, data, workers, **{k: v for k, v in kw.items() if k != "reuse"})
+    configs = [replace(with_overrides(cfg, r.overrides), seed=int(s)) for r in rows
+               for s in (seeds_of(cfg) if seeds is None else seeds)]
+    if kw.get("reuse", True):
+        # runs that read the same batches train together (one pass per stream), then the rest
+        train_grouped(configs, data, encoder, workers, progress=progress, **kw)
+        if workers > 1 and not cfg.backbone.tiny:
+            train_missing(configs, data, workers, **{k: v for k, v in kw.items() if k != "reuse"})
     runs: dict[str, list[RunResult]] = {}
     for r in rows:
         runs[r.key] = []

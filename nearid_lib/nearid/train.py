@@ -58,7 +58,8 @@ from .train_inputs import TrainFeatures, crop_masks, train_features
 if TYPE_CHECKING:
     from ..data import NearIDData
 
-__all__ = ["build_head", "make_scheduler", "TrainResult", "train_head", "train_features", "main"]
+__all__ = ["build_head", "make_scheduler", "TrainResult", "train_head", "train_features", "main", "BatchInputs",
+           "batch_inputs", "embed_inputs", "loss_step", "dropout_generator", "amp_context"]
 
 ROLE_P = ("mask_p_anchor", "mask_p_positive", "mask_p_distractor")
 
@@ -87,6 +88,11 @@ def make_scheduler(opt, warmup: int, total: int):
         return 0.5 * (1 + math.cos(math.pi * min(1.0, prog)))
 
     return torch.optim.lr_scheduler.LambdaLR(opt, f)
+
+
+def amp_context(cfg: Profile, dev: torch.device):
+    """The autocast context of ``train.mixed_precision`` on ``dev`` (fp16 only on CUDA)."""
+    return _amp(cfg, dev)
 
 
 def _amp(cfg: Profile, dev: torch.device):
@@ -200,22 +206,33 @@ def _prepare(s: _Setup) -> None:
     s.amp = _amp(s.cfg, s.dev)
 
 
-def _slot_embed(head, feats: TrainFeatures, rels, masks, fg, rng, gen, dev, crop_p, amp) -> torch.Tensor:
-    tok = feats.tokens(rels, masks, fg, rng).to(dev)                  # [S, N, D]
-    n_tok = tok.shape[1]
-    grid = int(round(math.sqrt(n_tok)))
-    tmask = crop_masks(len(rels), grid, n_tok, crop_p, rng).to(dev)
-    with amp:
-        e = head(tok, token_mask=tmask, generator=gen)
-    return F.normalize(e.float(), dim=-1)
+@dataclass
+class BatchInputs:
+    """What one step of one rank feeds every head (the same for every head that shares the batch
+    stream): the backbone tokens of every valid slot ``tok`` [S, N, D] (anchors, then positives,
+    then distractors, each fg-masked with its role's probability), the token crop mask ``tmask``,
+    where the slots go back (``n``, ``pm`` [n, P], ``dm`` [n, K]) and the batch rows themselves."""
+
+    batch: TrainRows
+    tok: torch.Tensor
+    tmask: Any
+    n: int
+    pm: np.ndarray
+    dm: np.ndarray
 
 
-def _embed_batch(s: _Setup, batch: TrainRows, rng: np.random.Generator, gen):
-    """Embed every valid slot of ``batch`` in one head call (anchors, then positives, then
-    distractors, each drawn fg-masked with its role's probability) and put them back in place:
-    ``(anchor [n,E], positives [n,P,E], distractors [n,K,E], pos_mask [n,P], dist_mask [n,K])``."""
-    tc, dev = s.cfg.train, s.dev
-    n, P, K = len(batch), batch.positives.shape[1], batch.distractors.shape[1]
+def batch_inputs(cfg: Profile, feats: TrainFeatures, rows: TrainRows, lo: int, size: int, step: int, rank: int,
+                 dev: torch.device) -> BatchInputs:
+    """The inputs of step ``step`` for rows ``lo:lo+size`` of the epoch: every random choice of the
+    step that does not depend on the head (positive order for the InfoNCE losses, role-aware
+    masking, augmentations, token crops) drawn from ``(seed, "step", step, rank)`` in a fixed order,
+    so heads trained alone or together (:mod:`nearid_lib.nearid.group`) see the same inputs."""
+    tc = cfg.train
+    batch = rows.take(np.arange(lo, lo + size))
+    rng = make_rng(cfg.seed, "step", step, rank)
+    if tc.loss.startswith("infonce"):
+        batch = random_positive_first(batch, rng)
+    n = len(batch)
     pm = batch.positives != ""
     dm = batch.distractors != ""
     rels = list(batch.anchor) + list(batch.positives[pm]) + list(batch.distractors[dm])
@@ -223,42 +240,62 @@ def _embed_batch(s: _Setup, batch: TrainRows, rng: np.random.Generator, gen):
     roles = np.repeat([0, 1, 2], [n, int(pm.sum()), int(dm.sum())])
     fg = rng.random(len(rels)) < np.asarray([getattr(tc, k) for k in ROLE_P])[roles]
     crop_p = float(tc.token_crop) if tc.use_cache and tc.augment else 0.0
-    e = _slot_embed(s.head, s.feats, rels, msks, fg, rng, gen, dev, crop_p, s.amp)   # [S, E]
-    E = e.shape[1]
+    tok = feats.tokens(rels, msks, fg, rng).to(dev)                  # [S, N, D]
+    n_tok = tok.shape[1]
+    grid = int(round(math.sqrt(n_tok)))
+    tmask = crop_masks(len(rels), grid, n_tok, crop_p, rng).to(dev)
+    return BatchInputs(batch, tok, tmask, n, pm, dm)
+
+
+def embed_inputs(head, x: BatchInputs, gen, amp):
+    """One head call on the step's inputs, the slots put back in place: ``(anchor [n,E], positives
+    [n,P,E], distractors [n,K,E], pos_mask [n,P], dist_mask [n,K])``."""
+    with amp:
+        e = head(x.tok, token_mask=x.tmask, generator=gen)
+    e = F.normalize(e.float(), dim=-1)                                  # [S, E]
+    dev = e.device
+    n, P, K, E = x.n, x.pm.shape[1], x.dm.shape[1], e.shape[1]
+    n_pos = int(x.pm.sum())
     pos = e.new_zeros(n, P, E)
-    pos[torch.from_numpy(pm).to(dev)] = e[n:n + int(pm.sum())]
+    pos[torch.from_numpy(x.pm).to(dev)] = e[n:n + n_pos]
     dis = e.new_zeros(n, K, E)
-    dis[torch.from_numpy(dm).to(dev)] = e[n + int(pm.sum()):]
-    return e[:n], pos, dis, torch.from_numpy(pm).to(dev), torch.from_numpy(dm).to(dev)
+    dis[torch.from_numpy(x.dm).to(dev)] = e[n + n_pos:]
+    return e[:n], pos, dis, torch.from_numpy(x.pm).to(dev), torch.from_numpy(x.dm).to(dev)
+
+
+def loss_step(cfg: Profile, head, loss_params, opt, sched, x: BatchInputs, gen, amp, dev, accel=None):
+    """Forward, loss (:func:`~nearid_lib.nearid.losses.compute_loss` with ``cfg``'s objective),
+    backward and one optimiser / schedule step of one head on the step's inputs ``x``."""
+    a, pos, dis, pmask, dmask = embed_inputs(head, x, gen, amp)
+    pool = distributed.gather_pool(a, pos, pmask)
+    loss, parts = compute_loss(
+        cfg.train.loss, a, pos, dis, pmask, dmask, cfg,
+        dist_oracle=torch.from_numpy(x.batch.oracle).to(dev, torch.float32),
+        rank_only=torch.from_numpy(x.batch.rank_only).to(dev), pool=pool,
+        params=loss_params if len(loss_params) else None)
+    opt.zero_grad(set_to_none=True)
+    if accel is not None:
+        accel.backward(loss)
+    else:
+        loss.backward()
+    opt.step()
+    sched.step()
+    return loss, parts
+
+
+def dropout_generator(cfg: Profile, step: int, rank: int, dev: torch.device):
+    """The token-dropout generator of a step (``(seed, "dropout", step, rank)``; the device's global
+    generator on a GPU)."""
+    return torch_generator(cfg.seed, "dropout", step, rank) if dev.type == "cpu" else None
 
 
 def _train_step(s: _Setup, rows: TrainRows, b: int, step: int) -> tuple[torch.Tensor, dict]:
     """One optimiser step on batch ``b`` of the epoch's ``rows`` (this rank's slice); every random
     choice comes from ``(seed, step, rank)``."""
-    cfg, dev = s.cfg, s.dev
     lo = b * s.B + s.rank * (s.B // s.world)
-    batch = rows.take(np.arange(lo, lo + s.B // s.world))
-    rng = make_rng(cfg.seed, "step", step, s.rank)
-    if cfg.train.loss.startswith("infonce"):
-        batch = random_positive_first(batch, rng)
-    gen = torch_generator(cfg.seed, "dropout", step, s.rank)
-    if dev.type != "cpu":
-        gen = None
-    a, pos, dis, pmask, dmask = _embed_batch(s, batch, rng, gen)
-    pool = distributed.gather_pool(a, pos, pmask)
-    loss, parts = compute_loss(
-        cfg.train.loss, a, pos, dis, pmask, dmask, cfg,
-        dist_oracle=torch.from_numpy(batch.oracle).to(dev, torch.float32),
-        rank_only=torch.from_numpy(batch.rank_only).to(dev), pool=pool,
-        params=s.loss_params if len(s.loss_params) else None)
-    s.opt.zero_grad(set_to_none=True)
-    if s.accel is not None:
-        s.accel.backward(loss)
-    else:
-        loss.backward()
-    s.opt.step()
-    s.sched.step()
-    return loss, parts
+    x = batch_inputs(s.cfg, s.feats, rows, lo, s.B // s.world, step, s.rank, s.dev)
+    gen = dropout_generator(s.cfg, step, s.rank, s.dev)
+    return loss_step(s.cfg, s.head, s.loss_params, s.opt, s.sched, x, gen, s.amp, s.dev, s.accel)
 
 
 def _validate(s: _Setup, data: NearIDData, split: str, step: int, cache_root) -> dict:
