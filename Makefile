@@ -45,7 +45,7 @@ NEARID_WORKERS ?= 2
 export NEARID_WORKERS
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: reproduce notebooks test pytest smoke dryrun-paper install lock lab clean clean-build help
+.PHONY: reproduce notebooks test pytest smoke dryrun-paper install lock lab clean clean-build help judge
 .DEFAULT_GOAL := help
 
 help:
@@ -107,6 +107,19 @@ $(NB_OUT)/09_train_idsim.ipynb: $(call nb,01_data_curation) $(call nb,03_train_n
 $(NB_OUT)/10_sensitivity_regression.ipynb: $(call nb,03_train_nearid) $(call nb,09_train_idsim)
 $(NB_OUT)/11_retrieval_galleries.ipynb: $(call nb,03_train_nearid)
 $(NB_OUT)/99_report.ipynb: $(filter-out $(NB_OUT)/99_report.ipynb,$(EXECUTED)) $(PAPER_VALUES)
+
+# ----- the VLM judge on every GPU, before notebook 04 and outside its kernel (paper) -----
+# nearid_lib/nearid/judge_step.py judges every pair notebook 04 will ask about into the judge's
+# answers folder (resumable); 04 then reads the answers. One process per GPU (torchrun), or one
+# plain process without a GPU (the dry run). `make judge PROFILE=paper` runs it alone.
+JUDGE_LAUNCH = $(if $(filter-out 0,$(N_GPUS)),$(VENV)/bin/torchrun --standalone --nproc_per_node $(N_GPUS),$(PY))
+$(NB_OUT)/judge.done: $(call nb,01_data_curation) $(LIB_SRC) $(STAMP)
+	mkdir -p $(NB_OUT) && set -o pipefail && $(JUDGE_LAUNCH) -m nearid_lib.nearid.judge_step --profile $(PROFILE) 2>&1 | tee $(NB_OUT)/judge.log
+	@touch $@
+judge: $(NB_OUT)/judge.done
+ifeq ($(PROFILE),paper)
+$(NB_OUT)/04_eval_nearid_bench.ipynb: $(NB_OUT)/judge.done
+endif
 
 # ----- tests -----
 # pytest exits 5 when it collects no test: that is not a failure of the build.

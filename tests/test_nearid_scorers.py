@@ -104,3 +104,36 @@ def test_judge_through_the_bench_counts_coverage():
     if n_cov == 0:
         assert nb["per_source"]["S1"]["n_trials"] == 0 and np.isnan(nb["per_source"]["S1"]["ssr"])
     json.dumps(cov)   # serialisable for the summary file
+
+
+def test_the_launched_judge_step_answers_what_notebook_04_asks(tmp_path):
+    """The judge step (``nearid.judge_step``, run before notebook 04 over every GPU) judges every
+    pair of the bench into the answers folder; a bench encoder with the same judge then reads every
+    answer and never calls the model."""
+    from types import SimpleNamespace
+
+    from nearid_lib.nearid.evaluate import evaluate_encoder
+    from nearid_lib.nearid.judge_step import judge_bench
+
+    data, lookup = _dataset(np.random.default_rng(0))
+
+    class Judge(CosinePairScorer):
+        batch_size = 3
+
+        def fingerprint(self):
+            return {"name": "cosine-judge"}
+
+    class Refuses(Judge):
+        def score_pairs(self, a, b):
+            raise AssertionError("the model was called although every answer was stored")
+
+    cfg = SimpleNamespace(eval=SimpleNamespace(split="test", dbpp_standin=False, fg_only=False))
+    step = PairBenchEncoder(Judge(lookup), "vlm", load_images=False, answers_dir=tmp_path / "answers")
+    out = judge_bench(cfg, data, step)
+    assert out["pairs"] > 0 and out["coverage"] == 1.0 and out["seconds_per_1000_pairs"] > 0
+    assert set(out["per_benchmark"]) == {"nearid:full", "mtg:full"}
+    nb4 = PairBenchEncoder(Refuses(lookup), "vlm", load_images=False, answers_dir=tmp_path / "answers")
+    r = evaluate_encoder(nb4, data, "test", ("full",), grid=None, dbpp=None)
+    direct = evaluate_encoder(PairBenchEncoder(Judge(lookup), "vlm", load_images=False), data, "test", ("full",),
+                              grid=None, dbpp=None)
+    assert r.nearid["full"]["pooled"]["all"]["ssr"] == direct.nearid["full"]["pooled"]["all"]["ssr"]

@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from ..config import Profile
     from ..data import NearIDData
 
-__all__ = ["CosinePairScorer", "PairBenchEncoder", "EmbeddingBenchEncoder", "load_bench_encoders"]
+__all__ = ["CosinePairScorer", "PairBenchEncoder", "EmbeddingBenchEncoder", "load_bench_encoders", "judge_encoder",
+           "judge_answers_dir"]
 
 
 class CosinePairScorer:
@@ -229,6 +230,39 @@ def _release_encoder(cfg: Profile, data: NearIDData):
     return EmbeddingBenchEncoder(Embedder(enc, data, profile=cfg, progress=False), "nearid-release", label)
 
 
+def judge_answers_dir(cfg: Profile, judge) -> Path | None:
+    """Where a real judge's answers are kept (per pair, per judge fingerprint): a killed evaluation
+    resumes, a rerun -- or notebook 04 after the launched judge step (:mod:`.judge_step`) -- reads
+    them instead of judging again. None for the tiny test judge."""
+    if cfg.eval.vlm_judge in (None, "tiny") or not hasattr(judge, "fingerprint"):
+        return None
+    fp = hashlib.sha1(json.dumps(judge.fingerprint(), sort_keys=True).encode()).hexdigest()[:10]
+    return cache_dir(cfg.name) / "judge_answers" / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', judge.name)}-{fp}"
+
+
+def judge_encoder(cfg: Profile, judge=None, device: str | None = None) -> PairBenchEncoder | None:
+    """The VLM judge of ``cfg.eval.vlm_judge`` as a bench encoder (None without one): its prompt
+    (``judge.prompt_file``, the authors' template after the two images, or ours), its cost cap
+    ``eval.vlm_max_ids`` and its answers folder (:func:`judge_answers_dir`). ``judge`` overrides the
+    judge object (tests)."""
+    if judge is None and not cfg.eval.vlm_judge:
+        return None
+    pk = ({"prompt": read_prompt_file(cfg.judge.prompt_file), "prompt_after_images": True}
+          if cfg.judge.prompt_file else {})
+    if judge is None:
+        if cfg.eval.vlm_judge == "tiny":
+            judge = VLMJudge.tiny(max_new_tokens=cfg.eval.vlm_max_new_tokens, batch_size=cfg.eval.vlm_batch_size, **pk)
+        else:
+            dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
+            judge = VLMJudge.from_pretrained(cfg.eval.vlm_judge, device=dev, max_new_tokens=cfg.eval.vlm_max_new_tokens,
+                                             batch_size=cfg.eval.vlm_batch_size, **pk)
+    label = f"VLM judge {judge.name} (score/10)" + (f", prompt {Path(cfg.judge.prompt_file).name}"
+                                                    if cfg.judge.prompt_file else "")
+    if cfg.eval.vlm_max_ids:
+        label += f", first {cfg.eval.vlm_max_ids} ids/pairs only"
+    return PairBenchEncoder(judge, "vlm", label, max_ids=cfg.eval.vlm_max_ids, answers_dir=judge_answers_dir(cfg, judge))
+
+
 def load_bench_encoders(cfg: Profile, data: NearIDData, checkpoint=None, judge=None,
                         checkpoints: Sequence[tuple[int, str | Path]] | None = None) -> list:
     """The bench encoders of ``cfg.eval.encoders`` (+ the VLM judge of ``cfg.eval.vlm_judge``).
@@ -284,27 +318,7 @@ def load_bench_encoders(cfg: Profile, data: NearIDData, checkpoint=None, judge=N
         # only need their pooled output (CLIP-L tokens of the paper test set would be ~8 GB)
         emb = Embedder(enc, data, profile=cfg, progress=False, store_tokens=None if shared else False)
         out.append(EmbeddingBenchEncoder(emb, canon, _frozen_label(canon, getattr(enc, "tiny", False))))
-    if judge is not None or cfg.eval.vlm_judge:
-        # judge.prompt_file: the authors' template (after the two images, as their code sends it)
-        pk = ({"prompt": read_prompt_file(cfg.judge.prompt_file), "prompt_after_images": True}
-              if cfg.judge.prompt_file else {})
-        if judge is None:
-            if cfg.eval.vlm_judge == "tiny":
-                judge = VLMJudge.tiny(max_new_tokens=cfg.eval.vlm_max_new_tokens, batch_size=cfg.eval.vlm_batch_size,
-                                      **pk)
-            else:
-                judge = VLMJudge.from_pretrained(cfg.eval.vlm_judge, device="cuda" if torch.cuda.is_available() else "cpu",
-                                                 max_new_tokens=cfg.eval.vlm_max_new_tokens,
-                                                 batch_size=cfg.eval.vlm_batch_size, **pk)
-        label = f"VLM judge {judge.name} (score/10)" + (f", prompt {Path(cfg.judge.prompt_file).name}"
-                                                        if cfg.judge.prompt_file else "")
-        if cfg.eval.vlm_max_ids:
-            label += f", first {cfg.eval.vlm_max_ids} ids/pairs only"
-        answers = None
-        if cfg.eval.vlm_judge not in (None, "tiny") and hasattr(judge, "fingerprint"):
-            # a real judge's answers are kept (per pair, per judge): a killed evaluation resumes,
-            # and a rerun reads them instead of judging again (hours for a 30B judge)
-            fp = hashlib.sha1(json.dumps(judge.fingerprint(), sort_keys=True).encode()).hexdigest()[:10]
-            answers = cache_dir(cfg.name) / "judge_answers" / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', judge.name)}-{fp}"
-        out.append(PairBenchEncoder(judge, "vlm", label, max_ids=cfg.eval.vlm_max_ids, answers_dir=answers))
+    bj = judge_encoder(cfg, judge)
+    if bj is not None:
+        out.append(bj)
     return out
