@@ -106,6 +106,8 @@ $(NB_OUT)/08_embedding_figures.ipynb: $(call nb,04_eval_nearid_bench)
 $(NB_OUT)/09_train_idsim.ipynb: $(call nb,01_data_curation) $(call nb,03_train_nearid)
 $(NB_OUT)/10_sensitivity_regression.ipynb: $(call nb,03_train_nearid) $(call nb,09_train_idsim)
 $(NB_OUT)/11_retrieval_galleries.ipynb: $(call nb,03_train_nearid)
+# 12 scores notebook 03's head and notebook 09's ID-Sim on every paper's benchmark
+$(NB_OUT)/12_cross_paper.ipynb: $(call nb,03_train_nearid) $(call nb,09_train_idsim) $(call nb,11_retrieval_galleries)
 $(NB_OUT)/99_report.ipynb: $(filter-out $(NB_OUT)/99_report.ipynb,$(EXECUTED)) $(PAPER_VALUES)
 
 # ----- the VLM judge on every GPU, before notebook 04 and outside its kernel (paper) -----

@@ -261,6 +261,21 @@ def _chance_section(tables: Path) -> list[str]:
     return out
 
 
+def _cross_section(tables: Path) -> list[str]:
+    """Notebook 12's table (``12_cross_paper.csv``): every identity encoder on every paper's
+    benchmark, a table no release has, so there is no paper column beside it."""
+    f = tables / "12_cross_paper.csv"
+    if not f.exists():
+        return []
+    t = pd.read_csv(f).drop(columns=["key", "profile"], errors="ignore")
+    notes = (read_table_meta(f) or {}).get("notes") or []
+    return (["## Every identity encoder on every paper's benchmark", "",
+             "NearID's head and ID-Sim beside their frozen backbones on NearID-bench, ID-Sim's benchmark and the "
+             "FPR galleries, each scored by the code of the notebook that owns the benchmark "
+             "(`tables/12_cross_paper.csv`, figure `12_cross_paper.png`). No paper reports this table.", "",
+             render_markdown_table(t), ""] + [f"- {n}" for n in notes] + ([""] if notes else []))
+
+
 def render_report(figures: Path, specs: list[TableSpec] | None = None, title: str = "Reproduced results",
                   profile_note: str = "") -> str:
     """Markdown for ``figures/README.md``: claims, every table beside the paper's, every figure."""
@@ -330,6 +345,7 @@ def render_report(figures: Path, specs: list[TableSpec] | None = None, title: st
                     render_markdown_table(frame.loc[point, cols]), ""]
 
     out += _chance_section(figures / "tables")
+    out += _cross_section(figures / "tables")
     with_ours = [s for s in specs if s.ours]
     descriptive = [s for s in specs if not s.ours]
     out += ["## Tables", ""]

@@ -1,0 +1,187 @@
+"""One table no release has: every identity encoder on every paper's benchmark (notebook 12).
+
+The three papers each score their own model on their own benchmark. Here the identity models of
+both (NearID's MAP head and ID-Sim) and their frozen backbones are scored on all three protocols,
+each through the library code of the notebook that owns it (:mod:`nearid_lib.score_protocols`):
+
+* **NearID-bench** (notebook 04's :func:`~nearid_lib.nearid.bench.run_bench`): SSR / PA pooled over
+  the main sources, full image and foreground only, MTG M-O;
+* **ID-Sim**: the selective sensitivity on the edit grids (notebook 10) where the data has them
+  (``mini``); ID-Sim's public benchmarks (notebook 09's Subjects2k AP and DreamBench++ Spearman,
+  :mod:`nearid_lib.idsim.public_bench`) in ``paper``, which has no grids;
+* **FPR** (notebook 11's :func:`~nearid_lib.fpr.experiments.run_fpr`): gallery mAP of the real
+  references and each metric's agreement with the generators' true drift.
+
+The encoders (:func:`participants`): ``paper`` -- the released NearID model (``nearid-release``)
+and the released ID-Sim (``idsim-release``), our trained NearID head when there is one, and the
+frozen backbones of both papers (SigLIP2 through its MAP head, DINOv3 ViT-L/16); ``mini`` -- our
+trained NearID head and ID-Sim, and their frozen backbone. An encoder that cannot be loaded (not in
+the mirror, not trained yet) is left out with its reason in ``notes``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from .models import load_encoder, resolve_device, resolve_name
+from .nearid.embedder import Embedder
+from .nearid.scorers import EmbeddingBenchEncoder, load_bench_encoders
+from .paths import checkpoint_dir
+from .score import Participant
+from .score_card import assemble_table
+from .score_protocols import run_fpr, run_idsim, run_nearid
+
+if TYPE_CHECKING:
+    from .config import Profile
+    from .data import NearIDData
+
+__all__ = ["CROSS_COLUMNS", "CrossPaper", "participants", "cross_paper", "plot_cross_paper"]
+
+# (column, paper, what, better)
+CROSS_COLUMNS = (
+    ("nearid_ssr", "NearID", "NearID-bench SSR %", "higher"),
+    ("nearid_pa", "NearID", "NearID-bench PA %", "higher"),
+    ("nearid_fg_ssr", "NearID", "SSR %, foreground only", "higher"),
+    ("mtg_mo", "NearID", "MTG M-O (r)", "higher"),
+    ("idsim_identity", "ID-Sim", "sensitivity to identity", "higher"),
+    ("idsim_background", "ID-Sim", "sensitivity to background", "lower"),
+    ("idsim_viewpoint", "ID-Sim", "sensitivity to viewpoint", "lower"),
+    ("idsim_subjects2k_ap", "ID-Sim", "Subjects2k AP", "higher"),
+    ("idsim_dreambench_spearman", "ID-Sim", "DreamBench++ Spearman", "higher"),
+    ("fpr_map", "FPR", "gallery mAP, real references", "higher"),
+    ("fpr_rho_map", "FPR", "mAP's agreement with true drift (rho)", "higher"),
+)
+
+
+@dataclass
+class CrossPaper:
+    """``table``: one row per encoder (``row`` label, ``kind``, ``key``) with the columns of
+    :data:`CROSS_COLUMNS` that were scored; ``notes``: encoders or benchmarks left out, and why."""
+
+    table: pd.DataFrame
+    notes: list[str] = field(default_factory=list)
+
+
+def _bench(model, key: str, label: str, cfg: Profile, data: NearIDData, progress: bool) -> EmbeddingBenchEncoder:
+    # pooled outputs only (the test images of every source): no token grids kept
+    return EmbeddingBenchEncoder(Embedder(model, data, profile=cfg, progress=progress, store_tokens=False), key, label)
+
+
+def participants(cfg: Profile, data: NearIDData, progress: bool = False) -> tuple[list[Participant], list[str]]:
+    """The identity encoders of the table and the frozen backbones beside them (module docstring);
+    ``(participants, notes)``."""
+    notes: list[str] = []
+    ck = checkpoint_dir(cfg.name)
+    names = [cfg.backbone.name]
+    if cfg.world.source != "procedural":
+        names.append("nearid-release")
+    if (ck / "nearid").exists():
+        names.append("nearid")
+    else:
+        notes.append(f"NearID head: not trained for {cfg.name!r} ({ck / 'nearid'} absent; notebook 03)")
+    sub = replace(cfg, eval=replace(cfg.eval, encoders=tuple(names), vlm_judge=None))
+    parts: list[Participant] = []
+    for b in load_bench_encoders(sub, data):
+        b.embedder.progress = progress
+        kind = {"nearid": "nearid", "nearid-release": "nearid"}.get(b.name, "frozen")
+        label = b.label if b.name != "nearid-release" else "NearID, released weights"
+        parts.append(Participant(b.name, label, kind, b, b.embedder.encoder))
+    if cfg.world.source != "procedural" and names.count("nearid-release") and \
+            not any(p.key == "nearid-release" for p in parts):
+        notes.append("NearID released weights: not loaded (Aleksandar/nearid-siglip2 not in the mirror)")
+    extra: list[tuple[str, str, str, dict]] = []
+    if cfg.world.source != "procedural":
+        extra.append(("idsim-release", "ID-Sim, released weights", "idsim",
+                      {"checkpoint": cfg.idsim.released_model, "image_size": cfg.idsim.image_size}))
+        if resolve_name(cfg.idsim.backbone) != resolve_name(cfg.backbone.name):
+            extra.append((cfg.idsim.backbone, f"{cfg.idsim.backbone} (frozen, ID-Sim's backbone)", "frozen",
+                          {"image_size": cfg.idsim.image_size}))
+    elif (ck / "idsim").exists():
+        extra.append(("idsim", f"ID-Sim ({cfg.idsim.backbone} + LoRA, {cfg.name})", "idsim",
+                      {"checkpoint": str(ck / "idsim")}))
+    else:
+        notes.append(f"ID-Sim: not trained for {cfg.name!r} ({ck / 'idsim'} absent; notebook 09)")
+    dev = resolve_device(cfg.device)
+    for key, label, kind, kw in extra:
+        try:
+            model = load_encoder(key, device=dev, **{k: v for k, v in kw.items() if v is not None})[0]
+        except (OSError, ValueError, KeyError) as err:     # not in the mirror, gated, ...
+            notes.append(f"{label}: not loaded ({' '.join(str(err).split())[:300]})")
+            continue
+        parts.append(Participant(key, label, kind, _bench(model, key, label, cfg, data, progress), model))
+    return parts, notes
+
+
+def _public_idsim(parts, cfg: Profile, notes: list[str]) -> dict[str, dict[str, float]]:
+    """ID-Sim's public benchmarks for every participant (``paper``: no edit grids)."""
+    from .idsim.public_bench import dbpp_metrics, subjects2k_metrics
+    from .idsim.released import load_benchmarks
+
+    s2k, _, pairs, missing = load_benchmarks(cfg)
+    notes += [f"ID-Sim {k}: {v}" for k, v in missing.items()]
+    out: dict[str, dict[str, float]] = {}
+    bs = cfg.idsim.eval_batch_size
+    for p in parts:
+        row = {}
+        if s2k is not None:
+            row["idsim_subjects2k_ap"] = float(subjects2k_metrics(p.model, s2k, bs, "pooled")[0].get("subjects2k_ap",
+                                                                                                     np.nan))
+        if pairs is not None:
+            m = dbpp_metrics(p.model, pairs, bs, "pooled")[0]
+            row["idsim_dreambench_spearman"] = float(m.get("dreambench_spearman", np.nan))
+        out[p.key] = row
+    return out
+
+
+def cross_paper(cfg: Profile, data: NearIDData, seed: int = 0, progress: bool = False) -> CrossPaper:
+    """Score every participant (:func:`participants`) on the three protocols; see the module
+    docstring."""
+    parts, notes = participants(cfg, data, progress)
+    results: dict[str, Any] = {"nearid": run_nearid(parts, cfg, data)}
+    if data.grids is not None and len(data.grids):
+        results["idsim"] = run_idsim(parts, cfg, data, seed, notes)
+    results["fpr"] = run_fpr(parts, cfg, data, cfg.retrieval.batch_size, progress, True, notes)
+    table = assemble_table(parts, results, cfg.name)
+    table = table[table["kind"] != "paper"].reset_index(drop=True)
+    if not (data.grids is not None and len(data.grids)):
+        pub = _public_idsim(parts, cfg, notes)
+        for col in ("idsim_subjects2k_ap", "idsim_dreambench_spearman"):
+            table[col] = [pub.get(k, {}).get(col, np.nan) for k in table["key"]]
+    keep = ["row", "kind", "key"] + [c for c, *_ in CROSS_COLUMNS if c in table.columns and table[c].notna().any()]
+    return CrossPaper(table[keep].assign(profile=cfg.name), notes)
+
+
+def plot_cross_paper(table: pd.DataFrame, title: str = ""):
+    """A heatmap: encoders as rows, the benchmarks of all three papers as columns (grouped by paper),
+    each cell coloured by its rank in its column (green = best, respecting lower-is-better
+    columns) and printed with its value."""
+    import matplotlib.pyplot as plt
+
+    cols = [(c, paper, what, better) for c, paper, what, better in CROSS_COLUMNS if c in table.columns]
+    vals = table[[c for c, *_ in cols]].to_numpy(float)
+    score = np.full_like(vals, np.nan)
+    for j, (_, _, _, better) in enumerate(cols):
+        v = vals[:, j]
+        ok = np.isfinite(v)
+        if ok.sum() > 1:
+            lo, hi = np.nanmin(v), np.nanmax(v)
+            s = (v - lo) / (hi - lo) if hi > lo else np.full_like(v, 0.5)
+            score[:, j] = s if better == "higher" else 1 - s
+    fig, ax = plt.subplots(figsize=(1.15 * len(cols) + 3.5, 0.55 * len(table) + 2.2))
+    ax.imshow(np.ma.masked_invalid(score), cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
+    for i in range(vals.shape[0]):
+        for j in range(vals.shape[1]):
+            if np.isfinite(vals[i, j]):
+                ax.text(j, i, f"{vals[i, j]:.3g}", ha="center", va="center", fontsize=8)
+    ax.set_xticks(range(len(cols)))
+    ax.set_xticklabels([f"{paper}\n{what}" + (" (lower better)" if better == "lower" else "")
+                        for _, paper, what, better in cols], rotation=35, ha="right", fontsize=8)
+    ax.set_yticks(range(len(table)))
+    ax.set_yticklabels(table["row"].tolist(), fontsize=8)
+    ax.set_title(title or "Every identity encoder on every paper's benchmark (colour: rank within the column)",
+                 fontsize=10)
+    fig.tight_layout()
+    return fig
