@@ -226,8 +226,18 @@ def setup_notebook(profile: str, seed: int, notebook: str, *, data: bool | Calla
     run = start_run(profile, seed, notebook, overrides=overrides, **params)
     out = NotebookSetup(run)
     if data(run.cfg) if callable(data) else data:
-        from .data import load_profile_data
+        from .data import is_complete, load_profile_data, nearid_root
 
+        root = nearid_root(run.cfg.name)
+        if not build_data and not is_complete(root) and run.cfg.world.source == "procedural":
+            # a fresh clone, or the test split `nearid score` built: make the world (it resumes and
+            # completes a split-selected build) instead of failing in the first cell
+            print(f"the {run.cfg.name} dataset at {root} is missing or partial: building it (notebook 01's step)")
+            build_data = True
+        elif not build_data and not is_complete(root):
+            raise FileNotFoundError(f"the {run.cfg.name} dataset is not at {root} (or unfinished): run notebook 01 "
+                                    f"first: make build/{run.cfg.name}/notebooks/01_data_curation.ipynb "
+                                    f"PROFILE={run.cfg.name}")
         out.data = load_profile_data(run.cfg, build=build_data)
     if backbone:
         from .models import load_backbone

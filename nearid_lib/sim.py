@@ -123,6 +123,33 @@ def default_encoder(profile: str = "mini") -> tuple[str, dict, str]:
                          f"; no trained NearID head at {ck} (notebook 03_train_nearid or `nearid train` makes one)")
 
 
+MIN_SIDE = 8   # px: an image smaller than this on a side carries no identity any encoder could read
+
+
+def _check_size(x: Any) -> None:
+    """A degenerate image (a side under :data:`MIN_SIDE` px, e.g. 1x1) is an error naming it: every
+    encoder would upsample it to its input size and answer a number that says nothing."""
+    try:
+        if _is_pathlike(x):
+            from PIL import Image
+
+            with Image.open(x) as im:            # the header only
+                w, h = im.size
+        elif hasattr(x, "size") and isinstance(getattr(x, "size"), tuple):
+            w, h = x.size
+        elif hasattr(x, "shape") and len(x.shape) >= 2:
+            h, w = (x.shape[-2], x.shape[-1]) if len(x.shape) == 3 and x.shape[0] in (1, 3, 4) \
+                and x.shape[-1] not in (1, 3, 4) else (x.shape[0], x.shape[1])
+        else:
+            return
+    except OSError:
+        return                                   # unreadable: the image loader names the file
+    if min(w, h) < MIN_SIDE:
+        what = repr(str(x)) if _is_pathlike(x) else f"(an in-memory {type(x).__name__})"
+        raise SimilarityInputError(f"similarity: image {what} is {w}x{h} px, below {MIN_SIDE} px on a side: "
+                                   f"an encoder would upsample it and its similarity would say nothing")
+
+
 def similarity(a: Any, b: Any = None, encoder: Any = None, *, profile: str = "mini", name: str | None = None,
                batch_size: int = 32, device: str | None = None, encoder_kw: dict | None = None,
                verbose: bool = True) -> pd.DataFrame:
@@ -149,6 +176,7 @@ def similarity(a: Any, b: Any = None, encoder: Any = None, *, profile: str = "mi
         for x in side:
             if _is_pathlike(x) and not Path(x).is_file():
                 raise SimilarityInputError(f"similarity: no such image file {str(x)!r}")
+            _check_size(x)
     kw = dict(encoder_kw or {})
     if encoder is None:
         canon, dkw, what = default_encoder(cfg.name)

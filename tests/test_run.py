@@ -124,7 +124,8 @@ def test_setup_notebook_is_start_run_then_data_then_backbone(fresh_clone, smoke_
 
 def test_setup_notebook_builds_the_dataset_only_when_asked(fresh_clone, monkeypatch):
     """``build_data=True`` (notebook 03) makes a missing dataset first, as ``load_profile_data(cfg)``
-    did there; every other notebook reads what notebook 01 made (``build=False``)."""
+    did there; every other notebook reads what notebook 01 made (``build=False``) -- unless the
+    procedural world is missing or partial (a fresh clone, a `nearid score` build), which it makes."""
     import nearid_lib.data as D
 
     calls = []
@@ -137,4 +138,26 @@ def test_setup_notebook_builds_the_dataset_only_when_asked(fresh_clone, monkeypa
         assert R.setup_notebook("smoke", 0, "02_x", data=False, overrides=over).data is None
     finally:
         torch.set_num_threads(before)
-    assert calls == [("smoke", True), ("smoke", False)]
+    # the fresh clone has no smoke world: notebook 05 builds it too
+    assert calls == [("smoke", True), ("smoke", True)]
+
+
+def test_a_notebook_opened_after_nearid_score_builds_the_world_it_needs(tmp_path, monkeypatch):
+    """`nearid score` builds only the test split; a notebook opened afterwards completes the world
+    (build_world resumes) instead of failing in its first cell. A released dataset that notebook 01
+    has not made is one line saying what to run."""
+    from nearid_lib.config import get_profile
+    from nearid_lib.data import build_world, is_complete, nearid_root
+    from nearid_lib.run import setup_notebook
+
+    for var, sub in (("NEARID_DATA", "data"), ("NEARID_OUT", "out"), ("NEARID_FIGURES", "figs"),
+                     ("NEARID_CACHE", "cache")):
+        monkeypatch.setenv(var, str(tmp_path / sub))
+    cfg = get_profile("smoke")
+    build_world(cfg, splits=("test",), graded=False, progress=False)
+    assert not is_complete(nearid_root("smoke"))
+    nb = setup_notebook("smoke", 0, "05_loss_ablation")
+    assert is_complete(nearid_root("smoke")) and set(nb.data.identities.split) == {"train", "val", "test"}
+    with pytest.raises(FileNotFoundError, match="run notebook 01 first: make build/paper/notebooks/01_data_curation"):
+        monkeypatch.setenv("NEARID_ALLOW_CPU", "1")
+        setup_notebook("paper", 0, "05_loss_ablation")

@@ -75,6 +75,18 @@ def test_bad_pairs_are_errors_naming_them(env):
         nearid_lib.similarity("A/nope.png", "A/cat.png", profile="smoke")
     with pytest.raises(SimilarityInputError, match="one CSV of pairs"):
         nearid_lib.similarity("A/cat.png", profile="smoke")
+    # a degenerate image is named, before any model loads (a file, a PIL image, an array)
+    from PIL import Image
+
+    Image.new("RGB", (1, 1)).save(env / "dot.png")
+    with pytest.raises(SimilarityInputError, match=r"image '.*dot.png' is 1x1 px, below 8 px"):
+        nearid_lib.similarity(env / "dot.png", env / "A" / "cat.png", profile="smoke")
+    with pytest.raises(SimilarityInputError, match=r"image \(an in-memory Image\) is 4x40 px"):
+        nearid_lib.similarity(Image.new("RGB", (4, 40)), env / "A" / "cat.png", profile="smoke")
+    import numpy as np
+
+    with pytest.raises(SimilarityInputError, match=r"image \(an in-memory ndarray\) is 2x2 px"):
+        nearid_lib.similarity(np.zeros((2, 2, 3), np.uint8), env / "A" / "cat.png", profile="smoke")
 
 
 def test_default_offline_is_the_trained_head_else_the_frozen_backbone(env, capsys):
