@@ -16,6 +16,29 @@ def smoke_world(tmp_path_factory):
     return load_nearid(root)
 
 
+@pytest.fixture(scope="module")
+def train_world(tmp_path_factory):
+    """The smoke world built into a module's temporary folder plus a private token-cache folder:
+    ``(profile, NearIDData, cache_root)`` for the training tests."""
+    from nearid_lib.config import get_profile
+    from nearid_lib.data import build_world, load_nearid
+
+    cfg = get_profile("smoke")
+    tmp = tmp_path_factory.mktemp("world")
+    return cfg, load_nearid(build_world(cfg, root=tmp / "nearid", progress=False)), tmp / "cache"
+
+
+@pytest.fixture(scope="module")
+def tiny_lite0():
+    """The tiny random-init EfficientNet-Lite0 at a fixed init (torch seed 0)."""
+    import torch
+
+    from nearid_lib.models import load_encoder
+
+    torch.manual_seed(0)
+    return load_encoder("efficientnet-lite0", tiny=True)[0]
+
+
 @pytest.fixture
 def fresh_clone(tmp_path, monkeypatch):
     """A fresh clone's output folders in ``tmp_path`` (data, cache, build, figures through the

@@ -7,8 +7,6 @@ import pytest
 import torch
 
 from nearid_lib.config import get_profile
-from nearid_lib.data import build_world, load_nearid
-from nearid_lib.models import load_encoder
 from nearid_lib.nearid.group import groups_of, stream_key, train_group
 from nearid_lib.nearid.train import train_head
 
@@ -16,17 +14,13 @@ torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    cfg = get_profile("smoke")
-    tmp = tmp_path_factory.mktemp("world")
-    root = build_world(cfg, root=tmp / "nearid", progress=False)
-    return load_nearid(root), tmp / "cache"
+def world(train_world):
+    return train_world[1:]
 
 
 @pytest.fixture(scope="module")
-def encoder():
-    torch.manual_seed(0)
-    return load_encoder("efficientnet-lite0", tiny=True)[0]
+def encoder(tiny_lite0):
+    return tiny_lite0
 
 
 def _cfg(**kw):

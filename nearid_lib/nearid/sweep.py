@@ -253,14 +253,9 @@ def train_grouped(configs: Sequence[Profile], data: NearIDData, encoder=None, wo
     if workers > 1 and not configs[0].backbone.tiny:
         parts = [g[k::workers] for g in groups for k in range(min(workers, len(g)))]
         n = min(workers, len(parts))
-        devices = worker_devices(n)
-        ctx = get_context("spawn")
-        queue = ctx.Queue()
-        for d in devices:
-            queue.put(d)
         print(f"training {n_runs} runs in {len(parts)} groups sharing their batch stream, {n} worker processes",
               flush=True)
-        with ProcessPoolExecutor(n, mp_context=ctx, initializer=_pin_device, initargs=(queue,)) as ex:
+        with _worker_pool(n) as ex:
             futs = [ex.submit(_group_in_worker, part, str(data.root), kw, torch.get_num_threads()) for part in parts]
             for f in as_completed(futs):
                 f.result()
@@ -298,6 +293,16 @@ def _pin_device(queue) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = dev
 
 
+def _worker_pool(n: int) -> ProcessPoolExecutor:
+    """``n`` spawned worker processes, each pinned to one GPU of :func:`worker_devices` (none
+    without a GPU) before CUDA starts in it."""
+    ctx = get_context("spawn")
+    queue = ctx.Queue()
+    for d in worker_devices(n):
+        queue.put(d)
+    return ProcessPoolExecutor(n, mp_context=ctx, initializer=_pin_device, initargs=(queue,))
+
+
 def train_missing(configs: Sequence[Profile], data: NearIDData, workers: int, **kw: Any) -> int:
     """Train the configurations whose run is not finished in ``workers`` processes (spawned);
     returns how many were trained. ``kw``: :func:`train_and_score` options (``run_root``,
@@ -311,13 +316,9 @@ def train_missing(configs: Sequence[Profile], data: NearIDData, workers: int, **
         return 0
     n = min(workers, len(todo))
     devices = worker_devices(n)
-    ctx = get_context("spawn")
-    queue = ctx.Queue()
-    for d in devices:
-        queue.put(d)
     where = f" on GPUs {','.join(devices)}" if devices[0] is not None else ""
     print(f"training {len(todo)} runs in {n} worker processes{where}", flush=True)
-    with ProcessPoolExecutor(n, mp_context=ctx, initializer=_pin_device, initargs=(queue,)) as ex:
+    with _worker_pool(n) as ex:
         futs = [ex.submit(_train_in_worker, c, str(data.root), kw, torch.get_num_threads()) for c in todo]
         for f in as_completed(futs):
             f.result()                      # a failed run raises here, with the worker's error
