@@ -111,7 +111,10 @@ def _paper() -> Profile:
         head=HeadConfig(num_heads=16, mlp_ratio=3.7361111, out_dim=1152, token_dropout=0.0),
         train=TrainConfig(mixed_precision="fp16", token_store="int8"),
         eval=EvalConfig(
-            n_seeds=1,      # 6.5 A100-hours a head: the paper reports one run per row
+            # three seeds per row: the 60 runs of the ablation suite train in 18 batch streams
+            # (nearid.group), ~33 TB of token-store reads, ~3 h at 3 GB/s on one node
+            # (benchmarks/results/sweep_plan.md, a projection); the paper reports one run per row
+            n_seeds=3,
             # both readouts of the frozen SigLIP2 (MAP head: NearID/MTG; mean of patch tokens: DB++)
             encoders=("clip-vit-l14", "dinov2-large", "siglip2-so400m-patch14-384",
                       "siglip2-so400m-patch14-384-meanpool", "nearid", "nearid-release"),

@@ -39,6 +39,7 @@ SIZE_OVERRIDES: dict[str, str] = {
     "train.max_steps": "4",
     "train.warmup_steps": "1",
     "train.checkpoint_every": "2",
+    "eval.n_seeds": "1",
     "eval.alphas": "0.0,1.0",
     "eval.betas": "0.0,0.1",
     "eval.vlm_max_ids": "2",
