@@ -200,7 +200,7 @@ def test_timm_and_transformers_same_last_block_tokens_before_the_norm():
     hf = _hf_from_timm(tm)
     x = _pixels()
     a = _last_block_out(tm.blocks[-1], lambda: tm(x))
-    b = _last_block_out(RM._encoder_layers(hf)[-1], lambda: hf(pixel_values=x))
+    b = _last_block_out(RM.encoder_layers(hf)[-1], lambda: hf(pixel_values=x))
     assert a.shape == b.shape == (2, 1 + R + (S // P) ** 2, D)
     assert (a - b).abs().max().item() < 2e-5
     # the tokens ID-Sim reads are *before* the final norm: the model's own output is norm(tokens)
@@ -404,7 +404,7 @@ def test_scaling_by_hand_on_one_layer(release, rslora):
     A = t["base_model.model.extractor.model.blocks.1.attn.qkv.lora_A.weight"].double()
     B = t["base_model.model.extractor.model.blocks.1.attn.qkv.lora_B.weight"].double()
     hf = DINOv3ViTModel.from_pretrained(release["base"]).float()
-    att = RM._encoder_layers(hf)[1].attention
+    att = RM.encoder_layers(hf)[1].attention
     before = [getattr(att, n).weight.detach().double().clone() for n in ("q_proj", "k_proj", "v_proj")]
     cfg = RM.AdapterConfig(r=RANK, lora_alpha=ALPHA, use_rslora=rslora)
     scale = ALPHA / math.sqrt(RANK) if rslora else ALPHA / RANK

@@ -56,7 +56,7 @@ from .released_schema import (DISTRACTOR_COLUMNS, MTG_COLUMNS, POSITIVE_COLUMNS,
                               _one_split, _open_dataset, _save, _save_mask, _to_mask, _to_rgb, distractor_features,
                               mtg_features, pil_from_value, positive_features)
 from .schema import SCHEMA_VERSION, DataError
-from .splits import (RULE_NOTE, assign_splits, official_split_dir, read_split_files, split_column,
+from .splits import (RULE_NOTE, assign_splits, official_split_dir, read_split_files, resolve_official_splits,
                      split_digest)
 
 if TYPE_CHECKING:
@@ -264,30 +264,6 @@ def _missing(where: str):
     raise DataError(f"{where}: missing image")
 
 
-def _resolve_splits(pos, pos_name: str, split_dir) -> tuple[pd.Series | None, dict | None]:
-    """The official partition (module :mod:`~nearid_lib.data.splits`): the positives' ``split``
-    column, else the split files of ``split_dir``; ``(None, None)`` when neither exists (the caller
-    falls back to the rule). When both exist they must agree row by row."""
-    files = None
-    if split_dir is not None:
-        files = read_split_files(split_dir, len(pos))
-    if "split" in pos.column_names:
-        col = split_column(pos["split"], f"dataset {pos_name}")
-        info = {"source": "split column", "official": True, "column": "split"}
-        if files is not None:
-            diff = (col != files[0]).to_numpy().nonzero()[0]
-            if len(diff):
-                i = int(diff[0])
-                raise DataError(f"dataset {pos_name}, row {i}, field 'split': {col.iloc[i]!r}, but the split "
-                                f"files in {split_dir} put row {i} in {files[0].iloc[i]!r} "
-                                f"({len(diff)} rows differ)")
-            info.update({"checked_against": str(split_dir), "files_sha256": files[1]})
-        return col, info
-    if files is not None:
-        return files[0], {"source": "split files", "official": True, "dir": str(split_dir), "files_sha256": files[1]}
-    return None, None
-
-
 def materialise_released(out_root: str | os.PathLike, positives: Any = None,
                          distractors: Mapping[str, Any] | None = None, mtg: Any = None,
                          train_sources: Sequence[str] | None = None, fpr: str | os.PathLike | None = None,
@@ -320,7 +296,7 @@ def materialise_released(out_root: str | os.PathLike, positives: Any = None,
     if positives is not None and masker is None:
         raise DataError(f"dataset {positives_name}: the release has no object masks; pass masker= "
                         f"(nearid_lib.data.masks.ObjectMasker) to compute them")
-    splits, split_info = (None, None) if positives is None else _resolve_splits(
+    splits, split_info = (None, None) if positives is None else resolve_official_splits(
         _one_split(positives, positives_name), positives_name, split_dir)
     if split_info is None:
         split_info = {"source": "rule", "official": False, "rule": "assign_splits (objaverse_id/description "

@@ -27,7 +27,7 @@ import pandas as pd
 from .schema import DataError
 
 __all__ = ["assign_splits", "read_split_files", "split_column", "official_split_dir", "RULE_NOTE",
-           "SPLIT_VALUES", "split_digest"]
+           "SPLIT_VALUES", "split_digest", "resolve_official_splits"]
 
 RULE_NOTE = ("split drawn by this project's deterministic rule, not the authors' official partition "
              "(splits/*.json of Gorluxor/NearID): numbers are not comparable with the paper's, and the "
@@ -170,3 +170,28 @@ def read_split_files(split_dir: str | os.PathLike, n_rows: int) -> tuple[pd.Seri
         raise DataError(f"split files: {d}: {n_rows - len(seen)} of the {n_rows} positives are in none of "
                         f"train/val/test.json (first: row {first}); the official files cover every row")
     return out, digests
+
+
+def resolve_official_splits(pos, pos_name: str, split_dir) -> tuple[pd.Series | None, dict | None]:
+    """The official partition of the positives ``pos`` (a ``datasets.Dataset``): its ``split``
+    column, else the split files of ``split_dir``; ``(None, None)`` when neither exists (the caller
+    falls back to :func:`assign_splits`). When both exist they must agree row by row. Returns the
+    split per row and what was read (``source``, ``official``, the files' sha256)."""
+    files = None
+    if split_dir is not None:
+        files = read_split_files(split_dir, len(pos))
+    if "split" in pos.column_names:
+        col = split_column(pos["split"], f"dataset {pos_name}")
+        info = {"source": "split column", "official": True, "column": "split"}
+        if files is not None:
+            diff = (col != files[0]).to_numpy().nonzero()[0]
+            if len(diff):
+                i = int(diff[0])
+                raise DataError(f"dataset {pos_name}, row {i}, field 'split': {col.iloc[i]!r}, but the split "
+                                f"files in {split_dir} put row {i} in {files[0].iloc[i]!r} "
+                                f"({len(diff)} rows differ)")
+            info.update({"checked_against": str(split_dir), "files_sha256": files[1]})
+        return col, info
+    if files is not None:
+        return files[0], {"source": "split files", "official": True, "dir": str(split_dir), "files_sha256": files[1]}
+    return None, None

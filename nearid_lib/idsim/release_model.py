@@ -66,6 +66,8 @@ from torch import nn
 
 from .. import hub
 from ..models.encoder_base import IMAGENET_MEAN, IMAGENET_STD, Encoder, EncoderOutput, Preprocess
+from .release_adapter import (AdapterConfig, Delta, ReleaseFormatError, encoder_layers, merge_adapter,  # noqa: F401
+                              read_adapter)
 
 __all__ = ["RELEASE_REPO", "BASE_REPO", "RELEASE_FILES", "RELEASE_IMAGE_SIZE", "HEAD_KEYS", "ReleaseFormatError",
            "AdapterConfig", "ResidualHead", "IDSimRelease", "read_adapter", "merge_adapter", "load_head",
@@ -77,224 +79,10 @@ RELEASE_FILES = ("adapter_config.json", "adapter_model.safetensors", "mlp_cls.pt
 RELEASE_IMAGE_SIZE = 448
 HEAD_KEYS = ("ln.weight", "ln.bias", "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "beta_logit")
 
-# Meta module (inside a block) -> the transformers Linear(s) it became. qkv is fused in Meta's code.
-_META_TO_HF = {"attn.qkv": ("attention.q_proj", "attention.k_proj", "attention.v_proj"),
-               "attn.proj": ("attention.o_proj",), "mlp.fc1": ("mlp.up_proj",), "mlp.fc2": ("mlp.down_proj",)}
-# base_model.model (PEFT's wrapper) . extractor.model (id_sim's ViTExtractor -> Meta's ViT) . blocks.N.<module>
-# .lora_{A,B} [.<adapter name>] .weight; PEFT drops the adapter name when saving, older files may keep it
-_KEY = re.compile(r"^(?:base_model\.model\.)?extractor\.model\.blocks\.(?P<block>\d+)\."
-                  r"(?P<module>attn\.qkv|attn\.proj|mlp\.fc1|mlp\.fc2)\.lora_(?P<ab>[AB])"
-                  r"(?:\.[A-Za-z0-9_\-]+)?\.weight$")
-# adapter_config.json settings that change what the saved tensors mean: refused when set
-_REFUSED = {"use_dora": "DoRA (a magnitude vector besides B @ A)",
-            "fan_in_fan_out": "transposed LoRA weights (Conv1D layers)",
-            "lora_bias": "a bias on lora_B",
-            "modules_to_save": "fully trained copies of base modules",
-            "rank_pattern": "per-module ranks",
-            "alpha_pattern": "per-module alphas",
-            "layer_replication": "replicated layers",
-            "target_parameters": "LoRA on raw parameters",
-            "trainable_token_indices": "trained token embeddings",
-            "use_qalora": "quantisation-aware LoRA (pooled inputs)",
-            "alora_invocation_tokens": "activated LoRA (applied after invocation tokens only)",
-            "use_bdlora": "block-diagonal LoRA",
-            "loftq_config": "LoftQ (a quantised, modified base)",
-            "megatron_config": "Megatron parallel layers",
-            "arrow_config": "Arrow routing over several adapters",
-            "kasa_config": "KaSA (a modified base)",
-            "velora_config": "VeLoRA",
-            "monteclora_config": "MonteCLoRA"}
-# initialisations after which B @ A is the whole change of the base (others, e.g. PiSSA / OLoRA /
-# CorDA / LoRA-GA, also rewrite the base weights, which the file does not hold)
-_PLAIN_INITS = (True, False, "gaussian", "eva")
-
-
-class ReleaseFormatError(ValueError):
-    """A release file that does not have the layout this loader maps; the message names the file
-    and the key (or setting)."""
-
-
 def _hf_hint(repo: str) -> str:
     return f"fetch it with: {hub.download_command(repo)}"
 
 
-# ----------------------------------------------------------------------------- adapter
-@dataclass(frozen=True)
-class AdapterConfig:
-    """The settings of ``adapter_config.json`` that the merge uses (:meth:`from_file` validates the
-    rest). ``target_modules``: a list of module names (PEFT matches a name or a ``.``-suffix) or
-    one regex string (PEFT's full match)."""
-
-    r: int
-    lora_alpha: float
-    use_rslora: bool = False
-    target_modules: tuple[str, ...] | str = ("qkv",)
-    bias: str = "none"
-    file: str = "adapter_config.json"
-
-    @property
-    def scale(self) -> float:
-        """PEFT's ``scaling``: ``lora_alpha / r``, or ``lora_alpha / sqrt(r)`` with rsLoRA."""
-        return self.lora_alpha / (math.sqrt(self.r) if self.use_rslora else self.r)
-
-    def targets(self, module: str) -> bool:
-        """Whether PEFT would have wrapped the module of full name ``module``."""
-        if isinstance(self.target_modules, str):
-            return re.fullmatch(self.target_modules, module) is not None
-        return any(module == t or module.endswith("." + t) for t in self.target_modules)
-
-    @classmethod
-    def from_dict(cls, cfg: Mapping[str, Any], file: str = "adapter_config.json") -> AdapterConfig:
-        """Validated settings of one ``adapter_config.json`` (see the module docstring)."""
-        if not isinstance(cfg, Mapping):
-            raise ReleaseFormatError(f"{file}: expected a JSON object, got {type(cfg).__name__}")
-        ptype = cfg.get("peft_type", "LORA")
-        if str(ptype).upper() != "LORA":
-            raise ReleaseFormatError(f"{file}: peft_type {ptype!r} is not a LoRA adapter")
-        for key in ("r", "lora_alpha", "target_modules"):
-            if cfg.get(key) is None:
-                raise ReleaseFormatError(f"{file}: key {key!r} missing")
-        r, alpha = cfg["r"], cfg["lora_alpha"]
-        if not isinstance(r, int) or isinstance(r, bool) or r < 1:
-            raise ReleaseFormatError(f"{file}: key 'r' must be a positive integer, got {r!r}")
-        if not isinstance(alpha, (int, float)) or isinstance(alpha, bool):
-            raise ReleaseFormatError(f"{file}: key 'lora_alpha' must be a number, got {alpha!r}")
-        bias = cfg.get("bias", "none")
-        if bias != "none":
-            raise ReleaseFormatError(f"{file}: key 'bias' is {bias!r}; only 'none' can be merged (the file's "
-                                     f"trained biases would change the base's)")
-        for key, what in _REFUSED.items():
-            if cfg.get(key):
-                raise ReleaseFormatError(f"{file}: key {key!r} = {cfg[key]!r} ({what}) cannot be merged by this "
-                                         f"loader")
-        init = cfg.get("init_lora_weights", True)
-        if init not in _PLAIN_INITS:
-            raise ReleaseFormatError(f"{file}: key 'init_lora_weights' = {init!r} rewrites the base weights at "
-                                     f"initialisation; the adapter alone cannot be merged into the released base")
-        tm = cfg["target_modules"]
-        if isinstance(tm, str):
-            targets: tuple[str, ...] | str = tm
-        elif isinstance(tm, (list, tuple)) and tm and all(isinstance(t, str) for t in tm):
-            targets = tuple(tm)
-        else:
-            raise ReleaseFormatError(f"{file}: key 'target_modules' must be a module name list or a regex, "
-                                     f"got {tm!r}")
-        return cls(r=r, lora_alpha=float(alpha), use_rslora=bool(cfg.get("use_rslora", False)),
-                   target_modules=targets, bias=bias, file=file)
-
-    @classmethod
-    def from_file(cls, path: str | os.PathLike) -> AdapterConfig:
-        try:
-            cfg = json.loads(Path(path).read_text())
-        except json.JSONDecodeError as err:
-            raise ReleaseFormatError(f"{path}: not valid JSON ({err})") from err
-        return cls.from_dict(cfg, str(path))
-
-
-def read_adapter(folder: str | os.PathLike) -> tuple[AdapterConfig, dict[str, torch.Tensor]]:
-    """``(config, tensors)`` of ``folder/adapter_config.json`` and ``folder/adapter_model.safetensors``
-    (read with safetensors, on the CPU)."""
-    from safetensors.torch import load_file
-
-    folder = Path(folder)
-    cfg = AdapterConfig.from_file(folder / "adapter_config.json")
-    f = folder / "adapter_model.safetensors"
-    try:
-        tensors = load_file(str(f))
-    except Exception as err:  # safetensors raises its own error types
-        raise ReleaseFormatError(f"{f}: not a readable safetensors file ({type(err).__name__}: {err})") from err
-    return cfg, tensors
-
-
-def _encoder_layers(model: nn.Module) -> nn.ModuleList:
-    """The transformer blocks of a ``DINOv3ViTModel`` (``model.layer`` in transformers 5.x,
-    ``layer`` in 4.5x)."""
-    inner = getattr(model, "model", None)
-    layers = getattr(inner, "layer", None) if inner is not None else None
-    if layers is None:
-        layers = getattr(model, "layer", None)
-    if not isinstance(layers, nn.ModuleList):
-        raise TypeError(f"{type(model).__name__}: no list of transformer layers (model.layer / layer)")
-    return layers
-
-
-@dataclass(frozen=True)
-class _Delta:
-    """One merged LoRA delta: ``scale * B @ A`` added to ``linear.weight`` (B: the rows of that Linear)."""
-
-    linear: nn.Linear
-    A: torch.Tensor
-    B: torch.Tensor
-    scale: float
-
-    def weight(self, like: torch.Tensor) -> torch.Tensor:
-        d = (self.B.to(device=like.device, dtype=torch.float32) @ self.A.to(device=like.device, dtype=torch.float32))
-        return d * self.scale
-
-
-@torch.no_grad()
-def merge_adapter(model: nn.Module, cfg: AdapterConfig, tensors: Mapping[str, torch.Tensor],
-                  file: str = "adapter_model.safetensors") -> list[_Delta]:
-    """Merge every LoRA tensor of ``tensors`` (Meta key space) into the ``DINOv3ViTModel`` ``model``
-    in place; returns the merged deltas (what :meth:`IDSimRelease.adapters_disabled` takes back out).
-
-    Fused qkv: ``W = cat(q, k, v)`` [3D, D]; ``W += scale * B @ A``; split into ``q, k, v`` again.
-    Everything is checked before a weight changes, so a failed merge leaves ``model`` untouched."""
-    layers = _encoder_layers(model)
-    pairs: dict[tuple[int, str], dict[str, tuple[str, torch.Tensor]]] = {}
-    for key in sorted(tensors):
-        m = _KEY.match(key)
-        if m is None:
-            raise ReleaseFormatError(
-                f"{file}: key {key!r} is not consumed: this loader maps LoRA tensors of Meta's DINOv3 blocks "
-                f"only (base_model.model.extractor.model.blocks.N.{{attn.qkv,attn.proj,mlp.fc1,mlp.fc2}}"
-                f".lora_{{A,B}}.weight)")
-        block, module, ab = int(m["block"]), m["module"], m["ab"]
-        if block >= len(layers):
-            raise ReleaseFormatError(f"{file}: key {key!r}: block {block} is out of range (the base has "
-                                     f"{len(layers)} blocks, 0..{len(layers) - 1})")
-        if not cfg.targets(f"extractor.model.blocks.{block}.{module}"):
-            raise ReleaseFormatError(f"{file}: key {key!r}: module {module} is not among target_modules "
-                                     f"{cfg.target_modules!r} of {cfg.file}")
-        slot = pairs.setdefault((block, module), {})
-        if ab in slot:
-            raise ReleaseFormatError(f"{file}: key {key!r}: a second lora_{ab} for block {block} {module} "
-                                     f"(first: {slot[ab][0]!r})")
-        slot[ab] = (key, tensors[key])
-    plan: list[tuple[list[nn.Linear], torch.Tensor, torch.Tensor]] = []
-    for (block, module), slot in sorted(pairs.items()):
-        for ab, other in (("A", "B"), ("B", "A")):
-            if ab not in slot:
-                raise ReleaseFormatError(f"{file}: key {slot[other][0]!r} has no lora_{ab} partner for "
-                                         f"block {block} {module}")
-        layer = layers[block]
-        if module == "mlp.fc1" and hasattr(layer.mlp, "gate_proj"):
-            raise ReleaseFormatError(f"{file}: key {slot['A'][0]!r}: the base has a gated MLP; Meta's mlp.fc1 "
-                                     f"has no single counterpart")
-        linears = [layer.get_submodule(name) for name in _META_TO_HF[module]]
-        out_dim = sum(lin.out_features for lin in linears)
-        in_dim = linears[0].in_features
-        (ka, A), (kb, B) = slot["A"], slot["B"]
-        if tuple(A.shape) != (cfg.r, in_dim):
-            raise ReleaseFormatError(f"{file}: key {ka!r} has shape {tuple(A.shape)}; block {block} {module} "
-                                     f"needs [r={cfg.r}, {in_dim}]")
-        if tuple(B.shape) != (out_dim, cfg.r):
-            raise ReleaseFormatError(f"{file}: key {kb!r} has shape {tuple(B.shape)}; block {block} {module} "
-                                     f"needs [{out_dim}, r={cfg.r}]")
-        plan.append((linears, A.float(), B.float()))
-    deltas: list[_Delta] = []
-    for linears, A, B in plan:
-        # the fused qkv rows of Meta's block are [q; k; v]: B's rows split the same way, A is shared
-        rows = [lin.out_features for lin in linears]
-        fused = torch.cat([lin.weight.float() for lin in linears], 0)                 # [3D, D] (or [D', D])
-        fused += cfg.scale * (B.to(fused.device) @ A.to(fused.device))
-        for lin, w, b in zip(linears, fused.split(rows, 0), B.split(rows, 0)):
-            lin.weight.copy_(w.to(lin.weight.dtype))
-            deltas.append(_Delta(lin, A, b.contiguous(), cfg.scale))
-    return deltas
-
-
-# ----------------------------------------------------------------------------- heads
 class ResidualHead(nn.Module):
     """The release's projection head: ``fc2(silu(fc1(ln(x)))) + sigmoid(beta_logit) * x`` (the
     output has the input's width; LayerNorm eps 1e-5, PyTorch's default)."""
@@ -360,7 +148,7 @@ class IDSimRelease(Encoder):
     :meth:`from_prefix`, :meth:`adapters_disabled` (the base DINOv3 inside the block). For pairs of
     images: :meth:`embeddings` (``cls`` / ``patch`` / ``joint``) and :meth:`distance`."""
 
-    def __init__(self, backbone: nn.Module, mlp_cls: ResidualHead, mlp_patch: ResidualHead, deltas: list[_Delta],
+    def __init__(self, backbone: nn.Module, mlp_cls: ResidualHead, mlp_patch: ResidualHead, deltas: list[Delta],
                  *, image_size: int, name: str = "idsim-release", tiny: bool = False, weights: str | None = None,
                  info: dict[str, Any] | None = None):
         cfg = backbone.config
@@ -382,7 +170,7 @@ class IDSimRelease(Encoder):
         """[B, 1 + R + N, D]: the last block's output **before** the final LayerNorm (a forward hook
         on the last layer; the model's own outputs are post-norm)."""
         got: list[torch.Tensor] = []
-        last = _encoder_layers(self.model)[-1]
+        last = encoder_layers(self.model)[-1]
         handle = last.register_forward_hook(
             lambda mod, args, out: got.append(out[0] if isinstance(out, (tuple, list)) else out))
         try:

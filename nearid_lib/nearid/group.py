@@ -7,7 +7,7 @@ on the seed, the data settings and the batch geometry, never on the loss, its we
 optimiser or the head: :func:`stream_key` hashes exactly the fields that decide it
 (:data:`HEAD_ONLY` are left out; the InfoNCE objectives reorder the positives of every row, so the
 loss enters only as "InfoNCE or not"). Heads with the same stream key are trained together by
-:func:`train_group`: each step reads and prepares its tokens **once** (:func:`~.train.batch_inputs`),
+:func:`train_group`: each step reads and prepares its tokens **once** (:func:`~.step.batch_inputs`),
 then every head takes its own step on them -- its own optimiser, schedule, loss parameters,
 dropout generator, autocast and resumable checkpoint in its own run folder -- so each head ends
 exactly where it would alone (the same operations on the same inputs: ``tests/test_nearid_group.py``).
@@ -38,8 +38,8 @@ from . import distributed
 from .checkpoints import latest_state, load_train_state, run_key, save_train_state
 from .losses import make_loss_parameters
 from .rows import epoch_rows, steps_per_epoch
-from .train import (TrainResult, amp_context, batch_inputs, build_head, dropout_generator, loss_step,
-                    make_scheduler, train_features)
+from .step import amp_context, batch_inputs, dropout_generator, loss_step
+from .train import TrainResult, build_head, make_scheduler, train_features
 
 if TYPE_CHECKING:
     from ..data import NearIDData
