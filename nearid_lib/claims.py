@@ -235,7 +235,7 @@ class PaperRef:
 
 def paper_value(ref: PaperRef, folder: Path | None = None) -> float:
     """The transcribed paper number ``ref`` points at (raises if it is not exactly one cell)."""
-    from .report import paper_values_dir
+    from .paper_specs import paper_values_dir
 
     df = pd.read_csv(Path(folder or paper_values_dir()) / f"{ref.table}.csv")
     sel = np.ones(len(df), bool)

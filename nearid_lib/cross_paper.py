@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from .idsim.release_model import load_release_row
+from .idsim.released import load_benchmarks, load_frozen_row, public_scores
 from .models import load_encoder, resolve_device, resolve_name
 from .nearid.embedder import Embedder
 from .nearid.scorers import EmbeddingBenchEncoder, load_bench_encoders
@@ -92,22 +94,21 @@ def participants(cfg: Profile, data: NearIDData, progress: bool = False) -> tupl
     if cfg.world.source != "procedural" and names.count("nearid-release") and \
             not any(p.key == "nearid-release" for p in parts):
         notes.append("NearID released weights: not loaded (Aleksandar/nearid-siglip2 not in the mirror)")
-    extra: list[tuple[str, str, str, dict]] = []
+    # (key, label, kind, loader): ID-Sim's rows, loaded the way notebook 09 loads them
+    extra: list[tuple[str, str, str, Any]] = []
     if cfg.world.source != "procedural":
-        extra.append(("idsim-release", "ID-Sim, released weights", "idsim",
-                      {"checkpoint": cfg.idsim.released_model, "image_size": cfg.idsim.image_size}))
+        extra.append(("idsim-release", "ID-Sim, released weights", "idsim", lambda: load_release_row(cfg)))
         if resolve_name(cfg.idsim.backbone) != resolve_name(cfg.backbone.name):
             extra.append((cfg.idsim.backbone, f"{cfg.idsim.backbone} (frozen, ID-Sim's backbone)", "frozen",
-                          {"image_size": cfg.idsim.image_size}))
+                          lambda: load_frozen_row(cfg, cfg.idsim.backbone)))
     elif (ck / "idsim").exists():
         extra.append(("idsim", f"ID-Sim ({cfg.idsim.backbone} + LoRA, {cfg.name})", "idsim",
-                      {"checkpoint": str(ck / "idsim")}))
+                      lambda: load_encoder("idsim", device=resolve_device(cfg.device), checkpoint=str(ck / "idsim"))[0]))
     else:
         notes.append(f"ID-Sim: not trained for {cfg.name!r} ({ck / 'idsim'} absent; notebook 09)")
-    dev = resolve_device(cfg.device)
-    for key, label, kind, kw in extra:
+    for key, label, kind, load in extra:
         try:
-            model = load_encoder(key, device=dev, **{k: v for k, v in kw.items() if v is not None})[0]
+            model = load()
         except (OSError, ValueError, KeyError) as err:     # not in the mirror, gated, ...
             notes.append(f"{label}: not loaded ({' '.join(str(err).split())[:300]})")
             continue
@@ -116,24 +117,13 @@ def participants(cfg: Profile, data: NearIDData, progress: bool = False) -> tupl
 
 
 def _public_idsim(parts, cfg: Profile, notes: list[str]) -> dict[str, dict[str, float]]:
-    """ID-Sim's public benchmarks for every participant (``paper``: no edit grids)."""
-    from .idsim.public_bench import dbpp_metrics, subjects2k_metrics
-    from .idsim.released import load_benchmarks
-
+    """ID-Sim's public benchmarks for every participant (``paper``: no edit grids), as notebook 09
+    scores them (:func:`~nearid_lib.idsim.released.public_scores`)."""
     s2k, _, pairs, missing = load_benchmarks(cfg)
     notes += [f"ID-Sim {k}: {v}" for k, v in missing.items()]
-    out: dict[str, dict[str, float]] = {}
-    bs = cfg.idsim.eval_batch_size
-    for p in parts:
-        row = {}
-        if s2k is not None:
-            row["idsim_subjects2k_ap"] = float(subjects2k_metrics(p.model, s2k, bs, "pooled")[0].get("subjects2k_ap",
-                                                                                                     np.nan))
-        if pairs is not None:
-            m = dbpp_metrics(p.model, pairs, bs, "pooled")[0]
-            row["idsim_dreambench_spearman"] = float(m.get("dreambench_spearman", np.nan))
-        out[p.key] = row
-    return out
+    return {p.key: {f"idsim_{k}": float(v) for k, v in
+                    public_scores(p.model, s2k, pairs, cfg.idsim.eval_batch_size).items()}
+            for p in parts}
 
 
 def cross_paper(cfg: Profile, data: NearIDData, seed: int = 0, progress: bool = False) -> CrossPaper:

@@ -88,8 +88,8 @@ def run_fpr(parts: Sequence[Participant], cfg: Profile, data: NearIDData, batch_
     res = fpr_protocol({p.key: p.model for p in parts}, split, gen, cfg, ec, progress=progress)
     oracle = res.oracle[res.oracle.group == "all"].drop(columns="dataset").reset_index(drop=True)
     methods = res.main.drop(columns="dataset").assign(label=res.main.encoder.map({p.key: p.label for p in parts}))
-    # the agreement needs a true drift (the procedural world's simulated generators); real generated
-    # images have none, so the released galleries give an empty table
-    return {"oracle": oracle, "methods": methods,
-            "agreement": res.agreement.drop(columns=["names", "rhos"], errors="ignore"),
+    # the agreement needs a true drift (the procedural world's simulated generators): empty on the
+    # released galleries, None without generated images
+    agreement = res.agreement.drop(columns=["names", "rhos"]) if res.agreement is not None else None
+    return {"oracle": oracle, "methods": methods, "agreement": agreement,
             "per_query": res.per_query}

@@ -119,7 +119,7 @@ def check_tables(figures: str | Path, profile: str = "paper") -> list[str]:
     Returns the problems (empty: the run is complete)."""
     from ..gates import closed_gates, gates_for
     from ..io_utils import read_table_meta, skip_reason
-    from ..report import load_specs
+    from ..paper_specs import load_specs
 
     figures = Path(figures)
     problems = []

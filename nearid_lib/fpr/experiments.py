@@ -179,8 +179,8 @@ def per_identity_agreement(per_query: pd.DataFrame, metric: str = "ap") -> pd.Da
     ``metric``) and negative true drift, per encoder: a finer "ranks methods like the truth"
     than one rho over method means (ties between encoders are rarer)."""
     rows = []
-    if "drift" not in per_query.columns:
-        return pd.DataFrame(columns=["encoder", "metric", "mean_rho", "n_identities"])
+    if "drift" not in per_query.columns:     # real generated images: no true drift to agree with
+        return pd.DataFrame(columns=["encoder", "metric", "mean_rho", "n_identities", "names", "rhos"])
     for enc, d in per_query.groupby("encoder", sort=False):
         rhos, names = [], []
         for name, di in d.groupby("name"):

@@ -71,7 +71,8 @@ from .release_adapter import (AdapterConfig, Delta, ReleaseFormatError, encoder_
 
 __all__ = ["RELEASE_REPO", "BASE_REPO", "RELEASE_FILES", "RELEASE_IMAGE_SIZE", "HEAD_KEYS", "ReleaseFormatError",
            "AdapterConfig", "ResidualHead", "IDSimRelease", "read_adapter", "merge_adapter", "load_head",
-           "normalize_embedding", "load_idsim_release", "release_encoder", "release_available"]
+           "normalize_embedding", "load_idsim_release", "release_encoder", "release_available",
+           "load_release_row"]
 
 RELEASE_REPO = "chaenayo/id-sim_dinov3_vitl16_cls_patch"
 BASE_REPO = "facebook/dinov3-vitl16-pretrain-lvd1689m"
@@ -385,3 +386,14 @@ def release_encoder(tiny: bool = False, checkpoint: str | os.PathLike | None = N
                       f"{hub.HUB_DIR_ENV}=HUB_DIR, or load the real release with tiny=False")
     return load_idsim_release(checkpoint or hub_id or RELEASE_REPO, base or BASE_REPO, device="cpu",
                               dtype=kw.get("dtype"), image_size=kw.get("image_size"), tiny=tiny)
+
+
+def load_release_row(cfg, device=None) -> "IDSimRelease":
+    """The released ID-Sim of a profile (``idsim.released_model``, the registered encoder
+    ``idsim-release``) at ``idsim.image_size`` (448 in ``paper``), on ``device`` (default: the
+    profile's): the ID-Sim row of notebooks 09 and 12."""
+    from ..models import load_encoder, resolve_device
+
+    kw = {"image_size": cfg.idsim.image_size} if cfg.idsim.image_size else {}
+    return load_encoder("idsim-release", device=resolve_device(cfg.device) if device is None else device,
+                        checkpoint=cfg.idsim.released_model, **kw)[0]

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from ..data.schema import DataError
-from .release_model import RELEASE_FILES
+from .release_model import RELEASE_FILES, load_release_row
 from .public_bench import (SUBJECTS2K_COLUMNS, dbpp_gpt_metrics, dbpp_metrics, judge_metrics, judge_pairs,
                            load_subjects2k, pair_scores, subjects2k_gpt_metrics, subjects2k_metrics)
 
@@ -64,8 +64,8 @@ __all__ = ["RELEASED_FILES", "DINOV3_NATIVE_WEIGHTS", "SUBJECTS2K_COLUMNS", "UNP
            "load_release_row", "load_subjects2k",
            "pair_scores", "subjects2k_metrics", "subjects2k_gpt_metrics", "dbpp_metrics", "dbpp_gpt_metrics",
            "judge_pairs", "judge_metrics", "load_frozen_row", "load_frozen_rows", "ReleasedScores",
-           "load_benchmarks", "score_released", "released_table", "released_mllm_table", "released_patch_table",
-           "not_scored", "world_only_tables"]
+           "load_benchmarks", "public_scores", "score_released", "released_table", "released_mllm_table",
+           "released_patch_table", "not_scored", "world_only_tables"]
 
 RELEASED_FILES = RELEASE_FILES      # the files of the release's hub repo
 DINOV3_NATIVE_WEIGHTS = "dinov3_vitl16_pretrain_lvd1689m-8aa4cbdd.pth"
@@ -103,16 +103,6 @@ def released_idsim_reason(repo_id: str) -> str | None:
     from .release_model import release_available
 
     return release_available(repo_id)
-
-
-def load_release_row(cfg: Profile, device=None):
-    """The released ID-Sim ``idsim.released_model`` (registered encoder ``idsim-release``) at
-    ``idsim.image_size`` (448 in ``paper``), on ``device`` (default: the profile's)."""
-    from ..models import load_encoder, resolve_device
-
-    kw = {"image_size": cfg.idsim.image_size} if cfg.idsim.image_size else {}
-    return load_encoder(RELEASE_ROW, device=resolve_device(cfg.device) if device is None else device,
-                        checkpoint=cfg.idsim.released_model, **kw)[0]
 
 
 # ----------------------------------------------------------------------------- frozen rows
@@ -199,6 +189,19 @@ def load_benchmarks(cfg: Profile) -> tuple[Any, DreamBenchPP | None, pd.DataFram
     return s2k, db, pairs, missing
 
 
+def public_scores(enc, s2k, pairs: pd.DataFrame | None, batch_size: int, kind: str = "pooled") -> dict[str, float]:
+    """ID-Sim's public benchmark metrics of one encoder (``kind``: its pooled or its mean-patch
+    embedding): Subjects2k AP / ROC-AUC and DreamBench++ Spearman / Kendall, for the benchmarks
+    that are there (``s2k`` / ``pairs`` None: absent)."""
+    res = {}
+    if s2k is not None:
+        res.update(subjects2k_metrics(enc, s2k, batch_size, kind)[0])
+    if pairs is not None:
+        m = dbpp_metrics(enc, pairs, batch_size, kind)[0]
+        res.update({k: v for k, v in m.items() if k.startswith("dreambench")})
+    return {k: v for k, v in res.items() if k in _DATA}
+
+
 def score_released(cfg: Profile, nearid=None, log=print) -> ReleasedScores:
     """Score every public ID-Sim benchmark (:func:`load_benchmarks`) with every scorer that can be
     had without ID-Sim's unpublished training set: the frozen rows (``idsim.frozen_rows``, one
@@ -218,15 +221,6 @@ def score_released(cfg: Profile, nearid=None, log=print) -> ReleasedScores:
         return out
     backbone = resolve_name(cfg.idsim.backbone)
 
-    def score(name, enc, kind="pooled"):
-        res = {}
-        if s2k is not None:
-            res.update(subjects2k_metrics(enc, s2k, bs, kind)[0])
-        if pairs is not None:
-            m = dbpp_metrics(enc, pairs, bs, kind)[0]
-            res.update({k: v for k, v in m.items() if k.startswith("dreambench")})
-        return {k: v for k, v in res.items() if k in _DATA}
-
     for name in cfg.idsim.frozen_rows:
         try:
             enc = load_frozen_row(cfg, name)
@@ -234,10 +228,10 @@ def score_released(cfg: Profile, nearid=None, log=print) -> ReleasedScores:
             out.missing[name] = f"frozen row {name} not loaded: {err}"
             log(out.missing[name])
             continue
-        out.results[name] = score(name, enc)
+        out.results[name] = public_scores(enc, s2k, pairs, bs)
         out.labels[name] = f"{name} pooled embedding (frozen; {enc.weights}, {enc.preprocess.image_size} px)"
         if resolve_name(name) == backbone:
-            out.patch = score(name, enc, "patch")
+            out.patch = public_scores(enc, s2k, pairs, bs, "patch")
             out.patch_label = f"{name} mean of L2-normalised patch tokens (frozen; {enc.weights})"
         del enc
     rel, why = None, released_idsim_reason(cfg.idsim.released_model)
@@ -251,14 +245,14 @@ def score_released(cfg: Profile, nearid=None, log=print) -> ReleasedScores:
         log(why)
     else:
         where = f"{cfg.idsim.released_model} over {rel.info['base']}, {rel.preprocess.image_size} px"
-        out.results[RELEASE_ROW] = score(RELEASE_ROW, rel)
+        out.results[RELEASE_ROW] = public_scores(rel, s2k, pairs, bs)
         out.labels[RELEASE_ROW] = f"released ID-Sim, CLS embedding ({where}; LoRA merged into transformers DINOv3)"
-        out.release_patch = score(RELEASE_ROW, rel, "patch")
+        out.release_patch = public_scores(rel, s2k, pairs, bs, "patch")
         out.release_patch_label = f"released ID-Sim, mean of its L2-normalised mlp_patch embeddings ({where})"
         del rel
     if nearid is not None:
         nearid = nearid.to(resolve_device(cfg.device))
-        out.results["nearid"] = score("nearid", nearid)
+        out.results["nearid"] = public_scores(nearid, s2k, pairs, bs)
         out.labels["nearid"] = f"NearID MAP head ({nearid.weights})"
     else:
         out.missing["nearid"] = "NearID head absent (notebook 03's checkpoint): no NearID row"
