@@ -45,7 +45,7 @@ NEARID_WORKERS ?= 2
 export NEARID_WORKERS
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: reproduce notebooks test pytest smoke dryrun-paper install lock lab clean clean-build help judge
+.PHONY: reproduce notebooks test pytest smoke dryrun-paper install lock lab clean clean-build help judge curate prefill
 .DEFAULT_GOAL := help
 
 help:
@@ -110,13 +110,37 @@ $(NB_OUT)/11_retrieval_galleries.ipynb: $(call nb,03_train_nearid)
 $(NB_OUT)/12_cross_paper.ipynb: $(call nb,03_train_nearid) $(call nb,09_train_idsim) $(call nb,11_retrieval_galleries)
 $(NB_OUT)/99_report.ipynb: $(filter-out $(NB_OUT)/99_report.ipynb,$(EXECUTED)) $(PAPER_VALUES)
 
+# ----- notebook 01's materialisation of the release on every GPU, before the notebook (paper) -----
+# nearid_lib/data/curate_step.py: one process per GPU writes its blocks of identities (CLIPSeg on its
+# GPU, CPU threads decoding and writing PNGs), resumable; rank 0 writes the tables. Notebook 01 then
+# finds the dataset complete. `make curate PROFILE=paper` runs it alone.
+$(NB_OUT)/curate.done: notebooks/01_data_curation.py $(LIB_SRC) $(STAMP)
+	mkdir -p $(NB_OUT) && set -o pipefail && $(GPU_LAUNCH) -m nearid_lib.data.curate_step --profile $(PROFILE) 2>&1 | tee $(NB_OUT)/curate.log
+	@touch $@
+curate: $(NB_OUT)/curate.done
+ifeq ($(PROFILE),paper)
+$(NB_OUT)/01_data_curation.ipynb: $(NB_OUT)/curate.done
+endif
+
+# ----- the token store filled once on every GPU, before any head trains (paper) -----
+# nearid_lib/nearid/prefill_step.py encodes every grid training and evaluation read into the int8
+# store (each grid by one rank, images decoded by DataLoader workers), resumable; training then only
+# reads. Profiles with per-group caches (smoke, mini) print that there is nothing to prefill.
+$(NB_OUT)/prefill.done: $(call nb,01_data_curation) $(LIB_SRC) $(STAMP)
+	mkdir -p $(NB_OUT) && set -o pipefail && $(GPU_LAUNCH) -m nearid_lib.nearid.prefill_step --profile $(PROFILE) 2>&1 | tee $(NB_OUT)/prefill.log
+	@touch $@
+prefill: $(NB_OUT)/prefill.done
+ifeq ($(PROFILE),paper)
+$(NB_OUT)/03_train_nearid.ipynb: $(NB_OUT)/prefill.done
+endif
+
 # ----- the VLM judge on every GPU, before notebook 04 and outside its kernel (paper) -----
 # nearid_lib/nearid/judge_step.py judges every pair notebook 04 will ask about into the judge's
 # answers folder (resumable); 04 then reads the answers. One process per GPU (torchrun), or one
 # plain process without a GPU (the dry run). `make judge PROFILE=paper` runs it alone.
-JUDGE_LAUNCH = $(if $(filter-out 0,$(N_GPUS)),$(VENV)/bin/torchrun --standalone --nproc_per_node $(N_GPUS),$(PY))
+GPU_LAUNCH = $(if $(filter-out 0,$(N_GPUS)),$(VENV)/bin/torchrun --standalone --nproc_per_node $(N_GPUS),$(PY))
 $(NB_OUT)/judge.done: $(call nb,01_data_curation) $(LIB_SRC) $(STAMP)
-	mkdir -p $(NB_OUT) && set -o pipefail && $(JUDGE_LAUNCH) -m nearid_lib.nearid.judge_step --profile $(PROFILE) 2>&1 | tee $(NB_OUT)/judge.log
+	mkdir -p $(NB_OUT) && set -o pipefail && $(GPU_LAUNCH) -m nearid_lib.nearid.judge_step --profile $(PROFILE) 2>&1 | tee $(NB_OUT)/judge.log
 	@touch $@
 judge: $(NB_OUT)/judge.done
 ifeq ($(PROFILE),paper)

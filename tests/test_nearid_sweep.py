@@ -32,7 +32,7 @@ def test_run_key_follows_config_data_and_code(world, monkeypatch, tmp_path):
     k = ck.run_key(cfg, data)
     assert ck.run_key(cfg, data) == k
     assert ck.run_key(with_overrides(cfg, {"train.alpha": 0.25}), data) != k        # config
-    monkeypatch.setattr(ck, "code_fingerprint", lambda *parts: "edited")             # training code
+    monkeypatch.setattr(ck, "closure_fingerprint", lambda *roots: "edited")          # training code
     assert ck.run_key(cfg, data) != k
     monkeypatch.undo()
     copy = tmp_path / "copy"                                                         # data
@@ -44,8 +44,7 @@ def test_run_key_follows_config_data_and_code(world, monkeypatch, tmp_path):
 
 
 def test_training_code_names_real_modules():
-    from nearid_lib.runmeta import code_fingerprint
-    assert code_fingerprint(*ck.TRAINING_CODE)      # raises on a name that is not a module
+    assert ck.training_code()              # raises on a root that is not a module
 
 
 def test_finished_run_is_reused_only_under_its_key(world, monkeypatch):
@@ -56,7 +55,7 @@ def test_finished_run_is_reused_only_under_its_key(world, monkeypatch):
     again = sw.train_and_score(cfg, data, enc, **kw)
     assert not first.reused and again.reused
     assert json.dumps(again.scores, sort_keys=True) == json.dumps(first.scores, sort_keys=True)   # NaN-safe
-    monkeypatch.setattr(ck, "code_fingerprint", lambda *parts: "edited")
+    monkeypatch.setattr(ck, "closure_fingerprint", lambda *roots: "edited")
     monkeypatch.setattr(sw, "run_key", ck.run_key)
     edited = sw.train_and_score(cfg, data, enc, **kw)
     assert not edited.reused and edited.key != first.key

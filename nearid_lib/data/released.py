@@ -46,11 +46,11 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from PIL import Image
 
-from ..io_utils import Manifest, write_csv, write_json
+from ..io_utils import write_csv, write_json
 from ..paths import data_dir
 from .benchmarks import load_fpr
+from .released_identities import BLOCK, Masker, progress_records, write_identities
 from .released_schema import (DISTRACTOR_COLUMNS, MTG_COLUMNS, POSITIVE_COLUMNS, RELEASED_SOURCES,
                               TABLE5_TRAIN_SOURCES, _SPLIT_NAMES, _check_columns, _first_col, _no_decode,
                               _one_split, _open_dataset, _save, _save_mask, _to_mask, _to_rgb, distractor_features,
@@ -95,126 +95,61 @@ def _aligned(pos, dist, name: str, pos_name: str) -> list[int]:
     return list(range(len(pid)))
 
 
-def _n_views(row: Mapping, i: int, rid: int, name: str, prefix: str) -> list[int]:
-    """The views a row has, checked against its ``n_images`` (2-view rows have an empty third)."""
-    present = [k for k in (1, 2, 3) if _present(row.get(f"{prefix}{k}"))]
-    where = f"dataset {name}, row {i} (id {rid})"
-    if present[:2] != [1, 2]:
-        raise DataError(f"{where}, field '{prefix}{1 if 1 not in present else 2}': identity has fewer "
-                        f"than two views (NearID needs >= 2 positives)")
-    n = row.get("n_images")
-    if n is not None and int(n) != len(present):
-        raise DataError(f"{where}, field 'n_images': {int(n)} but {len(present)} image(s) present "
-                        f"({[f'{prefix}{k}' for k in present]})")
-    return present
-
-
-def _present(value: Any) -> bool:
-    if value is None:
-        return False
-    if isinstance(value, dict):
-        return bool(value.get("bytes") or value.get("path"))
-    return True
-
-
-Masker = Callable[[list, list], list]
-
-
-def _identity_job(root: Path, rid: int, i: int, row: Mapping, split: str, dists: Mapping[str, tuple],
-                  masker: Masker, pos_name: str) -> dict:
-    """Write the views, masks and distractors of one identity; its table rows."""
-    where = lambda f: f"dataset {pos_name}, row {i} (id {rid}), field {f!r}"  # noqa: E731
-    views = _n_views(row, i, rid, pos_name, "img")
-    ims = {k: _to_rgb(pil_from_value(row[f"img{k}"], where(f"img{k}")), where(f"img{k}")) for k in views}
-    prompt = str(row.get("category_description") or row.get("category") or "object")
-    masks = masker([ims[k] for k in views], [prompt] * len(views))
-    sid = str(rid)
-    prow = {"id": sid, "split": split}
-    for k in (1, 2, 3):
-        prow[f"img{k}"] = prow[f"mask{k}"] = ""
-    mask_area = {}
-    for k, m in zip(views, masks):
-        m = np.asarray(m, dtype=bool)
-        if m.shape != (ims[k].size[1], ims[k].size[0]) or not m.any():
-            raise DataError(f"{where(f'img{k}')}: the mask model returned a mask of shape {m.shape} "
-                            f"(image {ims[k].size[::-1]}, {int(m.sum())} pixels set)")
-        prow[f"img{k}"] = _save(root, f"pos/{sid}_{k}.png", ims[k])
-        prow[f"mask{k}"] = _save_mask(root, f"mask/{sid}_{k}.png", m)
-        mask_area[k] = float(m.mean())
-    drows = {}
-    for s, (dname, ds, rows) in dists.items():
-        j = rows[i]
-        drow = ds[j]
-        dwhere = lambda f: f"dataset {dname}, row {j} (id {rid}), field {f!r}"  # noqa: E731
-        out = {"id": sid, "split": split}
-        for k in (1, 2, 3):
-            out[f"nimg{k}"] = ""
-            if k not in views:
-                continue
-            im = pil_from_value(drow.get(f"nimg{k}"), dwhere(f"nimg{k}"))
-            if im is None:
-                raise DataError(f"{dwhere(f'nimg{k}')}: view {k} of the identity exists but has no distractor")
-            im = _to_rgb(im, dwhere(f"nimg{k}"))
-            if im.size != ims[k].size:
-                # generators at other resolutions (e.g. Flux_1024): Lanczos to the view's size
-                im = im.resize(ims[k].size, Image.LANCZOS)
-            out[f"nimg{k}"] = _save(root, f"dist/{s}/{sid}_{k}.png", im)
-        drows[s] = out
-    ident = {"id": sid, "split": split, "class_name": str(row.get("category") or ""),
-             "description": str(row.get("category_description") or ""), "n_views": len(views),
-             "objaverse_id": str(row.get("objaverse_id") or ""), "quality": str(row.get("quality") or ""),
-             "source_row": int(i)}
-    return {"identity": ident, "positives": prow, "distractors": drows,
-            "mask_area": [mask_area[k] for k in views]}
-
-
 def _materialise_nearid(root: Path, positives: Any, distractors: Mapping[str, Any], masker: Masker,
                         pos_name: str, splits: pd.Series | None, split_rule: dict, progress: bool,
-                        fingerprint: dict) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, pd.DataFrame], dict]:
+                        fingerprint: dict, shard: tuple[int, int] = (0, 1), barrier: Callable[[], None] | None = None,
+                        io_workers: int = 4) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, pd.DataFrame], dict] | None:
+    """Write the identities (:func:`~nearid_lib.data.released_identities.write_identities`, this
+    process's share ``shard = (rank, world)``) and return their tables; ``None`` on ranks other than 0,
+    which only write. ``barrier()`` (a launch's) is met after rank 0 has checked the progress folder
+    against ``fingerprint`` and after every rank has written."""
+    rank, world = shard
+    barrier = barrier or (lambda: None)
     pos = _no_decode(_one_split(positives, pos_name))
     _check_columns(pos, pos_name, POSITIVE_COLUMNS)
-    pos_ids = _id_index(pos, pos_name)
+    _id_index(pos, pos_name)
     dists = {}
     for s, obj in distractors.items():
         name = f"{pos_name}-{s}"
         d = _no_decode(_one_split(obj, name))
         _check_columns(d, name, ["id", "nimg1", "nimg2", "nimg3"])
-        dists[s] = (name, d, _aligned(pos, d, name, pos_name))
+        _aligned(pos, d, name, pos_name)
+        dists[s] = (name, d)
     meta = pd.DataFrame({c: pos[c] for c in ("id", "objaverse_id", "category_description")})
     if splits is None:
         splits = assign_splits(meta, split_rule["n_val"], split_rule["n_test"], split_rule["seed"])
     prog = root / "_progress"
     fp_path = prog / "fingerprint.json"
-    old = json.loads(fp_path.read_text()) if fp_path.exists() else None
-    if old != fingerprint:         # another release, split or mask model: start over
-        for sub in ("_progress", "pos", "mask", "dist", "distractors"):
-            shutil.rmtree(root / sub, ignore_errors=True)
-    write_json(fingerprint, fp_path)
-    man = Manifest(prog / "identities.jsonl")
+    if rank == 0:
+        old = json.loads(fp_path.read_text()) if fp_path.exists() else None
+        if old != fingerprint:         # another release, split or mask model: start over
+            for sub in ("_progress", "pos", "mask", "dist", "distractors"):
+                shutil.rmtree(root / sub, ignore_errors=True)
+        write_json(fingerprint, fp_path)
+    barrier()
+    if rank != 0 and (not fp_path.exists() or json.loads(fp_path.read_text()) != fingerprint):
+        raise DataError(f"{fp_path}: rank {rank} found another dataset's progress folder than rank 0 wrote "
+                        f"(two launches on one output folder?)")
+    write_identities(root, pos, dists, list(map(str, splits)), masker, pos_name, rank=rank, world=world,
+                     io_workers=io_workers, progress=progress)
+    barrier()
+    if rank != 0:
+        return None
+    recs = progress_records(prog)
     order = [str(int(v)) for v in pos["id"]]
-    todo = [i for i, k in enumerate(order) if k not in man]
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:  # pragma: no cover
-        tqdm = None
-    bar = tqdm(total=len(pos), initial=len(pos) - len(todo), desc="released/identities",
-               disable=not progress) if tqdm else None
-    for i in todo:
-        row = pos[i]
-        rid = int(row["id"])
-        man.add(str(rid), **_identity_job(root, rid, i, row, str(splits.iloc[i]), dists, masker, pos_name))
-        if bar:
-            bar.update(1)
-    if bar:
-        bar.close()
-    recs = {r["id"]: r for r in man.records()}
+    missing = [k for k in order if k not in recs]
+    if missing:
+        raise DataError(f"{prog}: {len(missing)} identities were not written (first: id {missing[0]}); "
+                        f"rerun to resume")
     ids = pd.DataFrame([recs[k]["identity"] for k in order])
     prows = pd.DataFrame([recs[k]["positives"] for k in order])
     drows = {s: pd.DataFrame([recs[k]["distractors"][s] for k in order],
                              columns=["id", "split", "nimg1", "nimg2", "nimg3"]) for s in dists}
     areas = np.array([a for k in order for a in recs[k]["mask_area"]], dtype=float)
+    fell = [f for k in order for f in recs[k].get("mask_fallback", [])]
     mask_stats = {"views": int(areas.size), "mean_area": float(areas.mean()) if areas.size else None,
-                  "median_area": float(np.median(areas)) if areas.size else None}
+                  "median_area": float(np.median(areas)) if areas.size else None,
+                  "fallbacks": {"images": int(areas.size), "fallback": int(sum(fell))}}
     return ids, prows, drows, mask_stats
 
 
@@ -270,7 +205,8 @@ def materialise_released(out_root: str | os.PathLike, positives: Any = None,
                          positives_name: str = "Aleksandar/NearID", profile: str = "paper", seed: int = 0,
                          masker: Masker | None = None, split_dir: str | os.PathLike | None = None,
                          n_val: int = 100, n_test: int = 500, progress: bool = False,
-                         provenance: Mapping[str, Any] | None = None) -> Path:
+                         provenance: Mapping[str, Any] | None = None, shard: tuple[int, int] = (0, 1),
+                         barrier: Callable[[], None] | None = None, io_workers: int = 4) -> Path:
     """Write the released data into the NearID schema at ``out_root`` (``manifest.json`` last).
 
     ``positives`` / ``distractors[source]`` / ``mtg``: ``datasets.Dataset`` / ``DatasetDict``
@@ -281,7 +217,13 @@ def materialise_released(out_root: str | os.PathLike, positives: Any = None,
     of ``split_dir`` (the authors' ``{train,val,test}.json`` row positions; checked against the column
     when both exist), else :func:`assign_splits` with ``n_val``/``n_test``, flagged as not official. ``train_sources`` defaults to NearID Table 5's (those present).
     A complete dataset made from the same inputs and settings is returned untouched; an interrupted
-    one resumes. ``provenance`` (e.g. the hub revisions read) is stored in the manifest."""
+    one resumes. ``provenance`` (e.g. the hub revisions read) is stored in the manifest.
+
+    Over several processes (:mod:`~nearid_lib.data.curate_step`): every rank calls this with its
+    ``shard = (rank, world)`` and the launch's ``barrier``; each writes its blocks of identities
+    (:mod:`~nearid_lib.data.released_identities`, ``io_workers`` threads decoding and writing), and
+    rank 0 alone then writes the tables, MTG, FPR and the manifest. The bytes written do not depend
+    on ``world``."""
     root = Path(out_root)
     root.mkdir(parents=True, exist_ok=True)
     distractors = dict(distractors or {})
@@ -310,7 +252,8 @@ def materialise_released(out_root: str | os.PathLike, positives: Any = None,
         masker_fp = (masker_fingerprint(masker) if isinstance(masker, ObjectMasker)
                      else str(getattr(masker, "fingerprint", type(masker).__qualname__)))
     fingerprint = {"schema_version": SCHEMA_VERSION, "positives": positives_name,
-                   "sources": sorted(distractors), "split": split_info, "masker": masker_fp}
+                   "sources": sorted(distractors), "split": split_info, "masker": masker_fp,
+                   "mask_batch": f"blocks of {BLOCK} identities"}
     man = root / "manifest.json"
     if man.exists():
         try:
@@ -320,13 +263,17 @@ def materialise_released(out_root: str | os.PathLike, positives: Any = None,
         if old.get("complete") and old.get("fingerprint") == fingerprint and \
                 old.get("has_mtg") == (mtg is not None) and old.get("has_fpr") == (fpr is not None):
             return root
-        man.unlink()                                    # incomplete until we finish
+        if shard[0] == 0:
+            man.unlink(missing_ok=True)                 # incomplete until we finish
     counts: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     if positives is not None:
-        ids, pos, dists, mask_stats = _materialise_nearid(
+        tables = _materialise_nearid(
             root, positives, distractors, masker, positives_name, splits,
-            {"n_val": n_val, "n_test": n_test, "seed": seed}, progress, fingerprint)
+            {"n_val": n_val, "n_test": n_test, "seed": seed}, progress, fingerprint, shard, barrier, io_workers)
+        if tables is None:                              # another rank writes the tables
+            return root
+        ids, pos, dists, mask_stats = tables
         write_csv(ids, root / "identities.csv")
         write_csv(pos, root / "positives.csv")
         for s, d in dists.items():
@@ -335,8 +282,9 @@ def materialise_released(out_root: str | os.PathLike, positives: Any = None,
         split_info = {**split_info, "sha256": split_digest(ids["split"]), "counts": counts["identities"]}
         counts["positive_images"] = int(ids.n_views.sum())
         counts["distractor_images"] = int(ids.n_views.sum()) * len(dists)
-        extra["masks"] = {"model": masker_fp, **mask_stats,
-                          **({"fallbacks": dict(getattr(masker, "counts", {}))} if hasattr(masker, "counts") else {})}
+        extra["masks"] = {"model": masker_fp, **mask_stats}
+    if shard[0] != 0:
+        return root
     write_json({"sources": list(distractors), "train_sources": ts}, root / "sources.json")
     if mtg is not None:
         m = _materialise_mtg(root, mtg)
@@ -359,12 +307,16 @@ def materialise_released(out_root: str | os.PathLike, positives: Any = None,
 
 
 def load_released_from_hub(cfg: Profile, out_root: str | os.PathLike | None = None,
-                           masker: Masker | None = None, progress: bool = True) -> Path:
+                           masker: Masker | None = None, progress: bool = True, shard: tuple[int, int] = (0, 1),
+                           barrier: Callable[[], None] | None = None, device: str | None = None,
+                           io_workers: int = 4) -> Path:
     """Paper profile: read ``cfg.world.nearid_repo``, one distractor repo per source of
     ``cfg.world.nearid_sources`` and ``cfg.world.mtg_repo`` through :mod:`nearid_lib.hub` (the local
     mirror when ``NEARID_HUB_DIR`` is set) and materialise them at ``out_root`` (default
     ``data_dir(profile)/"nearid"``). Masks come from ``masker`` (default: the profile's
-    ``world.mask_model`` through :class:`~nearid_lib.data.masks.ObjectMasker`)."""
+    ``world.mask_model`` through :class:`~nearid_lib.data.masks.ObjectMasker`, on ``device`` or the
+    profile's). ``shard``/``barrier``/``io_workers``: :func:`materialise_released` over several
+    processes (:mod:`~nearid_lib.data.curate_step`)."""
     from .. import hub
 
     w = cfg.world
@@ -375,13 +327,14 @@ def load_released_from_hub(cfg: Profile, out_root: str | os.PathLike | None = No
     if masker is None:
         from .masks import ObjectMasker
 
-        masker = ObjectMasker.from_pretrained(w.mask_model, device=_device(cfg))
+        masker = ObjectMasker.from_pretrained(w.mask_model, device=device or _device(cfg))
     train = [s for s in w.train_sources if s in dists]
     return materialise_released(out_root, pos, dists, mtg, train_sources=train, positives_name=w.nearid_repo,
                                 profile=cfg.name, seed=cfg.seed, masker=masker,
                                 split_dir=official_split_dir(w.split_dir),
                                 n_val=w.n_val_ids, n_test=w.n_test_ids, progress=progress,
-                                provenance={"hub": hub.reads()})
+                                provenance={"hub": hub.reads()}, shard=shard, barrier=barrier,
+                                io_workers=io_workers)
 
 
 def _device(cfg: Profile) -> str:

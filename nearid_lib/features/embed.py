@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from ..code_closure import closure_fingerprint
 from ..imageio import load_image, load_mask
 from .store import FeatureStore, FeatureTable, backbone_of, encoder_fingerprint
 from .variants import apply_variant, check_variant, needs_mask
@@ -125,7 +126,9 @@ def feature_table(encoder, store: FeatureStore, variant: str = "full", payload: 
         return store.layouts[payload].table(encoder, variant, payload)
     check_variant(variant)
     name = str(getattr(encoder, "name", type(encoder).__name__))
-    return store.table(name, PAYLOADS[payload].identity(encoder), variant, payload, scope)
+    # the encoder's identity (its own code included) and the code of this feature path
+    ident = f"{PAYLOADS[payload].identity(encoder)}|feature_code={closure_fingerprint(embed, apply_variant)}"
+    return store.table(name, ident, variant, payload, scope)
 
 
 def embed(encoder, refs: Sequence[ImageRef], variant: str = "full", store: FeatureStore | None = None,

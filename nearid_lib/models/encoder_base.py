@@ -141,12 +141,17 @@ class Encoder(nn.Module):
         return super().train(False if self.frozen else mode)
 
     def cache_key(self) -> str:
-        """Identity of the produced features: name, weights, dtype, preprocessing and the code of
-        the encoders (a change to it must not serve features computed by the old code)."""
-        from ..runmeta import code_fingerprint
+        """Identity of the produced features: name, weights, dtype, preprocessing and the code that
+        computes them -- the modules of this encoder's class, its preprocessing and image reading
+        (:func:`~nearid_lib.code_closure.closure_fingerprint`), not the rest of the library: a change
+        to that code never serves features computed by the old code, an unrelated edit keeps them.
+        The feature stores add their own code (:mod:`nearid_lib.features`)."""
+        from .. import imageio
+        from ..code_closure import closure_fingerprint
 
+        code = closure_fingerprint(type(self), type(self.preprocess), imageio)
         return (f"{self.name}|tiny={int(self.tiny)}|w={self.weights}|dtype={str(self.dtype).replace('torch.', '')}"
-                f"|{self.preprocess.key()}|code={code_fingerprint('models/backbones.py', 'models/encoder_base.py', 'features', 'imageio.py')}")
+                f"|{self.preprocess.key()}|code={code}")
 
     @property
     def device(self) -> torch.device:

@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..config import profile_to_dict
-from ..runmeta import code_fingerprint
+from ..code_closure import closure_fingerprint
 
 if TYPE_CHECKING:
     from ..config import Profile
@@ -97,20 +97,25 @@ def data_fingerprint(data: NearIDData) -> str:
     return h.hexdigest()[:12]
 
 
-# The library code a trained-and-scored run depends on (its data, backbone tokens, head, losses,
-# batches, training loop and scoring); tables, claims, reports and the other papers' packages
-# are not in it, so editing them reuses finished runs.
-TRAINING_CODE = ("config.py", "config_sections.py", "config_values.py", "seeding.py", "imageio.py", "data",
-                 "features", "metrics", "models",
-                 *(f"nearid/{m}.py" for m in ("checkpoints", "embedder", "evaluate", "loss_inputs", "loss_terms",
-                                              "loss_variants", "losses", "pairs", "rows", "scorers",
-                                              "sweep", "train", "train_inputs")))
+# Where the code of a trained-and-scored run starts (its data, backbone, head, losses, batches,
+# training loop, scoring); :func:`training_code` follows it (:mod:`nearid_lib.code_closure`), so
+# tables, claims' verdicts, reports, curation and the other papers' packages are not in the key and
+# editing them reuses finished runs. Dotted names: resolved when the key is computed, so this module
+# imports none of them.
+TRAINING_ROOTS = tuple(f"nearid_lib.{m}" for m in (
+    "nearid.train", "nearid.group", "nearid.sweep", "nearid.step", "nearid.evaluate", "nearid.stream",
+    "nearid.train_inputs", "data.schema", "models.backbones", "models.map_head", "config"))
+
+
+def training_code() -> str:
+    """Fingerprint of the library modules on the training-and-scoring path (:data:`TRAINING_ROOTS`)."""
+    return closure_fingerprint(*TRAINING_ROOTS)
 
 
 def run_key(cfg: Profile, data: NearIDData) -> str:
     """What a reused training result (a resumed head, a finished sweep run) is keyed by: the
     configuration (:func:`config_key`), the data (:func:`data_fingerprint`) and the library code
-    that trains and scores it (:data:`TRAINING_CODE`, :func:`~nearid_lib.runmeta.code_fingerprint`), so that a code change
-    never serves a stale result."""
-    part = f"{config_key(cfg)}|{data_fingerprint(data)}|{code_fingerprint(*TRAINING_CODE)}"
+    that trains and scores it (:func:`training_code`), so that a change of that code never serves a
+    stale result and an edit elsewhere keeps it."""
+    part = f"{config_key(cfg)}|{data_fingerprint(data)}|{training_code()}"
     return hashlib.sha1(part.encode()).hexdigest()[:12]

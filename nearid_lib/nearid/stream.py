@@ -40,6 +40,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ..code_closure import closure_fingerprint
 from ..features import FeatureStore, apply_variant, dataset_refs, embed
 from ..features.layouts import ShardGrids
 from ..features.shards import ShardedTokenStore
@@ -50,8 +51,8 @@ if TYPE_CHECKING:
     from ..config import Profile
     from ..data import NearIDData
 
-__all__ = ["StreamFeatures", "open_train_store", "store_dir", "train_items", "eval_items", "autocast_for",
-           "process_writer"]
+__all__ = ["StreamFeatures", "open_train_store", "store_dir", "store_code", "train_items", "eval_items",
+           "autocast_for", "process_writer", "variant_image"]
 
 VARIANTS = ("full", "fg")
 
@@ -146,23 +147,22 @@ class StreamFeatures:
 
     # ------------------------------------------------------------------ the backbone
     def _image(self, rel: str, mask: str, fg: bool, rng) -> "object":
-        im = self.data.image(rel)
-        if fg:
-            if not mask:
-                raise ValueError(f"slot {rel!r} is fg-masked but has no mask")
-            im = apply_variant(im, self.data.mask(mask), "fg")
+        im = variant_image(self.data, rel, mask, fg)
         if self.augment is not None:
             im = self.augment(im, rng)
         return im
 
     def encode(self, rels: Sequence[str], masks: Sequence[str], fg: np.ndarray,
-               rng: np.random.Generator | None = None) -> torch.Tensor:
-        """Run the backbone (no grad, autocast on CUDA) on the role-masked images: float32 [S, N, D]."""
+               rng: np.random.Generator | None = None, images: Sequence | None = None) -> torch.Tensor:
+        """Run the backbone (no grad, autocast on CUDA) on the role-masked images: float32 [S, N, D].
+        ``images``: those images already decoded and masked (:func:`variant_image`, e.g. by
+        DataLoader workers), else they are read here."""
         t0 = time.perf_counter()
         bb, outs = self.backbone, []
         for b0 in range(0, len(rels), self.batch_size):
             sl = range(b0, min(len(rels), b0 + self.batch_size))
-            imgs = [self._image(rels[i], masks[i], bool(fg[i]), rng) for i in sl]
+            imgs = ([images[i] for i in sl] if images is not None
+                    else [self._image(rels[i], masks[i], bool(fg[i]), rng) for i in sl])
             with torch.no_grad(), autocast_for(self.device, self.amp_dtype):
                 outs.append(bb(bb.preprocess.batch(imgs)).tokens.float())
         self.stats["forwards"] += len(rels)
@@ -170,26 +170,63 @@ class StreamFeatures:
         return torch.cat(outs) if outs else torch.empty(0, self.n_tokens, self.token_dim)
 
     def prefill(self, items: Iterable[tuple[str, str]], variants: Sequence[str] = VARIANTS,
-                progress: bool = True, chunk: int | None = None) -> int:
+                progress: bool = True, chunk: int | None = None, rank: int = 0, world: int = 1,
+                workers: int = 0) -> int:
         """Encode every (relpath, mask) x variant not yet stored, in store order (a killed prefill
-        resumes: every chunk is committed). Returns the number of grids written."""
+        resumes: every chunk is committed). Returns the number of grids written.
+
+        Over several processes (:mod:`~nearid_lib.nearid.prefill_step`): grid ``j`` of the whole
+        list (items x variants, in order) belongs to rank ``j % world``, so every grid is encoded by
+        exactly one rank whatever is already stored. ``workers``: DataLoader processes decoding and
+        masking the images (:func:`variant_image`) while the backbone runs (0: in this process)."""
         if self.store is None:
             raise ValueError("prefill needs a store")
-        todo = [(r, m, v) for r, m in dict.fromkeys(map(tuple, items)) for v in variants
-                if (r, v) not in self.store]
+        grids = [(r, m, v) for r, m in dict.fromkeys(map(tuple, items)) for v in variants]
+        todo = [g for j, g in enumerate(grids) if j % world == rank and (g[0], g[2]) not in self.store]
         chunk = chunk or 4 * self.batch_size
+        loader = torch.utils.data.DataLoader(_VariantImages(self.data, todo), batch_size=chunk, shuffle=False,
+                                             num_workers=int(workers), collate_fn=_as_list)
         written = 0
         with tqdm(total=len(todo), desc=f"token store [{self.store.dtype}]", unit="img", disable=not progress) as bar:
-            for c0 in range(0, len(todo), chunk):
+            for c0, imgs in zip(range(0, len(todo), chunk), loader):
                 part = todo[c0:c0 + chunk]
                 if self.store.room() <= 0:
                     break
                 fg = np.array([v == "fg" for _, _, v in part])
-                tok = self.encode([r for r, _, _ in part], [m for _, m, _ in part], fg)
+                tok = self.encode([r for r, _, _ in part], [m for _, m, _ in part], fg, images=imgs)
                 written += self.store.put([(r, v) for r, _, v in part], tok)
                 bar.update(len(part))
         self.stats["written"] += written
         return written
+
+
+def variant_image(data, rel: str, mask: str, fg: bool):
+    """The backbone's input image of a slot: ``rel`` of ``data``, its background blacked out with
+    ``mask`` when ``fg``."""
+    im = data.image(rel)
+    if fg:
+        if not mask:
+            raise ValueError(f"slot {rel!r} is fg-masked but has no mask")
+        im = apply_variant(im, data.mask(mask), "fg")
+    return im
+
+
+class _VariantImages(torch.utils.data.Dataset):
+    """``(relpath, mask, variant)`` grids as decoded, masked images (what DataLoader workers make)."""
+
+    def __init__(self, data, grids: Sequence[tuple[str, str, str]]):
+        self.data, self.grids = data, list(grids)
+
+    def __len__(self) -> int:
+        return len(self.grids)
+
+    def __getitem__(self, i: int):
+        r, m, v = self.grids[i]
+        return variant_image(self.data, r, m, v == "fg")
+
+
+def _as_list(batch: list) -> list:
+    return batch
 
 
 # ---------------------------------------------------------------------------- which images
@@ -226,12 +263,21 @@ def _fingerprint(data) -> str:
 
 
 def store_dir(backbone, data, cache_root: str | Path, dtype: str = "int8") -> Path:
-    """``cache_root/shards/<backbone>-<dtype>-<hash>``: the hash covers the backbone's cache key
-    (weights, dtype, preprocessing, code) and the dataset's manifest."""
+    """``cache_root/shards/<backbone>-<dtype>-<hash>``: the hash covers what determines the store's
+    bytes -- the backbone's cache key (weights, dtype, preprocessing, the code of its forward and
+    image reading), the codec and feature path (:func:`store_code`), the dataset's manifest -- and
+    nothing else: an edit of unrelated library code (training, tables, reports) keeps the store."""
     bb = getattr(backbone, "backbone", backbone)
-    h = hashlib.sha1(f"{bb.cache_key()}\0{_fingerprint(data)}\0{dtype}".encode()).hexdigest()[:16]
+    h = hashlib.sha1(f"{bb.cache_key()}\0{store_code()}\0{_fingerprint(data)}\0{dtype}".encode()).hexdigest()[:16]
     name = "".join(c if c.isalnum() or c in "-_." else "_" for c in bb.name)
     return Path(cache_root) / "shards" / f"{name}-{dtype}-{h}"
+
+
+def store_code() -> str:
+    """Fingerprint of the code between an image and its stored record: the int8 codec
+    (:class:`ShardedTokenStore`), its layout and :func:`~nearid_lib.features.embed` with the variants
+    (:func:`~nearid_lib.code_closure.closure_fingerprint`)."""
+    return closure_fingerprint(ShardedTokenStore, ShardGrids, embed, apply_variant)
 
 
 def process_writer(prefix: str = "rank0") -> str:

@@ -1,0 +1,202 @@
+"""The identities of the NearID release written to disk: views, object masks and distractors,
+block by block, over any number of processes.
+
+NearID's 19,386 identities are written in fixed **blocks** of consecutive rows (``block``
+identities, default :data:`BLOCK`). Block ``b`` belongs to rank ``b % world`` of a launch
+(``torchrun`` / ``accelerate launch``, one process per GPU: :mod:`nearid_lib.data.curate_step`), so
+the work is dealt without coordination. Within a block:
+
+1. the rows are read from the (memory-mapped) datasets by the calling thread;
+2. their images are decoded and converted by ``io_workers`` threads (Pillow releases the GIL
+   while it decodes and encodes);
+3. the object masks of every view of the block come from **one** masker call (CLIPSeg batched on
+   the GPU, ``masker.batch_size`` images per forward);
+4. views, masks and distractors are written (PNG, atomically) by the threads, and one line per
+   identity is appended to the rank's own progress log ``_progress/identities-r<rank>.jsonl``.
+
+A masker call always sees a whole block, whatever the number of processes and whatever was
+finished before a restart (a resumed block is decoded and masked whole, only its missing
+identities written), so the masks -- and every byte written -- do not depend on how the work was
+dealt: tested in ``tests/test_released_parallel.py``. Progress logs of every rank and of earlier
+launches are read together, so a restart with another number of processes resumes too.
+"""
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+from PIL import Image
+
+from .released_schema import _save, _save_mask, _to_rgb, pil_from_value
+from .schema import DataError
+
+__all__ = ["BLOCK", "Masker", "identity_blocks", "progress_records", "write_identities"]
+
+BLOCK = 16
+"""Identities per block: one masker call (about 40 views) and one unit of resumable work."""
+
+Masker = Callable[[list, list], list]
+
+
+def identity_blocks(n: int, block: int = BLOCK, rank: int = 0, world: int = 1) -> list[range]:
+    """The row ranges of ``n`` identities in blocks of ``block`` that rank ``rank`` of ``world``
+    writes (block ``b`` to rank ``b % world``)."""
+    if block < 1 or world < 1 or not 0 <= rank < world:
+        raise ValueError(f"identity_blocks: need block >= 1 and 0 <= rank < world (got block={block}, "
+                         f"rank={rank}, world={world})")
+    return [range(s, min(n, s + block)) for b, s in enumerate(range(0, n, block)) if b % world == rank]
+
+
+def progress_records(prog: Path) -> dict[str, dict]:
+    """Finished identities by id, from every progress log under ``prog`` (every rank, every earlier
+    launch; a torn last line, left by a killed process, is skipped)."""
+    out: dict[str, dict] = {}
+    for f in sorted(Path(prog).glob("identities*.jsonl")):
+        for line in f.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            out[str(rec["id"])] = rec
+    return out
+
+
+def _append(log: Path, rec: dict) -> None:
+    import os
+
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a") as fh:
+        fh.write(json.dumps(rec, default=str) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _n_views(row: Mapping, i: int, rid: int, name: str, prefix: str) -> list[int]:
+    """The views a row has, checked against its ``n_images`` (2-view rows have an empty third)."""
+    present = [k for k in (1, 2, 3) if _present(row.get(f"{prefix}{k}"))]
+    where = f"dataset {name}, row {i} (id {rid})"
+    if present[:2] != [1, 2]:
+        raise DataError(f"{where}, field '{prefix}{1 if 1 not in present else 2}': identity has fewer "
+                        f"than two views (NearID needs >= 2 positives)")
+    n = row.get("n_images")
+    if n is not None and int(n) != len(present):
+        raise DataError(f"{where}, field 'n_images': {int(n)} but {len(present)} image(s) present "
+                        f"({[f'{prefix}{k}' for k in present]})")
+    return present
+
+
+def _present(value: Any) -> bool:
+    if value is None:
+        return False
+    if isinstance(value, dict):
+        return bool(value.get("bytes") or value.get("path"))
+    return True
+
+
+def _decode(i: int, row: Mapping, pos_name: str) -> tuple[list[int], dict[int, Image.Image], str]:
+    """Views, decoded RGB images and the mask prompt of one identity."""
+    rid = int(row["id"])
+    where = lambda f: f"dataset {pos_name}, row {i} (id {rid}), field {f!r}"  # noqa: E731
+    views = _n_views(row, i, rid, pos_name, "img")
+    ims = {k: _to_rgb(pil_from_value(row[f"img{k}"], where(f"img{k}")), where(f"img{k}")) for k in views}
+    prompt = str(row.get("category_description") or row.get("category") or "object")
+    return views, ims, prompt
+
+
+def _write(root: Path, i: int, row: Mapping, split: str, dist_rows: Mapping[str, tuple[str, Mapping]],
+           views: list[int], ims: dict[int, Image.Image], masks: Sequence, pos_name: str) -> dict:
+    """Write the views, masks and distractors of one identity; its table rows."""
+    rid = int(row["id"])
+    where = lambda f: f"dataset {pos_name}, row {i} (id {rid}), field {f!r}"  # noqa: E731
+    sid = str(rid)
+    prow = {"id": sid, "split": split}
+    for k in (1, 2, 3):
+        prow[f"img{k}"] = prow[f"mask{k}"] = ""
+    mask_area = {}
+    for k, m in zip(views, masks):
+        m = np.asarray(m, dtype=bool)
+        if m.shape != (ims[k].size[1], ims[k].size[0]) or not m.any():
+            raise DataError(f"{where(f'img{k}')}: the mask model returned a mask of shape {m.shape} "
+                            f"(image {ims[k].size[::-1]}, {int(m.sum())} pixels set)")
+        prow[f"img{k}"] = _save(root, f"pos/{sid}_{k}.png", ims[k])
+        prow[f"mask{k}"] = _save_mask(root, f"mask/{sid}_{k}.png", m)
+        mask_area[k] = float(m.mean())
+    drows = {}
+    for s, (dname, drow) in dist_rows.items():
+        dwhere = lambda f: f"dataset {dname}, row {i} (id {rid}), field {f!r}"  # noqa: E731
+        out = {"id": sid, "split": split}
+        for k in (1, 2, 3):
+            out[f"nimg{k}"] = ""
+            if k not in views:
+                continue
+            im = pil_from_value(drow.get(f"nimg{k}"), dwhere(f"nimg{k}"))
+            if im is None:
+                raise DataError(f"{dwhere(f'nimg{k}')}: view {k} of the identity exists but has no distractor")
+            im = _to_rgb(im, dwhere(f"nimg{k}"))
+            if im.size != ims[k].size:
+                # generators at other resolutions (e.g. Flux_1024): Lanczos to the view's size
+                im = im.resize(ims[k].size, Image.LANCZOS)
+            out[f"nimg{k}"] = _save(root, f"dist/{s}/{sid}_{k}.png", im)
+        drows[s] = out
+    ident = {"id": sid, "split": split, "class_name": str(row.get("category") or ""),
+             "description": str(row.get("category_description") or ""), "n_views": len(views),
+             "objaverse_id": str(row.get("objaverse_id") or ""), "quality": str(row.get("quality") or ""),
+             "source_row": int(i)}
+    return {"identity": ident, "positives": prow, "distractors": drows,
+            "mask_area": [mask_area[k] for k in views]}
+
+
+def write_identities(root: Path, pos, dists: Mapping[str, tuple[str, Any]], splits: Sequence[str],
+                     masker: Masker, pos_name: str, rank: int = 0, world: int = 1, block: int = BLOCK,
+                     io_workers: int = 4, progress: bool = False) -> int:
+    """Write rank ``rank``'s blocks of identities (module docstring) that no progress log lists yet.
+
+    ``pos``: the positives dataset (rows with undecoded images); ``dists[source] = (repo name,
+    dataset)`` row-aligned with it; ``splits[i]``: the split of row ``i``. Returns the number of
+    identities written by this call. A bad row raises :class:`DataError` naming repo, row, id and
+    field; everything finished before it stays logged."""
+    prog = root / "_progress"
+    done = set(progress_records(prog))
+    log = prog / f"identities-r{rank}.jsonl"
+    blocks = identity_blocks(len(pos), block, rank, world)
+    todo = [b for b in blocks if any(str(int(pos[i]["id"])) not in done for i in b)]
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # pragma: no cover
+        tqdm = None
+    n_mine = sum(len(b) for b in blocks)
+    bar = tqdm(total=n_mine, initial=n_mine - sum(len(b) for b in todo),
+               desc=f"released/identities [rank {rank}/{world}]", disable=not progress) if tqdm else None
+    written = 0
+    with ThreadPoolExecutor(max_workers=max(1, int(io_workers))) as pool:
+        for b in todo:
+            rows = [pos[i] for i in b]
+            drows = [{s: (name, d[i]) for s, (name, d) in dists.items()} for i in b]
+            decoded = list(pool.map(lambda ir: _decode(ir[0], ir[1], pos_name), zip(b, rows)))
+            images = [im for views, ims, _ in decoded for im in (ims[k] for k in views)]
+            prompts = [p for views, _, p in decoded for _ in views]
+            masks = masker(images, prompts)          # one call per block, whatever is left to write
+            # which views needed the masker's fallback rule (ObjectMasker.last_fallback), kept per
+            # identity so the manifest counts every rank's masks
+            fell = list(getattr(masker, "last_fallback", None) or [False] * len(images))
+            per_id, fb, at = [], [], 0
+            for views, _, _ in decoded:
+                per_id.append(masks[at:at + len(views)])
+                fb.append([bool(f) for f in fell[at:at + len(views)]])
+                at += len(views)
+            need = [j for j, i in enumerate(b) if str(int(rows[j]["id"])) not in done]
+            futs = [pool.submit(_write, root, b[j], rows[j], str(splits[b[j]]), drows[j], decoded[j][0],
+                                decoded[j][1], per_id[j], pos_name) for j in need]
+            for j, f in zip(need, futs):
+                _append(log, {"id": str(int(rows[j]["id"])), "written_at": time.time(), "mask_fallback": fb[j],
+                              **f.result()})
+                written += 1
+            if bar:
+                bar.update(len(b))
+    if bar:
+        bar.close()
+    return written

@@ -1,0 +1,91 @@
+"""Fill the paper profile's token store once, on every GPU, before any head trains
+(``make prefill PROFILE=paper``; the paper profile's notebook 03 depends on it).
+
+``torchrun --standalone --nproc_per_node N -m nearid_lib.nearid.prefill_step --profile paper``
+encodes every grid that training and evaluation will read -- the train split of the training
+sources and MTG (:func:`~nearid_lib.nearid.stream.train_items`), the val and test splits of every
+source (:func:`~nearid_lib.nearid.stream.eval_items`), each in both variants (full and
+foreground-only) -- into the sharded int8 store that training and evaluation open
+(:func:`~nearid_lib.nearid.stream.open_train_store`). Grid ``j`` is encoded by rank ``j % N`` only
+(:meth:`~nearid_lib.nearid.stream.StreamFeatures.prefill`), images are decoded and masked by
+DataLoader workers while the backbone runs, each rank appends to its own shards, and a killed step
+resumes (committed chunks are kept). Training then reads only: a step's misses are what the prefill
+was not asked for.
+
+The store's folder is keyed by what determines its bytes (backbone weights, preprocessing, the code
+of the backbone and codec, the dataset: :func:`~nearid_lib.nearid.stream.store_dir`), so an edit of
+training or report code keeps it. Profiles without a sharded store (``train.token_store = "cache"``:
+smoke, mini) have nothing to prefill.
+
+Prints the grids asked for, written and already stored, the seconds and grids per second.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import Sequence
+
+__all__ = ["prefill_items", "main"]
+
+
+def prefill_items(data, cfg) -> list[tuple[str, str]]:
+    """``(relpath, mask)`` of every image training (the profile's sources, MTG) and evaluation (val
+    and ``eval.split`` of every source, MTG) read, most-reused first, each once."""
+    from .stream import eval_items, train_items
+
+    splits = tuple(dict.fromkeys(("val", cfg.eval.split)))
+    return list(dict.fromkeys([*train_items(data, cfg), *eval_items(data, splits)]))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m nearid_lib.nearid.prefill_step --profile paper [--set KEY=VALUE ...] [--workers N]``."""
+    from ..config import get_profile
+    from ..data import load_nearid, nearid_root
+    from ..launch import end_launch, launched_state
+    from ..models import load_backbone, resolve_device
+    from ..run import set_torch_threads
+    from .stream import VARIANTS
+    from .train_inputs import train_features
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--profile", default="paper")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="DataLoader processes per rank decoding images (default: cores / ranks - 1)")
+    args = ap.parse_args(argv)
+    cfg = get_profile(args.profile, overrides=dict(kv.split("=", 1) for kv in args.set))
+    tc = cfg.train
+    if not tc.use_cache or tc.token_store == "cache":
+        print(f"prefill: profile {cfg.name} keeps tokens in per-group caches (train.token_store="
+              f"{tc.token_store!r}); nothing to prefill")
+        return 0
+    set_torch_threads(cfg.runtime.threads, cfg.runtime.tune_malloc)
+    state = launched_state()
+    rank, world = (state.process_index, state.num_processes) if state is not None else (0, 1)
+    device = state.device if state is not None else resolve_device(cfg.device)
+    backbone = load_backbone(cfg, device=device)[0]
+    data = load_nearid(nearid_root(cfg.name))
+    # the very store (and forward settings) a training rank opens: train_inputs.train_features
+    feats = train_features(cfg, data, backbone, rank)
+    store = feats.store
+    items = prefill_items(data, cfg)
+    n_grids = len(items) * len(VARIANTS)
+    before = len(store)
+    workers = args.workers if args.workers is not None else max(0, (os.cpu_count() or 2) // world - 1)
+    t0 = time.perf_counter()
+    written = feats.prefill(items, VARIANTS, progress=rank == 0, rank=rank, world=world, workers=workers)
+    sec = time.perf_counter() - t0
+    if state is not None:
+        state.wait_for_everyone()
+    if rank == 0:
+        print(json.dumps({"store": str(store.root), "processes": world, "grids": n_grids,
+                          "stored_before": before, "written_by_rank0": written, "seconds": sec,
+                          "grids_per_second_rank0": written / sec if sec > 0 else None}, indent=1))
+    end_launch()
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

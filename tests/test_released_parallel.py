@@ -1,0 +1,164 @@
+"""Notebook 01's materialisation over several processes (``nearid_lib.data.curate_step``): the
+ranks of a launch are played by threads sharing a barrier (the same calls a ``torchrun`` rank makes,
+with ``barrier=state.wait_for_everyone``). What must hold: every byte written is the same for 1, 2
+or 3 processes and after a restart with another number of processes, because the object masker
+always sees the same blocks of identities."""
+from __future__ import annotations
+
+import hashlib
+import threading
+
+import numpy as np
+import pytest
+
+from nearid_lib import hub
+from nearid_lib.data import load_nearid
+from nearid_lib.data.curate_step import io_workers_per_rank
+from nearid_lib.data.released import RELEASED_SOURCES, materialise_released
+from nearid_lib.data.released_identities import identity_blocks, progress_records
+from nearid_lib.dryrun.nearid import write_nearid_datasets
+
+N_IDS = 37          # 3 blocks of 16: the last one short
+
+
+class BlockMasker:
+    """A mask that depends on the *whole call* (the mean brightness of every image of the call
+    shifts the box), so a call with other neighbours would write other bytes; records each call."""
+    fingerprint = "block-masker-v1"
+
+    def __init__(self, die_after: int | None = None):
+        self.calls: list[tuple] = []
+        self.die_after = die_after
+        self.lock = threading.Lock()
+
+    def __call__(self, images, prompts):
+        with self.lock:
+            if self.die_after is not None and len(self.calls) >= self.die_after:
+                raise KeyboardInterrupt
+            self.calls.append(tuple(hashlib.sha1(im.tobytes()).hexdigest()[:8] for im in images))
+        shift = int(np.mean([np.asarray(im).mean() for im in images])) % 3
+        out = []
+        for im in images:
+            w, h = im.size
+            m = np.zeros((h, w), bool)
+            m[h // 4 + shift: 3 * h // 4, w // 4: 3 * w // 4] = True
+            out.append(m)
+        return out
+
+
+@pytest.fixture(scope="module")
+def mirror(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hub")
+    write_nearid_datasets(d, n_ids=N_IDS)
+    return d
+
+
+@pytest.fixture
+def inputs(mirror, monkeypatch):
+    monkeypatch.setenv("NEARID_HUB_DIR", str(mirror))
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    pos = hub.load_hub_dataset("Aleksandar/NearID")
+    dists = {s: hub.load_hub_dataset(f"Aleksandar/NearID-{s}") for s in RELEASED_SOURCES[:3]}
+    return pos, dists
+
+
+def _digest(root):
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and "_progress" not in p.parts}
+
+
+def _launch(root, pos, dists, masker, world):
+    """``world`` ranks as threads: each calls materialise_released with its shard and the barrier."""
+    barrier = threading.Barrier(world)
+    errors: list[BaseException] = []
+
+    def rank(r):
+        try:
+            materialise_released(root, pos, dists, masker=masker, shard=(r, world), barrier=barrier.wait,
+                                 io_workers=2)
+        except BaseException as err:          # noqa: BLE001 - reported below
+            errors.append(err)
+            barrier.abort()
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+def test_blocks_are_dealt_round_robin_and_cover_every_row_once():
+    assert [list(b) for b in identity_blocks(5, 2)] == [[0, 1], [2, 3], [4]]
+    assert [list(b) for b in identity_blocks(5, 2, rank=1, world=2)] == [[2, 3]]
+    for world in (1, 2, 3, 7):
+        rows = sorted(i for r in range(world) for b in identity_blocks(N_IDS, 16, r, world) for i in b)
+        assert rows == list(range(N_IDS))
+    with pytest.raises(ValueError, match="rank"):
+        identity_blocks(5, 2, rank=2, world=2)
+    assert io_workers_per_rank(8, cores=64) == 8 and io_workers_per_rank(8, cores=4) == 1
+
+
+def test_same_bytes_for_one_two_and_three_processes(inputs, tmp_path):
+    pos, dists = inputs
+    one = BlockMasker()
+    materialise_released(tmp_path / "w1", pos, dists, masker=one)
+    ref = _digest(tmp_path / "w1")
+    assert len(one.calls) == 3 and [len(c) for c in one.calls][:2] == [
+        sum(int(n) for n in pos["train"]["n_images"][s:s + 16]) for s in (0, 16)]
+    for world in (2, 3):
+        m = BlockMasker()
+        _launch(tmp_path / f"w{world}", pos, dists, m, world)
+        assert _digest(tmp_path / f"w{world}") == ref, world
+        assert sorted(m.calls) == sorted(one.calls)          # the masker saw the same blocks
+    d = load_nearid(tmp_path / "w2", check_images=True)
+    assert len(d.identities) == N_IDS and d.identities.source_row.astype(int).tolist() == list(range(N_IDS))
+
+
+def test_restart_with_another_number_of_processes_resumes(inputs, tmp_path):
+    pos, dists = inputs
+    ref = BlockMasker()
+    materialise_released(tmp_path / "ref", pos, dists, masker=ref)
+    # 3 ranks, killed after the first block: one block logged, the manifest never written
+    with pytest.raises((KeyboardInterrupt, threading.BrokenBarrierError)):
+        _launch(tmp_path / "w", pos, dists, BlockMasker(die_after=1), 3)
+    assert not (tmp_path / "w" / "manifest.json").exists()
+    done = len(progress_records(tmp_path / "w" / "_progress"))
+    assert 0 < done < N_IDS
+    again = BlockMasker()
+    _launch(tmp_path / "w", pos, dists, again, 2)
+    assert len(again.calls) == 2                               # only the unfinished blocks
+    assert _digest(tmp_path / "w") == _digest(tmp_path / "ref")
+
+
+def test_curate_step_two_processes_equal_one(mirror, tmp_path):
+    """The launch itself: ``torchrun`` with two CPU ranks (gloo barrier) runs the paper profile's
+    materialisation with the real (tiny random-init) CLIPSeg masker of the mirror, and writes the
+    same bytes as one plain process."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from nearid_lib.data.masks import save_tiny_clipseg
+
+    save_tiny_clipseg(mirror / "CIDAS" / "clipseg-rd64-refined")
+    py = sys.executable
+    over = "world.nearid_sources=Flux,Qwen; world.mtg_repo=; world.n_val_ids=2; world.n_test_ids=4; device=cpu"
+    roots = {}
+    for world in (1, 2):
+        env = {**os.environ, "NEARID_HUB_DIR": str(mirror), "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
+               "NEARID_DATA": str(tmp_path / f"d{world}"), "NEARID_SET": over, "CUDA_VISIBLE_DEVICES": "",
+               "NEARID_ALLOW_CPU": "1"}
+        launch = ([os.path.join(os.path.dirname(py), "torchrun"), "--standalone", "--nproc_per_node", "2"]
+                  if world == 2 else [py])
+        out = subprocess.run([*launch, "-m", "nearid_lib.data.curate_step", "--profile", "paper", "--io-workers", "2"],
+                             env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        rep = json.loads(out.stdout[out.stdout.index("{"):])
+        assert rep["processes"] == world and rep["identities_written"] == N_IDS
+        roots[world] = tmp_path / f"d{world}" / "paper" / "nearid"
+    assert _digest(roots[1]) == _digest(roots[2])
+    logs = sorted(p.name for p in (roots[2] / "_progress").glob("identities*.jsonl"))
+    assert logs == ["identities-r0.jsonl", "identities-r1.jsonl"]
