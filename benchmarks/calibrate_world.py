@@ -84,6 +84,31 @@ LEVERS: dict[str, tuple[str, dict]] = {
                      "world.view_strength": 0.25, "world.distractor_mag": 1.5}),
 }
 
+# Issue 38: the protocol kept (NearID Sec. 3.4: the positives are shot against distinct backgrounds,
+# so no later view shares view 1's scene: shared_scene_p = 0), on a val split of 150 identities (an
+# SSR interval within about +-5 points). Levers: depth of field, object size, view change, background
+# salience (world.bg_salience), distractor magnitude.
+_P = {"world.shared_scene_p": 0.0, "world.n_val_ids": 150}
+_P1 = {**_P, "world.bg_blur": 0.02, "world.object_frac": (0.7, 0.85), "world.view_strength": 0.25}
+LEVERS.update({
+    "P1_A_distinct_scenes": ("lever A with every view in a scene of its own", _P1),
+    "P2_P1_salience_0.3": ("P1 + backgrounds at 30% contrast", {**_P1, "world.bg_salience": 0.3}),
+    "P3_P1_salience_0.1": ("P1 + backgrounds at 10% contrast", {**_P1, "world.bg_salience": 0.1}),
+    "P4_blur4_frac8_views2_sal0.3": ("out of focus (4%), objects 80-95%, views 0.2, 30% contrast",
+                                     {**_P, "world.bg_blur": 0.04, "world.object_frac": (0.8, 0.95),
+                                      "world.view_strength": 0.2, "world.bg_salience": 0.3}),
+    "P5_P4_mag_1.5": ("P4 with 1.5x the distractors' colour shifts",
+                      {**_P, "world.bg_blur": 0.04, "world.object_frac": (0.8, 0.95), "world.view_strength": 0.2,
+                       "world.bg_salience": 0.3, "world.distractor_mag": 1.5}),
+    "P6_P1_salience_0": ("P1 on grey seamless backgrounds (0% contrast)", {**_P1, "world.bg_salience": 0.0}),
+    "P7_blur4_frac8_views2_sal0": ("out of focus (4%), objects 80-95%, views 0.2, grey seamless backgrounds",
+                                   {**_P, "world.bg_blur": 0.04, "world.object_frac": (0.8, 0.95),
+                                    "world.view_strength": 0.2, "world.bg_salience": 0.0}),
+    "P8_blur4_frac8_views15_sal0.1": ("out of focus (4%), objects 80-95%, views 0.15, 10% contrast",
+                                      {**_P, "world.bg_blur": 0.04, "world.object_frac": (0.8, 0.95),
+                                       "world.view_strength": 0.15, "world.bg_salience": 0.1}),
+})
+
 TARGETS = {  # column -> (low, high), declared before any result (issue 23)
     "val_ssr": (30.7 - 5, 30.7 + 5), "val_pa": (48.8 - 8, 48.8 + 8), "val_fg_ssr": (64.7 - 8, 64.7 + 8),
     "mtg_ssr": (float("-inf"), 5.0),

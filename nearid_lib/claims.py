@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -209,8 +209,11 @@ def _units(e: Evidence) -> tuple[str, ...]:
 
 
 def _replicates(evs: Sequence[Evidence], rng: np.random.Generator, n_boot: int) -> list[np.ndarray]:
-    """Seed-averaged bootstrap replicates [n_boot] of each evidence; evidences sharing units are
-    resampled together (paired), the others independently."""
+    """Bootstrap replicates [n_boot] of each evidence's seed-averaged statistic, **hierarchical**:
+    units are resampled (evidences sharing units together: paired, the others independently) and,
+    where an evidence has several training seeds, its seeds are resampled too (each replicate
+    averages S seeds drawn with replacement from its S), so a trained model's interval carries the
+    spread between trainings as well as between test units. One seed: units only."""
     groups: dict[tuple[str, ...], list[int]] = {}
     for i, e in enumerate(evs):
         groups.setdefault(_units(e), []).append(i)
@@ -221,7 +224,15 @@ def _replicates(evs: Sequence[Evidence], rng: np.random.Generator, n_boot: int) 
         for i in members:
             m = evs[i].unit_moments(units)                                           # [n, S, m]
             sums = np.einsum("bn,nsm->bsm", counts, m)                               # [B, S, m]
-            out[i] = np.nanmean(statistic(evs[i].stat).value(sums), axis=1)          # [B]
+            vals = statistic(evs[i].stat).value(sums)                                # [B, S]
+            n_seeds = vals.shape[1]
+            if n_seeds > 1:
+                w = rng.multinomial(n_seeds, np.full(n_seeds, 1.0 / n_seeds), size=n_boot).astype(float)
+                w = np.where(np.isfinite(vals), w, 0.0)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    out[i] = np.nansum(np.where(np.isfinite(vals), vals, 0.0) * w, axis=1) / w.sum(axis=1)
+            else:
+                out[i] = vals[:, 0]
     return out  # type: ignore[return-value]
 
 
@@ -258,6 +269,14 @@ class ClaimSpec:
     paper_refs: tuple[PaperRef, ...] = ()
     preconditions: tuple[Precondition, ...] = ()
     evidence_note: str = ""
+    # criteria declared before this one (label, test on the same quantities), judged on the same
+    # interval and shown beside it, with the reason the criterion was revised (from the paper's text)
+    earlier: tuple[tuple[str, Any], ...] = ()
+    revision: str = ""
+    # a profile whose world was calibrated to this very criterion (mini: docs/mini.md "Calibration")
+    # holds it by construction: {profile: the calibration target}; the report lists the claim as
+    # "calibrated, not tested" there and does not count it
+    calibrated: tuple[tuple[str, str], ...] = ()
 
 
 def _fmt_for(evs: Sequence[Evidence]) -> Callable[[float], str]:
@@ -275,7 +294,8 @@ def evaluate_claim(spec: ClaimSpec, evidence: Mapping[str, Evidence], rng: np.ra
     except (KeyError, FileNotFoundError, IndexError, ValueError) as err:
         paper = f"{spec.paper_text} (paper value unavailable: {err})"
     row = {"key": spec.key, "paper_name": spec.paper, "claim": spec.statement, "paper": paper,
-           "profile": profile, "evidence": spec.evidence_note}
+           "profile": profile, "evidence": spec.evidence_note,
+           "calibrated": dict(spec.calibrated).get(profile, "")}
     qs = spec.test.quantities
     missing = [q for q in qs if q not in evidence]
     if missing:
@@ -321,11 +341,20 @@ def evaluate_claim(spec: ClaimSpec, evidence: Mapping[str, Evidence], rng: np.ra
     efmt = (lambda v: f"{v:.3f}") if what == "ratio" else fmt
     ours = "; ".join(parts) + f"; {what} {efmt(est)} [{efmt(low)}, {efmt(high)}]"
     n_units = [int(evidence[q].table["unit"].nunique()) for q in qs]
-    return {**row, "ours": ours, "verdict": spec.test.decide(est, low, high), "estimate": est,
-            "ci_low": low, "ci_high": high, "ci_level": ci, "n_boot": n_boot,
-            "seeds": "/".join(str(len(s)) for s in seeds), "n_units": "/".join(map(str, n_units)),
-            "detail": f"{int(ci * 100)}% percentile bootstrap over units"
-                      + (" (paired)" if len(qs) > 1 and len({_units(e) for e in evs}) == 1 else "")}
+    multi = any(len(s) > 1 for s in seeds)
+    out = {**row, "ours": ours, "verdict": spec.test.decide(est, low, high), "estimate": est,
+           "ci_low": low, "ci_high": high, "ci_level": ci, "n_boot": n_boot,
+           "seeds": "/".join(str(len(s)) for s in seeds), "n_units": "/".join(map(str, n_units)),
+           "detail": f"{int(ci * 100)}% percentile bootstrap over units"
+                     + (" and training seeds (hierarchical)" if multi else "")
+                     + (" (paired)" if len(qs) > 1 and len({_units(e) for e in evs}) == 1 else "")}
+    if spec.earlier:
+        for label, test in spec.earlier:
+            if tuple(test.quantities) != tuple(qs):
+                raise ValueError(f"claim {spec.key}: earlier criterion {label!r} is on other quantities")
+        out = with_earlier(out, [(label, test.criterion(fmt), test.decide(est, low, high))
+                                 for label, test in spec.earlier], spec.revision)
+    return out
 
 
 def evaluate_claims(specs: Sequence[ClaimSpec], evidence: Mapping[str, Evidence],

@@ -35,9 +35,16 @@ class WorldConfig:
     # Depth of field: Gaussian blur of every background, sigma in units of the image size
     # (0 = sharp; 0.01 = 2.2 px at 224). The subject is rendered sharp on top.
     bg_blur: float = 0.0
+    # Background salience: contrast and colour of every background scaled about its mean colour
+    # (1 = as drawn; lower = quieter, studio-like scenes). A calibration lever (docs/mini.md).
+    bg_salience: float = 1.0
     # Probability that a positive view after the first is shot in view 1's scene, re-framed
     # (a multi-view capture) rather than in a scene of its own.
     shared_scene_p: float = 0.0
+    # Splits whose identities get a re-shoot: the object shot again in view 1's scene, stored apart
+    # (identities.csv column "reshoot"), never a NearID positive: ID-Sim's CUTE-easy analogue ("all
+    # three images from the same scene") when the positives keep distinct scenes (shared_scene_p = 0)
+    scene_reshoots: tuple[str, ...] = ()
     # Scale of the distractors' colour shifts (recolor, pattern and marking colours; 1 = as drawn).
     distractor_mag: float = 1.0
     # Distractor sources = perturbation family (nearid_lib.data.world.PERTURBATIONS), optionally

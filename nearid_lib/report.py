@@ -143,6 +143,33 @@ def point_claims(claims: pd.DataFrame) -> pd.Series:
     return decided & pd.to_numeric(claims["ci_low"], errors="coerce").isna()
 
 
+def _calibrated(claims: pd.DataFrame) -> pd.Series:
+    if "calibrated" not in claims:
+        return pd.Series(False, index=claims.index)
+    return claims["calibrated"].fillna("").astype(str).str.len() > 0
+
+
+def summary_lines(claims: pd.DataFrame) -> list[str]:
+    """The claims summary: verdict counts over the **tested** claims only -- judged on an interval,
+    not a calibration target of the profile's world (column ``calibrated``), and on no metric where a
+    random-init network reaches the frozen encoder (column ``chance``) -- then what was left out."""
+    verdicts = ("holds", "does not hold", "inconclusive", "not testable")
+    point, cal = point_claims(claims), _calibrated(claims)
+    chance = claims["chance"].fillna("").astype(str).str.len() > 0 if "chance" in claims else point & False
+    tested = ~point & ~cal & ~chance
+    counts = claims.loc[tested, "verdict"].value_counts()
+    left = [f"{int(n)} {what}" for n, what in ((cal.sum(), "calibrated, not tested (the world was tuned to "
+                                               "the criterion)"),
+                                              ((chance & ~cal).sum(), "on a metric a random-init network "
+                                               "also reaches (column `chance`)"),
+                                              ((point & ~cal & ~chance).sum(), "point comparisons without an "
+                                               "interval"))
+            if n]
+    return [f"Summary over the {int(tested.sum())} tested claims: "
+            + ", ".join(f"{counts.get(v, 0)} {v}" for v in verdicts) + "."
+            + (f" Not counted: {'; '.join(left)}." if left else ""), ""]
+
+
 def seeds_line(claims: pd.DataFrame) -> str:
     """One sentence: the most training seeds behind any claim of each claims file (column ``seeds``,
     one count per side, e.g. ``3/1``: a trained head of 3 seeds against a frozen encoder), naming the
@@ -261,9 +288,8 @@ def render_report(figures: Path, specs: list[TableSpec] | None = None, title: st
         elif "holds" in frame:
             legacy = frame["verdict"].isna() & frame["holds"].notna()
             frame.loc[legacy, "verdict"] = frame.loc[legacy, "holds"].map({True: "holds", False: "does not hold"})
-        counts = frame["verdict"].value_counts()
-        out += ["Summary: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in
-                                        ("holds", "does not hold", "inconclusive", "not testable")) + ".", ""]
+        frame["chance"] = chance_notes(frame, figures / "tables")
+        out += summary_lines(frame)
         seeds = seeds_line(frame)
         if seeds:
             out += [seeds, ""]
@@ -276,15 +302,16 @@ def render_report(figures: Path, specs: list[TableSpec] | None = None, title: st
             flagged = frame["flags"].fillna("").astype(str).str.len() > 0
             out += [f"{int(flagged.sum())} claim(s) compare a quantity that lies below its metric's chance "
                     "level (column `flags`): such a number measures what the benchmark rewards, not identity.", ""]
-        frame["chance"] = chance_notes(frame, figures / "tables")
         reached = frame["chance"].str.len() > 0
         if reached.any():
             out += [f"{int(reached.sum())} claim(s) compare a metric on which a network at random init reaches the "
                     "pretrained frozen encoder (column `chance`, from the chance references below): their "
                     "numbers say what the analogue rewards in pixels, not what the encoder knows about identity.",
                     ""]
-        cols = [c for c in ("claim", "paper", "ours", "verdict", "flags", "chance", "earlier_verdicts", "criterion", "detail",
-                            "revision", "profile", "source") if c in frame]
+        cal = _calibrated(frame)
+        frame.loc[cal, "verdict"] = "calibrated, not tested (" + frame.loc[cal, "verdict"].astype(str) + ")"
+        cols = [c for c in ("claim", "paper", "ours", "verdict", "flags", "chance", "calibrated", "earlier_verdicts",
+                            "criterion", "detail", "revision", "profile", "source") if c in frame]
         point = point_claims(frame)
         out += [render_markdown_table(frame.loc[~point, cols]), ""]
         if point.any():

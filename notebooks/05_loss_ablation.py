@@ -32,6 +32,7 @@ from nearid_lib.nearid.ablations import loss_rows
 from nearid_lib.nearid.claims import CLAIMS_BY_NOTEBOOK, NEARID_CLAIMS
 from nearid_lib.nearid.dbpp import dbpp_for_profile
 from nearid_lib.nearid.embedder import Embedder
+from nearid_lib.nearid.bench import standin_scorer
 from nearid_lib.nearid.evaluate import encoder_evidence, evaluate_split
 from nearid_lib.nearid.scorers import EmbeddingBenchEncoder
 from nearid_lib.nearid.sweep import run_rows
@@ -65,13 +66,23 @@ if dbpp_fn is not None:
 else:
     ours["dbpp_mh"] = float("nan")
     ours["note"] = "dbpp_mh: " + (dbpp_why if cfg.eval.dbpp_human else "no DreamBench++ human ratings in this profile")
+# M-H of every row on the procedural DreamBench++ stand-in (edit grids, NOT human ratings), labelled
+# dbpp_mh_procedural: alignment beside discrimination for each loss (issue 38)
+standin = standin_scorer(cfg, data)
+if standin is not None:
+    mhp = sweep.dbpp(backbone, data, standin, cfg, column="dbpp_mh_procedural")
+    mhp.loc[len(mhp)] = {"key": "frozen", "dbpp_mh_procedural": standin(EmbeddingBenchEncoder(frozen_emb, backbone.name))[0]["m_h"]}
+    ours = ours.merge(mhp, on="key", how="left")
+    cols = cols + ["dbpp_mh_procedural"]
 sd = [c for c in ours.columns if c.endswith("_sd") and c[:-3] in cols]
 table3 = ours[["row", "row_id", "ours_label"] + cols + sd + ["unseen_ssr", "unseen_pa", "n_seeds", "steps", "note"]]
 run.write_table(table3, "05_table3_loss_ablation", seeds=seeds)
 t10 = table3[table3.row_id.isin(paper10.row_id)].drop(columns=["mtg_ssr", "mtg_pa"])
-ref_mh = t10.loc[t10.row_id == "infonce", "dbpp_mh"]     # Table 10: M-H minus InfoNCE's, none for frozen
-t10 = t10.assign(delta_mh=(t10.dbpp_mh - (ref_mh.iloc[0] if len(ref_mh) else float("nan")))
-                 .where(~t10.row_id.isin(["frozen", "infonce"])))
+ref = t10[t10.row_id == "infonce"]                       # Table 10: M-H minus InfoNCE's, none for frozen
+others = ~t10.row_id.isin(["frozen", "infonce"])
+t10 = t10.assign(delta_mh=(t10.dbpp_mh - (ref.dbpp_mh.iloc[0] if len(ref) else float("nan"))).where(others))
+if "dbpp_mh_procedural" in t10:
+    t10["delta_mh_procedural"] = (t10.dbpp_mh_procedural - ref.dbpp_mh_procedural.iloc[0]).where(others)
 run.write_table(t10, "05_table10_infonce", seeds=seeds)
 table3[["row", "nearid_ssr", "nearid_ssr_sd", "nearid_pa", "mtg_mo", "mtg_mo_sd", "mtg_ssr"]].round(3)
 

@@ -25,6 +25,7 @@ import pandas as pd
 
 from nearid_lib.claims import evaluate_claims
 from nearid_lib.nearid.ablations import alpha_rows, beta_rows
+from nearid_lib.nearid.bench import standin_scorer
 from nearid_lib.nearid.claims import CLAIMS_BY_NOTEBOOK, NEARID_CLAIMS
 from nearid_lib.nearid.dbpp import dbpp_for_profile
 from nearid_lib.nearid.sweep import run_rows
@@ -42,6 +43,11 @@ print("DreamBench++:", "human ratings" if dbpp_fn else dbpp_why)
 sweep8 = run_rows(cfg, data, backbone, alpha_rows(cfg), seeds)
 t8 = sweep8.summary().assign(alpha=[float(a) for a in cfg.eval.alphas])
 t8 = t8.merge(sweep8.dbpp(backbone, data, dbpp_fn, cfg), on="key") if dbpp_fn else t8.assign(dbpp_mh=float("nan"))
+# M-H on the procedural DreamBench++ stand-in (edit grids, NOT human ratings), labelled as such
+standin = standin_scorer(cfg, data)
+if standin is not None:
+    t8 = t8.merge(sweep8.dbpp(backbone, data, standin, cfg, column="dbpp_mh_procedural"), on="key")
+    cols = cols + ["dbpp_mh_procedural"]
 paper8 = pd.read_csv(paper_values_dir() / "nearid_table8_alpha.csv")
 t8 = t8.merge(paper8[["row", "alpha", "role"]], on="alpha", how="left")
 t8["row"] = t8["row"].fillna("α=" + t8["alpha"].astype(str))
@@ -54,6 +60,8 @@ t8[["row", "nearid_ssr", "nearid_ssr_sd", "mtg_mo", "mtg_mo_sd", "mtg_ssr"]].rou
 sweep9 = run_rows(cfg, data, backbone, beta_rows(cfg), seeds)
 t9 = sweep9.summary().assign(beta=[float(b) for b in cfg.eval.betas], alpha=1.0)
 t9 = t9.merge(sweep9.dbpp(backbone, data, dbpp_fn, cfg), on="key") if dbpp_fn else t9.assign(dbpp_mh=float("nan"))
+if standin is not None:
+    t9 = t9.merge(sweep9.dbpp(backbone, data, standin, cfg, column="dbpp_mh_procedural"), on="key")
 paper9 = pd.read_csv(paper_values_dir() / "nearid_table9_beta.csv")
 t9 = t9.merge(paper9[["row", "beta"]], on="beta", how="left")
 t9["row"] = t9["row"].fillna("β=" + t9["beta"].astype(str))

@@ -211,3 +211,36 @@ def test_below_chance_is_flagged():
     assert C.below_chance(["r"], [C.Evidence("mean:x", t.rename(columns={"wins": "x"}), chance=0.0)], [-0.1],
                           lambda v: f"{v:.2f}") == "below chance: r = -0.10 < chance 0.00"
     assert C.below_chance(["s"], [C.Evidence("ssr", t.assign(success=0.0))], [0.0], str) == ""
+
+
+def test_seeds_are_resampled_too_hierarchical_bootstrap():
+    """Two training seeds that disagree completely (every unit wins under seed 0, loses under seed
+    1): a units-only bootstrap sees no spread at all (every unit averages to 0.5); the hierarchical
+    one draws the seeds too, so replicates are 0, 0.5 or 1 in proportions 1:2:1."""
+    units = [f"u{i}" for i in range(30)]
+    t = pd.concat([pd.DataFrame({"unit": units, "seed": s, "success": float(s == 0)}) for s in (0, 1)])
+    ev = C.Evidence("ssr", t)
+    reps = C._replicates([ev], make_rng(0, "h"), n_boot=4000)[0]
+    assert set(np.round(np.unique(reps), 9)) == {0.0, 0.5, 1.0}
+    share = [(reps == v).mean() for v in (0.0, 0.5, 1.0)]
+    assert share == pytest.approx([0.25, 0.5, 0.25], abs=0.03)      # binomial(2, 1/2), 4000 draws
+    spec = C.ClaimSpec("k", "P", "ssr above a half", C.AtLeast("q", 0.4))
+    row = C.evaluate_claim(spec, {"q": ev}, make_rng(0, "b"), n_boot=2000)
+    assert row["verdict"] == "inconclusive" and "seeds (hierarchical)" in row["detail"]
+    # one seed: units only, as before (the replicate equals the brute-force unit resample)
+    one = C.Evidence("ssr", t[t.seed == 0])
+    assert np.all(C._replicates([one], make_rng(0, "h"), n_boot=50)[0] == 1.0)
+
+
+def test_a_revised_criterion_keeps_the_earlier_verdict_visible():
+    z = pd.DataFrame({"unit": list("abcdef"), "x": [1.0] * 6})
+    ev = {"unseen": C.Evidence("mean:x", z.assign(x=1.2)), "train": C.Evidence("mean:x", z)}
+    spec = C.ClaimSpec("k", "P", "no drop", C.Greater("unseen", "train", -0.05),
+                       earlier=(("v1, two-sided", C.Within("unseen", "train", 0.05)),), revision="paper: no drop")
+    row = C.evaluate_claim(spec, ev, make_rng(0, "r"), n_boot=50)
+    assert row["verdict"] == "holds"
+    assert row["earlier_verdicts"] == "v1, two-sided: |unseen - train| <= 0.050 -> does not hold"
+    assert row["revision"] == "paper: no drop"
+    bad = C.ClaimSpec("k", "P", "x", C.Greater("unseen", "train"), earlier=(("v1", C.AtLeast("unseen", 0)),))
+    with pytest.raises(ValueError, match="other quantities"):
+        C.evaluate_claim(bad, ev, make_rng(0, "r"), n_boot=10)

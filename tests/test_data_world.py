@@ -266,3 +266,25 @@ def test_world_levers_scene_sharing_defocus_and_distractor_magnitude():
     def hue_gap(d):
         return np.abs(np.subtract(d["colors"]["body"], ident["colors"]["body"])).sum()
     assert hue_gap(strong) > hue_gap(base) > 0
+
+
+def test_reshoots_give_cute_easy_its_same_scene_anchor_with_distinct_positive_scenes(tmp_path):
+    """NearID's protocol keeps every positive view in a scene of its own (shared_scene_p = 0); the
+    re-shoot (world.scene_reshoots) is the object shot again in view 1's scene, stored apart, and is
+    what ID-Sim's CUTE-easy analogue anchors on."""
+    from nearid_lib.data.draws import reshoot_background, scene_of, view_background
+    from nearid_lib.idsim.bench import mini_benchmark_sets
+
+    cfg = _tiny(**{"world.shared_scene_p": 0.0, "world.scene_reshoots": ("test",)})
+    d = load_nearid(build_world(cfg, tmp_path / "w", progress=False))
+    ids = d.identities.set_index("id")
+    test = ids[ids.split == "test"]
+    assert (test.reshoot.fillna("") != "").all() and (ids[ids.split != "test"].reshoot.fillna("") == "").all()
+    for iid, r in test.iterrows():
+        assert Image.open(d.path(r.reshoot)).size == (48, 48)
+        assert all(scene_of(cfg, iid, k) == k for k in (1, 2, 3))        # positives: distinct scenes
+        bg1, shot_bg = view_background(cfg, True, iid, 1), reshoot_background(cfg, True, iid)
+        assert bg1.shape == shot_bg.shape and not np.array_equal(bg1, shot_bg)   # view 1's scene, re-framed
+    t = mini_benchmark_sets(d, cfg, "test", seed=0)["triplets"]
+    easy = t[t["mode"] == "easy"]
+    assert len(easy) == len(test) and easy.anchor.isin(test.reshoot).all()

@@ -147,3 +147,23 @@ def test_point_valued_claims_are_listed_apart(tmp_path):
     assert "| interval claim |" in main and "| untestable |" in main and "| point claim |" not in main
     assert "1 claim(s) are judged on point values" in point and "| point claim |" in point
     assert report.point_claims(pd.DataFrame({"verdict": ["holds"]})).tolist() == [False]
+
+
+def test_summary_counts_only_tested_claims():
+    """Calibration targets, claims on a metric a random-init network also reaches, and point
+    comparisons are listed but never counted as evidence (issue 38)."""
+    from nearid_lib.report import summary_lines
+
+    frame = pd.DataFrame([
+        {"verdict": "holds", "ci_low": 0.1, "calibrated": "world tuned to it", "chance": ""},
+        {"verdict": "holds", "ci_low": 0.1, "calibrated": "", "chance": "random init reaches mtg_mo"},
+        {"verdict": "holds", "ci_low": None, "calibrated": "", "chance": ""},          # point comparison
+        {"verdict": "holds", "ci_low": 0.2, "calibrated": "", "chance": ""},
+        {"verdict": "does not hold", "ci_low": 0.0, "calibrated": "", "chance": ""},
+        {"verdict": "inconclusive", "ci_low": 0.0, "calibrated": "", "chance": ""},
+    ])
+    line = summary_lines(frame)[0]
+    assert line.startswith("Summary over the 3 tested claims: 1 holds, 1 does not hold, 1 inconclusive, "
+                           "0 not testable.")
+    assert "1 calibrated, not tested" in line and "1 on a metric a random-init" in line
+    assert "1 point comparisons" in line

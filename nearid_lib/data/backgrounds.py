@@ -222,6 +222,16 @@ def defocus(img: np.ndarray, sigma_px: float) -> np.ndarray:
     return np.clip(gaussian_filter(img, sigma=(sigma_px, sigma_px, 0), mode="reflect"), 0, 1).astype(np.float32)
 
 
+def desaturate_scene(img: np.ndarray, salience: float) -> np.ndarray:
+    """A background made less salient: its contrast and colour scaled by ``salience`` about its mean
+    colour (a grey seamless sweep at 0, as drawn at 1: the studio-like scenes where a subject, not
+    its surroundings, fills the eye). ``salience >= 1`` returns ``img`` itself, byte for byte."""
+    if salience >= 1:
+        return img
+    mean = img.reshape(-1, img.shape[-1]).mean(axis=0)
+    return np.clip(mean + float(salience) * (img - mean), 0, 1).astype(np.float32)
+
+
 def reframe(spec: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
     """The same scene shot again: a photo re-cropped around a nearby centre at a similar scale
     (+-0.15 of the photo, x0.85-1.15) with a new mirror flip; a texture with a nearby orientation

@@ -15,7 +15,7 @@ from ..seeding import make_rng
 from . import backgrounds as B
 from . import world as W
 
-__all__ = ["parse_source", "positive_view", "fpr_view", "background_for", "view_background", "scene_of",
+__all__ = ["parse_source", "positive_view", "reshoot_view", "reshoot_background", "fpr_view", "background_for", "view_background", "scene_of",
            "fpr_repeats", "fpr_scene", "distractor_instance", "MAX_PERTURB_TRIES", "source_splits"]
 
 _SPLITS = ("train", "val", "test")
@@ -38,11 +38,12 @@ def _classes(wc) -> tuple[str, ...]:
 
 def _background(cfg, held_out: bool, *keys, spec: dict | None = None) -> np.ndarray:
     """The float RGB background of ``keys`` (or of ``spec``) at the world's image size, with the
-    world's depth of field (``world.bg_blur``) applied."""
+    world's depth of field (``world.bg_blur``) and salience (``world.bg_salience``) applied."""
     if spec is None:
         spec = B.sample_background_spec(make_rng(cfg.seed, "bg", *keys), held_out=held_out)
     wc = cfg.world
-    return B.defocus(B.render_background(spec, wc.image_size), float(wc.bg_blur) * wc.image_size)
+    img = B.defocus(B.render_background(spec, wc.image_size), float(wc.bg_blur) * wc.image_size)
+    return B.desaturate_scene(img, float(wc.bg_salience))
 
 
 def _scene_draw(cfg, identity_id: str, k: int):
@@ -81,6 +82,21 @@ def positive_view(cfg, identity_id: str, k: int) -> dict[str, float]:
     wc = cfg.world
     return W.sample_view(make_rng(cfg.seed, "view", identity_id, k), tuple(wc.object_frac),
                          wc.view_strength)
+
+
+def reshoot_view(cfg, identity_id: str) -> dict[str, float]:
+    """The pose + lighting of an identity's **re-shoot** (``world.scene_reshoots``): a new shot of
+    the object in view 1's scene, stored apart from its positive views (ID-Sim's CUTE-easy
+    analogue needs two shots of one scene; NearID's positives stay in scenes of their own)."""
+    wc = cfg.world
+    return W.sample_view(make_rng(cfg.seed, "reshoot-view", identity_id), tuple(wc.object_frac),
+                         wc.view_strength)
+
+
+def reshoot_background(cfg, held_out: bool, identity_id: str) -> np.ndarray:
+    """View 1's scene re-framed (:func:`~nearid_lib.data.backgrounds.reframe`) for the re-shoot."""
+    first = B.sample_background_spec(make_rng(cfg.seed, "bg", identity_id, 1), held_out=held_out)
+    return _background(cfg, held_out, spec=B.reframe(first, make_rng(cfg.seed, "reshoot-scene", identity_id)))
 
 
 MAX_PERTURB_TRIES = 20

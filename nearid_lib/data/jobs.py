@@ -13,7 +13,7 @@ from ..io_utils import atomic_write
 from ..seeding import make_rng
 from . import world as W
 from .draws import (_SPLITS, _background, _classes, distractor_instance, fpr_scene, fpr_view, parse_source,
-                    positive_view, source_splits, view_background)
+                    positive_view, reshoot_background, reshoot_view, source_splits, view_background)
 
 __all__ = ["GRID_FACTORS"]
 
@@ -77,7 +77,11 @@ def _job_identity(args) -> tuple[str, dict]:
                                             instance=layer, where=f"{iid} view {k} source {src}"))
             dist[src][f"nimg{k}"] = _save_png(root, f"dist/{src}/{iid}_{k}.png", out8, lvl)
     ident_row = {"id": iid, "split": split, "class_name": rec["class_name"],
-                 "description": W.describe(ident), "n_views": rec["n_views"]}
+                 "description": W.describe(ident), "n_views": rec["n_views"], "reshoot": ""}
+    if split in wc.scene_reshoots:
+        shot = W.composite(reshoot_background(cfg, held, iid),
+                           W.render_object(ident, reshoot_view(cfg, iid), S, with_parts=False))
+        ident_row["reshoot"] = _save_png(root, f"reshoot/{iid}.png", W.to_uint8(shot), lvl)
     return iid, {"identity": ident_row, "positives": pos, "distractors": dist, "params": ident}
 
 

@@ -126,6 +126,8 @@ def mini_benchmark_sets(data: NearIDData, cfg: Profile, split: str = "test", see
         out["retrieval"] = pd.DataFrame(columns=["path", "label", "role"])
     srcs = list(sources or data.sources)
     cls = dict(zip(data.identities.id, data.identities.class_name))
+    reshoot = (dict(zip(data.identities.id, data.identities["reshoot"].fillna("").astype(str)))
+               if "reshoot" in data.identities else {})
     pos = data.positives[data.positives.split == split]
     pairs, trips = [], []
     ids = pos.id.tolist()
@@ -145,8 +147,11 @@ def mini_benchmark_sets(data: NearIDData, cfg: Profile, split: str = "test", see
         views = [k for k in (1, 2, 3) if r[f"img{k}"] and dist[f"nimg{k}"]]
         scene = {k: scene_of(cfg, r.id, k) for k in views}
         in_first = [k for k in views if k > 1 and scene[k] == 1]
-        if 1 in views and in_first:
-            trips.append({"anchor": r[f"img{in_first[0]}"], "positive": r.img1, "negative": dist["nimg1"],
+        shot = reshoot.get(r.id, "")
+        if 1 in views and (shot or in_first):
+            # the anchor: the identity's re-shoot in view 1's scene (world.scene_reshoots), else a
+            # positive view shot there (world.shared_scene_p)
+            trips.append({"anchor": shot or r[f"img{in_first[0]}"], "positive": r.img1, "negative": dist["nimg1"],
                           "mode": "easy"})
         cand = [(a, p) for a, p in _HARD_ORDER if a in scene and p in scene]
         if cand:

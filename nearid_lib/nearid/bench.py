@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import pandas as pd
 
+from .dbpp import dbpp_standin
 from .embedder import image_groups
 from .evaluate import EncoderResult, evaluate_encoder, source_groups
 from .pairs import grid_pairs
@@ -19,7 +20,20 @@ if TYPE_CHECKING:
     from ..config import Profile
     from ..data import NearIDData
 
-__all__ = ["BenchRun", "bench_variants", "run_bench"]
+__all__ = ["BenchRun", "bench_variants", "run_bench", "standin_scorer"]
+
+
+def standin_scorer(cfg: Profile, data: NearIDData, split: str | None = None) -> Callable[[Any], tuple] | None:
+    """The procedural DreamBench++ stand-in as a scorer ``benc -> (m_h dict, scores)`` over the edit
+    grids of ``split`` (default ``eval.split``) -- the column ``dbpp_mh_procedural`` of the ablation
+    tables, labelled as such, never human ratings -- or None when the profile has no stand-in
+    (``eval.dbpp_standin``) or no grids."""
+    if not cfg.eval.dbpp_standin:
+        return None
+    gp = grid_pairs(data, split or cfg.eval.split)
+    if not len(gp):
+        return None
+    return lambda benc: dbpp_standin(benc, data, gp, "full")
 
 
 @dataclass

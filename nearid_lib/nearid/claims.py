@@ -28,17 +28,32 @@ T6, T7, T8, T9 = ("nearid_table6_data_ablation", "nearid_table7_fg_only", "neari
 NEAR_CEILING = Precondition("nearid.full.main.ssr", ">=", 0.90,
                             "the paper's comparison is between heads near 99% SSR")
 
+# Issue 38: claims 2e / 2f were first declared two-sided (|unseen - training| <= 5 points), so an
+# unseen group scoring *better* than the training sources "did not hold". The paper's claim is no
+# drop (Table 5: >= 97.8% SSR on all nine sources, unseen ones included), hence one-sided; the
+# two-sided verdict stays in the report beside it.
+ONE_SIDED = ("the paper claims no drop on unseen sources (NearID Table 5: >= 97.8% SSR on all nine), "
+             "not equality: a group scoring higher is not a failure to generalise")
+
+# The mini world was calibrated on the frozen encoder to these targets (docs/mini.md "Calibration"):
+# the claims stating them hold there by construction, so they are listed, not counted
+CAL_SSR = "the world was calibrated to a frozen val SSR of 30.7 +- 5"
+CAL_FG = "the world was calibrated to frozen val SSRs of 30.7 +- 5 (full) and 64.7 +- 8 (FG-only)"
+CAL_MTG = "the world was calibrated to a frozen MTG SSR <= 5"
+
 NEARID_CLAIMS: tuple[ClaimSpec, ...] = (
     # --- claim 1: frozen encoders are fooled by matched context (Tables 1, 7)
     ClaimSpec("nearid.1a", "NearID", "1a. A frozen encoder is fooled by matched context (SSR at most 50%)",
               AtMost("frozen.full.main.ssr", 0.50),
               "SigLIP2 {0:.2f}% SSR", (_t(T1, "row", "SigLIP2", "nearid_ssr"),),
-              evidence_note="frozen backbone, test identities, main sources"),
+              evidence_note="frozen backbone, test identities, main sources",
+              calibrated=(("mini", CAL_SSR),)),
     ClaimSpec("nearid.1b", "NearID", "1b. Removing the background raises the frozen encoder's SSR by more than 20 points",
               Greater("frozen.fg.main.ssr", "frozen.full.main.ssr", 0.20),
               "SigLIP2 {0:.1f}% -> {1:.1f}% FG-only",
               (_t(T7, "method", "SigLIP2-SO400M", "full_ssr"), _t(T7, "method", "SigLIP2-SO400M", "fg_ssr")),
-              evidence_note="same test identities, full vs foreground-only images (paired)"),
+              evidence_note="same test identities, full vs foreground-only images (paired)",
+              calibrated=(("mini", CAL_FG),)),
     # --- claim 2: the head on the frozen backbone resolves it (Tables 1, 5, 7)
     ClaimSpec("nearid.2a", "NearID", "2a. The NearID head improves SSR over its frozen backbone",
               Greater("nearid.full.main.ssr", "frozen.full.main.ssr", 0.0),
@@ -54,19 +69,24 @@ NEARID_CLAIMS: tuple[ClaimSpec, ...] = (
               Within("nearid.fg.main.ssr", "nearid.full.main.ssr", 0.05),
               "{0:.1f}% -> {1:.1f}% FG-only", (_t(T7, "method", "NearID (Ours)", "full_ssr"),
                                                _t(T7, "method", "NearID (Ours)", "fg_ssr"))),
-    ClaimSpec("nearid.2e", "NearID", "2e. The head generalises to unseen fill-based sources (|unseen - training| <= 5 SSR points)",
-              Within("nearid.full.unseen_fill.ssr", "nearid.full.train.ssr", 0.05),
+    ClaimSpec("nearid.2e", "NearID", "2e. The head generalises to unseen fill-based sources (no drop beyond 5 SSR points from the training sources)",
+              Greater("nearid.full.unseen_fill.ssr", "nearid.full.train.ssr", -0.05),
               "unseen fill {0:.1f}% vs training {1:.1f}%",
               (PaperRef(T5, (("source", "Avg. (unseen fill, 3)"), ("method", "NearID (Ours)")), "ssr"),
-               PaperRef(T5, (("source", "Avg. (training, 4)"), ("method", "NearID (Ours)")), "ssr"))),
-    ClaimSpec("nearid.2f", "NearID", "2f. ... and to structure-conditioned sources (|structure - training| <= 5 SSR points)",
-              Within("nearid.full.structure.ssr", "nearid.full.train.ssr", 0.05),
+               PaperRef(T5, (("source", "Avg. (training, 4)"), ("method", "NearID (Ours)")), "ssr")),
+              earlier=(("v1, two-sided", Within("nearid.full.unseen_fill.ssr", "nearid.full.train.ssr", 0.05)),),
+              revision=ONE_SIDED),
+    ClaimSpec("nearid.2f", "NearID", "2f. ... and to structure-conditioned sources (no drop beyond 5 SSR points from the training sources)",
+              Greater("nearid.full.structure.ssr", "nearid.full.train.ssr", -0.05),
               "canny {0:.1f}% vs training {1:.1f}%",
               (PaperRef(T5, (("source", "Avg. (unseen canny, 2)"), ("method", "NearID (Ours)")), "ssr"),
-               PaperRef(T5, (("source", "Avg. (training, 4)"), ("method", "NearID (Ours)")), "ssr"))),
+               PaperRef(T5, (("source", "Avg. (training, 4)"), ("method", "NearID (Ours)")), "ssr")),
+              earlier=(("v1, two-sided", Within("nearid.full.structure.ssr", "nearid.full.train.ssr", 0.05)),),
+              revision=ONE_SIDED),
     # --- claim 4: part level (MTG)
     ClaimSpec("nearid.4a", "NearID", "4a. Frozen encoders score near 0 MTG SSR (at most 10%)",
-              AtMost("frozen.mtg.ssr", 0.10), "SigLIP2 {0:.1f}%", (_t(T1, "row", "SigLIP2", "mtg_ssr"),)),
+              AtMost("frozen.mtg.ssr", 0.10), "SigLIP2 {0:.1f}%", (_t(T1, "row", "SigLIP2", "mtg_ssr"),),
+              calibrated=(("mini", CAL_MTG),)),
     ClaimSpec("nearid.4b", "NearID", "4b. The NearID head improves part-level MTG SSR",
               Greater("nearid.mtg.ssr", "frozen.mtg.ssr", 0.0), "{1:.1f}% -> {0:.1f}%",
               (_t(T1, "row", "NearID (Ours)", "mtg_ssr"), _t(T1, "row", "SigLIP2", "mtg_ssr"))),

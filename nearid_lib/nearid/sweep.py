@@ -187,12 +187,14 @@ class Sweep:
                 ev.update(nearid_evidence(name, units, mtg, self.sources, self.train_sources))
         return ev
 
-    def dbpp(self, backbone, data: NearIDData, dbpp: Any, profile: Profile | None = None) -> pd.DataFrame:
+    def dbpp(self, backbone, data: NearIDData, dbpp: Any, profile: Profile | None = None,
+             column: str = "dbpp_mh") -> pd.DataFrame:
         """DreamBench++ metric-to-human of every row: each run's head (its checkpoint folder) on
         ``backbone``, scored by ``dbpp`` (:func:`~nearid_lib.nearid.dbpp.dbpp_for_profile`'s
-        callable), embedded through the caches of ``profile`` (the notebook's resolved profile;
-        None: the defaults of an :class:`Embedder` without one); one line per row: ``key``,
-        ``dbpp_mh`` (mean over seeds), ``dbpp_mh_sd``."""
+        callable, or :func:`~nearid_lib.nearid.dbpp.standin_scorer`'s procedural stand-in with
+        ``column="dbpp_mh_procedural"``), embedded through the caches of ``profile`` (the notebook's
+        resolved profile; None: the defaults of an :class:`Embedder` without one); one line per row:
+        ``key``, ``<column>`` (mean over seeds), ``<column>_sd``."""
         from ..models.checkpoint import load_head
         from ..models.registry import NearIDEncoder
         from .scorers import EmbeddingBenchEncoder
@@ -205,8 +207,8 @@ class Sweep:
                 enc = NearIDEncoder(backbone, head).eval()
                 benc = EmbeddingBenchEncoder(Embedder(enc, data, profile=profile, progress=False), "nearid", r.label)
                 vals.append(float(dbpp(benc)[0]["m_h"]))
-            out.append({"key": r.key, "dbpp_mh": float(np.mean(vals)),
-                        "dbpp_mh_sd": float(np.std(vals, ddof=1)) if len(vals) > 1 else float("nan")})
+            out.append({"key": r.key, column: float(np.mean(vals)),
+                        f"{column}_sd": float(np.std(vals, ddof=1)) if len(vals) > 1 else float("nan")})
         return pd.DataFrame(out)
 
 
