@@ -253,6 +253,91 @@ def bar_compare(df, x: str, y: str, hue: str, title: str = "", ylabel: str = "",
     return fig
 
 
+def metric_bars(df, metric: str, model: str, value: str, labels: Mapping[str, str] | None = None,
+                title: str = "", xlabel: str = "score (higher is better)", xlim: tuple[float, float] | None = (0, 1)):
+    """Horizontal grouped bars: one group per metric (``labels`` maps a metric id to the name a reader
+    knows, e.g. "CUTE Easy Acc"), one bar per model in its own colour, each bar labelled with its
+    value, the legend under the plot (never over the bars). Legible with a dozen metrics and five
+    models."""
+    ms = list(dict.fromkeys(df[metric]))
+    hs = list(dict.fromkeys(df[model]))
+    h = 0.84 / max(1, len(hs))
+    colours = plt.get_cmap("tab10").colors
+    fig, ax = plt.subplots(figsize=(8.0, 0.42 * len(ms) * max(1.0, len(hs) / 3) + 1.8))
+    for k, name in enumerate(hs):
+        sub = df[df[model] == name].set_index(metric)[value]
+        vals = np.array([float(sub.get(m, np.nan)) for m in ms])
+        y = np.arange(len(ms)) + (k - (len(hs) - 1) / 2) * h
+        ax.barh(y, vals, h, label=str(name), color=colours[k % len(colours)])
+        for yy, v in zip(y, vals):
+            if np.isfinite(v):
+                ax.text(v + 0.005, yy, f"{v:.2f}", va="center", fontsize=5.5)
+    ax.set_yticks(np.arange(len(ms)))
+    ax.set_yticklabels([(labels or {}).get(m, m) for m in ms], fontsize=8)
+    ax.set_ylim(len(ms) - 0.5, -0.5)
+    if xlim is not None:
+        ax.set_xlim(xlim[0], xlim[1] * 1.07)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    ax.grid(axis="x", lw=0.4, alpha=0.5)
+    fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=min(3, len(hs)), fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0.05 + 0.025 * ((len(hs) - 1) // 3), 1, 1))
+    return fig
+
+
+def bench_overview(t1, t5, t7, profile: str = ""):
+    """NearID-bench at a glance (notebook 04): Table 1's SSR and PA per encoder, Table 5's SSR per
+    distractor source (training sources marked), Table 7's full-image vs foreground-only SSR. Rows
+    are labelled by what was scored (``ours_label``), percent axes, legends under the panels."""
+    colours = plt.get_cmap("tab10").colors
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.4), gridspec_kw={"width_ratios": [1, 2.2, 1.2]})
+    labels = list(dict.fromkeys(t1["ours_label"]))
+    short = {lab: (lab if len(lab) <= 38 else lab[:36] + "…") for lab in labels}
+    ax = axes[0]
+    x = np.arange(2)
+    w = 0.8 / max(1, len(labels))
+    for k, lab in enumerate(labels):
+        r = t1[t1["ours_label"] == lab].iloc[0]
+        ax.bar(x + (k - (len(labels) - 1) / 2) * w, [r["nearid_ssr"], r["nearid_pa"]], w, color=colours[k % 10],
+               label=short[lab])
+    ax.set_xticks(x, ["SSR", "PA"])
+    ax.set_ylim(0, 100)
+    ax.set_ylabel("percent (test identities)")
+    ax.set_title("Table 1: main sources", fontsize=9)
+    ax = axes[1]
+    t5 = t5[~t5["source"].astype(str).str.startswith("Avg")]         # the sources; averages are Table 1's
+    srcs = list(dict.fromkeys(t5["source"]))
+    meths = [m for m in dict.fromkeys(t5["ours_label"])]
+    w = 0.8 / max(1, len(meths))
+    for k, m in enumerate(meths):
+        sub = t5[t5["ours_label"] == m].set_index("source")["ssr"]
+        ax.bar(np.arange(len(srcs)) + (k - (len(meths) - 1) / 2) * w, [float(sub.get(s, np.nan)) for s in srcs], w,
+               color=colours[labels.index(m) % 10] if m in labels else colours[(k + 3) % 10])
+    train = set(t5.loc[t5["training_source"].astype(bool), "source"]) if "training_source" in t5 else set()
+    ax.set_xticks(np.arange(len(srcs)), [f"{s}*" if s in train else s for s in srcs], rotation=30, ha="right",
+                  fontsize=8)
+    ax.set_ylim(0, 100)
+    ax.set_ylabel("SSR (%)")
+    ax.set_title("Table 5: per distractor source (* = seen in training)", fontsize=9)
+    ax = axes[2]
+    rows = list(dict.fromkeys(t7["ours_label"]))
+    w = 0.38
+    for k, (col, name) in enumerate((("full_ssr", "full image"), ("fg_ssr", "foreground only"))):
+        ax.barh(np.arange(len(rows)) + (k - 0.5) * w, [float(t7.loc[t7["ours_label"] == r, col].iloc[0]) for r in rows],
+                w, label=name, color=("0.55", "tab:green")[k])
+    ax.set_yticks(np.arange(len(rows)), [r if len(r) <= 30 else r[:28] + "…" for r in rows], fontsize=7)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("SSR (%)")
+    ax.set_title("Table 7: background removed", fontsize=9)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=min(3, len(labels)), fontsize=7,
+               frameon=False)
+    fig.suptitle(f"NearID-bench ({profile})", fontsize=10)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    return fig
+
+
 def anchor_distributions(wide, factors: Sequence[str], labels: Mapping[str, str] | None = None, title: str = "",
                          colours: Mapping[str, str] | None = None):
     """Seaborn box + strip plot of per-anchor sensitivities (``wide``: one row per encoder and anchor,

@@ -115,6 +115,10 @@ def _joinable(paper: pd.DataFrame, ours: pd.DataFrame, spec: TableSpec) -> bool:
 
 
 def _shown(paper: pd.DataFrame, spec: TableSpec) -> list[str]:
+    """The paper columns shown: keys and metrics; every column of a table without metrics (the
+    paper's claims transcribed as text, e.g. ID-Sim Figure 6: the reader needs the text, not ids)."""
+    if not spec.metrics:
+        return list(paper.columns)
     return [c for c in paper.columns if c in spec.key_columns or c in spec.metrics]
 
 

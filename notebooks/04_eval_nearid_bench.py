@@ -38,6 +38,7 @@ import pandas as pd
 import torch
 from IPython.display import display
 
+from nearid_lib import plots
 from nearid_lib.claims import evaluate_claims
 from nearid_lib.io_utils import write_csv, write_json
 from nearid_lib.models import resolve_name
@@ -124,6 +125,12 @@ t7 = pd.concat([t7, table7_sweep_row(ceiling, "fg_trained", "NearID (Ours), trai
                ignore_index=True)
 run.write_table(t7, "04_table7_fg_only", seeds=seeds)
 t7[["method", "full_ssr", "full_pa", "fg_ssr", "fg_pa", "delta_ssr", "n_seeds"]].round(1)
+
+# %% [markdown]
+# ## Tables 1, 5 and 7 at a glance
+
+# %%
+display(run.figure(plots.bench_overview(t1, t5, t7, PROFILE), "04_nearid_bench_overview"))
 
 # %% [markdown]
 # ## The chance reference

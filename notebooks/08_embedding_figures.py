@@ -145,7 +145,8 @@ elif cfg.eval.dbpp_standin:
         mh, _ = dbpp_standin(b, data, gp)
         if mh is not None:
             radar[NAMES[b.name]] = mh["per_category"].set_index("category")["r"].to_dict()
-    kind = PROCEDURAL_NOTE
+    kind = (f"{PROCEDURAL_NOTE};\naxes = the factor each edit grid varies, not DreamBench++'s four categories "
+            "(the paper profile draws those from the authors' scores: nearid dbpp-mh)")
 if radar:
     print(pd.DataFrame(radar))
     fig = plots.radar_plot(radar, title=f"M-H per category\n[{kind}]", reference="NearID (Ours)")

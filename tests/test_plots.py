@@ -90,3 +90,54 @@ def test_image_grid_cells_titles_and_row_labels(tmp_path):
     assert fig._suptitle.get_text() == "sources"
     assert np.array_equal(axes[0].images[0].get_array(), np.asarray(Image.open(path)))
     _png_ok(plots.savefig(fig, tmp_path / "grid.png"))
+
+
+def _texts(fig) -> set[str]:
+    out = set()
+    for ax in fig.axes:
+        out |= {t.get_text() for t in ax.get_yticklabels() + ax.get_xticklabels()}
+        out |= {ax.get_xlabel(), ax.get_ylabel(), ax.get_title()}
+    for leg in fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend()]:
+        out |= {t.get_text() for t in leg.get_texts()}
+    return out
+
+
+def _legend_clear_of_data(fig):
+    """Every figure-level legend lies below the axes (never over a bar or a line)."""
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    for leg in fig.legends:
+        lb = leg.get_window_extent(r)
+        for ax in fig.axes:
+            assert lb.y1 <= ax.get_window_extent(r).y0 + 1, "legend overlaps a plot"
+
+
+def test_issue38_figures_carry_human_labels_and_keep_legends_off_the_data():
+    from nearid_lib.fpr.figures import plot_gallery_ablation
+    from nearid_lib.idsim.bench import METRIC_LABELS
+
+    t = pd.DataFrame([{"metric_id": m, "model": f"model {k}", "value": 0.1 * (k + 1)}
+                      for m in ("cute_easy_acc", "pods_ap", "dreambench_kendall") for k in range(5)])
+    fig = plots.metric_bars(t, "metric_id", "model", "value", labels=METRIC_LABELS, title="x")
+    txt = _texts(fig)
+    assert {"CUTE Easy Acc", "PODS AP", "DreamBench++ Kendall", "score (higher is better)"} <= txt
+    assert "cute_easy_acc" not in txt and {f"model {k}" for k in range(5)} <= txt
+    _legend_clear_of_data(fig)
+    abl = pd.DataFrame([{"ablation": a, "value": v, "encoder": e, "queries": q, "map": 0.5, "sim": 0.7}
+                        for a in ("images_per_subject", "subjects") for v in (1, 3) for e in
+                        ("efficientnet-lite0", "nearid", "efficientnet-lite0@random") for q in ("oracle", "generated")])
+    fig = plot_gallery_ablation(abl, "mini")
+    txt = _texts(fig)
+    assert {"mAP", "mean similarity (cosine)", "NearID head", "oracle queries", "generated queries",
+            "efficientnet-lite0, random init (chance)"} <= txt
+    assert len(fig.legends[0].get_texts()) == 5                       # 3 encoders + 2 query kinds, not 12
+    _legend_clear_of_data(fig)
+    t1 = pd.DataFrame({"ours_label": ["frozen", "head"], "nearid_ssr": [40.0, 80.0], "nearid_pa": [55.0, 90.0]})
+    t5 = pd.DataFrame({"source": ["a", "b", "Avg. (all)"] * 2, "ours_label": ["frozen"] * 3 + ["head"] * 3,
+                       "ssr": [30.0, 40, 35, 80, 85, 82], "training_source": [True, False, True] * 2})
+    t7 = pd.DataFrame({"ours_label": ["frozen", "head"], "full_ssr": [40.0, 80], "fg_ssr": [60.0, 85]})
+    fig = plots.bench_overview(t1, t5, t7, "mini")
+    txt = _texts(fig)
+    assert {"a*", "b", "SSR (%)", "percent (test identities)", "full image", "foreground only"} <= txt
+    assert "Avg. (all)" not in txt
+    _legend_clear_of_data(fig)

@@ -31,23 +31,45 @@ def plot_main(main: pd.DataFrame, profile: str):
     return fig
 
 
+def encoder_label(name: str) -> str:
+    """A reader's name for an FPR encoder key: ``nearid`` -> "NearID head", ``x@random`` -> "x,
+    random init (chance)", a registry name -> "x (frozen)"."""
+    if name == "nearid":
+        return "NearID head"
+    if name.endswith("@random"):
+        return f"{name[:-len('@random')]}, random init (chance)"
+    return f"{name} (frozen)"
+
+
 def plot_gallery_ablation(abl: pd.DataFrame, profile: str):
-    """Fig. 5: mAP and similarity vs images per subject (left) and subjects (right)."""
+    """Fig. 5: mAP (top) and mean similarity (bottom) vs images per subject (left) and subjects in
+    the gallery (right). Colour = encoder, line style = queries (oracle references solid, generated
+    images dashed); one compact legend under the panels, none over the lines."""
+    from matplotlib.lines import Line2D
+
     kinds = [k for k in ("images_per_subject", "subjects") if k in set(abl.ablation)]
-    fig, axes = plt.subplots(1, len(kinds), figsize=(5 * len(kinds), 3.6), squeeze=False)
+    encs = list(dict.fromkeys(abl.encoder))
+    queries = list(dict.fromkeys(abl.queries))
+    colours = dict(zip(encs, plt.get_cmap("tab10").colors))
+    styles = {q: ("-" if q == "oracle" else "--") for q in queries}
+    fig, axes = plt.subplots(2, len(kinds), figsize=(4.6 * len(kinds), 5.4), squeeze=False, sharex="col")
+    xlabels = {"images_per_subject": "gallery images per subject", "subjects": "subjects in the gallery"}
     for j, kind in enumerate(kinds):
-        ax = axes[0, j]
         d = abl[abl.ablation == kind]
         for (enc, q), g in d.groupby(["encoder", "queries"], sort=False):
             g = g.sort_values("value")
-            ls = "-" if q == "oracle" else "--"
-            ax.plot(g.value, g["map"], ls, marker="o", label=f"{enc} {q} mAP")
-            ax.plot(g.value, g.sim, ls, marker="x", alpha=0.5, label=f"{enc} {q} Sim")
-        ax.set_xlabel(kind.replace("_", " "))
-        ax.set_ylim(0, 1.02)
-        ax.legend(fontsize=6)
+            axes[0, j].plot(g.value, g["map"], styles[q], marker="o", ms=3, color=colours[enc])
+            axes[1, j].plot(g.value, g.sim, styles[q], marker="o", ms=3, color=colours[enc])
+        axes[1, j].set_xlabel(xlabels.get(kind, kind.replace("_", " ")))
+        axes[0, j].set_ylim(0, 1.02)
+        axes[0, j].set_title(xlabels.get(kind, kind), fontsize=9)
+    axes[0, 0].set_ylabel("mAP")
+    axes[1, 0].set_ylabel("mean similarity (cosine)")
+    handles = ([Line2D([], [], color=colours[e], lw=2, label=encoder_label(e)) for e in encs]
+               + [Line2D([], [], color="grey", ls=styles[q], label=f"{q} queries") for q in queries])
+    fig.legend(handles=handles, loc="lower center", ncol=min(4, len(handles)), fontsize=7, frameon=False)
     fig.suptitle(f"Gallery ablation (profile {profile})", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig
 
 

@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from ..config import Profile
     from ..data import NearIDData
 
-__all__ = ["BENCH_INFO", "encoder_labels", "mini_benchmark_sets", "bench_keys", "evaluate_sets", "embed_encoders",
+__all__ = ["BENCH_INFO", "METRIC_LABELS", "encoder_labels", "mini_benchmark_sets", "bench_keys", "evaluate_sets", "embed_encoders",
            "PATCH_ROWS", "patch_table", "graded_pairs",
            "load_pairs_csv", "load_triplets_csv", "load_retrieval_csv", "load_ratings_csv",
            "benchmark_table", "graded_metrics", "BenchmarkError"]
@@ -85,6 +85,9 @@ BENCH_INFO = {
     "dreambench_spearman": ("DreamBench++", "Spearman", "graded edit-grid pairs, rating 1 - identity_change"),
     "dreambench_kendall": ("DreamBench++", "Kendall", "graded edit-grid pairs, rating 1 - identity_change"),
 }
+
+# the name a reader knows for each metric id (figures)
+METRIC_LABELS = {k: f"{bench} {metric}" for k, (bench, metric, _) in BENCH_INFO.items()}
 
 
 def encoder_labels(cfg: Profile) -> dict[str, tuple[str, str]]:
