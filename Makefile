@@ -110,42 +110,32 @@ $(NB_OUT)/11_retrieval_galleries.ipynb: $(call nb,03_train_nearid)
 $(NB_OUT)/12_cross_paper.ipynb: $(call nb,03_train_nearid) $(call nb,09_train_idsim) $(call nb,11_retrieval_galleries)
 $(NB_OUT)/99_report.ipynb: $(filter-out $(NB_OUT)/99_report.ipynb,$(EXECUTED)) $(PAPER_VALUES)
 
-# ----- notebook 01's materialisation of the release on every GPU, before the notebook (paper) -----
-# nearid_lib/data/curate_step.py: one process per GPU writes its blocks of identities (CLIPSeg on its
-# GPU, CPU threads decoding and writing PNGs), resumable; rank 0 writes the tables. Notebook 01 then
-# finds the dataset complete. `make curate PROFILE=paper` runs it alone.
-$(NB_OUT)/curate.done: notebooks/01_data_curation.py $(LIB_SRC) $(STAMP)
-	mkdir -p $(NB_OUT) && set -o pipefail && $(GPU_LAUNCH) -m nearid_lib.data.curate_step --profile $(PROFILE) 2>&1 | tee $(NB_OUT)/curate.log
-	@touch $@
-curate: $(NB_OUT)/curate.done
-ifeq ($(PROFILE),paper)
-$(NB_OUT)/01_data_curation.ipynb: $(NB_OUT)/curate.done
-endif
-
-# ----- the token store filled once on every GPU, before any head trains (paper) -----
-# nearid_lib/nearid/prefill_step.py encodes every grid training and evaluation read into the int8
-# store (each grid by one rank, images decoded by DataLoader workers), resumable; training then only
-# reads. Profiles with per-group caches (smoke, mini) print that there is nothing to prefill.
-$(NB_OUT)/prefill.done: $(call nb,01_data_curation) $(LIB_SRC) $(STAMP)
-	mkdir -p $(NB_OUT) && set -o pipefail && $(GPU_LAUNCH) -m nearid_lib.nearid.prefill_step --profile $(PROFILE) 2>&1 | tee $(NB_OUT)/prefill.log
-	@touch $@
-prefill: $(NB_OUT)/prefill.done
-ifeq ($(PROFILE),paper)
-$(NB_OUT)/03_train_nearid.ipynb: $(NB_OUT)/prefill.done
-endif
-
-# ----- the VLM judge on every GPU, before notebook 04 and outside its kernel (paper) -----
-# nearid_lib/nearid/judge_step.py judges every pair notebook 04 will ask about into the judge's
-# answers folder (resumable); 04 then reads the answers. One process per GPU (torchrun), or one
-# plain process without a GPU (the dry run). `make judge PROFILE=paper` runs it alone.
+# ----- steps over every GPU, before a notebook and outside its kernel (paper) -----
+# One process per GPU (torchrun), or one plain process without a GPU (the dry run); each step is
+# resumable and `make <step> PROFILE=paper` runs it alone. In the paper profile the notebook named
+# last waits for it:
+# - curate: notebook 01's materialisation of the release (nearid_lib/data/curate_step.py: blocks of
+#   identities per rank, CLIPSeg on each GPU, CPU threads decoding and writing PNGs; rank 0 writes
+#   the tables), so notebook 01 finds the dataset complete;
+# - prefill: every grid training and evaluation read, into the int8 token store
+#   (nearid_lib/nearid/prefill_step.py: each grid by one rank, DataLoader workers decoding), so
+#   training only reads (smoke, mini: per-group caches, nothing to prefill);
+# - judge: the VLM judge on every pair notebook 04 asks about (nearid_lib/nearid/judge_step.py),
+#   so notebook 04 reads answers instead of judging.
 GPU_LAUNCH = $(if $(filter-out 0,$(N_GPUS)),$(VENV)/bin/torchrun --standalone --nproc_per_node $(N_GPUS),$(PY))
-$(NB_OUT)/judge.done: $(call nb,01_data_curation) $(LIB_SRC) $(STAMP)
-	mkdir -p $(NB_OUT) && set -o pipefail && $(GPU_LAUNCH) -m nearid_lib.nearid.judge_step --profile $(PROFILE) 2>&1 | tee $(NB_OUT)/judge.log
-	@touch $@
-judge: $(NB_OUT)/judge.done
-ifeq ($(PROFILE),paper)
-$(NB_OUT)/04_eval_nearid_bench.ipynb: $(NB_OUT)/judge.done
+# $(1) step, $(2) module, $(3) what it reads, $(4) the notebook that waits for it (paper)
+define gpu_step
+$$(NB_OUT)/$(1).done: $(3) $$(LIB_SRC) $$(STAMP)
+	mkdir -p $$(NB_OUT) && set -o pipefail && $$(GPU_LAUNCH) -m $(2) --profile $$(PROFILE) 2>&1 | tee $$(NB_OUT)/$(1).log
+	@touch $$@
+$(1): $$(NB_OUT)/$(1).done
+ifeq ($$(PROFILE),paper)
+$$(NB_OUT)/$(4).ipynb: $$(NB_OUT)/$(1).done
 endif
+endef
+$(eval $(call gpu_step,curate,nearid_lib.data.curate_step,notebooks/01_data_curation.py,01_data_curation))
+$(eval $(call gpu_step,prefill,nearid_lib.nearid.prefill_step,$(call nb,01_data_curation),03_train_nearid))
+$(eval $(call gpu_step,judge,nearid_lib.nearid.judge_step,$(call nb,01_data_curation),04_eval_nearid_bench))
 
 # ----- tests -----
 # pytest exits 5 when it collects no test: that is not a failure of the build.
