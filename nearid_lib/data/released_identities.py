@@ -23,6 +23,7 @@ launches are read together, so a restart with another number of processes resume
 from __future__ import annotations
 
 import json
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -66,8 +67,6 @@ def progress_records(prog: Path) -> dict[str, dict]:
 
 
 def _append(log: Path, rec: dict) -> None:
-    import os
-
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a") as fh:
         fh.write(json.dumps(rec, default=str) + "\n")
@@ -162,8 +161,9 @@ def write_identities(root: Path, pos, dists: Mapping[str, tuple[str, Any]], spli
     prog = root / "_progress"
     done = set(progress_records(prog))
     log = prog / f"identities-r{rank}.jsonl"
+    ids = [str(int(v)) for v in pos["id"]]              # the id column alone (no image bytes read)
     blocks = identity_blocks(len(pos), block, rank, world)
-    todo = [b for b in blocks if any(str(int(pos[i]["id"])) not in done for i in b)]
+    todo = [b for b in blocks if any(ids[i] not in done for i in b)]
     try:
         from tqdm.auto import tqdm
     except ImportError:  # pragma: no cover
@@ -188,11 +188,11 @@ def write_identities(root: Path, pos, dists: Mapping[str, tuple[str, Any]], spli
                 per_id.append(masks[at:at + len(views)])
                 fb.append([bool(f) for f in fell[at:at + len(views)]])
                 at += len(views)
-            need = [j for j, i in enumerate(b) if str(int(rows[j]["id"])) not in done]
+            need = [j for j, i in enumerate(b) if ids[i] not in done]
             futs = [pool.submit(_write, root, b[j], rows[j], str(splits[b[j]]), drows[j], decoded[j][0],
                                 decoded[j][1], per_id[j], pos_name) for j in need]
             for j, f in zip(need, futs):
-                _append(log, {"id": str(int(rows[j]["id"])), "written_at": time.time(), "mask_fallback": fb[j],
+                _append(log, {"id": ids[b[j]], "written_at": time.time(), "mask_fallback": fb[j],
                               **f.result()})
                 written += 1
             if bar:
