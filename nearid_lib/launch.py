@@ -1,6 +1,7 @@
 """Multi-process launches (``torchrun``, ``accelerate launch``): join one, and leave it cleanly.
 
-Shared by the NearID trainer, the VLM judge and the generation runner. :func:`launched_state` is
+Shared by the NearID trainer, the VLM judge, the generation runner and the paper profile's GPU
+steps (curation, token-store prefill, judge). :func:`launched_state` is
 accelerate's ``PartialState`` when this process is one rank of a launch, else ``None``.
 :func:`end_launch` is called by every entry point once its work is done: all ranks meet at a barrier
 and the process group is destroyed. Without it the interpreter tears down the gloo / NCCL threads at exit,
@@ -10,8 +11,10 @@ done, which torchrun reports as a failed run.
 from __future__ import annotations
 
 import os
+import sys
+from typing import Any, Callable, NoReturn
 
-__all__ = ["launched_state", "end_launch"]
+__all__ = ["launched_state", "end_launch", "exit_entry"]
 
 
 def launched_state():
@@ -43,3 +46,23 @@ def end_launch() -> bool:
     finally:
         dist.destroy_process_group()
     return True
+
+
+def exit_entry(main: Callable[[], Any]) -> NoReturn:
+    """Run an entry point's ``main()`` and exit with its return code (an int; anything else: 0).
+
+    Inside a multi-process launch (``WORLD_SIZE`` > 1), once ``main`` has returned -- its work done
+    and the process group left (:func:`end_launch`) -- the process ends with ``os._exit`` after
+    flushing stdout and stderr, skipping the interpreter's teardown: destroying the C++ threads of a
+    gloo / NCCL group there can still abort a rank (``terminate called without an active
+    exception``, SIGABRT) now and then, which torchrun reports as a failed launch (seen once in a
+    fresh-clone CI run of ``tests/test_multiprocess.py::test_judge_two_processes_equals_one``).
+    Every output is written atomically before ``main`` returns, so nothing is lost. An exception
+    from ``main`` propagates as usual."""
+    code = main()
+    code = code if isinstance(code, int) and not isinstance(code, bool) else 0
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    raise SystemExit(code)

@@ -96,3 +96,18 @@ def test_judge_two_processes_equals_one(smoke_world, tmp_path):
     _run([*cmd, "--out", str(tmp_path / "two.csv")], two=True)
     assert {r: len((ans / f"answers_rank{r}.jsonl").read_text().splitlines()) for r in (0, 1)} == n
     pd.testing.assert_frame_equal(one, pd.read_csv(tmp_path / "two.csv", keep_default_na=False))
+
+
+def test_exit_entry_flushes_and_skips_teardown_only_inside_a_launch(tmp_path):
+    """``launch.exit_entry``: the entry point's return code, its printed output kept, and inside a
+    launch (WORLD_SIZE > 1) no interpreter teardown (an ``atexit`` handler does not run)."""
+    script = tmp_path / "entry.py"
+    script.write_text("import atexit\nfrom nearid_lib.launch import exit_entry\n"
+                      "atexit.register(lambda: print('teardown ran'))\n"
+                      "def main():\n    print('work done', end='')\n    return 3\n"
+                      "exit_entry(main)\n")
+    for world, teardown in (("2", False), ("1", True)):
+        res = subprocess.run([sys.executable, str(script)], env={**ENV, "WORLD_SIZE": world}, capture_output=True,
+                             text=True, timeout=60)
+        assert res.returncode == 3 and res.stdout.startswith("work done")
+        assert ("teardown ran" in res.stdout) == teardown

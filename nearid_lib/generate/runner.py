@@ -281,4 +281,6 @@ def main(argv: Iterable[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    from ..launch import exit_entry
+
+    exit_entry(main)

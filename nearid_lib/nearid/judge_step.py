@@ -70,4 +70,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
+    from ..launch import exit_entry
+
+    exit_entry(main)
