@@ -19,6 +19,7 @@ import pandas as pd
 
 from .io_utils import read_table_meta, skip_reason
 from .paper_specs import TableSpec, load_specs, paper_values_dir
+from .report_claims import _calibrated, point_claims, seeds_line, summary_lines, why_links
 
 __all__ = ["TableSpec", "load_specs", "side_by_side", "render_markdown_table", "render_report", "paper_values_dir"]
 
@@ -138,63 +139,6 @@ def provenance_summary(tables: Path) -> str:
             f"written {dates[0]} to {dates[-1]} UTC." if dates else "")
 
 
-def point_claims(claims: pd.DataFrame) -> pd.Series:
-    """True for a claim judged on point values: it has a verdict of holds / does not hold but no
-    interval (``ci_low`` empty). Claims files without the interval columns count as interval-judged."""
-    if "ci_low" not in claims:
-        return pd.Series(False, index=claims.index)
-    decided = claims["verdict"].isin(["holds", "does not hold"])
-    return decided & pd.to_numeric(claims["ci_low"], errors="coerce").isna()
-
-
-def _calibrated(claims: pd.DataFrame) -> pd.Series:
-    if "calibrated" not in claims:
-        return pd.Series(False, index=claims.index)
-    return claims["calibrated"].fillna("").astype(str).str.len() > 0
-
-
-def summary_lines(claims: pd.DataFrame) -> list[str]:
-    """The claims summary: verdict counts over the **tested** claims only -- judged on an interval,
-    not a calibration target of the profile's world (column ``calibrated``), and on no metric where a
-    random-init network reaches the frozen encoder (column ``chance``) -- then what was left out."""
-    verdicts = ("holds", "does not hold", "inconclusive", "not testable")
-    point, cal = point_claims(claims), _calibrated(claims)
-    chance = claims["chance"].fillna("").astype(str).str.len() > 0 if "chance" in claims else point & False
-    tested = ~point & ~cal & ~chance
-    counts = claims.loc[tested, "verdict"].value_counts()
-    left = [f"{int(n)} {what}" for n, what in ((cal.sum(), "calibrated, not tested (the world was tuned to "
-                                               "the criterion)"),
-                                              ((chance & ~cal).sum(), "on a metric a random-init network "
-                                               "also reaches (column `chance`)"),
-                                              ((point & ~cal & ~chance).sum(), "point comparisons without an "
-                                               "interval"))
-            if n]
-    return [f"Summary over the {int(tested.sum())} tested claims: "
-            + ", ".join(f"{counts.get(v, 0)} {v}" for v in verdicts) + "."
-            + (f" Not counted: {'; '.join(left)}." if left else ""), ""]
-
-
-def seeds_line(claims: pd.DataFrame) -> str:
-    """One sentence: the most training seeds behind any claim of each claims file (column ``seeds``,
-    one count per side, e.g. ``3/1``: a trained head of 3 seeds against a frozen encoder), naming the
-    files whose claims rest on fewer seeds than the most any file has. "" without the column."""
-    if "seeds" not in claims or "source" not in claims:
-        return ""
-    def most(v) -> int:
-        parts = [int(float(x)) for x in str(v).split("/") if x.strip() not in ("", "nan")]
-        return max(parts, default=0)
-    per = claims.assign(_n=claims["seeds"].map(most)).groupby("source", sort=True)["_n"].max()
-    if per.empty or per.max() <= 0:
-        return ""
-    top = int(per.max())
-    fewer = [f"`{src}` ({n})" for src, n in per.items() if 0 < n < top]
-    line = f"Training seeds behind the claims (column `seeds`, per side): up to {top}."
-    if fewer:
-        line += (" Fewer in " + ", ".join(fewer) + ": the profile trains those models fewer times "
-                 "(docs/mini.md, \"Seeds\").")
-    return line
-
-
 def _reached(chance: pd.DataFrame) -> pd.Series:
     """``random_reaches_frozen`` as booleans, however the CSV reader typed it."""
     return chance["random_reaches_frozen"].astype(str).str.lower() == "true"
@@ -312,9 +256,10 @@ def render_report(figures: Path, specs: list[TableSpec] | None = None, title: st
                     "pretrained frozen encoder (column `chance`, from the chance references below): their "
                     "numbers say what the analogue rewards in pixels, not what the encoder knows about identity.",
                     ""]
+        frame["why"] = why_links(frame)
         cal = _calibrated(frame)
         frame.loc[cal, "verdict"] = "calibrated, not tested (" + frame.loc[cal, "verdict"].astype(str) + ")"
-        cols = [c for c in ("claim", "paper", "ours", "verdict", "flags", "chance", "calibrated", "earlier_verdicts",
+        cols = [c for c in ("claim", "paper", "ours", "verdict", "why", "flags", "chance", "calibrated", "earlier_verdicts",
                             "criterion", "detail", "revision", "profile", "source") if c in frame]
         point = point_claims(frame)
         out += [render_markdown_table(frame.loc[~point, cols]), ""]

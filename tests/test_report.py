@@ -167,3 +167,16 @@ def test_summary_counts_only_tested_claims():
                            "0 not testable.")
     assert "1 calibrated, not tested" in line and "1 on a metric a random-init" in line
     assert "1 point comparisons" in line
+
+
+def test_failing_claims_link_to_the_paragraph_that_explains_them(tmp_path):
+    from nearid_lib.report import why_links
+
+    (tmp_path / "mini.md").write_text('<a id="claim-nearid.2b"></a> **2b: the head\'s level.**\n')
+    frame = pd.DataFrame([
+        {"key": "nearid.2b", "profile": "mini", "verdict": "does not hold"},
+        {"key": "nearid.2b", "profile": "mini", "verdict": "holds"},           # holds: nothing to explain
+        {"key": "nearid.2c", "profile": "mini", "verdict": "inconclusive"},    # no paragraph: no link
+        {"key": "nearid.2b", "profile": "smoke", "verdict": "does not hold"},  # no docs/smoke.md
+    ])
+    assert why_links(frame, tmp_path).tolist() == ["[why](../docs/mini.md#claim-nearid.2b)", "", "", ""]
