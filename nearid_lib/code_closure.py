@@ -30,6 +30,8 @@ import types
 from pathlib import Path
 from typing import Any, Iterable
 
+from .runmeta import code_fingerprint
+
 __all__ = ["code_closure", "closure_fingerprint"]
 
 PACKAGE = __name__.rpartition(".")[0]
@@ -40,12 +42,6 @@ SKIP = frozenset({"code_closure.py", "runmeta.py"})
 def _ours(obj: Any) -> bool:
     mod = getattr(obj, "__module__", None) if not isinstance(obj, types.ModuleType) else obj.__name__
     return isinstance(mod, str) and (mod == PACKAGE or mod.startswith(PACKAGE + "."))
-
-
-def _module_file(mod_name: str) -> str | None:
-    mod = importlib.import_module(mod_name)
-    f = getattr(mod, "__file__", None)
-    return f
 
 
 def _code_objects(code: types.CodeType) -> Iterable[types.CodeType]:
@@ -193,8 +189,6 @@ def _closure_of(roots: tuple) -> tuple[str, ...]:
 def closure_fingerprint(*roots: Any) -> str:
     """:func:`~nearid_lib.runmeta.code_fingerprint` of the modules of :func:`code_closure` (the
     module list is remembered per roots within a process; the files are hashed at every call)."""
-    from .runmeta import code_fingerprint
-
     try:
         mods = _closure_of(tuple(roots))
     except TypeError:                    # an unhashable root

@@ -19,7 +19,7 @@ import pandas as pd
 
 from .io_utils import read_table_meta, skip_reason
 from .paper_specs import TableSpec, load_specs, paper_values_dir
-from .report_claims import _calibrated, point_claims, seeds_line, summary_lines, why_links
+from .report_claims import calibrated_rows, point_claims, seeds_line, summary_lines, why_links
 
 __all__ = ["TableSpec", "load_specs", "side_by_side", "render_markdown_table", "render_report", "paper_values_dir"]
 
@@ -257,7 +257,7 @@ def render_report(figures: Path, specs: list[TableSpec] | None = None, title: st
                     "numbers say what the analogue rewards in pixels, not what the encoder knows about identity.",
                     ""]
         frame["why"] = why_links(frame)
-        cal = _calibrated(frame)
+        cal = calibrated_rows(frame)
         frame.loc[cal, "verdict"] = "calibrated, not tested (" + frame.loc[cal, "verdict"].astype(str) + ")"
         cols = [c for c in ("claim", "paper", "ours", "verdict", "why", "flags", "chance", "calibrated", "earlier_verdicts",
                             "criterion", "detail", "revision", "profile", "source") if c in frame]

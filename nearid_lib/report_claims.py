@@ -8,7 +8,7 @@ import pandas as pd
 
 from .paths import repo_root
 
-__all__ = ["point_claims", "seeds_line", "why_links", "summary_lines"]
+__all__ = ["point_claims", "seeds_line", "why_links", "summary_lines", "calibrated_rows"]
 
 
 def point_claims(claims: pd.DataFrame) -> pd.Series:
@@ -59,7 +59,9 @@ def why_links(claims: pd.DataFrame, docs: Path | None = None) -> pd.Series:
     return out
 
 
-def _calibrated(claims: pd.DataFrame) -> pd.Series:
+def calibrated_rows(claims: pd.DataFrame) -> pd.Series:
+    """True for a claim whose criterion is a calibration target of the profile's world (column
+    ``calibrated``): listed as "calibrated, not tested", never counted."""
     if "calibrated" not in claims:
         return pd.Series(False, index=claims.index)
     return claims["calibrated"].fillna("").astype(str).str.len() > 0
@@ -70,7 +72,7 @@ def summary_lines(claims: pd.DataFrame) -> list[str]:
     not a calibration target of the profile's world (column ``calibrated``), and on no metric where a
     random-init network reaches the frozen encoder (column ``chance``) -- then what was left out."""
     verdicts = ("holds", "does not hold", "inconclusive", "not testable")
-    point, cal = point_claims(claims), _calibrated(claims)
+    point, cal = point_claims(claims), calibrated_rows(claims)
     chance = claims["chance"].fillna("").astype(str).str.len() > 0 if "chance" in claims else point & False
     tested = ~point & ~cal & ~chance
     counts = claims.loc[tested, "verdict"].value_counts()
