@@ -1,7 +1,7 @@
 # NearID / ID-Sim / FPR reproduction.
 #   make reproduce               # PROFILE=mini (offline default): every notebook, figures/ and tables
 #   make reproduce PROFILE=paper # GPU nodes with the Hugging Face hub reachable
-#   make test                    # pytest + every notebook in PROFILE=smoke + the paper dry run
+#   make test                    # import layers, pytest, every notebook in PROFILE=smoke, the paper dry run
 #   make dryrun-paper            # every notebook in PROFILE=paper on a fixture hub mirror (build/dryrun)
 #   make lab                     # JupyterLab on the notebooks with the repository's kernel
 # Executed notebooks and logs: build/$(PROFILE)/notebooks/. Figures/tables: figures/ (smoke: build/smoke/figures).
@@ -45,12 +45,12 @@ NEARID_WORKERS ?= 2
 export NEARID_WORKERS
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: reproduce notebooks test pytest smoke dryrun-paper install lock lab clean clean-build help judge curate prefill
+.PHONY: reproduce notebooks test pytest lint-imports smoke dryrun-paper install lock lab clean clean-build help judge curate prefill
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make reproduce [PROFILE=mini|paper]  - run every notebook (only stale ones rerun)"
-	@echo "make test                            - pytest + every notebook with PROFILE=smoke + make dryrun-paper"
+	@echo "make test                            - import layers + pytest + every notebook with PROFILE=smoke + make dryrun-paper"
 	@echo "make dryrun-paper [DRYRUN_HUB=dir]    - every notebook with PROFILE=paper on a local hub mirror"
 	@echo "make install                         - create/refresh the virtual environment only"
 	@echo "make lock [LOCK_UPGRADE=1]           - rebuild scripts/requirements.lock from .venv (or newest versions)"
@@ -138,8 +138,13 @@ $(eval $(call gpu_step,prefill,nearid_lib.nearid.prefill_step,$(call nb,01_data_
 $(eval $(call gpu_step,judge,nearid_lib.nearid.judge_step,$(call nb,01_data_curation),04_eval_nearid_bench))
 
 # ----- tests -----
-# pytest exits 5 when it collects no test: that is not a failure of the build.
-pytest: $(STAMP)
+# The layers (.importlinter: entry points > paper packages > core, no cycles at any depth) are
+# checked first: a broken contract fails in seconds. pytest exits 5 when it collects no test:
+# that is not a failure of the build.
+lint-imports: $(STAMP)
+	$(VENV)/bin/lint-imports
+
+pytest: $(STAMP) lint-imports
 	$(PY) -m pytest -q tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; rc=0; fi; exit $$rc
 
 smoke: $(STAMP)
@@ -147,7 +152,7 @@ smoke: $(STAMP)
 
 # ----- the paper profile's dry run -----
 # Every notebook with PROFILE=paper, reading a local hub mirror (NEARID_HUB_DIR) and the hand
-# downloads (NEARID_DOWNLOADS), with the size-only overrides of nearid_lib/dryrun (sizes and steps,
+# downloads (NEARID_DOWNLOADS), with the size-only overrides of nearid_lib/paper_fixtures (sizes and steps,
 # never a code path). Without DRYRUN_HUB it writes a fixture mirror (published schemas, tiny models)
 # to $(DRYRUN_DIR)/hub; DRYRUN_HUB=<dir> uses an existing mirror as it is (a partial real download,
 # your own fixture), with DRYRUN_DOWNLOADS=<dir> for the hand downloads. Outputs stay under
@@ -162,15 +167,15 @@ DRYRUN_ENV = NEARID_HUB_DIR=$(abspath $(or $(DRYRUN_HUB),$(DRYRUN_DIR)/hub)) \
 	NEARID_FIGURES=$(abspath $(DRYRUN_DIR)/figures) HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
 	TRANSFORMERS_OFFLINE=1 NEARID_WORKERS=1 NEARID_ALLOW_CPU=1
 
-$(DRYRUN_MIRROR): $(wildcard nearid_lib/dryrun/*.py) nearid_lib/data/released.py $(STAMP)
+$(DRYRUN_MIRROR): $(wildcard nearid_lib/paper_fixtures/*.py) nearid_lib/data/released.py $(STAMP)
 	rm -rf $(DRYRUN_DIR)/hub $(DRYRUN_DIR)/downloads
-	HF_HUB_OFFLINE=1 $(PY) -m nearid_lib.dryrun write $(DRYRUN_DIR)/hub $(DRYRUN_DIR)/downloads
+	HF_HUB_OFFLINE=1 $(PY) -m nearid_lib.paper_fixtures write $(DRYRUN_DIR)/hub $(DRYRUN_DIR)/downloads
 	@touch $@
 
 dryrun-paper: $(STAMP) $(if $(DRYRUN_HUB),,$(DRYRUN_MIRROR))
-	env $(DRYRUN_ENV) NEARID_SET="$$(env $(DRYRUN_ENV) $(PY) -m nearid_lib.dryrun overrides)" \
+	env $(DRYRUN_ENV) NEARID_SET="$$(env $(DRYRUN_ENV) $(PY) -m nearid_lib.paper_fixtures overrides)" \
 	  $(MAKE) --no-print-directory notebooks PROFILE=paper NB_OUT=$(DRYRUN_DIR)/notebooks
-	env $(DRYRUN_ENV) $(PY) -m nearid_lib.dryrun check $(DRYRUN_DIR)/figures
+	env $(DRYRUN_ENV) $(PY) -m nearid_lib.paper_fixtures check $(DRYRUN_DIR)/figures
 
 test: pytest smoke dryrun-paper
 

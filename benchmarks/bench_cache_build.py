@@ -27,8 +27,9 @@ import torch
 from nearid_lib.config import get_profile
 from nearid_lib.data import load_profile_data
 from nearid_lib.models import load_backbone
-from nearid_lib.nearid.embedder import Embedder, image_groups
-from nearid_lib.run import set_torch_threads
+from nearid_lib.data.groups import image_groups
+from nearid_lib.nearid.embedder import Embedder
+from nearid_lib.runtime import set_torch_threads
 
 
 def _per_image_ms(fn, x, repeats: int) -> float:

@@ -69,7 +69,7 @@ def main() -> None:
     import nearid_lib
     from nearid_lib.data import nearid_root
 
-    import nearid_lib.score as sc
+    import nearid_lib.score.scoring as sc
 
     phases: dict[str, float] = {}
 

@@ -27,7 +27,7 @@ from nearid_lib.models import load_backbone
 from nearid_lib.nearid import train_inputs
 from nearid_lib.nearid.group import train_group
 from nearid_lib.nearid.train import train_head
-from nearid_lib.run import set_torch_threads
+from nearid_lib.runtime import set_torch_threads
 
 HERE = Path(__file__).resolve().parent
 LOSSES = ({"train.loss": "nearid"}, {"train.loss": "siglip"}, {"train.loss": "circle"},

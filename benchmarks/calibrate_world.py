@@ -42,7 +42,7 @@ from nearid_lib.nearid.embedder import Embedder
 from nearid_lib.nearid.evaluate import evaluate_encoder, summary_row
 from nearid_lib.nearid.scorers import EmbeddingBenchEncoder
 from nearid_lib.paths import out_dir
-from nearid_lib.run import set_torch_threads
+from nearid_lib.runtime import set_torch_threads
 
 MAIN_SOURCES = ("recolor", "pattern", "marking", "marking_hr", "shape", "shape_hr", "hard")
 

@@ -28,12 +28,12 @@ import pandas as pd
 from nearid_lib import get_profile
 from nearid_lib.data import load_profile_data
 from nearid_lib.idsim.ablations import row_profile
-from nearid_lib.idsim.bench import embed_encoders
+from nearid_lib.idsim.eval_suite import embed_encoders
 from nearid_lib.idsim.prefix import PrefixStore
 from nearid_lib.idsim.sensitivity import grid_similarities, per_anchor_sensitivity
 from nearid_lib.idsim.train import train_idsim
 from nearid_lib.paths import cache_dir
-from nearid_lib.run import set_torch_threads
+from nearid_lib.runtime import set_torch_threads
 
 LEVERS = {
     "baseline (LoRA on 1 stage, mix 1:1:1)": {},

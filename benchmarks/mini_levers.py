@@ -25,7 +25,7 @@ from nearid_lib.config import get_profile, with_overrides
 from nearid_lib.data import load_profile_data
 from nearid_lib.nearid.sweep import train_and_score
 from nearid_lib.paths import out_dir
-from nearid_lib.run import set_torch_threads
+from nearid_lib.runtime import set_torch_threads
 
 LEVERS = {
     "recipe": ("EfficientNet-Lite0, stride-16, 224 px (the recipe)", {}),

@@ -16,7 +16,8 @@ Public entry points:
 - ``similarity(a, b, encoder=None)`` - cosine similarity of two images, two folders of same-named
   files or a CSV of pairs (``nearid_lib.sim``; the command is ``nearid sim``)
 - ``get_profile(name)`` - typed profiles ``smoke`` / ``mini`` / ``paper`` (``nearid_lib.config``)
-- ``load_encoder(name)`` - ``model, preprocess`` for every backbone and head (``nearid_lib.models``)
+- ``load_encoder(spec)`` - ``model, preprocess`` for every encoder: registered backbones and heads,
+  hub ids, your callables (``nearid_lib.models``, the one factory)
 - ``nearid_loss`` and the ablation losses (``nearid_lib.nearid.losses``)
 - ``ssr_pa``, ``fisher_z_mean``, ``retrieval_map`` (``nearid_lib.metrics``)
 - ``rank_generator`` (``nearid_lib.fpr``), ``start_run`` (``nearid_lib.run``)

@@ -38,6 +38,7 @@ import pandas as pd
 
 from .claim_criteria import AtLeast, AtMost, Greater, Precondition, RatioAtLeast, Within
 from .io_utils import write_csv
+from .paper_specs import paper_values_dir
 
 __all__ = ["Evidence", "Statistic", "STATISTICS", "AtLeast", "AtMost", "Greater", "Within", "RatioAtLeast",
            "Precondition", "PaperRef", "ClaimSpec", "evaluate_claim", "evaluate_claims",
@@ -246,8 +247,6 @@ class PaperRef:
 
 def paper_value(ref: PaperRef, folder: Path | None = None) -> float:
     """The transcribed paper number ``ref`` points at (raises if it is not exactly one cell)."""
-    from .paper_specs import paper_values_dir
-
     df = pd.read_csv(Path(folder or paper_values_dir()) / f"{ref.table}.csv")
     sel = np.ones(len(df), bool)
     for col, val in ref.where:

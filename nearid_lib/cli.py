@@ -17,6 +17,11 @@ small images before any data is built or read, so a wrong one exits with status 
 command takes ``--profile`` and ``--set KEY=VALUE`` (dotted config overrides), sets torch's threads
 to the profile's ``runtime.threads`` (from ``NEARID_THREADS``, else ``OMP_NUM_THREADS``; ``--set
 runtime.threads=N`` wins) and shows progress bars.
+
+Each command imports the library inside its own function: ``nearid --help`` and a mistyped
+argument answer without importing torch (seconds). This is the one module whose library imports sit
+in functions (``tests/test_layers.py`` checks it); none of them dodges a cycle, as it is the top
+of the layers.
 """
 from __future__ import annotations
 
@@ -151,15 +156,12 @@ def _rank(args, over) -> int:
 
     from .config import get_profile
     from .fpr import rank_generator
-
-    from .fpr.encoders import get_encoder
-    from .user_encoders import resolve_encoder
+    from .models import resolve_encoder
 
     cfg = get_profile(args.profile, over)
     kw = {"checkpoint": args.checkpoint} if args.checkpoint else {}
     # resolve and probe the encoder before reading a single image: a wrong name fails in seconds
-    enc = resolve_encoder(args.encoder, encoder_kw=kw,
-                          loader=lambda canon, **k: get_encoder(canon, tiny=cfg.backbone.tiny, **k))
+    enc = resolve_encoder(args.encoder, encoder_kw={**kw, "tiny": cfg.backbone.tiny, "cache": True})
     encoder = args.encoder if enc.canon is not None else enc.model
     res = rank_generator(args.generated, args.gallery, encoder, references=args.references, method=args.method,
                          group_by=None if args.group_by.lower() == "none" else args.group_by, sim_to=args.sim_to,
@@ -236,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     from .config import ConfigError, get_profile
-    from .run import set_torch_threads
+    from .runtime import set_torch_threads
 
     try:
         # the profile's threads; a bad --set (or NEARID_SET) fails here, loudly, for every command

@@ -27,7 +27,7 @@ from .config_values import ConfigError, ConfigValueError, coerce as _coerce  # n
 __all__ = [
     "PROFILES", "Profile", "WorldConfig", "BackboneConfig", "HeadConfig", "TrainConfig",
     "EvalConfig", "GenerateConfig", "RetrievalConfig", "IDSimConfig", "JudgeConfig", "RuntimeConfig", "get_profile",
-    "profile_to_dict", "ConfigError", "env_overrides", "runtime_env", "with_overrides",
+    "profile_to_dict", "ConfigError", "env_overrides", "runtime_env", "with_overrides", "seeds_of",
 ]
 
 
@@ -49,7 +49,7 @@ def _smoke() -> Profile:
         backbone=BackboneConfig(name="efficientnet-lite0", image_size=64, tiny=True, batch_size=16),
         head=HeadConfig(num_heads=2, mlp_ratio=2.0, token_dropout=0.0),
         train=TrainConfig(batch_size=8, epochs=1, max_steps=4, warmup_steps=1, checkpoint_every=2),
-        # the tiny judge ("tiny") costs ~1 s per pair here: its path is covered by tests/test_bench.py
+        # the tiny judge ("tiny") costs ~1 s per pair here: its path is covered by tests/test_judge.py
         eval=EvalConfig(alphas=(0.0, 0.5), betas=(0.0, 0.1), vlm_max_new_tokens=16, vlm_max_ids=2,
                         kpca_ids=4, qualitative_rows=2, n_seeds=2),
         retrieval=RetrievalConfig(gallery_sizes=(1, 2), subject_counts=(2, 3), n_generated_per_id=2,
@@ -240,3 +240,8 @@ def runtime_env(env: Mapping[str, str] | None = None) -> dict[str, int | bool]:
 def profile_to_dict(prof: Profile) -> dict[str, Any]:
     """Plain JSON-able dict of a profile (tuples become lists)."""
     return prof.to_dict()
+
+
+def seeds_of(cfg: Profile) -> list[int]:
+    """The training seeds of a profile's tables: ``eval.n_seeds`` consecutive seeds from ``cfg.seed``."""
+    return [int(cfg.seed) + i for i in range(max(1, int(cfg.eval.n_seeds)))]

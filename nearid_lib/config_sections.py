@@ -166,7 +166,7 @@ class EvalConfig:
     vlm_batch_size: int = 4
     vlm_max_new_tokens: int = 512       # paper E.11: ~250-token JSON answers; shorter budgets truncate
     vlm_max_ids: int | None = None      # judge only the first K identities / MTG pairs (cost cap)
-    dbpp_root: str | None = None        # DreamBench++ folder in its publishers' layout (nearid_lib.data.benchmarks);
+    dbpp_root: str | None = None        # DreamBench++ folder in its publishers' layout (nearid_lib.data.eval_datasets);
                                         #   None: downloads_dir()/"dreambenchpp" when dbpp_human, else no ratings
     dbpp_human: bool = False            # read DreamBench++ human ratings (nearid.dbpp.dbpp_for_profile; paper)
     dbpp_standin: bool = True           #   the procedural-oracle stand-in from grids.csv (not human)
@@ -200,7 +200,7 @@ class GenerateConfig:
     # only: regenerating all ~11k distractors would cost minutes and prove nothing more.
     verify_splits: tuple[str, ...] = ()
     # NearID source names to generate with the diffusers backends (paper); see
-    # nearid_lib.generate.diffusers_backends.NEARID_SOURCES for (backend, resolution).
+    # nearid_lib.generate.specs.NEARID_SOURCES for (backend, resolution).
     sources: tuple[str, ...] = ()
     # Hub ids (defaults of diffusers_backends.DEFAULT_HUB_IDS); keys "<backend>[.<component>]".
     hub_ids: tuple[tuple[str, str], ...] = (
@@ -254,7 +254,7 @@ class RetrievalConfig:
 @dataclass(frozen=True)
 class IDSimConfig:
     """ID-Sim: LoRA on a frozen backbone, CLS InfoNCE + Sinkhorn patch InfoNCE (paper 001 App. C),
-    its benchmarks and the selective-sensitivity analysis (App. F). See nearid_lib.idsim_train."""
+    its benchmarks and the selective-sensitivity analysis (App. F). See nearid_lib.idsim.train."""
 
     backbone: str = "efficientnet-lite0"
     tiny: bool = False                  # random-init tiny backbone config (smoke/tests)

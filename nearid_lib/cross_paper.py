@@ -2,13 +2,13 @@
 
 The three papers each score their own model on their own benchmark. Here the identity models of
 both (NearID's MAP head and ID-Sim) and their frozen backbones are scored on all three protocols,
-each through the library code of the notebook that owns it (:mod:`nearid_lib.score_protocols`):
+each through the library code of the notebook that owns it (:mod:`nearid_lib.score.protocols`):
 
 * **NearID-bench** (notebook 04's :func:`~nearid_lib.nearid.bench.run_bench`): SSR / PA pooled over
   the main sources, full image and foreground only, MTG M-O;
 * **ID-Sim**: the selective sensitivity on the edit grids (notebook 10) where the data has them
   (``mini``); ID-Sim's public benchmarks (notebook 09's Subjects2k AP and DreamBench++ Spearman,
-  :mod:`nearid_lib.idsim.public_bench`) in ``paper``, which has no grids;
+  :mod:`nearid_lib.idsim.public_eval`) in ``paper``, which has no grids;
 * **FPR** (notebook 11's :func:`~nearid_lib.fpr.experiments.run_fpr`): gallery mAP of the real
   references and each metric's agreement with the generators' true drift.
 
@@ -33,8 +33,8 @@ from .nearid.embedder import Embedder
 from .nearid.scorers import EmbeddingBenchEncoder, load_bench_encoders
 from .paths import checkpoint_dir
 from .score import Participant
-from .score_card import assemble_table
-from .score_protocols import run_fpr, run_idsim, run_nearid
+from .score.card import assemble_table
+from .score.protocols import run_fpr, run_idsim, run_nearid
 
 if TYPE_CHECKING:
     from .config import Profile

@@ -5,7 +5,7 @@ A run skips a table, or leaves a metric column empty, only because one of these 
 a named hand download, a hub repository that is gated or not in the mirror, or data the authors
 never published. :meth:`nearid_lib.run.Run.skip_table` records the gates of the skipped table that
 are closed when it skips (:func:`closed_gates`), and ``make dryrun-paper``'s check
-(:func:`nearid_lib.dryrun.check_tables`) fails any table skipped, or any paper metric column left
+(:func:`nearid_lib.paper_fixtures.check_tables`) fails any table skipped, or any paper metric column left
 without a value, with no closed gate that declares it: a table skipped for a bug fails the dry run.
 
 Targets are table names (``04_table2_dbpp``) or ``table:column`` (``04_table1_main:dbpp_mh``), with
@@ -16,6 +16,9 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass
 from typing import Callable
+
+from . import hub
+from .paths import downloads_dir
 
 __all__ = ["Gate", "GATES", "gate", "gates_for", "closed_gates", "is_closed"]
 
@@ -39,16 +42,12 @@ class Gate:
 
 def _downloads(*parts: str) -> Callable[[], bool]:
     def closed() -> bool:
-        from .paths import downloads_dir
-
         return not downloads_dir().joinpath(*parts).exists()
     return closed
 
 
 def _hub(repo: str, kind: str) -> Callable[[], bool]:
     def closed() -> bool:
-        from . import hub
-
         return not hub.is_available(repo, kind)
     return closed
 
@@ -58,8 +57,6 @@ def _always() -> bool:
 
 
 def _dbpp_closed() -> bool:
-    from .paths import downloads_dir
-
     return not (downloads_dir() / "dreambenchpp").is_dir()
 
 

@@ -37,41 +37,22 @@ import pandas as pd
 import torch
 
 from . import hub
-from .allocator import tune_allocator
-from .config import Profile, get_profile
+from .config import Profile, get_profile, seeds_of
+from .data import is_complete, load_profile_data, nearid_root
 from .gates import closed_gates
 from .io_utils import read_table_meta, skipped_path, table_meta_path, write_csv, write_json
+from .models import load_backbone
 from .paths import data_dir, figures_dir, results_dir
 from .plots import save
 from .runmeta import write_run_metadata
+from .runtime import deterministic, deterministic_requested, set_torch_threads
 from .seeding import seed_everything
 
 if TYPE_CHECKING:
     from .data import NearIDData
 
-__all__ = ["Run", "start_run", "NotebookSetup", "setup_notebook", "thread_count", "set_torch_threads",
+__all__ = ["Run", "start_run", "NotebookSetup", "setup_notebook",
            "read_table_meta"]
-
-def thread_count(threads: int | None = None) -> int:
-    """CPU threads for torch: ``threads`` (a profile's ``runtime.threads``), else every core this
-    process may run on."""
-    if threads is not None:
-        return int(threads)
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not on Linux
-        return os.cpu_count() or 1
-
-
-def set_torch_threads(n: int | None = None, tune_malloc: bool = True) -> int:
-    """``torch.set_num_threads`` to :func:`thread_count` of ``n`` (a profile's ``runtime.threads``;
-    None: every core) and, with ``tune_malloc`` (a profile's ``runtime.tune_malloc``), glibc's malloc
-    thresholds for large tensors (:func:`nearid_lib.allocator.tune_allocator`); returns the count."""
-    tune_allocator(tune_malloc)
-    n = thread_count(n)
-    torch.set_num_threads(n)
-    return n
-
 
 @dataclass
 class Run:
@@ -162,8 +143,6 @@ def require_gpu(cfg) -> None:
     name (the dry run does). Other profiles run anywhere."""
     if cfg.name != "paper" or os.environ.get(ALLOW_CPU_ENV, "") == "1":
         return
-    import torch
-
     if not torch.cuda.is_available():
         build = f"CUDA {torch.version.cuda} build" if torch.version.cuda else "CPU-only build"
         raise RuntimeError(
@@ -180,6 +159,8 @@ def start_run(profile: str, seed: int, notebook: str, *, overrides: Mapping[str,
     cfg = get_profile(profile, overrides, seed=seed)
     require_gpu(cfg)
     seed_everything(seed)
+    if deterministic_requested():
+        deterministic()
     threads = set_torch_threads(cfg.runtime.threads, cfg.runtime.tune_malloc)
     recorded = {"PROFILE": profile, "SEED": seed, **params}
     if overrides:
@@ -206,9 +187,7 @@ class NotebookSetup:
 
     @property
     def seeds(self) -> list[int]:
-        """The training seeds of the profile's tables (:func:`~nearid_lib.nearid.sweep.seeds_of`)."""
-        from .nearid.sweep import seeds_of
-
+        """The training seeds of the profile's tables (:func:`~nearid_lib.config.seeds_of`)."""
         return seeds_of(self.cfg)
 
 
@@ -226,8 +205,6 @@ def setup_notebook(profile: str, seed: int, notebook: str, *, data: bool | Calla
     run = start_run(profile, seed, notebook, overrides=overrides, **params)
     out = NotebookSetup(run)
     if data(run.cfg) if callable(data) else data:
-        from .data import is_complete, load_profile_data, nearid_root
-
         root = nearid_root(run.cfg.name)
         if not build_data and not is_complete(root) and run.cfg.world.source == "procedural":
             # a fresh clone, or the test split `nearid score` built: make the world (it resumes and
@@ -240,7 +217,5 @@ def setup_notebook(profile: str, seed: int, notebook: str, *, data: bool | Calla
                                     f"PROFILE={run.cfg.name}")
         out.data = load_profile_data(run.cfg, build=build_data)
     if backbone:
-        from .models import load_backbone
-
         out.backbone = load_backbone(run.cfg)[0]
     return out

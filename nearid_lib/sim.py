@@ -15,7 +15,7 @@ says which model answered and, with two pairs or more, ``attrs["unpaired_mean"]`
 similarity of the *unpaired* images (a_i against b_j, i != j): the encoder's chance level on these
 very images.
 
-The encoder is anything :func:`~nearid_lib.user_encoders.resolve_encoder` takes (a registered name,
+The encoder is anything :func:`~nearid_lib.models.resolve_encoder` takes (a registered name,
 ``module:function``, ``file.py:function``, a hub id, a callable ``list[PIL] -> [N, D]``), loaded the
 way the profile loads encoders (``smoke``: tiny random-init models). Its default, ``encoder=None``:
 
@@ -36,6 +36,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from .allocator import tune_allocator
+from .config import get_profile
+from .features import FeatureStore, embed, memory_refs
+from .models import resolve_device, resolve_encoder
+from .models.registry import RELEASE_REPO
+from .paths import checkpoint_dir
 
 __all__ = ["similarity", "default_encoder", "read_pairs", "describe", "SimilarityInputError"]
 
@@ -102,16 +109,11 @@ def read_pairs(a: Any, b: Any = None) -> tuple[list[Any], list[Any]]:
 
 
 def _cfg(profile: str):
-    from .config import get_profile
-
     return get_profile(profile)
 
 
 def default_encoder(profile: str = "mini") -> tuple[str, dict, str]:
     """``(registered name, load kwargs, description)`` of the model that answers by default."""
-    from .models.registry import RELEASE_REPO
-    from .paths import checkpoint_dir
-
     cfg = _cfg(profile)
     if cfg.name == "paper":
         return "nearid", {"checkpoint": RELEASE_REPO}, f"NearID, the released model {RELEASE_REPO}"
@@ -164,10 +166,6 @@ def similarity(a: Any, b: Any = None, encoder: Any = None, *, profile: str = "mi
         encoder_kw: keyword arguments for loading a registered encoder (e.g. ``{"checkpoint": ...}``).
         verbose: print the one line saying which model answered.
     """
-    from .allocator import tune_allocator
-    from .models import load_backbone, resolve_device
-    from .user_encoders import resolve_encoder
-
     cfg = _cfg(profile)
     tune_allocator(cfg.runtime.tune_malloc)
     dev = resolve_device(device) if device is not None else None
@@ -184,8 +182,7 @@ def similarity(a: Any, b: Any = None, encoder: Any = None, *, profile: str = "mi
         encoder = canon
     else:
         what = None
-    res = resolve_encoder(encoder, name=name, device=str(dev or "cpu"), encoder_kw=kw,
-                          loader=lambda c, **k: load_backbone(cfg, dev, name=c, **k))
+    res = resolve_encoder(encoder, name=name, device=dev, encoder_kw=kw, profile=cfg)
     if what is None:
         what = (f"{res.label} ({'registered, as profile ' + repr(cfg.name) + ' loads it' if res.canon else res.how})"
                 + (" (tiny random-init)" if getattr(res.model, "tiny", False) else ""))
@@ -199,8 +196,9 @@ def similarity(a: Any, b: Any = None, encoder: Any = None, *, profile: str = "mi
     for k, x in zip(keys, left + right):
         uniq.setdefault(k, x)
     items = list(uniq.values())
-    emb = np.concatenate([res.model.embed(items[i:i + 256], batch_size=batch_size).float().numpy()
-                          for i in range(0, len(items), 256)]).astype(np.float64)
+    refs = memory_refs(items, [str(i) for i in range(len(items))])    # one row per distinct image
+    emb = embed(res.model, refs, "full", FeatureStore(), batch_size=batch_size, progress=verbose,
+                desc="similarity").astype(np.float64)
     emb /= np.linalg.norm(emb, axis=1, keepdims=True)
     row = {k: i for i, k in enumerate(uniq)}
     ea = emb[[row[k] for k in keys[:len(left)]]]

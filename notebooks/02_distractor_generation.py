@@ -53,8 +53,8 @@ from nearid_lib.generate.items import example_paths, items_from_dataset
 from nearid_lib.generate.merge import merge_source
 from nearid_lib.generate.plan import (NEARID_VIEWS, projected_source_costs, regeneration_plan, regeneration_root,
                                       released_source_summary)
-from nearid_lib.generate.procedural import (regenerate_world_sources, world_pixel_check, world_request_fn,
-                                            world_source_backend)
+from nearid_lib.data.world_sources import (regenerate_world_sources, world_pixel_check, world_request_fn,
+                                           world_source_backend)
 from nearid_lib.generate.quality import QualityFilter
 from nearid_lib.generate.runner import generate_source
 from nearid_lib.io_utils import write_csv

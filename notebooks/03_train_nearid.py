@@ -38,7 +38,8 @@ import pandas as pd
 
 from nearid_lib.models import load_backbone, load_head
 from nearid_lib.nearid.ablations import main_row
-from nearid_lib.nearid.embedder import Embedder, image_groups
+from nearid_lib.data.groups import image_groups
+from nearid_lib.nearid.embedder import Embedder
 from nearid_lib.nearid.evaluate import evaluate_split
 from nearid_lib.nearid.rows import train_groups
 from nearid_lib.nearid.sweep import run_rows

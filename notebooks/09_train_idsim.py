@@ -22,7 +22,7 @@
 # sits on the 1x1 pointwise convolutions of its last stage(s) and `conv_head`, the frozen prefix is
 # cached once, "CLS" = global average of the final 7x7 tokens. See `nearid_lib/idsim/model.py` and
 # `nearid_lib/idsim/` for every deviation. Benchmarks are the mini world's analogue of each
-# benchmark kind of ID-Sim Figure 25 (`nearid_lib/idsim/bench.py`).
+# benchmark kind of ID-Sim Figure 25 (`nearid_lib/idsim/eval_suite.py`).
 #
 # `paper` (`idsim.source = "released"`): ID-Sim's curated training set is not public, so nothing is
 # trained (never on NearID data). The public benchmarks (Subjects2k from the hub, DreamBench++ from
@@ -47,7 +47,7 @@ from nearid_lib import make_rng
 from nearid_lib.chance import chance_check
 from nearid_lib.claims import claim, evaluate_claims
 from nearid_lib.idsim.ablations import OUTPUTS, ablation_claims, ablation_runs, ablation_table, row_profile
-from nearid_lib.idsim.bench import (METRIC_LABELS, bench_keys, benchmark_table, embed_encoders, encoder_labels,
+from nearid_lib.idsim.eval_suite import (METRIC_LABELS, bench_keys, benchmark_table, embed_encoders, encoder_labels,
                                     evaluate_sets, mini_benchmark_sets, patch_table)
 from nearid_lib.idsim.baselines import baseline_embeddings
 from nearid_lib.idsim.claims import CLAIMS_BY_NOTEBOOK, IDSIM_CLAIMS, benchmark_evidence

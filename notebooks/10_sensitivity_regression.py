@@ -32,7 +32,7 @@ from IPython.display import display
 
 from nearid_lib import make_rng
 from nearid_lib.claims import evaluate_claims
-from nearid_lib.idsim.bench import embed_encoders, encoder_labels
+from nearid_lib.idsim.eval_suite import embed_encoders, encoder_labels
 from nearid_lib.idsim.claims import CLAIMS_BY_NOTEBOOK, IDSIM_CLAIMS, sensitivity_evidence
 from nearid_lib.idsim.model import load_idsim
 from nearid_lib.idsim.prefix import PrefixStore

@@ -39,7 +39,7 @@ def test_bench_chance_row_is_the_class_at_a_fixed_random_init(smoke_world, fresh
     """On the smoke world with mini's full-size EfficientNet-Lite0: the ``@random`` bench encoder is
     another network than the pretrained one (other features, other cache key, a chance label), the
     same network on every load, and it reads its own caches."""
-    from nearid_lib.nearid.embedder import group_items
+    from nearid_lib.data.groups import group_items
     from nearid_lib.nearid.scorers import load_bench_encoders
 
     cfg = get_profile("mini", {"eval.encoders": ("efficientnet-lite0", "efficientnet-lite0@random")})

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nearid_lib.user_encoders import EncoderOutputError, EncoderSpecError, resolve_encoder
+from nearid_lib.models import EncoderOutputError, EncoderSpecError, resolve_encoder
 
 ROOT = Path(__file__).resolve().parents[1]
 

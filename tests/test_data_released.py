@@ -2,7 +2,7 @@
 ``Aleksandar/NearID-<source>`` repos + ``abdo-eldesokey/mtg-dataset``), read through a local hub
 mirror exactly as ``PROFILE=paper`` reads it.
 
-The fixtures are written by :mod:`nearid_lib.dryrun.nearid` in the card's schema (checked column by
+The fixtures are written by :mod:`nearid_lib.paper_fixtures.nearid` in the card's schema (checked column by
 column against the authors' upload script below); error cases edit single rows of it. Masks come
 from a box masker here (any ``masker(images, prompts)`` callable is accepted); the real CLIPSeg
 masker is tested in ``test_masks.py`` and runs in ``make dryrun-paper``."""
@@ -23,7 +23,7 @@ from nearid_lib.data.released import (RELEASED_SOURCES, TABLE5_TRAIN_SOURCES, as
                                       materialise_released, positive_features, read_split_files)
 from nearid_lib.data.schema import DataError
 from nearid_lib.data.splits import RULE_NOTE
-from nearid_lib.dryrun.nearid import fixture_splits, write_authors_release, write_nearid_datasets
+from nearid_lib.paper_fixtures.nearid import fixture_splits, write_authors_release, write_nearid_datasets
 
 # The columns of the authors' upload script (scripts/upload_nearid_datasets.py of Gorluxor/NearID):
 # positives and every distractor repo; no mask column. The positives also carry the official

@@ -273,7 +273,7 @@ def test_reshoots_give_cute_easy_its_same_scene_anchor_with_distinct_positive_sc
     re-shoot (world.scene_reshoots) is the object shot again in view 1's scene, stored apart, and is
     what ID-Sim's CUTE-easy analogue anchors on."""
     from nearid_lib.data.draws import reshoot_background, scene_of, view_background
-    from nearid_lib.idsim.bench import mini_benchmark_sets
+    from nearid_lib.idsim.eval_suite import mini_benchmark_sets
 
     cfg = _tiny(**{"world.shared_scene_p": 0.0, "world.scene_reshoots": ("test",)})
     d = load_nearid(build_world(cfg, tmp_path / "w", progress=False))

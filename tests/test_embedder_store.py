@@ -16,7 +16,8 @@ from nearid_lib.config import get_profile
 from nearid_lib.features import apply_variant
 from nearid_lib.features.shards import decode_tokens, encode_tokens
 from nearid_lib.models import MAPHead, load_encoder
-from nearid_lib.nearid.embedder import Embedder, group_items
+from nearid_lib.data.groups import group_items
+from nearid_lib.nearid.embedder import Embedder
 from nearid_lib.nearid.stream import StreamFeatures, process_writer
 from nearid_lib.nearid.train_inputs import train_features
 

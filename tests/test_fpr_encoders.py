@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from nearid_lib.fpr import FeatureStore, RemoteCodeError, embed_images, get_encoder
+from nearid_lib.fpr import FeatureStore, RemoteCodeError, embed_images
+from nearid_lib.models import load_encoder
 
 from _fpr_cases import _fixture
 
@@ -14,7 +15,7 @@ def test_embedding_store_reads_rows_by_content(tmp_path):
     """Rows are keyed by each file's bytes: the same list is read, a subset is read (no new row),
     new bytes under an old name are computed again, and a new store on the folder reads them all."""
     root = _fixture(tmp_path)
-    model, _ = get_encoder("efficientnet-lite0", tiny=True)
+    model, _ = load_encoder("efficientnet-lite0", tiny=True, cache=True)
     cache = FeatureStore(tmp_path / "c")
     paths = [str(p) for p in sorted((root / "gallery").glob("*.png"))]
     a = embed_images(model, paths, cache)
@@ -34,7 +35,7 @@ def test_embedding_store_reads_rows_by_content(tmp_path):
 
 def test_miewid_requires_explicit_opt_in():
     with pytest.raises(RemoteCodeError, match="allow_remote_code=True"):
-        get_encoder("miewid")
+        load_encoder("miewid", cache=True)
 
 
 def test_feature_classifier_encoder_and_bioclip_tiny(tmp_path):
@@ -54,9 +55,9 @@ def test_feature_classifier_encoder_and_bioclip_tiny(tmp_path):
     clf.save(tmp_path / "clf", backbone="efficientnet-lite0")
     clf2, meta = FeatureClassifier.load(tmp_path / "clf.safetensors")
     assert meta["classes"] == ["a", "b", "c"]
-    model, _ = get_encoder("classifier", tiny=True, checkpoint=str(tmp_path / "clf.safetensors"))
+    model, _ = load_encoder("classifier", tiny=True, checkpoint=str(tmp_path / "clf.safetensors"), cache=True)
     ims = [_I.new("RGB", (32, 32), (i * 60, 10, 10)) for i in range(3)]
     e = model.embed(ims)
     assert e.shape == (3, 16)
-    bio, _ = get_encoder("bioclip2", tiny=True)
+    bio, _ = load_encoder("bioclip2", tiny=True, cache=True)
     assert bio.embed(ims).shape[0] == 3

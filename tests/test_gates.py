@@ -12,7 +12,7 @@ from nearid_lib import gates
 
 def test_gate_folders_are_the_readers_folders(tmp_path, monkeypatch):
     from nearid_lib.fpr.downloads import CUB_DIRNAME, GENERATED_DIRNAME, WILDLIFE_DIRNAME
-    from nearid_lib.nearid.dbpp import DBPP_DIRNAME
+    from nearid_lib.data.eval_datasets import DBPP_DIRNAME
     from nearid_lib.nearid.dbpp_released import RATINGS_SUBDIR
 
     monkeypatch.setenv("NEARID_DOWNLOADS", str(tmp_path))

@@ -9,7 +9,7 @@ from PIL import Image
 
 from nearid_lib.generate.items import GenItem, example_paths, item_relpath
 from nearid_lib.generate.plan import NEARID_VIEWS, projected_source_costs
-from nearid_lib.generate.procedural import world_pixel_check
+from nearid_lib.data.world_sources import world_pixel_check
 from nearid_lib.generate.specs import NEARID_SOURCES
 
 

@@ -263,7 +263,7 @@ def test_world_sources_regenerate_identically_in_worker_processes(tmp_path):
     as the serial run, and both reproduce the world's own distractors pixel for pixel."""
     from nearid_lib.config import get_profile, with_overrides
     from nearid_lib.data import build_world
-    from nearid_lib.generate.procedural import regenerate_world_sources
+    from nearid_lib.data.world_sources import regenerate_world_sources
 
     cfg = get_profile("smoke")
     world = build_world(cfg, root=tmp_path / "nearid", progress=False)

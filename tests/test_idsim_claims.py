@@ -9,7 +9,7 @@ from scipy.stats import spearmanr
 
 from nearid_lib import make_rng
 from nearid_lib.claims import evaluate_claims
-from nearid_lib.idsim.bench import evaluate_sets
+from nearid_lib.idsim.eval_suite import evaluate_sets
 from nearid_lib.idsim.claims import CLAIMS_BY_NOTEBOOK, IDSIM_CLAIMS, benchmark_evidence, sensitivity_evidence
 
 

@@ -83,7 +83,7 @@ def test_registry_names_and_errors():
     assert all(resolve_name(a) == n for a, n in aliases.items())
     aliases["frozen-gap"] = "nope"                  # a copy: the registry is unchanged
     assert resolve_name("frozen-gap") == "efficientnet-lite0"
-    with pytest.raises(KeyError, match="unknown encoder 'nope'.*valid"):
+    with pytest.raises(ValueError, match="unknown encoder 'nope'.*valid"):   # EncoderSpecError
         load_encoder("nope")
     model, _ = load_encoder("siglip2-so400m-patch14-384", tiny=True)
     with pytest.raises(ValueError, match=r"pixel_values \[B, 3, H, W\]"):

@@ -15,7 +15,8 @@ from nearid_lib import metrics
 from nearid_lib.config import get_profile
 from nearid_lib.data import build_world, load_nearid
 from nearid_lib.models import MAPHead, load_encoder
-from nearid_lib.nearid.embedder import Embedder, group_items, image_groups
+from nearid_lib.data.groups import group_items, image_groups
+from nearid_lib.nearid.embedder import Embedder
 from nearid_lib.nearid.evaluate import (SplitEmbeddings, embed_split, mtg_bench, nearid_bench, source_groups,
                                         summary_row)
 from nearid_lib.nearid.tables import source_key

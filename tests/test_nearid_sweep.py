@@ -56,7 +56,6 @@ def test_finished_run_is_reused_only_under_its_key(world, monkeypatch):
     assert not first.reused and again.reused
     assert json.dumps(again.scores, sort_keys=True) == json.dumps(first.scores, sort_keys=True)   # NaN-safe
     monkeypatch.setattr(ck, "closure_fingerprint", lambda *roots: "edited")
-    monkeypatch.setattr(sw, "run_key", ck.run_key)
     edited = sw.train_and_score(cfg, data, enc, **kw)
     assert not edited.reused and edited.key != first.key
 

@@ -114,7 +114,7 @@ def _legend_clear_of_data(fig):
 
 def test_issue38_figures_carry_human_labels_and_keep_legends_off_the_data():
     from nearid_lib.fpr.figures import plot_gallery_ablation
-    from nearid_lib.idsim.bench import METRIC_LABELS
+    from nearid_lib.idsim.eval_suite import METRIC_LABELS
 
     t = pd.DataFrame([{"metric_id": m, "model": f"model {k}", "value": 0.1 * (k + 1)}
                       for m in ("cute_easy_acc", "pods_ap", "dreambench_kendall") for k in range(5)])

@@ -11,13 +11,43 @@ import pytest
 import torch
 
 from nearid_lib import run as R
+from nearid_lib import runtime
 from nearid_lib.report import render_report
 
 
 def test_thread_count_is_the_profiles_else_every_core():
     cores = len(os.sched_getaffinity(0))
-    assert R.thread_count(None) == cores
-    assert R.thread_count(3) == 3
+    assert runtime.thread_count(None) == cores
+    assert runtime.thread_count(3) == 3
+
+
+def test_deterministic_switch_sets_and_restores_torch(monkeypatch):
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    assert not torch.are_deterministic_algorithms_enabled()
+    with runtime.deterministic():
+        assert torch.are_deterministic_algorithms_enabled()
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == runtime.CUBLAS_WORKSPACE
+        assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+        assert not torch.backends.cuda.matmul.allow_tf32
+        # an op without a deterministic kernel on this device now raises instead of varying silently
+        # (index_add_ on CPU is deterministic: it must still run)
+        torch.zeros(3).index_add_(0, torch.tensor([0, 0]), torch.ones(2))
+    assert not torch.are_deterministic_algorithms_enabled()
+    assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+
+
+def test_start_run_turns_deterministic_on_when_asked(monkeypatch, tmp_path):
+    monkeypatch.setenv("NEARID_OUT", str(tmp_path / "out"))
+    monkeypatch.setenv("NEARID_FIGURES", str(tmp_path / "figs"))
+    monkeypatch.setenv("NEARID_DETERMINISTIC", "1")
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    try:
+        R.start_run("smoke", 0, "04_x", overrides={"eval.vlm_judge": None, "runtime.threads": 1})
+        assert torch.are_deterministic_algorithms_enabled()
+    finally:
+        runtime.deterministic(False)
+        os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+    assert not torch.are_deterministic_algorithms_enabled()
 
 
 def test_start_run_sets_everything_up(monkeypatch, tmp_path):
@@ -94,7 +124,7 @@ def test_setup_notebook_is_start_run_then_data_then_backbone(fresh_clone, smoke_
     random state: a tiny backbone's random init is the same), and only what is asked for."""
     from nearid_lib.data import load_profile_data
     from nearid_lib.models import load_backbone
-    from nearid_lib.nearid.sweep import seeds_of
+    from nearid_lib.config import seeds_of
 
     (fresh_clone / "data" / "smoke").mkdir(parents=True)
     os.symlink(smoke_world.root, fresh_clone / "data" / "smoke" / "nearid")
@@ -126,10 +156,8 @@ def test_setup_notebook_builds_the_dataset_only_when_asked(fresh_clone, monkeypa
     """``build_data=True`` (notebook 03) makes a missing dataset first, as ``load_profile_data(cfg)``
     did there; every other notebook reads what notebook 01 made (``build=False``) -- unless the
     procedural world is missing or partial (a fresh clone, a `nearid score` build), which it makes."""
-    import nearid_lib.data as D
-
     calls = []
-    monkeypatch.setattr(D, "load_profile_data", lambda cfg, build=True: calls.append((cfg.name, build)) or "data")
+    monkeypatch.setattr(R, "load_profile_data", lambda cfg, build=True: calls.append((cfg.name, build)) or "data")
     over = {"runtime.threads": 1}
     before = torch.get_num_threads()
     try:

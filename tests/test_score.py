@@ -13,7 +13,7 @@ import pytest
 from nearid_lib import metrics, score_encoder
 from nearid_lib.features.variants import apply_variant
 from nearid_lib.nearid.evaluate import main_sources, source_groups
-from nearid_lib.user_encoders import EncoderOutputError, as_user_encoder
+from nearid_lib.models import EncoderOutputError, EncoderSpecError, load_encoder
 
 
 def colour_hist(images):
@@ -143,18 +143,18 @@ def test_bad_encoders_get_clear_errors(smoke_world, tmp_env):
             "image, [2, D]") + "$"):
         score_encoder(lambda ims: np.ones((1, 4)), profile="smoke", data=smoke_world, write=False)
     with pytest.raises(EncoderOutputError, match=re.escape("encoder 'nan' returned non-finite values")):
-        as_user_encoder(lambda ims: np.full((len(ims), 3), np.nan), name="nan")
+        load_encoder(lambda ims: np.full((len(ims), 3), np.nan), name="nan")[0]
     with pytest.raises(ValueError, match=re.escape("protocols: unknown ['nearidd']; choose from nearid, idsim, fpr")):
         score_encoder(colour_hist, ("nearidd",), "smoke", data=smoke_world, write=False)
-    with pytest.raises(TypeError, match="encoder must be a registered name"):
-        as_user_encoder(42)
+    with pytest.raises(EncoderSpecError, match="encoder must be a name, 'module:function'"):
+        load_encoder(42)
 
 
 def test_hub_identifiers_offline(tmp_path, monkeypatch):
     from PIL import Image
 
     ims = [Image.new("RGB", (40, 30), (200, 10, 10)), np.zeros((16, 16, 3), np.uint8)]
-    timm_enc = as_user_encoder("timm:resnet18", pretrained=False)
+    timm_enc = load_encoder("timm:resnet18", pretrained=False)[0]
     assert timm_enc.embed(ims).shape == (2, 512) and timm_enc.name == "timm:resnet18"
     # a transformers model folder (what from_pretrained reads after a download)
     from transformers import Dinov2Config, Dinov2Model, ViTImageProcessor
@@ -163,16 +163,16 @@ def test_hub_identifiers_offline(tmp_path, monkeypatch):
     Dinov2Model(Dinov2Config(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
                              image_size=32, patch_size=8)).save_pretrained(folder)
     ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
-    assert as_user_encoder(str(folder)).embed(ims).shape == (2, 16)
+    assert load_encoder(str(folder))[0].embed(ims).shape == (2, 16)
     # "module:function" names a callable (the command line's way)
     mod = tmp_path / "my_encoder.py"
     mod.write_text("import numpy as np\ndef embed(images):\n    return np.ones((len(images), 3)) + "
                    "np.arange(len(images))[:, None]\n")
-    assert as_user_encoder(f"{mod}:embed").embed(ims).shape == (2, 3)
+    assert load_encoder(f"{mod}:embed")[0].embed(ims).shape == (2, 3)
     # a hub id that is not in the local cache, offline: the error says what to do
     import huggingface_hub.constants
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(OSError, match="^" + re.escape("encoder 'nobody-here/no-such-model': cannot load its "
                                                       "weights (")):
-        as_user_encoder("nobody-here/no-such-model")
+        load_encoder("nobody-here/no-such-model")[0]

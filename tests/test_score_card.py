@@ -10,7 +10,7 @@ import pytest
 from matplotlib.colors import to_hex
 
 from nearid_lib import score_encoder
-from nearid_lib.score_card import _figures, _nearid_bars, participant_colours
+from nearid_lib.score.card import _figures, _nearid_bars, participant_colours
 
 matplotlib.use("Agg")
 
@@ -104,7 +104,7 @@ def test_zero_values_are_visible(rep):
 
 
 def test_short_table_on_top_with_chance_and_frozen_reference(rep):
-    from nearid_lib.score_card import _p_all_pairs_win, chance_levels
+    from nearid_lib.score.card import _p_all_pairs_win, chance_levels
 
     assert _p_all_pairs_win(2) == pytest.approx(1 / 3) and _p_all_pairs_win(3) == pytest.approx(1 / 15)
     head = pd.read_csv(rep.files["headline"])

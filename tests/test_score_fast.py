@@ -87,8 +87,8 @@ def test_a_test_split_world_is_never_taken_for_the_whole_one(worlds, tmp_path):
 
 
 def test_store_embedder_resumes_after_an_interrupt(worlds, tmp_path):
-    from nearid_lib.score import StoreEmbedder
-    from nearid_lib.user_encoders import UserEncoder
+    from nearid_lib.nearid.scorers import StoreEmbedder
+    from nearid_lib.models import UserEncoder
 
     cfg, _, part = worlds
     data = load_nearid(part, splits=("test",))
@@ -147,8 +147,8 @@ def test_run_bench_prefetches_then_scores_like_evaluate_encoder(worlds, tmp_path
     from nearid_lib.nearid.bench import run_bench
     from nearid_lib.nearid.evaluate import evaluate_encoder
     from nearid_lib.nearid.pairs import grid_pairs
-    from nearid_lib.score import StoreBenchEncoder, StoreEmbedder
-    from nearid_lib.user_encoders import UserEncoder
+    from nearid_lib.nearid.scorers import StoreBenchEncoder, StoreEmbedder
+    from nearid_lib.models import UserEncoder
 
     cfg, _, part = worlds
     cfg = replace(cfg, eval=replace(cfg.eval, fg_only=True, dbpp_standin=True))

@@ -15,8 +15,18 @@ from typing import TYPE_CHECKING
 
 from ..paths import data_dir
 from .build import build_world
-from .schema import COLUMNS, SCHEMA_VERSION, DataError, NearIDData, is_complete, load_nearid, \
-    read_mask, read_rgb, validate_images
+from .released import load_released_from_hub
+from .schema import (
+    COLUMNS,
+    SCHEMA_VERSION,
+    DataError,
+    NearIDData,
+    is_complete,
+    load_nearid,
+    read_mask,
+    read_rgb,
+    validate_images,
+)
 
 if TYPE_CHECKING:
     from ..config import Profile
@@ -40,8 +50,6 @@ def prepare_profile_data(cfg: Profile, progress: bool = True):
     if cfg.world.source == "procedural":
         return build_world(cfg, progress=progress)
     if cfg.world.source == "released":
-        from .released import load_released_from_hub
-
         return load_released_from_hub(cfg, nearid_root(cfg.name), progress=progress)
     raise ValueError(f"world.source must be 'procedural' or 'released', got {cfg.world.source!r}")
 

@@ -39,11 +39,20 @@ from typing import Any, Callable
 import pandas as pd
 
 from ..io_utils import Manifest, atomic_write, write_csv, write_json
-from ..runmeta import code_fingerprint
 from ..paths import data_dir
+from ..runmeta import code_fingerprint
 from . import backgrounds as B
-from .draws import (_SPLITS, MAX_PERTURB_TRIES, _identity_list, background_for, distractor_instance,
-                    fpr_view, parse_source, positive_view, source_splits)
+from .draws import (
+    _SPLITS,
+    MAX_PERTURB_TRIES,
+    _identity_list,
+    background_for,
+    distractor_instance,
+    fpr_view,
+    parse_source,
+    positive_view,
+    source_splits,
+)
 from .jobs import GRID_FACTORS, _job_fpr, _job_fpr_key, _job_grid, _job_identity, _job_mtg, _mtg_split
 from .schema import COLUMNS, SCHEMA_VERSION
 

@@ -18,6 +18,12 @@ import os
 import time
 from typing import Sequence
 
+from ..config import get_profile
+from ..launch import end_launch, launched_state
+from . import nearid_root, prepare_profile_data
+from .released import load_released_from_hub
+from .released_identities import progress_records
+
 __all__ = ["main", "io_workers_per_rank"]
 
 
@@ -29,12 +35,6 @@ def io_workers_per_rank(world: int, cores: int | None = None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m nearid_lib.data.curate_step --profile paper [--set KEY=VALUE ...] [--io-workers N]``."""
-    from ..config import get_profile
-    from ..launch import end_launch, launched_state
-    from . import nearid_root, prepare_profile_data
-    from .released import load_released_from_hub
-    from .released_identities import progress_records
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--profile", default="paper")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")

@@ -1,5 +1,5 @@
 """What the world builder draws for each item, derived in one place so that generators which
-re-render an item (``nearid_lib.generate.procedural``, ``nearid_lib.fpr.methods``) get exactly the
+re-render an item (``nearid_lib.data.world_sources``, ``nearid_lib.fpr.methods``) get exactly the
 builder's identity list, views, backgrounds and distractor instances.
 
 Every draw takes its randomness from ``make_rng(seed, <stage>, <item id>, ...)``, never from the

@@ -9,11 +9,24 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from ..generate.base import get_backend
 from ..io_utils import atomic_write
 from ..seeding import make_rng
 from . import world as W
-from .draws import (_SPLITS, _background, _classes, distractor_instance, fpr_scene, fpr_view, parse_source,
-                    positive_view, reshoot_background, reshoot_view, source_splits, view_background)
+from .draws import (
+    _SPLITS,
+    _background,
+    _classes,
+    distractor_instance,
+    fpr_scene,
+    fpr_view,
+    parse_source,
+    positive_view,
+    reshoot_background,
+    reshoot_view,
+    source_splits,
+    view_background,
+)
 
 __all__ = ["GRID_FACTORS"]
 
@@ -33,8 +46,6 @@ def _save_png(root: Path, rel: str, arr: np.ndarray, level: int) -> str:
 def _job_identity(args) -> tuple[str, dict]:
     cfg, root, rec = args
     wc, seed, S, lvl = cfg.world, cfg.seed, cfg.world.image_size, cfg.world.png_compress
-    from ..generate.base import get_backend
-
     fill = get_backend("procedural")
     iid, split, ident = rec["id"], rec["split"], rec["params"]
     held = bool(wc.held_out_backgrounds and split == "test")

@@ -33,6 +33,9 @@ import numpy as np
 import torch
 from PIL import Image
 
+from ..generate.tiny_sd import clip_tokenizer_offline
+from ..hub import HubError, download_command, hub_dir, model_source, resolve
+
 __all__ = ["DEFAULT_REPO", "MASK_RULE", "DEFAULT_MIN_FRAC", "ObjectMasker", "binarize",
            "identity_prompt", "masker_fingerprint", "save_tiny_clipseg"]
 
@@ -126,8 +129,6 @@ class ObjectMasker:
         hub). A model missing from the mirror, or a mirror folder that cannot be loaded, raises
         :class:`~nearid_lib.hub.HubError` naming the repository and its download command."""
         from transformers import CLIPSegForImageSegmentation, CLIPSegProcessor
-
-        from ..hub import HubError, download_command, hub_dir, model_source, resolve
 
         _check_params(threshold, min_frac, batch_size)
         path, kw = model_source(repo_id)  # raises HubError (with the download command) if absent
@@ -240,8 +241,6 @@ def save_tiny_clipseg(path: Path, seed: int = 0) -> Path:
     (the CLIP tokenizer comes from open_clip's bundled BPE vocabulary). Widths 32, 2 layers, 64 px
     input: a forward takes milliseconds on CPU. Returns ``path``."""
     from transformers import CLIPSegConfig, CLIPSegForImageSegmentation, ViTImageProcessor
-
-    from ..generate.tiny_sd import clip_tokenizer_offline
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)

@@ -8,8 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .identity import (_MARK_R, MARKING_SHAPES, PATTERN_TYPES, _sample_marking, _sample_pattern, _shift,
-                       _sign)
+from .identity import _MARK_R, MARKING_SHAPES, PATTERN_TYPES, _sample_marking, _sample_pattern, _shift, _sign
 
 __all__ = ["PERTURBATIONS", "perturb", "perturb_strength"]
 

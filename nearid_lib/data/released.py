@@ -47,17 +47,43 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from .. import hub
 from ..io_utils import write_csv, write_json
+from ..models import resolve_device
 from ..paths import data_dir
-from .benchmarks import load_fpr
+from .eval_datasets import load_fpr
+from .masks import ObjectMasker, masker_fingerprint
 from .released_identities import BLOCK, Masker, progress_records, write_identities
-from .released_schema import (DISTRACTOR_COLUMNS, MTG_COLUMNS, POSITIVE_COLUMNS, RELEASED_SOURCES,
-                              TABLE5_TRAIN_SOURCES, _SPLIT_NAMES, _check_columns, _first_col, _no_decode,
-                              _one_split, _open_dataset, _save, _save_mask, _to_mask, _to_rgb, distractor_features,
-                              mtg_features, pil_from_value, positive_features)
+from .released_schema import (
+    _SPLIT_NAMES,
+    DISTRACTOR_COLUMNS,
+    MTG_COLUMNS,
+    POSITIVE_COLUMNS,
+    RELEASED_SOURCES,
+    TABLE5_TRAIN_SOURCES,
+    _check_columns,
+    _first_col,
+    _no_decode,
+    _one_split,
+    _open_dataset,
+    _save,
+    _save_mask,
+    _to_mask,
+    _to_rgb,
+    distractor_features,
+    mtg_features,
+    pil_from_value,
+    positive_features,
+)
 from .schema import SCHEMA_VERSION, DataError
-from .splits import (RULE_NOTE, assign_splits, official_split_dir, read_split_files, resolve_official_splits,
-                     split_digest)
+from .splits import (
+    RULE_NOTE,
+    assign_splits,
+    official_split_dir,
+    read_split_files,
+    resolve_official_splits,
+    split_digest,
+)
 
 if TYPE_CHECKING:
     from ..config import Profile
@@ -211,7 +237,7 @@ def materialise_released(out_root: str | os.PathLike, positives: Any = None,
 
     ``positives`` / ``distractors[source]`` / ``mtg``: ``datasets.Dataset`` / ``DatasetDict``
     objects or ``save_to_disk`` folders in the published schemas (module docstring); ``fpr``: a
-    folder of FPR CSVs (:func:`~nearid_lib.data.benchmarks.load_fpr`). ``masker(images, prompts)``
+    folder of FPR CSVs (:func:`~nearid_lib.data.eval_datasets.load_fpr`). ``masker(images, prompts)``
     returns one bool mask per image (required with ``positives``: the release has no masks).
     Splits (:mod:`~nearid_lib.data.splits`): the positives' ``split`` column, else the split files
     of ``split_dir`` (the authors' ``{train,val,test}.json`` row positions; checked against the column
@@ -246,8 +272,6 @@ def materialise_released(out_root: str | os.PathLike, positives: Any = None,
                       "note": RULE_NOTE}
     masker_fp = None
     if masker is not None:
-        from .masks import ObjectMasker, masker_fingerprint
-
         # a user's own masker (any callable) is keyed by its ``fingerprint`` attribute or its class
         masker_fp = (masker_fingerprint(masker) if isinstance(masker, ObjectMasker)
                      else str(getattr(masker, "fingerprint", type(masker).__qualname__)))
@@ -317,16 +341,12 @@ def load_released_from_hub(cfg: Profile, out_root: str | os.PathLike | None = No
     ``world.mask_model`` through :class:`~nearid_lib.data.masks.ObjectMasker`, on ``device`` or the
     profile's). ``shard``/``barrier``/``io_workers``: :func:`materialise_released` over several
     processes (:mod:`~nearid_lib.data.curate_step`)."""
-    from .. import hub
-
     w = cfg.world
     out_root = Path(out_root) if out_root is not None else data_dir(cfg.name) / "nearid"
     pos = hub.load_hub_dataset(w.nearid_repo)
     dists = {s: hub.load_hub_dataset(f"{w.nearid_repo}-{s}") for s in w.nearid_sources}
     mtg = hub.load_hub_dataset(w.mtg_repo) if w.mtg_repo else None
     if masker is None:
-        from .masks import ObjectMasker
-
         masker = ObjectMasker.from_pretrained(w.mask_model, device=device or _device(cfg))
     train = [s for s in w.train_sources if s in dists]
     return materialise_released(out_root, pos, dists, mtg, train_sources=train, positives_name=w.nearid_repo,
@@ -338,6 +358,4 @@ def load_released_from_hub(cfg: Profile, out_root: str | os.PathLike | None = No
 
 
 def _device(cfg: Profile) -> str:
-    from ..models import resolve_device
-
     return str(resolve_device(getattr(cfg, "device", "auto")))

@@ -24,6 +24,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..paths import downloads_dir
 from .schema import DataError
 
 __all__ = ["assign_splits", "read_split_files", "split_column", "official_split_dir", "RULE_NOTE",
@@ -64,8 +65,6 @@ def official_split_dir(split_dir: str | os.PathLike | None = None) -> Path | Non
         if not d.is_dir():
             raise DataError(f"split files: world.split_dir={d} does not exist")
         return d
-    from ..paths import downloads_dir
-
     d = downloads_dir() / "NearID" / "splits"
     return d if d.is_dir() else None
 

@@ -19,8 +19,16 @@ from __future__ import annotations
 from .identity import CLASSES, MARKING_SHAPES, PATTERN_TYPES, describe, sample_identity
 from .parts import editable_parts, part_edit
 from .perturb import PERTURBATIONS, perturb, perturb_strength
-from .render import (VISIBLE_DELTA, composite, min_visible_px, render_object, render_scene,
-                     resize_lanczos, to_uint8, visible_change)
+from .render import (
+                     VISIBLE_DELTA,
+                     composite,
+                     min_visible_px,
+                     render_object,
+                     render_scene,
+                     resize_lanczos,
+                     to_uint8,
+                     visible_change,
+)
 from .views import interpolate_view, sample_view
 
 __all__ = ["CLASSES", "PERTURBATIONS", "MARKING_SHAPES", "PATTERN_TYPES", "sample_identity",

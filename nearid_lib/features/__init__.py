@@ -27,17 +27,18 @@ group (:class:`~.layouts.GroupArrays`) or the int8 shard store (:class:`~.layout
 
 Modules: :mod:`.variants` (image variants and loaders), :mod:`.store` (:class:`FeatureStore`),
 :mod:`.layouts` (token-grid layouts),
-:mod:`.embed` (:func:`embed`, :class:`ImageRef`), :mod:`.cache` (:class:`TokenCache`),
+:mod:`.payloads` (:class:`ImageRef`, :data:`PAYLOADS`), :mod:`.embed` (:func:`embed`), :mod:`.cache` (:class:`TokenCache`),
 :mod:`.on_the_fly` (:class:`OnTheFlyFeatures`); every name is re-exported here.
 """
 from __future__ import annotations
 
 from .cache import TokenCache, cache_name
-from .embed import PAYLOADS, ImageRef, dataset_refs, dataset_scope, embed, feature_table, file_refs, variant_images
+from .embed import dataset_refs, dataset_scope, embed, feature_table, file_refs, memory_refs
 from .on_the_fly import OnTheFlyFeatures
-from .store import FeatureStore, FeatureTable, encoder_fingerprint
+from .payloads import PAYLOADS, ImageRef, encoder_fingerprint, variant_images
+from .store import FeatureStore, FeatureTable
 from .variants import BG_GREY, VARIANTS, apply_variant, default_loaders, fill_background, register_variant
 
-__all__ = ["FeatureStore", "FeatureTable", "embed", "feature_table", "dataset_scope", "ImageRef", "PAYLOADS", "file_refs", "dataset_refs",
+__all__ = ["FeatureStore", "FeatureTable", "embed", "feature_table", "dataset_scope", "ImageRef", "PAYLOADS", "file_refs", "dataset_refs", "memory_refs",
            "variant_images", "encoder_fingerprint", "TokenCache", "OnTheFlyFeatures", "VARIANTS", "BG_GREY",
            "fill_background", "register_variant", "apply_variant", "default_loaders", "cache_name"]

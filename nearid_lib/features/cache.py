@@ -18,8 +18,7 @@ from tqdm.auto import tqdm
 from ..code_closure import closure_fingerprint
 from ..io_utils import Manifest, file_lock, write_csv, write_json
 from ..paths import cache_dir
-from .embed import ImageRef, variant_images
-from .store import backbone_of
+from .payloads import ImageRef, backbone_of, variant_images
 from .variants import ImageLoader, MaskLoader, apply_variant, check_variant, default_loaders, needs_mask
 
 __all__ = ["TokenCache", "cache_name", "backbone_of"]

@@ -12,7 +12,7 @@ returns the rows of every ref::
     e = embed(model, refs, variant="fg_grey", store=store)              # [n, E] float32, L2-normalised
 
 Payloads (what a row holds): ``"embedding"`` = ``encoder.embed(images)`` (any library encoder,
-a user's callable wrapped as :class:`~nearid_lib.user_encoders.UserEncoder`, a NearID model);
+a user's callable wrapped as :class:`~nearid_lib.models.UserEncoder`, a NearID model);
 ``"prefix"`` = the frozen prefix features of an adapted model (ID-Sim, float16); ``"tokens"`` /
 ``"pooled"`` = a backbone's token grid / own pooled output (NearID), which a store usually keeps in
 a layout of :mod:`.layouts` (group caches, the int8 shard store) rather than in rows.
@@ -21,99 +21,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
-from PIL import Image
 
 from ..code_closure import closure_fingerprint
 from ..imageio import load_image, load_mask
-from .store import FeatureStore, FeatureTable, backbone_of, encoder_fingerprint
-from .variants import apply_variant, check_variant, needs_mask
+from .payloads import PAYLOADS, ImageRef
+from .store import FeatureStore, FeatureTable
+from .variants import apply_variant, check_variant
 
-__all__ = ["ImageRef", "Payload", "PAYLOADS", "embed", "feature_table", "variant_images", "file_refs", "dataset_refs",
-           "dataset_scope"]
-
-
-@dataclass(frozen=True)
-class ImageRef:
-    """One image for :func:`embed`: ``key`` (its row in the store), ``load() -> PIL``, ``mask()``
-    (None when it has none), ``where`` (names it in errors; default the key) and ``mask_key`` (the
-    mask's relpath, for layouts that key a whole image list by its masks: :mod:`.layouts`)."""
-
-    key: str
-    load: Callable[[], Image.Image]
-    mask: Callable[[], np.ndarray] | None = None
-    where: str = ""
-    mask_key: str = ""
-
-
-def variant_images(refs: Sequence[ImageRef], variant: str) -> list[Image.Image]:
-    """The encoder's input images of ``refs`` under ``variant``; a masked variant needs each
-    ref's mask, and an error names the ref (``where``) that caused it."""
-    check_variant(variant)
-    out = []
-    for r in refs:
-        name = r.where or r.key
-        img = r.load()
-        if not needs_mask(variant):
-            out.append(apply_variant(img, None, variant))
-            continue
-        if r.mask is None:
-            raise ValueError(f"{name}: variant {variant!r} needs a mask and this image has none")
-        out.append(apply_variant(img, r.mask(), variant, where=name))
-    return out
-
-
-@dataclass(frozen=True)
-class Payload:
-    """What a row holds: ``compute(encoder, images, batch_size) -> array [n, ...]``,
-    ``identity(encoder) -> str`` (the encoder part of the table key) and ``shape(encoder)``, the
-    shape of one row (what :func:`embed` of no refs returns ``[0, *shape]`` of)."""
-
-    compute: Callable[[Any, list[Image.Image], int], np.ndarray]
-    identity: Callable[[Any], str]
-    shape: Callable[[Any], tuple[int, ...]] = lambda enc: (int(getattr(enc, "embed_dim", 0)),)
-
-
-def _embedding(encoder, images: list[Image.Image], batch_size: int) -> np.ndarray:
-    return encoder.embed(images, batch_size=batch_size).detach().float().cpu().numpy()
-
-
-@torch.no_grad()
-def _prefix(model, images: list[Image.Image], batch_size: int) -> np.ndarray:
-    x = torch.stack([model.preprocess(im) for im in images])
-    return model.prefix(x).to("cpu", torch.float16).numpy()
-
-
-@torch.no_grad()
-def _backbone_out(encoder, images: list[Image.Image], what: str) -> np.ndarray:
-    bb = backbone_of(encoder)
-    out = getattr(bb(bb.preprocess.batch(images)), what)
-    if out is None:
-        raise ValueError(f"{bb.name} has no {what}")
-    return out.float().cpu().numpy()
-
-
-def _grid_shape(encoder) -> tuple[int, ...]:
-    bb = backbone_of(encoder)
-    return (int(bb.n_tokens), int(bb.token_dim))
-
-
-PAYLOADS: dict[str, Payload] = {
-    "embedding": Payload(_embedding, encoder_fingerprint),
-    "prefix": Payload(_prefix, lambda model: model.cache_key(), lambda model: ()),   # the frozen prefix only
-    # a backbone's token grid and its own pooled output (not normalised): NearID's heads train on
-    # the grids; a store usually keeps them in a layout of :mod:`.layouts`
-    "tokens": Payload(lambda enc, ims, bs: _backbone_out(enc, ims, "tokens"),
-                      lambda enc: encoder_fingerprint(backbone_of(enc)), _grid_shape),
-    "pooled": Payload(lambda enc, ims, bs: _backbone_out(enc, ims, "pooled"),
-                      lambda enc: encoder_fingerprint(backbone_of(enc)),
-                      lambda enc: (int(backbone_of(enc).embed_dim),)),
-}
+__all__ = ["embed", "feature_table", "file_refs", "dataset_refs", "dataset_scope", "memory_refs"]
 
 
 def feature_table(encoder, store: FeatureStore, variant: str = "full", payload: str = "embedding",
@@ -183,6 +103,16 @@ def file_refs(paths: Sequence[str | Path], masks: Sequence[str | None] | None = 
         out.append(ImageRef(_content_key(p, m), lambda p=p: load_image(p),
                             (lambda m=m: load_mask(m)) if m else None, where))
     return out
+
+
+def memory_refs(images: Sequence, keys: Sequence[str]) -> list[ImageRef]:
+    """Refs of images already in memory or given as paths (PIL, arrays, tensors: anything
+    :func:`nearid_lib.imageio.load_image` reads), keyed by ``keys`` (unique within one call: e.g.
+    an edit key, a position); for an in-memory :class:`~.store.FeatureStore` or a ``scope`` that
+    says what the keys mean."""
+    if len(images) != len(keys):
+        raise ValueError(f"memory_refs: {len(images)} images, {len(keys)} keys")
+    return [ImageRef(str(k), lambda x=x: load_image(x)) for x, k in zip(images, keys)]
 
 
 def dataset_scope(data) -> str:

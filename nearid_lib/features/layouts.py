@@ -30,9 +30,11 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import torch
 
+from ..data import load_nearid
+from ..runtime import set_torch_threads
 from .cache import TokenCache, backbone_of
+from .payloads import encoder_fingerprint
 from .shards import decode_tokens, encode_tokens
-from .store import encoder_fingerprint
 from .variants import check_variant
 
 __all__ = ["GroupArrays", "ShardGrids"]
@@ -197,9 +199,6 @@ class _GroupTable:
 def _cache_in_worker(backbone, root: str, rels: list[str], masks: list[str], variant: str, kw: dict[str, Any],
                      threads: int, tune_malloc: bool = True) -> str:
     """Build one cache in a worker process (:meth:`GroupArrays.build`); returns its folder name."""
-    from ..data import load_nearid
-    from ..run import set_torch_threads
-
     set_torch_threads(threads, tune_malloc)
     c = TokenCache.build_or_load(backbone, rels, masks=masks, variant=variant, data=load_nearid(root),
                                  progress=False, **kw)

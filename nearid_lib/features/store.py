@@ -37,36 +37,9 @@ import numpy as np
 import torch
 
 from ..io_utils import atomic_write, atomic_write_text
+from .payloads import PAYLOADS, variant_images
 
-__all__ = ["FeatureStore", "FeatureTable", "encoder_fingerprint", "backbone_of"]
-
-
-def encoder_fingerprint(model) -> str:
-    """``cache_key()`` plus a hash of the weights that the key does not pin down: a trained head
-    (``nearid``), a trained classifier, or every parameter of a tiny random-init model. A frozen
-    model's fingerprint is computed once and remembered on it."""
-    memo = getattr(model, "_store_fingerprint", None)
-    if memo is not None and getattr(model, "frozen", False):
-        return memo
-    h = hashlib.sha1(model.cache_key().encode())
-    parts = [model] if getattr(model, "tiny", False) else []
-    for attr in ("head", "classifier"):
-        if isinstance(getattr(model, attr, None), torch.nn.Module):
-            parts.append(getattr(model, attr))
-    for mod in parts:
-        for k, v in sorted(mod.state_dict().items()):
-            h.update(k.encode())
-            h.update(v.detach().cpu().contiguous().float().numpy().tobytes())
-    fp = h.hexdigest()
-    if getattr(model, "frozen", False):
-        object.__setattr__(model, "_store_fingerprint", fp)
-    return fp
-
-
-def backbone_of(encoder):
-    """What grids are cached for: a NearID encoder's backbone (the head is what trains over its
-    tokens); any other encoder is its own backbone."""
-    return getattr(encoder, "backbone", encoder)
+__all__ = ["FeatureStore", "FeatureTable"]
 
 
 def _slug(s: str) -> str:
@@ -118,11 +91,9 @@ class FeatureTable:
         return t if device is None else t.to(device)
 
     def fill(self, encoder, refs, batch_size: int, progress: bool, desc: str | None) -> int:
-        """Compute the rows of ``refs`` (:class:`~.embed.ImageRef` s this table lacks) in the order
+        """Compute the rows of ``refs`` (:class:`~.payloads.ImageRef` s this table lacks) in the order
         given and in batches of ``batch_size``, keeping each batch (chunks on disk as they fill,
         the rest at the end, even on an error). Returns the number of rows computed."""
-        from .embed import PAYLOADS, variant_images
-
         compute = PAYLOADS[self.key["payload"]].compute
         starts = range(0, len(refs), batch_size)
         if progress and len(starts) > 1:

@@ -14,16 +14,48 @@ feature classifier), :mod:`.protocol` (scoring), :mod:`.methods` (simulated pers
 with known drift, ``mini``), :mod:`.analysis` (agreement with the true drift), :mod:`.experiments`
 and :mod:`.ablations` (the notebook's tables), :mod:`.claims`, :mod:`.figures`.
 """
+from ..data.fpr_layout import (
+                       FPR_COLUMNS,
+                       FPRLayoutError,
+                       FPRSplit,
+                       check_disjoint,
+                       load_fpr_split,
+                       read_fpr_table,
+                       read_generated,
+                       resolve_paths,
+                       write_fpr_table,
+)
 from .analysis import drift_agreement, spread
-from .datasets import (CUB_GROUPS, N_CARS_MODELS, WILDLIFE_SPECIES, build_cars_split, build_cub_split,
-                       build_wildlife_split, sample_gallery, split_reference_gallery)
-from .encoders import (FeatureClassifier, FeatureStore, RemoteCodeError, clear_encoders, embed_images,
-                       encoder_fingerprint, get_encoder, remove_background, train_feature_classifier)
-from .layout import (FPR_COLUMNS, FPRLayoutError, FPRSplit, check_disjoint, load_fpr_split, read_fpr_table,
-                     read_generated, resolve_paths, write_fpr_table)
+from .datasets import (
+                       CUB_GROUPS,
+                       N_CARS_MODELS,
+                       WILDLIFE_SPECIES,
+                       build_cars_split,
+                       build_cub_split,
+                       build_wildlife_split,
+                       sample_gallery,
+                       split_reference_gallery,
+)
+from .encoders import (
+                       FeatureClassifier,
+                       FeatureStore,
+                       RemoteCodeError,
+                       embed_images,
+                       encoder_fingerprint,
+                       remove_background,
+                       train_feature_classifier,
+)
 from .methods import DEFAULT_METHODS, fpr_identity, render_generated, simulate_methods
-from .protocol import (RankResult, clip_t, load_gallery, oracle_scores, rank_generator, score_embeddings,
-                       summarise, top_k_lists)
+from .protocol import (
+                       RankResult,
+                       clip_t,
+                       load_gallery,
+                       oracle_scores,
+                       rank_generator,
+                       score_embeddings,
+                       summarise,
+                       top_k_lists,
+)
 
 __all__ = [
     "rank_generator", "RankResult", "score_embeddings", "oracle_scores", "top_k_lists", "summarise",
@@ -31,7 +63,7 @@ __all__ = [
     "write_fpr_table", "read_generated", "load_fpr_split", "check_disjoint", "resolve_paths",
     "sample_gallery", "split_reference_gallery", "build_cub_split", "build_cars_split",
     "build_wildlife_split", "CUB_GROUPS", "WILDLIFE_SPECIES", "N_CARS_MODELS", "FeatureStore",
-    "embed_images", "encoder_fingerprint", "get_encoder", "clear_encoders",
+    "embed_images", "encoder_fingerprint",
     "remove_background", "train_feature_classifier", "FeatureClassifier", "RemoteCodeError",
     "DEFAULT_METHODS", "fpr_identity", "render_generated", "simulate_methods", "drift_agreement", "spread",
 ]

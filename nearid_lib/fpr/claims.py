@@ -15,8 +15,19 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from ..claims import (AtLeast, ClaimSpec, Evidence, Greater, PaperRef, RatioAtLeast, Within, claim, evaluate_claim,
-                      evaluate_claims, with_earlier)
+from ..claims import (
+    AtLeast,
+    ClaimSpec,
+    Evidence,
+    Greater,
+    PaperRef,
+    RatioAtLeast,
+    Within,
+    claim,
+    evaluate_claim,
+    evaluate_claims,
+    with_earlier,
+)
 from .analysis import drift_agreement, spread
 
 __all__ = ["FPR_CLAIMS", "retrieval_evidence", "retrieval_claims"]

@@ -4,7 +4,7 @@ Builders for the paper's real datasets (:func:`build_cub_split`, :func:`build_ca
 :func:`build_wildlife_split`) are pure functions over metadata tables (``name``, ``species``,
 ``file_path``, one row per image), so they are tested with small fixture tables; gallery sampling
 (:func:`sample_gallery`) is random, k-means (the image nearest each centroid) or curated, all
-deterministic for a seed. The resulting tables follow :mod:`nearid_lib.fpr.layout`.
+deterministic for a seed. The resulting tables follow :mod:`nearid_lib.data.fpr_layout`.
 """
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from ..data.fpr_layout import FPR_COLUMNS, FPRLayoutError, check_disjoint
 from ..seeding import derive_seed, make_rng
-from .layout import FPR_COLUMNS, FPRLayoutError, check_disjoint
 
 __all__ = ["CUB_GROUPS", "CUB_GROUP_IDS", "CARS_MODELS", "WILDLIFE_SPECIES", "N_CARS_MODELS", "FPRSizeError", "split_reference_gallery", "sample_gallery",
            "build_cub_split", "build_cars_split", "build_wildlife_split"]

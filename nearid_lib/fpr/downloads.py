@@ -36,9 +36,18 @@ from typing import TYPE_CHECKING, Sequence
 
 import pandas as pd
 
-from .datasets import (CUB_GROUP_IDS, CUB_GROUPS, WILDLIFE_SPECIES, FPRSizeError, build_cars_split,
-                       build_cub_split, build_wildlife_split)
-from .layout import FPRLayoutError, read_generated, write_fpr_table
+from ..data.fpr_layout import FPRLayoutError, read_generated, write_fpr_table
+from ..hub import HubError, download_command, is_available, load_hub_dataset
+from ..paths import data_dir, downloads_dir
+from .datasets import (
+    CUB_GROUP_IDS,
+    CUB_GROUPS,
+    WILDLIFE_SPECIES,
+    FPRSizeError,
+    build_cars_split,
+    build_cub_split,
+    build_wildlife_split,
+)
 
 if TYPE_CHECKING:
     from ..config import Profile
@@ -166,8 +175,6 @@ def read_cars_test(out_dir: str | os.PathLike, labels: Sequence[int] = CARS_LABE
     """The test split of the hub dataset ``repo`` (``image``, ``label``) restricted to ``labels``,
     its images written once as PNG under ``out_dir/images/<label>/<row>.png``; returns ``label,
     class_name, file_path, row`` (``class_name`` from the dataset's ``label`` names)."""
-    from ..hub import load_hub_dataset
-
     ds = load_hub_dataset(repo)
     if "test" not in ds:
         raise FPRLayoutError(f"hub dataset {repo}: no 'test' split (found {list(ds)})")
@@ -244,9 +251,6 @@ def build_paper_galleries(cfg: Profile, downloads: str | os.PathLike | None = No
     ``<downloads>/fpr_generated/<method>/<key>/`` exists, ``generated_data.csv``. A dataset whose
     download is absent or too small is *skipped with its reason*, never an error; malformed input
     is (:class:`FPRLayoutError` naming file, line and field)."""
-    from ..hub import HubError, download_command, is_available
-    from ..paths import data_dir, downloads_dir
-
     rc = cfg.retrieval
     seed = cfg.seed if seed is None else seed
     dl = Path(downloads) if downloads is not None else downloads_dir()

@@ -7,7 +7,7 @@ ones (``clip-vit-b32``, ``dinov2-base``, ``efficientnet-lite0`` = the frozen-GAP
 trains the linear or one-hidden-layer MLP classifier of the ``classifier`` encoder on frozen
 backbone features.
 
-Each encoder loads once per process (:func:`get_encoder` memoises) and embeds in batches through
+Each encoder loads once per process (``load_encoder(..., cache=True)``) and embeds in batches through
 the library's one feature path (:func:`nearid_lib.features.embed.embed`): rows live in a
 :class:`~nearid_lib.features.FeatureStore` under ``cache_dir(profile)/retrieval``, keyed by the
 encoder's fingerprint (its ``cache_key()`` plus a hash of its trainable/random weights: a trained
@@ -16,44 +16,23 @@ head, a classifier, a tiny random-init model) and by each image file's *bytes* (
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 
-
+from ..features import FeatureStore, encoder_fingerprint
 from ..features.embed import embed, file_refs
-from ..features.store import FeatureStore, encoder_fingerprint
 from ..features.variants import BG_GREY, fill_background
-from ..models import load_encoder, resolve_name
 from ..models.classifier import FeatureClassifier
 from ..models.specialised import BIOCLIP2_HUB_ID, MIEWID_HUB_ID, ClassifierEncoder, RemoteCodeError
 from ..seeding import torch_generator
 
-__all__ = ["get_encoder", "encoder_fingerprint", "FeatureStore", "embed_images",
+__all__ = ["encoder_fingerprint", "FeatureStore", "embed_images",
            "remove_background", "train_feature_classifier", "FeatureClassifier", "ClassifierEncoder", "MIEWID_HUB_ID",
-           "BIOCLIP2_HUB_ID", "RemoteCodeError", "clear_encoders"]
+           "BIOCLIP2_HUB_ID", "RemoteCodeError"]
 
 BG_FILL = BG_GREY          # the neutral grey of a removed background (features.variants)
-_POOL: dict[tuple, Any] = {}
-
-
-def get_encoder(name: str, tiny: bool = False, device: str = "cpu", **kw: Any):
-    """``(model, preprocess)`` via :func:`nearid_lib.models.load_encoder`, loaded once per process
-    for the same ``(name, tiny, device, kwargs)``. ``allow_remote_code`` is honoured only by
-    ``miewid`` (dropped for every other encoder)."""
-    canon = resolve_name(name)
-    if canon != "miewid":
-        kw.pop("allow_remote_code", None)
-    key = (canon, bool(tiny), str(device), tuple(sorted((k, repr(v)) for k, v in kw.items())))
-    if key not in _POOL:
-        _POOL[key] = load_encoder(canon, tiny=tiny, device=device, **kw)
-    return _POOL[key]
-
-
-def clear_encoders() -> None:
-    """Forget the memoised encoders (frees memory between notebook sections)."""
-    _POOL.clear()
 
 
 def remove_background(image, mask, fill: tuple[int, int, int] = BG_FILL, where: str = ""):

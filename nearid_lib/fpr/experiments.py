@@ -13,12 +13,13 @@ import numpy as np
 import pandas as pd
 
 from ..data import build_world
-from ..models import split_weights
+from ..data.fpr_layout import FPRSplit, load_fpr_split, read_generated
+from ..models import load_encoder, split_weights
 from ..paths import checkpoint_dir, data_dir
 from ..seeding import make_rng
 from .analysis import drift_agreement
-from .encoders import RemoteCodeError, get_encoder
-from .layout import FPRSplit, load_fpr_split, read_generated
+from .downloads import build_paper_galleries
+from .encoders import RemoteCodeError
 from .methods import simulate_methods
 from .protocol import oracle_scores, rank_generator, top_k_lists
 
@@ -89,7 +90,7 @@ def load_encoders(specs: Sequence[EncoderSpec]) -> dict[str, Any]:
         if not s.available:
             continue
         try:
-            models[s.name] = get_encoder(split_weights(s.name)[0], **s.kwargs)[0]
+            models[s.name] = load_encoder(s.name, cache=True, **s.kwargs)[0]
         except (OSError, RemoteCodeError, ValueError, KeyError, RuntimeError) as err:
             s.available, s.note = False, f"could not load: {type(err).__name__}: {str(err)[:200]}"
     return models
@@ -239,8 +240,6 @@ def prepare_data(cfg: Profile, root: Path | None = None, progress: bool = False)
         split = load_fpr_split(r / "fpr")
         gen = read_generated(simulate_methods(cfg, r, cfg.retrieval.methods, cfg.retrieval.n_generated_per_id))
         return split, gen, "NearID-mini"
-    from .downloads import build_paper_galleries
-
     base = Path(root or data_dir(cfg.name) / "fpr")
     built = build_paper_galleries(cfg, out=base)
     trains, gals, gens = [], [], []

@@ -32,9 +32,9 @@ from PIL import Image
 from ..data import world as W
 from ..data.build import background_for, fpr_view
 from ..data.draws import fpr_scene
+from ..data.fpr_layout import FPRLayoutError, load_fpr_split, write_fpr_table
 from ..io_utils import atomic_write, write_json
 from ..seeding import make_rng
-from .layout import FPRLayoutError, load_fpr_split, write_fpr_table
 
 if TYPE_CHECKING:
     from ..config import Profile

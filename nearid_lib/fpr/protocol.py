@@ -32,9 +32,10 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..data.fpr_layout import FPRLayoutError, load_fpr_split, read_fpr_table, read_generated, resolve_paths
 from ..metrics import cosine_similarity_matrix, ndcg, retrieval_map, verification_auc
-from .encoders import FeatureStore, embed_images, get_encoder
-from .layout import FPRLayoutError, load_fpr_split, read_fpr_table, read_generated, resolve_paths
+from ..models import load_encoder
+from .encoders import FeatureStore, embed_images
 
 __all__ = ["score_embeddings", "rank_generator", "RankResult", "oracle_scores", "top_k_lists",
            "summarise", "clip_t", "load_gallery"]
@@ -180,7 +181,7 @@ def rank_generator(generated, gallery, encoder: str | Any = "efficientnet-lite0"
                              f"(mAP undefined for them)")
     _check_group_by(group_by, gen, gal)
     if isinstance(encoder, str):
-        model, _ = get_encoder(encoder, tiny=tiny, device=device, **(encoder_kw or {}))
+        model, _ = load_encoder(encoder, tiny=tiny, device=device, cache=True, **(encoder_kw or {}))
         enc_name = encoder
     else:
         model, enc_name = encoder, getattr(encoder, "name", "encoder")

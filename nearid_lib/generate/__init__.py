@@ -4,8 +4,7 @@
 - :mod:`.diffusers_backends`: SDXL / FLUX Fill / FLUX Canny / Qwen-Image ControlNet / PowerPaint
   (plug-in) / Qwen-Image-Edit / FLUX identity edits; :mod:`.specs`: their settings and the NearID
   source names; :mod:`.tiny_sd`: the tiny offline SD inpainting pipeline (tests, throughput)
-- :mod:`.procedural`: the NearID-mini world's procedural backend and how a world source is
-  regenerated through the runner (``world_request_fn``, ``ResampledBackend``)
+- :mod:`.procedural`: the NearID-mini world's procedural backend and ``ResampledBackend``
 - :mod:`.prompts`: near-identity and edit prompts
 - :mod:`.quality`: unchanged / drift filters
 - :mod:`.runner`: ``generate_source`` (sharded, resumable; the CLI); :mod:`.items`: the items of a

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Mapping
 
 import pandas as pd
 
+from .base import get_backend
 from .items import VIEWS
 from .specs import NEARID_SOURCES, SPECS, source_backend
 
@@ -59,8 +60,6 @@ def regeneration_plan(cfg: Profile, probe: bool = True) -> tuple[list[tuple[str,
             continue
         name, res = source_backend(source)
         if probe and name == "powerpaint":
-            from .base import get_backend
-
             try:
                 get_backend(name, hub_ids=dict(cfg.generate.hub_ids)).load_pipeline()
             except NotImplementedError as err:

@@ -163,7 +163,7 @@ def generate_source(backend: FillBackend, items: Sequence[GenItem], out_root: st
         input_root: where the positives live (default: ``out_root``).
         request_fn: ``(item, attempt) -> (seed, per-item settings)``, for generators whose
             requests depend on the item beyond its image (the procedural world's rendered
-            instance, see :func:`~nearid_lib.generate.procedural.world_request_fn`); default
+            instance, see :func:`~nearid_lib.data.world_sources.world_request_fn`); default
             ``(item_seed(...), {})``.
     """
     out_root = Path(out_root)

@@ -8,7 +8,9 @@ patch InfoNCE), its benchmarks and the selective-sensitivity regression (ID-Sim 
 - :mod:`.triplets`: hard-negative mining and the S1 / S2a / S2b training triplets
 - :mod:`.prefix`: the cache of frozen prefix features
 - :mod:`.train`: ``train_idsim``
-- :mod:`.bench`: the mini benchmarks of every benchmark kind of ID-Sim Figure 25
+- :mod:`.eval_suite`: the mini evaluation sets of every benchmark kind of ID-Sim Figure 25;
+  :mod:`.eval_files`: their released file layouts; :mod:`.public_eval`: Subjects2k and DreamBench++
+- :mod:`.encoders`: ``idsim`` and ``idsim-release`` in the encoder registry (an entry point)
 - :mod:`.sensitivity`: selective sensitivity with bootstrap confidence intervals (Figure 6)
 - :mod:`.mllm`: MLLM judges of identity on the graded pairs (Table 2a)
 - :mod:`.persam`: personalized segmentation with patch features, PerSAM-style (Table 2c)

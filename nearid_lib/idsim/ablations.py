@@ -28,11 +28,12 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..claims import claim
+from ..seeding import derive_seed
 from ..stats import bootstrap_mean_ci
 from .embed import model_embeddings
 from .model import build_idsim
 from .prefix import PrefixStore, frozen_embeddings
-from ..seeding import derive_seed
 from .train import idsim_spec, train_idsim, training_store
 from .validation import score_validation, validation_keys, validation_sets, validation_units
 
@@ -218,8 +219,6 @@ def ablation_claims(tables: Mapping[str, pd.DataFrame], profile: str) -> list[di
     """One claims row per table of :data:`CLAIMED`: the paper's full recipe (role ``ours``) has the
     highest Identity Validation ROC AUC of its table (Table 3's last row, Supp. Tables 6, 8, 9). Holds when its
     seed-mean ROC AUC is the largest; the detail gives every row with its per-anchor AUC interval."""
-    from ..claims import claim
-
     rows = []
     for key, t in tables.items():
         if t.empty or key not in CLAIMED:

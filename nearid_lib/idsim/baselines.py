@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 from PIL import Image
 
+from ..features import FeatureStore, embed, memory_refs
+from ..models import load_backbone
 from .sampling import load_key
 
 if TYPE_CHECKING:
@@ -66,10 +68,8 @@ def baseline_embeddings(cfg: Profile, data: NearIDData, keys: Sequence[str], see
 def _random_init_vectors(cfg: Profile, keys: list[str], images: list[Image.Image], batch_size: int
                          ) -> dict[str, np.ndarray]:
     """``{key: L2-normalised pooled embedding}`` of ``images`` by ``cfg.idsim.backbone`` at random init."""
-    from ..models import load_backbone
-
     # the registry draws a random init under a fixed seed in a forked RNG: the same network every time,
     # and the caller's random state is untouched (so it does not matter when the images were loaded)
     enc = load_backbone(cfg, name=cfg.idsim.backbone, weights="random")[0].eval()
-    vecs = enc.embed(images, batch_size=batch_size).numpy()
+    vecs = embed(enc, memory_refs(images, keys), "full", FeatureStore(), batch_size=batch_size, progress=False)
     return dict(zip(keys, vecs.astype(np.float32)))

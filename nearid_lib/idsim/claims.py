@@ -25,7 +25,7 @@ from scipy.stats import spearmanr
 
 from .. import metrics as M
 from ..claims import ClaimSpec, Evidence, Greater, PaperRef
-from .bench import _sim as pair_cosine      # the cosine evaluate_sets uses: evidence matches it exactly
+from .eval_suite import _sim as pair_cosine  # the cosine evaluate_sets uses: evidence matches it exactly
 
 __all__ = ["IDSIM_CLAIMS", "CLAIMS_BY_NOTEBOOK", "benchmark_evidence", "sensitivity_evidence"]
 
@@ -73,7 +73,7 @@ CLAIMS_BY_NOTEBOOK = {"09_train_idsim": ("idsim.1a", "idsim.1b", "idsim.1c", "id
 def benchmark_evidence(sets: Mapping[str, pd.DataFrame], emb: Mapping[str, Mapping[str, np.ndarray]],
                        identity_of: Mapping[str, str] | None = None) -> dict[str, Evidence]:
     """Per-unit evidence of the benchmark claims for every encoder in ``emb`` ({encoder: {key:
-    vector}}), from the sets of :func:`nearid_lib.idsim.bench.mini_benchmark_sets`.
+    vector}}), from the sets of :func:`nearid_lib.idsim.eval_suite.mini_benchmark_sets`.
     ``identity_of`` maps a triplet's anchor key to its identity (the unit; default: the key)."""
     out: dict[str, Evidence] = {}
     ident = identity_of or {}

@@ -22,18 +22,12 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from ..hub import resolve
 from ..judge import JudgeScores, VLMJudge, score_pairs_sharded
-from .bench import graded_metrics
+from ..judge.prompts import IDSIM_JUDGE_PROMPT
+from .eval_suite import graded_metrics
 
 __all__ = ["IDSIM_JUDGE_PROMPT", "CallableJudge", "idsim_judge", "judge_graded", "mllm_table"]
-
-IDSIM_JUDGE_PROMPT = """You are an identity metric for images. Look at the two images and decide whether they show the same instance: the same individual animal or the very same physical object, not just the same kind of thing.
-
-Judge only stable, instance-specific evidence on the subject. Changes of pose, background and lighting are not evidence either way.
-
-Reply with one JSON object and nothing else:
-{"same_instance": 0 or 1, "confidence": <number between 0 and 1>, "similarity": <number between 0 and 1, higher = more likely the same instance>}"""
-
 
 class CallableJudge:
     """A judge from any function ``answer(images_a, images_b) -> list[str]`` of raw answers (an API
@@ -56,8 +50,6 @@ def idsim_judge(name: str, device: str = "cpu", **kw) -> VLMJudge:
     opts = dict(prompt=IDSIM_JUDGE_PROMPT, answer_key="similarity", answer_max=1.0, **kw)
     if name == "tiny":
         return VLMJudge.tiny(**opts)
-    from ..hub import resolve
-
     # through the hub resolver: the NEARID_HUB_DIR mirror folder, or the repo id (hub / its cache)
     judge = VLMJudge.from_pretrained(resolve(name, "model").source, device=device, **opts)
     judge.name = name.rstrip("/").split("/")[-1]
@@ -67,7 +59,7 @@ def idsim_judge(name: str, device: str = "cpu", **kw) -> VLMJudge:
 def judge_graded(judge, graded: pd.DataFrame, image: Callable, max_pairs: int | None = None
                  ) -> tuple[dict[str, float], pd.DataFrame]:
     """Score the graded pairs (columns ``img1``, ``img2``, ``c``, ``rating``: the Subjects2k /
-    DreamBench++ analogue of :func:`nearid_lib.idsim.bench.mini_benchmark_sets`) with ``judge``.
+    DreamBench++ analogue of :func:`nearid_lib.idsim.eval_suite.mini_benchmark_sets`) with ``judge``.
 
     ``max_pairs`` keeps the first pairs of every ``rating`` level in turn (a cost cap that keeps the
     label mix). Returns ({subjects2k_ap, dreambench_spearman, coverage, n_pairs}, per-pair answers);

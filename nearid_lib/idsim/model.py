@@ -44,8 +44,8 @@ from torch import nn
 
 from ..config_sections import IDSimConfig
 from ..io_utils import atomic_write, write_json
+from ..models import load_encoder, resolve_name
 from ..models.backbones import Encoder, EncoderOutput, TimmEfficientNetEncoder, folded_copy
-from ..models.registry import load_encoder, resolve_name
 
 __all__ = ["IDSimSpec", "IDSimModel", "ProjectionMLP", "build_idsim", "save_idsim", "load_idsim",
            "is_idsim_checkpoint", "idsim_encoder", "VIT_LORA_TARGETS", "WEIGHTS_FILE", "CONFIG_FILE"]

@@ -35,6 +35,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from ..hub import model_source
 from ..metrics.retrieval import expected_average_precision
 from ..seeding import make_rng
 
@@ -145,8 +146,6 @@ class SAMMaskPredictor:
     @classmethod
     def from_pretrained(cls, name_or_path: str = "facebook/sam-vit-huge", device: str = "cpu") -> "SAMMaskPredictor":
         from transformers import SamModel, SamProcessor
-
-        from ..hub import model_source
 
         # through the hub resolver: the NEARID_HUB_DIR mirror folder, or the repo id at its pinned revision
         src, kw = model_source(name_or_path)

@@ -45,17 +45,14 @@ normalised tokens = the release's patch embedding) reads the release's own quant
 
 ``load_encoder("idsim-release")`` builds it through :mod:`nearid_lib.hub` (both repos from the
 local mirror when ``NEARID_HUB_DIR`` is set); ``tiny=True`` reads the tiny release that the dry-run
-mirror holds (:func:`nearid_lib.dryrun.idsim.write_idsim_backbones`) and needs ``NEARID_HUB_DIR``.
+mirror holds (:func:`nearid_lib.paper_fixtures.idsim.write_idsim_backbones`) and needs ``NEARID_HUB_DIR``.
 """
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import math
 import os
-import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -65,9 +62,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import hub
+from ..models import load_encoder, resolve_device
+from ..models.backbones import _from_pretrained
 from ..models.encoder_base import IMAGENET_MEAN, IMAGENET_STD, Encoder, EncoderOutput, Preprocess
-from .release_adapter import (AdapterConfig, Delta, ReleaseFormatError, encoder_layers, merge_adapter,  # noqa: F401
-                              read_adapter)
+from ..runmeta import code_fingerprint
+from .release_adapter import AdapterConfig, Delta, ReleaseFormatError, encoder_layers, merge_adapter, read_adapter  # noqa: F401
 
 __all__ = ["RELEASE_REPO", "BASE_REPO", "RELEASE_FILES", "RELEASE_IMAGE_SIZE", "HEAD_KEYS", "ReleaseFormatError",
            "AdapterConfig", "ResidualHead", "IDSimRelease", "read_adapter", "merge_adapter", "load_head",
@@ -264,8 +263,6 @@ class IDSimRelease(Encoder):
     def cache_key(self) -> str:
         """Identity of the produced features: weights (the release files' hash and the base's
         source), dtype, preprocessing and this module's code."""
-        from ..runmeta import code_fingerprint
-
         code = code_fingerprint("idsim/release_model.py", "models/encoder_base.py", "imageio.py")
         return (f"{self.name}|tiny={int(self.tiny)}|w={self.weights}|dtype={str(self.dtype).replace('torch.', '')}"
                 f"|{self.preprocess.key()}|code={code}")
@@ -324,8 +321,6 @@ def load_idsim_release(repo_or_dir: str | os.PathLike = RELEASE_REPO, base: str 
     the file and key that does not map."""
     from transformers import DINOv3ViTModel
 
-    from ..models.backbones import _from_pretrained
-
     folder, rev = _release_folder(str(repo_or_dir))
     for f in RELEASE_FILES:
         if not (folder / f).is_file():
@@ -381,8 +376,8 @@ def release_encoder(tiny: bool = False, checkpoint: str | os.PathLike | None = N
                          f"LoRA and heads of checkpoint= over base=; there is no random-init release)")
     if tiny and hub.hub_dir() is None:
         raise OSError(f"idsim-release: tiny=True reads the tiny release of a dry-run mirror, and "
-                      f"{hub.HUB_DIR_ENV} is not set. Write one with `python -m nearid_lib.dryrun HUB_DIR "
-                      f"DOWNLOADS_DIR` (nearid_lib.dryrun.idsim.write_idsim_backbones) and set "
+                      f"{hub.HUB_DIR_ENV} is not set. Write one with `python -m nearid_lib.paper_fixtures HUB_DIR "
+                      f"DOWNLOADS_DIR` (nearid_lib.paper_fixtures.idsim.write_idsim_backbones) and set "
                       f"{hub.HUB_DIR_ENV}=HUB_DIR, or load the real release with tiny=False")
     return load_idsim_release(checkpoint or hub_id or RELEASE_REPO, base or BASE_REPO, device="cpu",
                               dtype=kw.get("dtype"), image_size=kw.get("image_size"), tiny=tiny)
@@ -392,8 +387,6 @@ def load_release_row(cfg, device=None) -> "IDSimRelease":
     """The released ID-Sim of a profile (``idsim.released_model``, the registered encoder
     ``idsim-release``) at ``idsim.image_size`` (448 in ``paper``), on ``device`` (default: the
     profile's): the ID-Sim row of notebooks 09 and 12."""
-    from ..models import load_encoder, resolve_device
-
     kw = {"image_size": cfg.idsim.image_size} if cfg.idsim.image_size else {}
     return load_encoder("idsim-release", device=resolve_device(cfg.device) if device is None else device,
                         checkpoint=cfg.idsim.released_model, **kw)[0]

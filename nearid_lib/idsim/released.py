@@ -19,7 +19,7 @@ What the authors publish (read from their package, ``JuliaChae/id_sim``, June 20
 * Benchmarks: Subjects2k (new, hub dataset ``chaenayo/Subjects2k``: ``reference_image``,
   ``test_image``, ``pair_id``, ``human_votes``, ``human_agreement``, ``binary_label``,
   ``num_human_votes``, ``gpt_score``) and DreamBench++ (its own release,
-  :func:`nearid_lib.data.benchmarks.load_dreambenchpp`). PODS, DeepFashion2, AerialCattle2017,
+  :func:`nearid_lib.data.eval_datasets.load_dreambenchpp`). PODS, DeepFashion2, AerialCattle2017,
   PetFace and CUTE are public datasets, but the evaluation subsets ID-Sim drew from them (PetFace's
   3,250 pairs, CUTE's 1,800 triplets, AerialCattle's 2,329 filtered images, the DeepFashion2 query /
   gallery lists) are not published: :data:`UNPUBLISHED_BENCHMARKS`.
@@ -50,14 +50,29 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from ..data.schema import DataError
+from .public_eval import (
+    SUBJECTS2K_COLUMNS,
+    dbpp_gpt_metrics,
+    dbpp_metrics,
+    judge_metrics,
+    judge_pairs,
+    load_subjects2k,
+    pair_scores,
+    subjects2k_gpt_metrics,
+    subjects2k_metrics,
+)
 from .release_model import RELEASE_FILES, load_release_row
-from .public_bench import (SUBJECTS2K_COLUMNS, dbpp_gpt_metrics, dbpp_metrics, judge_metrics, judge_pairs,
-                           load_subjects2k, pair_scores, subjects2k_gpt_metrics, subjects2k_metrics)
 
 if TYPE_CHECKING:
     from ..config import Profile
 
-from ..data.benchmarks import DreamBenchPP
+from ..data.eval_datasets import DBPP_DIRNAME, DOWNLOAD_STEPS, DreamBenchPP, dbpp_mean_ratings, load_dreambenchpp
+from ..models import load_encoder, resolve_device, resolve_name
+from ..paths import downloads_dir
+from .ablations import OUTPUTS
+from .eval_suite import BENCH_INFO
+from .mllm import idsim_judge, mllm_table
+from .release_model import release_available
 
 __all__ = ["RELEASED_FILES", "DINOV3_NATIVE_WEIGHTS", "SUBJECTS2K_COLUMNS", "UNPUBLISHED_BENCHMARKS",
            "SENSITIVITY_REASON", "PAPER_MODEL_KEYS", "RELEASE_ROW", "RELEASE_KEY", "released_idsim_reason",
@@ -88,7 +103,7 @@ RELEASE_ROW = "idsim-release"                  # the released ID-Sim's scorer ke
 RELEASE_KEY = "ID-Sim (released checkpoint)"   # its entry in not_scored()
 _RELEASE_2A_ROW = "Ours (ViT-L)"               # its row of paper_values/idsim_table2a_mllm
 
-# our metric ids of the public benchmarks (nearid_lib.idsim.bench.BENCH_INFO keys)
+# our metric ids of the public benchmarks (nearid_lib.idsim.eval_suite.BENCH_INFO keys)
 _DATA = {"subjects2k_ap": "Subjects2k (chaenayo/Subjects2k), binary_label", 
          "subjects2k_auc": "Subjects2k (chaenayo/Subjects2k), binary_label",
          "dreambench_spearman": "DreamBench++ generated images, mean human concept-preservation score",
@@ -100,8 +115,6 @@ def released_idsim_reason(repo_id: str) -> str | None:
     which one is not in the hub mirror, with the download command (:class:`~nearid_lib.hub.HubError`'s
     message); None when both are in the mirror, or when no mirror is set (the hub is asked at load
     time, and a failed load is the reason then)."""
-    from .release_model import release_available
-
     return release_available(repo_id)
 
 
@@ -109,8 +122,6 @@ def released_idsim_reason(repo_id: str) -> str | None:
 def load_frozen_row(cfg: Profile, name: str, device=None):
     """One of ``cfg.idsim.frozen_rows`` through the encoder registry (weights through
     :mod:`nearid_lib.hub`; DINO rows at ``idsim.image_size``, the others at their native size)."""
-    from ..models import load_encoder, resolve_device
-
     kw = {"image_size": cfg.idsim.image_size} if cfg.idsim.image_size and name.startswith("dino") else {}
     return load_encoder(name, device=resolve_device(cfg.device) if device is None else device, **kw)[0]
 
@@ -165,10 +176,6 @@ def load_benchmarks(cfg: Profile) -> tuple[Any, DreamBenchPP | None, pd.DataFram
     ``downloads_dir()/"dreambenchpp"`` in its publishers' layout with its mean-rating pairs; a
     benchmark that cannot be read is None with its reason in ``missing``. At most
     ``idsim.max_pairs`` pairs of each."""
-    from ..data.benchmarks import load_dreambenchpp
-    from ..nearid.dbpp import DBPP_DIRNAME, DOWNLOAD_STEPS, dbpp_mean_ratings
-    from ..paths import downloads_dir
-
     missing: dict[str, str] = {}
     try:
         s2k = load_subjects2k(cfg.idsim.subjects2k_repo, max_pairs=cfg.idsim.max_pairs)
@@ -210,8 +217,6 @@ def score_released(cfg: Profile, nearid=None, log=print) -> ReleasedScores:
     03's, when given), the datasets' own
     GPT-4o annotations, and the open MLLM judge ``idsim.mllm_judge`` (on at most
     ``idsim.mllm_max_pairs`` pairs per benchmark)."""
-    from ..models import resolve_device, resolve_name
-
     bs = cfg.idsim.eval_batch_size
     s2k, db, pairs, missing = load_benchmarks(cfg)
     out = ReleasedScores(missing=dict(missing), n_s2k=len(s2k) if s2k is not None else 0,
@@ -266,7 +271,6 @@ def score_released(cfg: Profile, nearid=None, log=print) -> ReleasedScores:
                                              f"cover {g['n_pairs']} of the rated pairs: no MLLM* DreamBench++ value")
     if cfg.idsim.mllm_judge:
         try:
-            from .mllm import idsim_judge
             judge = idsim_judge(cfg.idsim.mllm_judge, device=str(resolve_device(cfg.device)),
                                 max_new_tokens=cfg.idsim.mllm_max_new_tokens)
         except (OSError, ValueError) as err:
@@ -291,8 +295,6 @@ def released_table(sc: ReleasedScores, profile: str) -> pd.DataFrame:
     """Long table beside ``paper_values/idsim_fig25_full_results`` (keys model, metric_id): one row
     per (scorer, public metric) with ``data`` (what was scored) and ``n`` (pairs scored). Frozen
     rows with a paper counterpart take its model key (:data:`PAPER_MODEL_KEYS`)."""
-    from .bench import BENCH_INFO
-
     rows = []
     for enc, res in sc.results.items():
         for mid, v in res.items():
@@ -308,8 +310,6 @@ def released_mllm_table(sc: ReleasedScores, profile: str) -> pd.DataFrame:
     """ID-Sim Table 2a from public data: the embedding rows, ``MLLM* (GPT-4o)`` = the datasets' own
     GPT-4o annotations (Subjects2k ``gpt_score``, DreamBench++ GPT ratings) and the open judge; a
     NaN cell says why in ``note``."""
-    from .mllm import mllm_table
-
     results = {k: {**v, "n_pairs": None} for k, v in sc.results.items()}
     labels = {k: (_RELEASE_2A_ROW if k == RELEASE_ROW else "", sc.labels[k]) for k in sc.results}
     notes = {k: "" for k in sc.results}
@@ -384,8 +384,6 @@ def not_scored(cfg: Profile, sc: ReleasedScores | None = None) -> dict[str, str]
 def world_only_tables(cfg: Profile) -> dict[str, str]:
     """Tables notebook 09 writes from a trained ID-Sim that the ``released`` source cannot produce,
     with the reason for each (table name -> reason)."""
-    from .ablations import OUTPUTS
-
     no_train = ("needs ID-Sim models trained with the recipe changed in one place, and ID-Sim's curated "
                 "training set (real instance pairs + generative edits, App. A) is not public")
     out = {OUTPUTS[k]: f"training ablation ({k}): {no_train}" for k in cfg.idsim.ablation_tables}

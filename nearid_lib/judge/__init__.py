@@ -14,6 +14,7 @@ a NaN similarity) and the coverage is reported beside them.
 - :mod:`.model`: :class:`VLMJudge`, the NearID prompt, the tiny offline Qwen3-VL
 - :mod:`.answers`: :func:`parse_judge_answer` and :class:`JudgeScores` (no model needed)
 - :mod:`.shards`: :func:`score_pairs_sharded`, the judge over every process of a launch
+- :mod:`.prompts`: ID-Sim's standardised prompt (:data:`~.prompts.IDSIM_JUDGE_PROMPT`)
 - :mod:`.cli`: ``python -m nearid_lib.judge``, a CSV of pairs judged
 
 Public API::

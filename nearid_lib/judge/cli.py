@@ -14,8 +14,10 @@ from typing import Any, Iterable
 
 import torch
 
+from ..io_utils import write_csv
 from ..launch import end_launch, launched_state
-from .model import VLMJudge
+from .model import VLMJudge, read_prompt_file
+from .prompts import IDSIM_JUDGE_PROMPT
 from .shards import score_pairs_sharded
 
 __all__ = ["main"]
@@ -47,8 +49,6 @@ def main(argv: Iterable[str] | None = None):
     import pandas as pd
     from PIL import Image
 
-    from ..io_utils import write_csv
-
     args = _parse(argv)
     state = launched_state()
     kw: dict[str, Any] = {}
@@ -57,12 +57,8 @@ def main(argv: Iterable[str] | None = None):
     if args.batch_size is not None:
         kw["batch_size"] = args.batch_size
     if args.prompt == "idsim":
-        from ..idsim.mllm import IDSIM_JUDGE_PROMPT
-
         kw.update(prompt=IDSIM_JUDGE_PROMPT, answer_key="similarity", answer_max=1.0)
     if args.prompt_file:
-        from .model import read_prompt_file
-
         kw.update(prompt=read_prompt_file(args.prompt_file), prompt_after_images=True, answer_key="score",
                   answer_max=10.0)
     if args.judge == "tiny":

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 import torch
 
+from .. import hub
 from ..compat import ensure_torchvision
 from .answers import JudgeScores
 
@@ -56,8 +57,7 @@ def build_tiny_qwen3vl(seed: int = 0, vocab_size: int = 400, image_px: int = 64,
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     ensure_torchvision()
-    from transformers import (PreTrainedTokenizerFast, Qwen3VLConfig, Qwen3VLForConditionalGeneration,
-                              Qwen3VLProcessor)
+    from transformers import PreTrainedTokenizerFast, Qwen3VLConfig, Qwen3VLForConditionalGeneration, Qwen3VLProcessor
     from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
     from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
 
@@ -153,8 +153,6 @@ class VLMJudge:
         ``trust_remote_code`` stays off unless explicitly requested (Qwen3-VL is native in transformers)."""
         ensure_torchvision()
         from transformers import AutoModelForImageTextToText, AutoProcessor
-
-        from .. import hub
 
         path, hk = hub.model_source(name_or_path)     # NEARID_HUB_DIR mirror / pinned revision
         mk = {"dtype": getattr(torch, dtype), "trust_remote_code": trust_remote_code, **hk}

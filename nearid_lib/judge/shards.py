@@ -9,13 +9,14 @@ an answers folder it is one plain ``scorer.score_pairs`` call."""
 from __future__ import annotations
 
 import json
-from contextlib import nullcontext
 import os
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..io_utils import atomic_write_text
 from ..launch import launched_state
 from .answers import JudgeScores
 
@@ -63,8 +64,6 @@ def _check_fingerprint(answers_dir: Path, fp: dict | None, is_main: bool) -> Non
             raise ValueError(f"{answers_dir} holds the answers of another judge ({old}), not of {fp}; "
                              "use another answers folder")
     elif is_main and fp is not None:
-        from ..io_utils import atomic_write_text
-
         answers_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps(fp, sort_keys=True))
 

@@ -24,8 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .encoder_base import (CLIP_MEAN, CLIP_STD, HALF, IMAGENET_MEAN, IMAGENET_STD, Encoder,  # noqa: F401
-                           EncoderOutput, Preprocess)
+from ..hub import HubError, model_source
+from .encoder_base import CLIP_MEAN, CLIP_STD, HALF, IMAGENET_MEAN, IMAGENET_STD, Encoder, EncoderOutput, Preprocess  # noqa: F401
 
 __all__ = [
     "EncoderOutput", "Encoder", "Preprocess", "TimmEfficientNetEncoder", "SiglipEncoder",
@@ -209,8 +209,6 @@ def _from_pretrained(model_cls, name: str, source: str, dtype: Any, hub_id: str 
     local mirror when ``NEARID_HUB_DIR`` is set), with an error that says what to do when offline.
     ``source="random"``: the architecture of ``hub_id`` (its config only) at random init, the chance
     reference (:func:`~nearid_lib.models.load_encoder` draws it under a fixed seed)."""
-    from ..hub import HubError, model_source
-
     try:
         if source == "random":
             if hub_id is None:
@@ -314,11 +312,13 @@ class DinoEncoder(Encoder):
     def __init__(self, name: str, hub_id: str, version: int = 2, tiny: bool = False, frozen: bool = True,
                  weights: str | None = None, dtype: Any = None, image_size: int | None = None):
         if version == 2:
-            from transformers import Dinov2Config as Cfg, Dinov2Model as Model
+            from transformers import Dinov2Config as Cfg
+            from transformers import Dinov2Model as Model
             tiny_kw = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2,
                            image_size=32, patch_size=8)
         elif version == 3:
-            from transformers import DINOv3ViTConfig as Cfg, DINOv3ViTModel as Model
+            from transformers import DINOv3ViTConfig as Cfg
+            from transformers import DINOv3ViTModel as Model
             tiny_kw = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                            image_size=32, patch_size=8, num_register_tokens=2)
         else:

@@ -13,6 +13,8 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
+from .. import imageio
+from ..code_closure import closure_fingerprint
 from ..imageio import load_image, load_images
 
 __all__ = ["EncoderOutput", "Encoder", "Preprocess", "IMAGENET_MEAN", "IMAGENET_STD", "CLIP_MEAN", "CLIP_STD",
@@ -146,9 +148,6 @@ class Encoder(nn.Module):
         (:func:`~nearid_lib.code_closure.closure_fingerprint`), not the rest of the library: a change
         to that code never serves features computed by the old code, an unrelated edit keeps them.
         The feature stores add their own code (:mod:`nearid_lib.features`)."""
-        from .. import imageio
-        from ..code_closure import closure_fingerprint
-
         code = closure_fingerprint(type(self), type(self.preprocess), imageio)
         return (f"{self.name}|tiny={int(self.tiny)}|w={self.weights}|dtype={str(self.dtype).replace('torch.', '')}"
                 f"|{self.preprocess.key()}|code={code}")

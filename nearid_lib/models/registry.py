@@ -1,4 +1,5 @@
-"""The encoder registry: ``model, preprocess = load_encoder(name, tiny=False, device="cpu", **kw)``.
+"""The encoder registry behind ``model, preprocess = load_encoder(name, tiny=False, device="cpu", **kw)``
+(:mod:`.factory`, the one function that makes encoders, builds registered names here).
 
 =============================  ==============================================  =====================
 name (aliases)                 class / weights                                 tokens x D, pooled E
@@ -23,21 +24,30 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from .backbones import CLIPEncoder, DinoEncoder, Encoder, EncoderOutput, Preprocess, SiglipEncoder, \
-    TimmEfficientNetEncoder
-from .checkpoint import is_head_checkpoint, load_head, load_release_head, load_release_tower
 from ..chance import RANDOM_INIT
+from ..hub import resolve
+from .backbones import (
+    CLIPEncoder,
+    DinoEncoder,
+    Encoder,
+    EncoderOutput,
+    Preprocess,
+    SiglipEncoder,
+    TimmEfficientNetEncoder,
+)
+from .checkpoint import is_head_checkpoint, load_head, load_release_head, load_release_tower
 from .map_head import MAPHead
 
 if TYPE_CHECKING:
     from ..config import BackboneConfig, Profile
 
-__all__ = ["load_backbone", "load_encoder", "split_weights", "RANDOM_INIT", "register_encoder", "list_encoders", "encoder_aliases", "resolve_name",
+__all__ = ["load_backbone", "build_registered", "PLUGIN_GROUP", "split_weights", "RANDOM_INIT", "register_encoder", "list_encoders", "encoder_aliases", "resolve_name",
            "resolve_device", "StackedEncoder", "NearIDEncoder", "RELEASE_REPO"]
 
 RELEASE_REPO = "Aleksandar/nearid-siglip2"
@@ -52,6 +62,20 @@ class _Spec:
 
 _REGISTRY: dict[str, _Spec] = {}
 _ALIASES: dict[str, str] = {}
+# Encoders of packages above the core (ID-Sim's, a user's plug-in) register themselves through the
+# entry points of this group (pyproject.toml: [project.entry-points."nearid.encoders"]), each a
+# function that calls register_encoder; they are loaded the first time a name is looked up.
+PLUGIN_GROUP = "nearid.encoders"
+_PLUGINS_LOADED = False
+
+
+def _load_plugins() -> None:
+    global _PLUGINS_LOADED
+    if _PLUGINS_LOADED:
+        return
+    _PLUGINS_LOADED = True
+    for ep in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
+        ep.load()()
 
 
 def register_encoder(name: str, builder: Callable[..., Encoder], hub_id: str | None = None,
@@ -63,13 +87,15 @@ def register_encoder(name: str, builder: Callable[..., Encoder], hub_id: str | N
 
 
 def list_encoders() -> list[str]:
-    """Registered names (aliases excluded)."""
+    """Registered names (aliases excluded), plug-ins included."""
+    _load_plugins()
     return sorted(_REGISTRY)
 
 
 def encoder_aliases() -> dict[str, str]:
     """Every alias with the registered name it stands for (a copy: register with
     :func:`register_encoder`)."""
+    _load_plugins()
     return dict(_ALIASES)
 
 
@@ -88,6 +114,8 @@ def split_weights(name: str) -> tuple[str, str | None]:
 
 def resolve_name(name: str) -> str:
     """The canonical registry name for ``name`` or an alias; raises naming the valid ones."""
+    if name not in _REGISTRY and name not in _ALIASES:
+        _load_plugins()
     name = _ALIASES.get(name, name)
     if name not in _REGISTRY:
         valid = ", ".join(sorted([*_REGISTRY, *_ALIASES]))
@@ -95,9 +123,10 @@ def resolve_name(name: str) -> str:
     return name
 
 
-def load_encoder(name: str, tiny: bool = False, device: str | torch.device = "cpu",
-                 **kw: Any) -> tuple[Encoder, Preprocess]:
-    """``(model, preprocess)`` for a registered encoder (see the module docstring for the names).
+def build_registered(name: str, tiny: bool = False, device: str | torch.device = "cpu",
+                     **kw: Any) -> tuple[Encoder, Preprocess]:
+    """``(model, preprocess)`` for a registered encoder (see the module docstring for the names):
+    the registered branch of :func:`nearid_lib.models.load_encoder`, which every caller uses.
 
     ``model(pixel_values)`` returns ``EncoderOutput(tokens, pooled)``; ``model.embed(list_of_pil)``
     gives L2-normalised embeddings; ``preprocess(pil) -> Tensor[3, H, W]``."""
@@ -139,7 +168,7 @@ def load_backbone(cfg: Profile | BackboneConfig, device: str | torch.device | No
 
     ``name`` loads another registered encoder the way this profile loads encoders (its tiny flag;
     its image size only where the encoder runs at any size, i.e. CNNs): the frozen encoders that
-    NearID-bench scores beside the head. Extra keyword arguments go to :func:`load_encoder`."""
+    NearID-bench scores beside the head. Extra keyword arguments go to :func:`build_registered`."""
     bc = getattr(cfg, "backbone", cfg)
     if device is None:
         device = resolve_device(getattr(cfg, "device", "cpu"))
@@ -151,7 +180,7 @@ def load_backbone(cfg: Profile | BackboneConfig, device: str | torch.device | No
         kw.setdefault("dtype", bc.dtype)
     if own and getattr(bc, "token_layer", None):
         kw.setdefault("token_layer", bc.token_layer)
-    return load_encoder(name, tiny=bc.tiny, device=device, **kw)
+    return build_registered(name, tiny=bc.tiny, device=device, **kw)
 
 
 # ----------------------------------------------------------------------------- builders
@@ -288,8 +317,6 @@ def _nearid(name, hub_id, tiny=False, checkpoint=None, backbone=None, head=None,
             source = f"ckpt:{Path(ckpt).name}"
         else:
             if _looks_like_repo_id(ckpt):
-                from ..hub import resolve
-
                 where = resolve(ckpt)            # the local mirror (NEARID_HUB_DIR) or the hub
                 if where.local:
                     ckpt = where.source
@@ -320,7 +347,7 @@ def _nearid(name, hub_id, tiny=False, checkpoint=None, backbone=None, head=None,
         bb_kw.setdefault("image_size", meta_backbone["image_size"])
     if meta_backbone.get("token_layer"):
         bb_kw.setdefault("token_layer", meta_backbone["token_layer"])
-    bb, _ = load_encoder(bb_name, tiny=bb_tiny, **bb_kw)
+    bb, _ = build_registered(bb_name, tiny=bb_tiny, **bb_kw)
     if release_path is not None and isinstance(bb, SiglipEncoder):
         # the release stores the (frozen) tower too: use it when it is complete
         if load_release_tower(release_path, bb.model):
@@ -335,28 +362,3 @@ def _nearid(name, hub_id, tiny=False, checkpoint=None, backbone=None, head=None,
 
 
 register_encoder("nearid", _nearid, RELEASE_REPO, doc="frozen backbone + trained MAP head")
-
-
-def _idsim(name, hub_id, tiny=False, **kw):
-    # ID-Sim's model lives in its paper package: imported when one is built, so the registry is
-    # complete at import without the core loading a paper package
-    from ..idsim.model import idsim_encoder
-
-    return idsim_encoder(tiny=tiny, **kw)
-
-
-register_encoder("idsim", _idsim, None, doc="ID-Sim: frozen backbone + LoRA + CLS/patch heads "
-                 "(nearid_lib.idsim.model)")
-
-
-def _idsim_release(name, hub_id, tiny=False, **kw):
-    # the released ID-Sim (LoRA merged into the transformers DINOv3, its two heads): built by its
-    # paper package, imported when one is built, like _idsim
-    from ..idsim.release_model import release_encoder
-
-    return release_encoder(tiny=tiny, hub_id=hub_id, **kw)
-
-
-register_encoder("idsim-release", _idsim_release, "chaenayo/id-sim_dinov3_vitl16_cls_patch",
-                 doc="the released ID-Sim: DINOv3 ViT-L/16 + its LoRA (merged) + mlp_cls / mlp_patch, 448 px "
-                     "(nearid_lib.idsim.release_model; checkpoint=, base=, image_size=)")

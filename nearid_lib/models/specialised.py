@@ -22,9 +22,10 @@ import copy
 import torch
 from torch import nn
 
+from ..hub import model_source, resolve
 from .backbones import CLIP_MEAN, CLIP_STD, IMAGENET_MEAN, IMAGENET_STD, Encoder, EncoderOutput, Preprocess
 from .classifier import FeatureClassifier
-from .registry import StackedEncoder, load_encoder, register_encoder
+from .registry import StackedEncoder, build_registered, register_encoder
 
 __all__ = ["OpenClipEncoder", "RemoteCodeEncoder", "ClassifierEncoder", "RemoteCodeError",
            "MIEWID_HUB_ID", "BIOCLIP2_HUB_ID", "open_clip_source", "TINY_OPEN_CLIP"]
@@ -45,8 +46,6 @@ def open_clip_source(name: str) -> str:
     when ``NEARID_HUB_DIR`` is set (a missing repo is a :class:`~nearid_lib.hub.HubError` with its
     download command), stays ``hf-hub:<org>/<repo>`` otherwise; other names (open_clip's built-in
     configs, ``local-dir:``) pass unchanged."""
-    from ..hub import resolve
-
     repo = name[len("hf-hub:"):] if name.startswith("hf-hub:") else name
     if name.startswith("local-dir:") or repo.count("/") != 1 and not name.startswith("hf-hub:"):
         return name
@@ -92,8 +91,6 @@ class RemoteCodeEncoder(Encoder):
                 f"allow_remote_code=True) or RetrievalConfig.allow_remote_code=True.")
         from transformers import AutoModel
 
-        from ..hub import model_source
-
         path, kw_src = model_source(weights or hub_id)      # the local mirror (NEARID_HUB_DIR) or the hub
         model = AutoModel.from_pretrained(path, trust_remote_code=True, **kw_src)
         super().__init__(name, Preprocess(image_size, IMAGENET_MEAN, IMAGENET_STD, "squash", 1.0, "bilinear"),
@@ -137,7 +134,7 @@ def _classifier(name, hub_id, tiny=False, checkpoint=None, backbone="efficientne
                              "or checkpoint= (a file saved with FeatureClassifier.save)")
         classifier, meta = FeatureClassifier.load(checkpoint)
         backbone = meta.get("backbone", backbone)
-    bb, _ = load_encoder(backbone, tiny=tiny, **kw)
+    bb, _ = build_registered(backbone, tiny=tiny, **kw)
     return ClassifierEncoder(name, bb, classifier, source=f"clf:{classifier.fingerprint()[:10]}")
 
 

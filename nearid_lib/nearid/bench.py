@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import pandas as pd
 
 from .dbpp import dbpp_standin
-from .embedder import image_groups
+from ..data.groups import image_groups
 from .evaluate import EncoderResult, evaluate_encoder, source_groups
 from .pairs import grid_pairs
 

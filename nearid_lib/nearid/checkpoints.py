@@ -16,13 +16,15 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..config import profile_to_dict
+from ..paths import out_dir
 from ..code_closure import closure_fingerprint
 
 if TYPE_CHECKING:
     from ..config import Profile
     from ..data import NearIDData
 
-__all__ = ["save_train_state", "latest_state", "load_train_state", "config_key", "data_fingerprint", "run_key"]
+__all__ = ["save_train_state", "latest_state", "load_train_state", "config_key", "data_fingerprint", "run_key",
+           "run_dir"]
 
 
 def save_train_state(directory: Path, step: int, head, opt, sched, extra: dict | None = None) -> Path:
@@ -119,3 +121,11 @@ def run_key(cfg: Profile, data: NearIDData) -> str:
     stale result and an edit elsewhere keeps it."""
     part = f"{config_key(cfg)}|{data_fingerprint(data)}|{training_code()}"
     return hashlib.sha1(part.encode()).hexdigest()[:12]
+
+
+def run_dir(cfg: Profile, data: NearIDData, run_root: str | os.PathLike | None = None) -> Path:
+    """The folder of the run ``cfg`` on ``data`` (``<out>/head_runs/<run key>``): where
+    :func:`~nearid_lib.nearid.sweep.train_and_score` trains and looks for a finished run, and where
+    ``python -m nearid_lib.nearid.train`` (e.g. under ``accelerate launch``) trains by default, so the
+    notebooks reuse that training."""
+    return (Path(run_root) if run_root is not None else out_dir(cfg.name) / "head_runs") / run_key(cfg, data)

@@ -19,16 +19,17 @@ import pandas as pd
 from PIL import Image
 
 from .. import metrics
-from ..data.benchmarks import DreamBenchPP, load_dreambenchpp
+from ..data.eval_datasets import DBPP_DIRNAME, DOWNLOAD_STEPS, DreamBenchPP, human_rating_rows, load_dreambenchpp
 from ..data.schema import DataError
+from ..features import FeatureStore, embed, file_refs
 from ..paths import downloads_dir
 
 if TYPE_CHECKING:
     from ..config import Profile
     from ..data import NearIDData
 
-__all__ = ["PROCEDURAL_NOTE", "dbpp_standin", "dbpp_human", "dbpp_mean_ratings", "dbpp_root",
-           "dbpp_for_profile", "DBPP_DIRNAME", "DOWNLOAD_STEPS", "dbpp_mh_from_scores", "HEADLINE_CATEGORY"]
+__all__ = ["PROCEDURAL_NOTE", "dbpp_standin", "dbpp_human", "dbpp_root",
+           "dbpp_for_profile", "dbpp_mh_from_scores", "HEADLINE_CATEGORY"]
 
 PROCEDURAL_NOTE = "procedural oracle, not human (DreamBench++ stand-in from the world's edit grids)"
 
@@ -54,31 +55,15 @@ def _pair_scores(benc, a: list, b: list) -> np.ndarray:
     if benc.kind == "pairs":
         res = benc.scorer.score_pairs([_load_rgb(x) for x in a], [_load_rgb(x) for x in b])
         return np.asarray(getattr(res, "scores", res), dtype=np.float64)
-    enc = benc.embedder.encoder
     uniq = list(dict.fromkeys(a + b))
-    e = {}
-    for i in range(0, len(uniq), 64):
-        chunk = uniq[i:i + 64]
-        for u, v in zip(chunk, enc.embed([_load_rgb(x) for x in chunk]).float().cpu().numpy()):
-            e[u] = v
+    rows = embed(benc.embedder.encoder, file_refs(uniq), "full", FeatureStore(), batch_size=32,
+                 desc="DreamBench++ images")
+    e = dict(zip(uniq, rows))
     return np.array([float(np.dot(e[x], e[y])) for x, y in zip(a, b)])
 
 
-def _human_rows(dbpp: DreamBenchPP, max_rows: int | None) -> pd.DataFrame:
-    hum = dbpp.ratings[dbpp.ratings["rater"] == "human"].reset_index(drop=True)
-    if "group" not in hum.columns:
-        hum = hum.assign(group="all")
-    if max_rows is not None:
-        hum = hum.iloc[:max_rows]
-    if "reference" not in hum.columns:
-        ref = dbpp.subjects.drop_duplicates("subject").set_index("subject")["image"]
-        hum = hum.assign(reference=ref.reindex(hum["subject"]).to_numpy())
-    cat = dbpp.subjects.drop_duplicates("subject").set_index("subject")["category"]
-    return hum.assign(category=cat.reindex(hum["subject"]).fillna("").to_numpy())
-
-
 def dbpp_human(dbpp: DreamBenchPP, max_rows: int | None = None) -> Callable[[Any], tuple]:
-    """M-H against DreamBench++ *human* ratings (``nearid_lib.data.benchmarks.load_dreambenchpp``):
+    """M-H against DreamBench++ *human* ratings (``nearid_lib.data.eval_datasets.load_dreambenchpp``):
     per rated image, s(reference image of its subject, generated image); returns a callable for
     :func:`~nearid_lib.nearid.evaluate.evaluate_encoder` ``(benc) -> (M-H dict with kind="human",
     scores)``.
@@ -91,7 +76,7 @@ def dbpp_human(dbpp: DreamBenchPP, max_rows: int | None = None) -> Callable[[Any
     the Fisher-z mean of the four category values; ``per_method`` (Table 2) the object category's
     rows; ``per_category`` (Figure 4) one row per category; ``long`` every row. The categories are
     never pooled into one r. ``scores`` are in the row order of the human ratings."""
-    hum = _human_rows(dbpp, max_rows)
+    hum = human_rating_rows(dbpp, max_rows)
 
     def run(benc):
         s = _pair_scores(benc, hum["reference"].tolist(), hum["image"].tolist())
@@ -129,19 +114,6 @@ def dbpp_mh_from_scores(s: np.ndarray, hum: pd.DataFrame) -> dict:
             "long": long, "groups": groups, "kind": "human"}
 
 
-def dbpp_mean_ratings(dbpp: DreamBenchPP, max_rows: int | None = None) -> pd.DataFrame:
-    """One row per rated generated image (method, subject, prompt_index, reference, image, category)
-    with ``rating`` = the mean human concept-preservation score over the rater groups that rated it
-    (rows no group rated dropped) and ``n_raters``: ID-Sim's DreamBench++ pairs (Spearman/Kendall of
-    a similarity with ``rating``). The authors' further filter (6,921 "valid pairs", 110 subjects)
-    is not published; ``n`` and subjects are reported beside the value instead."""
-    hum = _human_rows(dbpp, None)
-    keys = ["method", "subject", "prompt_index", "reference", "image", "category"]
-    g = hum.dropna(subset=["score"]).groupby(keys, sort=True)["score"]
-    out = g.agg(rating="mean", n_raters="count").reset_index()
-    return out.iloc[:max_rows].reset_index(drop=True) if max_rows is not None else out
-
-
 def dbpp_root(cfg: Profile) -> Path | None:
     """Where the profile reads DreamBench++: ``eval.dbpp_root`` when set, else
     ``downloads_dir()/"dreambenchpp"`` when ``eval.dbpp_human`` (paper), else None (no human
@@ -171,11 +143,3 @@ def dbpp_for_profile(cfg: Profile, max_rows: int | None = None) -> tuple[Callabl
     except DataError as err:
         return None, f"DreamBench++ at {root} cannot be read: {err}"
     return dbpp_human(db, max_rows=max_rows), None
-
-
-DBPP_DIRNAME = "dreambenchpp"
-DOWNLOAD_STEPS = ("unzip data.zip of the hub dataset yuangpeng/dreambench_plus (data/images, data/captions), "
-                  "and the 'Full Samples with 7 methods' (samples/), 'human rating data' "
-                  "(data_human_rating/) and optionally 'GPT rating data' (data_gpt_rating/) zips linked "
-                  "from github.com/yuangpeng/dreambench_plus, all into one folder "
-                  "$NEARID_DOWNLOADS/dreambenchpp")

@@ -36,6 +36,7 @@ import pandas as pd
 
 from .. import metrics
 from ..data.schema import DataError
+from ..paths import downloads_dir
 
 __all__ = ["RATINGS_SUBDIR", "CATEGORIES", "KEY_ALIASES", "METHOD_LABELS", "SCORER_COLUMNS", "SCORER_ROWS",
            "Ratings", "normalise_key", "category_of", "read_score_file", "read_ratings", "ratings_dir",
@@ -194,8 +195,6 @@ def read_ratings(root: str | os.PathLike, extra: Mapping[str, str | os.PathLike]
 def ratings_dir() -> Path | None:
     """``$NEARID_DOWNLOADS/NearID/dreambench_plus/ratings`` when it exists (the authors' GitHub
     release, ``python -m nearid_lib.hub`` clones it), else None."""
-    from ..paths import downloads_dir
-
     d = downloads_dir() / RATINGS_SUBDIR
     return d if d.is_dir() else None
 

@@ -33,69 +33,17 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 import torch
 import torch.nn.functional as F
 
+from ..data.groups import group_items, image_groups
 from ..features import FeatureStore, TokenCache, dataset_refs, dataset_scope, embed
 from ..features.layouts import GroupArrays
+from ..paths import cache_dir
+from .stream import StreamFeatures, open_train_store
 
 if TYPE_CHECKING:
     from ..config import Profile
     from ..data import NearIDData
 
-__all__ = ["Embedder", "image_groups", "group_items", "VIEWS", "SPLITS"]
-
-VIEWS = (1, 2, 3)
-
-SPLITS = ("train", "val", "test")
-
-
-def image_groups(data: NearIDData, splits: Sequence[str] = SPLITS, sources: Sequence[str] | None = None,
-                 mtg: bool = True) -> list[str]:
-    """Image groups ``<kind>@<split>``: kind = ``positives``, ``dist:<source>`` (default: every
-    source), ``mtg`` (if present). One cache per group and variant, so training only encodes the
-    train split of the training sources, and evaluation only val/test."""
-    kinds = ["positives"] + [f"dist:{s}" for s in (data.sources if sources is None else sources)]
-    if mtg and data.mtg is not None and len(data.mtg):
-        kinds.append("mtg")
-    return [f"{k}@{sp}" for k in kinds for sp in splits]
-
-
-def group_items(data: NearIDData, group: str) -> tuple[list[str], list[str]]:
-    """``(relpaths, masks)`` of every image in ``group`` = ``<kind>@<split>`` (table order, no empties).
-
-    Distractor ``nimg_k`` uses ``mask_k`` (it is inpainted into that view's background and mask);
-    MTG originals and their part edits use the image's object mask."""
-    group, _, split = group.partition("@")
-    if split not in SPLITS:
-        raise KeyError(f"image group {group!r}: split {split!r} must be one of {SPLITS} (name kind@split)")
-    sel = (data.positives["split"] == split).to_numpy()
-    pos = data.positives[sel]
-    rels: list[str] = []
-    masks: list[str] = []
-    if group == "positives":
-        for k in VIEWS:
-            ok = pos[f"img{k}"] != ""
-            rels += pos.loc[ok, f"img{k}"].tolist()
-            masks += pos.loc[ok, f"mask{k}"].tolist()
-    elif group.startswith("dist:"):
-        src = group[5:]
-        if src not in data.distractors:
-            raise KeyError(f"unknown distractor source {src!r}; valid: {', '.join(data.distractors)}")
-        d = data.distractors[src][sel]
-        for k in VIEWS:
-            ok = (d[f"nimg{k}"] != "").to_numpy()
-            rels += d.loc[ok, f"nimg{k}"].tolist()
-            masks += pos.loc[ok, f"mask{k}"].tolist()
-    elif group == "mtg":
-        if data.mtg is None:
-            raise KeyError("dataset has no mtg.csv")
-        m = data.mtg[data.mtg["split"] == split]
-        for j in (1, 2):
-            for kind in ("original", "inpainted"):
-                rels += m[f"image_{j}_{kind}"].tolist()
-                masks += m[f"image_{j}_object_mask"].tolist()
-    else:
-        raise KeyError(f"unknown image group {group!r}; valid: positives, dist:<source>, mtg")
-    return rels, masks
-
+__all__ = ["Embedder"]
 
 class Embedder:
     """L2-normalised embeddings of dataset images, from cached frozen-backbone features.
@@ -219,9 +167,6 @@ class Embedder:
         """The :class:`~nearid_lib.nearid.stream.StreamFeatures` over the sharded token store that
         training fills (same folder: backbone, dataset and codec); this process writes its own shards."""
         if self._stream is None:
-            from ..paths import cache_dir
-            from .stream import StreamFeatures, open_train_store
-
             store = open_train_store(self.backbone, self.data, self.cache_root or cache_dir(self.profile),
                                      dtype=self.token_store)
             cuda = getattr(self.backbone, "device", torch.device("cpu")).type == "cuda"

@@ -33,7 +33,8 @@ import torch
 from .. import metrics
 from ..claims import Evidence
 from .dbpp import dbpp_standin
-from .embedder import VIEWS, Embedder, group_items, image_groups
+from .embedder import Embedder
+from ..data.groups import VIEWS, group_items, image_groups
 
 if TYPE_CHECKING:
     from ..data import NearIDData

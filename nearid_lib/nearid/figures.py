@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .embedder import VIEWS
+from ..data.groups import VIEWS
 
 if TYPE_CHECKING:
     from ..data import NearIDData

@@ -17,6 +17,15 @@ import json
 import time
 from typing import Sequence
 
+from ..config import get_profile
+from ..data import load_nearid, nearid_root
+from ..launch import end_launch, launched_state
+from ..runtime import set_torch_threads
+from .bench import bench_variants
+from .evaluate import evaluate_encoder
+from .pairs import grid_pairs
+from .scorers import judge_encoder
+
 __all__ = ["judge_bench", "main"]
 
 
@@ -24,10 +33,6 @@ def judge_bench(cfg, data, benc) -> dict:
     """Run ``benc`` (a judge bench encoder) over every pair of NearID-bench that notebook 04 scores
     (:func:`~nearid_lib.nearid.evaluate.evaluate_encoder` on ``eval.split``, every variant); returns
     the pairs judged, coverage per benchmark and seconds."""
-    from .bench import bench_variants
-    from .evaluate import evaluate_encoder
-    from .pairs import grid_pairs
-
     grid = grid_pairs(data, cfg.eval.split) if cfg.eval.dbpp_standin else None
     t = time.perf_counter()
     evaluate_encoder(benc, data, cfg.eval.split, bench_variants(cfg), grid=grid, dbpp=None)
@@ -42,12 +47,6 @@ def judge_bench(cfg, data, benc) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m nearid_lib.nearid.judge_step --profile paper [--set KEY=VALUE ...]``."""
-    from ..config import get_profile
-    from ..data import load_nearid, nearid_root
-    from ..launch import end_launch, launched_state
-    from ..run import set_torch_threads
-    from .scorers import judge_encoder
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--profile", default="paper")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")

@@ -27,28 +27,26 @@ import os
 import time
 from typing import Sequence
 
+from ..config import get_profile
+from ..data import load_nearid, nearid_root
+from ..launch import end_launch, launched_state
+from ..models import load_backbone, resolve_device
+from ..runtime import set_torch_threads
+from .stream import VARIANTS, eval_items, train_items
+from .train_inputs import train_features
+
 __all__ = ["prefill_items", "main"]
 
 
 def prefill_items(data, cfg) -> list[tuple[str, str]]:
     """``(relpath, mask)`` of every image training (the profile's sources, MTG) and evaluation (val
     and ``eval.split`` of every source, MTG) read, most-reused first, each once."""
-    from .stream import eval_items, train_items
-
     splits = tuple(dict.fromkeys(("val", cfg.eval.split)))
     return list(dict.fromkeys([*train_items(data, cfg), *eval_items(data, splits)]))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m nearid_lib.nearid.prefill_step --profile paper [--set KEY=VALUE ...] [--workers N]``."""
-    from ..config import get_profile
-    from ..data import load_nearid, nearid_root
-    from ..launch import end_launch, launched_state
-    from ..models import load_backbone, resolve_device
-    from ..run import set_torch_threads
-    from .stream import VARIANTS
-    from .train_inputs import train_features
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--profile", default="paper")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")

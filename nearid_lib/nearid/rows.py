@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..seeding import make_rng
-from .embedder import image_groups
+from ..data.groups import image_groups
 
 if TYPE_CHECKING:
     from ..config import Profile
@@ -146,7 +146,7 @@ def steps_per_epoch(n_rows: int, batch_size: int) -> int:
 
 
 def train_groups(data: NearIDData, cfg: Profile) -> list[str]:
-    """The image groups (:func:`~nearid_lib.nearid.embedder.image_groups`) training reads."""
+    """The image groups (:func:`~nearid_lib.data.groups.image_groups`) training reads."""
     return image_groups(data, ("train",), train_sources(data, cfg), mtg=cfg.train.use_mtg)
 
 

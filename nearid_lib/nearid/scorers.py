@@ -21,9 +21,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..features import apply_variant
+from .. import hub
+from ..data.groups import group_items
+from ..features import FeatureStore, apply_variant, dataset_refs, dataset_scope, embed
 from ..judge import VLMJudge, read_prompt_file, score_pairs_sharded
 from ..models import RANDOM_INIT, NearIDEncoder, load_backbone, load_encoder, resolve_name, split_weights
+from ..models.registry import RELEASE_REPO
 from ..paths import cache_dir, checkpoint_dir
 from .embedder import Embedder
 from .evaluate import embed_split, nearid_bench
@@ -33,7 +36,7 @@ if TYPE_CHECKING:
     from ..config import Profile
     from ..data import NearIDData
 
-__all__ = ["CosinePairScorer", "PairBenchEncoder", "EmbeddingBenchEncoder", "load_bench_encoders", "judge_encoder",
+__all__ = ["CosinePairScorer", "PairBenchEncoder", "EmbeddingBenchEncoder", "StoreEmbedder", "StoreBenchEncoder", "load_bench_encoders", "judge_encoder",
            "judge_answers_dir"]
 
 
@@ -205,6 +208,59 @@ class EmbeddingBenchEncoder:
 
 
 # --------------------------------------------------------------------------- encoders of a profile
+# --------------------------------------------------------------------------- any encoder through a feature store
+class StoreEmbedder(Embedder):
+    """An :class:`~nearid_lib.nearid.embedder.Embedder` whose embeddings come from a
+    :class:`~nearid_lib.models.UserEncoder` run on the images themselves (a callable has no tokens to cache), through
+    the library's one feature path (:func:`nearid_lib.features.embed`): rows keyed by relpath in a
+    :class:`~nearid_lib.features.FeatureStore` under ``folder`` (None: memory), scoped to the
+    dataset's fingerprint, written in chunks of ``chunk_images`` as soon as each fills: a killed
+    run loses at most one chunk and the next run embeds only the rest."""
+
+    def __init__(self, encoder, data: NearIDData, folder: Path | None = None,
+                 batch_size: int = 32, progress: bool = True, chunk_images: int = 256):
+        super().__init__(encoder, data, use_cache=False, store_tokens=False, batch_size=batch_size,
+                         progress=progress)
+        self.store = FeatureStore(folder, chunk_items=chunk_images)
+        self.scope = dataset_scope(data)
+
+    def ensure(self, rels: Sequence[str], masks: Sequence[str], variant: str = "full") -> np.ndarray:
+        """Embeddings ``[n, D]`` (L2-normalised) of ``rels`` (with their ``masks`` for a masked
+        variant), embedding the ones not in the store yet."""
+        return embed(self.encoder, dataset_refs(self.data, list(rels), list(masks)), variant, self.store,
+                     scope=self.scope, batch_size=self.batch_size, progress=self.progress)
+
+    def prefetch(self, groups, variants: Sequence[str] = ("full",),
+                 extra: tuple[Sequence[str], Sequence[str]] | None = None) -> None:
+        """Embed every image of ``groups`` for each variant in one pass per variant (one progress
+        bar), with the ``extra`` images (the edit grids) in the full-image pass."""
+        groups = list(groups)
+        for v in variants:
+            rels, masks = [], []
+            for g in groups:
+                r, m = group_items(self.data, g)
+                rels += r
+                masks += m
+            if v == "full" and extra is not None:
+                rels += list(extra[0])
+                masks += list(extra[1])
+            self.ensure(rels, masks, v)
+
+    def embed(self, relpaths: Sequence[str], variant: str = "full") -> torch.Tensor:
+        own = self._owners()
+        missing = [r for r in relpaths if r not in own]
+        if missing:
+            raise KeyError(f"{missing[0]!r} is not an image of the dataset at {self.data.root}")
+        return torch.from_numpy(self.ensure(relpaths, [own[r][1] for r in relpaths], variant).astype(np.float32))
+
+
+class StoreBenchEncoder(EmbeddingBenchEncoder):
+    """The NearID-bench encoder of a callable: every image (dataset or grid) through its StoreEmbedder."""
+
+    def embed(self, data: NearIDData, rels: Sequence[str], masks: Sequence[str], variant: str = "full") -> np.ndarray:
+        return self.embedder.ensure(list(rels), list(masks), variant).astype(np.float64)
+
+
 def _frozen_label(name: str, tiny: bool, random_init: bool = False) -> str:
     if random_init:       # no "frozen" in it: the figures give the chance reference its own grey
         base = {"efficientnet-lite0": "EfficientNet-Lite0 GAP"}.get(name, name)
@@ -217,9 +273,6 @@ def _release_encoder(cfg: Profile, data: NearIDData):
     """The authors' released NearID model (``Aleksandar/nearid-siglip2``: their SigLIP2 tower and
     trained MAP head, through the hub resolver) as a bench encoder, or None with the reason printed
     when the local mirror lacks it."""
-    from .. import hub
-    from ..models.registry import RELEASE_REPO
-
     if not hub.is_available(RELEASE_REPO):
         print(f"nearid-release: row skipped, {RELEASE_REPO} is not in the local hub mirror; fetch it with\n  "
               + hub.download_command(RELEASE_REPO, "model", hub.hub_dir()))

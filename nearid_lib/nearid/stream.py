@@ -44,7 +44,7 @@ from ..code_closure import closure_fingerprint
 from ..features import FeatureStore, apply_variant, dataset_refs, embed
 from ..features.layouts import ShardGrids
 from ..features.shards import ShardedTokenStore
-from .embedder import group_items, image_groups
+from ..data.groups import group_items, image_groups
 from .rows import train_groups
 
 if TYPE_CHECKING:

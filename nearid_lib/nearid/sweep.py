@@ -30,8 +30,8 @@ from __future__ import annotations
 import json
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from multiprocessing import get_context
 from dataclasses import dataclass, field, replace
+from multiprocessing import get_context
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -40,13 +40,18 @@ import pandas as pd
 import torch
 
 from ..claims import Evidence
+from ..config import seeds_of, with_overrides
+from ..data import load_nearid
 from ..io_utils import write_csv, write_json
 from ..models import load_backbone
-from ..paths import out_dir
-from .checkpoints import run_key
+from ..models.checkpoint import load_head
+from ..models.registry import NearIDEncoder
+from ..runtime import set_torch_threads
+from .checkpoints import run_dir
 from .embedder import Embedder
 from .evaluate import embed_split, mtg_bench, mtg_units, nearid_bench, nearid_evidence, summary_row, units_from_bench
 from .group import groups_of, train_group
+from .scorers import EmbeddingBenchEncoder
 from .train import train_head
 
 if TYPE_CHECKING:
@@ -91,11 +96,6 @@ class RunResult:
         return self.directory
 
 
-def seeds_of(cfg: Profile) -> list[int]:
-    """The training seeds of a profile's tables: ``eval.n_seeds`` consecutive seeds from ``cfg.seed``."""
-    return [int(cfg.seed) + i for i in range(max(1, int(cfg.eval.n_seeds)))]
-
-
 def _load(d: Path, key: str, seed: int, label: str) -> RunResult:
     s = json.loads((d / "scores.json").read_text())
     units = {v: pd.read_csv(d / f"units_{s['split']}_{v}.csv", keep_default_na=False,
@@ -104,14 +104,6 @@ def _load(d: Path, key: str, seed: int, label: str) -> RunResult:
     mtg = pd.read_csv(mp, dtype={"unit": str}) if mp.exists() else None
     return RunResult(key, seed, label or s.get("label", ""), d, s["seconds"], s["steps"], s["final_loss"], True,
                      s["scores"], units, mtg)
-
-
-def run_dir(cfg: Profile, data: NearIDData, run_root: str | os.PathLike | None = None) -> Path:
-    """The folder of the run ``cfg`` on ``data`` (``<out>/head_runs/<run key>``): where
-    :func:`train_and_score` trains and looks for a finished run, and where
-    ``python -m nearid_lib.nearid.train`` (e.g. under ``accelerate launch``) trains by default, so the
-    notebooks reuse that training."""
-    return (Path(run_root) if run_root is not None else out_dir(cfg.name) / "head_runs") / run_key(cfg, data)
 
 
 _run_dir = run_dir
@@ -191,14 +183,10 @@ class Sweep:
              column: str = "dbpp_mh") -> pd.DataFrame:
         """DreamBench++ metric-to-human of every row: each run's head (its checkpoint folder) on
         ``backbone``, scored by ``dbpp`` (:func:`~nearid_lib.nearid.dbpp.dbpp_for_profile`'s
-        callable, or :func:`~nearid_lib.nearid.dbpp.standin_scorer`'s procedural stand-in with
+        callable, or :func:`~nearid_lib.nearid.bench.standin_scorer`'s procedural stand-in with
         ``column="dbpp_mh_procedural"``), embedded through the caches of ``profile`` (the notebook's
         resolved profile; None: the defaults of an :class:`Embedder` without one); one line per row:
         ``key``, ``<column>`` (mean over seeds), ``<column>_sd``."""
-        from ..models.checkpoint import load_head
-        from ..models.registry import NearIDEncoder
-        from .scorers import EmbeddingBenchEncoder
-
         out = []
         for r in self.rows:
             vals = []
@@ -214,9 +202,6 @@ class Sweep:
 
 def _train_in_worker(cfg: Profile, root: str, kw: dict, threads: int) -> str:
     """One run in a worker process (see the module docstring): returns its run folder."""
-    from ..data import load_nearid
-    from ..run import set_torch_threads
-
     set_torch_threads(threads, cfg.runtime.tune_malloc)   # same thread count: same float summation order
     cfg = replace(cfg, runtime=replace(cfg.runtime, workers=1))     # no nested process pools (feature caches)
     res = train_and_score(cfg, load_nearid(root), None, progress=False, **kw)
@@ -226,9 +211,6 @@ def _train_in_worker(cfg: Profile, root: str, kw: dict, threads: int) -> str:
 def _group_in_worker(cfgs: list, root: str, kw: dict, threads: int) -> list[str]:
     """One group of runs in a worker process: trained together (:func:`~.group.train_group`), then
     each scored (:func:`train_and_score` finds it trained)."""
-    from ..data import load_nearid
-    from ..run import set_torch_threads
-
     set_torch_threads(threads, cfgs[0].runtime.tune_malloc)
     cfgs = [replace(c, runtime=replace(c.runtime, workers=1)) for c in cfgs]
     data = load_nearid(root)
@@ -332,8 +314,6 @@ def run_rows(cfg: Profile, data: NearIDData, encoder, rows: Sequence[RowSpec], s
     """Train and score every row for every seed (``seeds``: default :func:`seeds_of`), reusing
     finished runs; prints one line per run. ``workers`` (default ``cfg.runtime.workers``): train the
     missing runs in that many processes first (real backbones only, see the module docstring)."""
-    from ..config import with_overrides
-
     workers = cfg.runtime.workers if workers is None else int(workers)
     configs = [replace(with_overrides(cfg, r.overrides), seed=int(s)) for r in rows
                for s in (seeds_of(cfg) if seeds is None else seeds)]

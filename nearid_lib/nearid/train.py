@@ -43,10 +43,10 @@ from ..paths import checkpoint_dir
 from ..io_utils import write_json
 from ..launch import end_launch
 from ..models import MAPHead, load_backbone, resolve_device, save_head
-from ..run import set_torch_threads
+from ..runtime import set_torch_threads
 from ..seeding import make_rng
 from . import distributed
-from .checkpoints import latest_state, load_train_state, run_key, save_train_state
+from .checkpoints import latest_state, load_train_state, run_dir, run_key, save_train_state
 from .embedder import Embedder
 from .evaluate import evaluate_split
 from .losses import make_loss_parameters
@@ -305,9 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.out:
         out = Path(args.out)
     else:
-        from .sweep import run_dir   # the folder notebook 03's run of this configuration uses
-
-        out = run_dir(cfg, data)
+        out = run_dir(cfg, data)     # the folder notebook 03's run of this configuration uses
     res = train_head(cfg, data, out_dir=out, resume=not args.no_resume, stop_after=args.stop_after)
     if res.evals:
         print(json.dumps(res.evals[-1], indent=1, default=float))

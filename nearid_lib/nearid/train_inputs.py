@@ -22,8 +22,10 @@ import torch
 from PIL import Image, ImageEnhance
 
 from ..features import apply_variant
+from ..paths import cache_dir
 from .embedder import Embedder
 from .rows import train_groups
+from .stream import StreamFeatures, open_train_store, process_writer
 
 if TYPE_CHECKING:
     from ..config import Profile
@@ -106,9 +108,6 @@ def train_features(cfg: Profile, data: NearIDData, backbone, rank: int = 0, cach
     tc = cfg.train
     if not tc.use_cache or tc.token_store == "cache":
         return TrainFeatures(backbone, data, cfg, cache_root=cache_root, progress=progress)
-    from ..paths import cache_dir
-    from .stream import StreamFeatures, open_train_store, process_writer
-
     store = open_train_store(backbone, data, cache_root or cache_dir(cfg.name), dtype=tc.token_store,
                              writer=process_writer(f"rank{rank}"))
     cuda = getattr(backbone, "device", torch.device("cpu")).type == "cuda"

@@ -27,7 +27,10 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
+from ..data.masks import save_tiny_clipseg
 from ..data.released import RELEASED_SOURCES, distractor_features, mtg_features, positive_features
+from ..judge import build_tiny_qwen3vl
+from .dbpp import write_ratings
 
 __all__ = ["FIXTURE_REVISION", "write_nearid_datasets", "write_nearid_models", "write_dataset_repo",
            "write_disk_repo", "SOURCE_PX", "fixture_splits", "write_authors_release"]
@@ -259,10 +262,8 @@ def write_authors_release(downloads_dir: Path, n_ids: int = 18, seed: int = 0) -
     """The files of the authors' GitHub release (``Gorluxor/NearID``) that the paper path reads, in
     its layout, at ``downloads_dir/NearID``: ``splits/{train,val,test}.json`` (sorted 0-based row
     positions of :func:`fixture_splits`), ``dreambench_plus/ratings`` (per-image scores of every
-    scorer and both human groups, :func:`nearid_lib.dryrun.dbpp.write_ratings`) and
+    scorer and both human groups, :func:`nearid_lib.paper_fixtures.dbpp.write_ratings`) and
     ``evaluation/vl_template_v2.txt`` (a judge prompt asking for a 0-10 JSON score)."""
-    from .dbpp import write_ratings
-
     root = Path(downloads_dir) / "NearID"
     (root / "splits").mkdir(parents=True, exist_ok=True)
     parts = fixture_splits(n_ids)
@@ -325,9 +326,6 @@ def _save_release(path: Path, siglip) -> None:
 def write_nearid_models(hub_dir: Path) -> list[str]:
     """Tiny random-init models of the NearID tables' classes under the paper's repo ids; returns them."""
     from transformers import CLIPConfig, CLIPModel, Dinov2Config, Dinov2Model
-
-    from ..data.masks import save_tiny_clipseg
-    from ..judge import build_tiny_qwen3vl
 
     hub_dir = Path(hub_dir)
     siglip = _save_siglip2(hub_dir / "google" / "siglip2-so400m-patch14-384")

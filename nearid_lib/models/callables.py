@@ -5,7 +5,7 @@ path), read in that order by :func:`import_spec`.
 Nothing is imported to find out what a string is but the packages of a dotted path, so a plain
 module is never run as a side effect (``file.py:fn`` does not import a module ``file``), and every
 failure is one :class:`EncoderSpecError` line saying what was tried and why each reading failed.
-:mod:`nearid_lib.user_encoders` reads the other kinds (registered names, hub identifiers).
+:func:`nearid_lib.models.load_encoder` reads the other kinds (registered names, hub identifiers).
 """
 from __future__ import annotations
 

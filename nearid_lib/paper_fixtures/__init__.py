@@ -1,7 +1,7 @@
 """The paper profile's dry run: a fixture mirror of everything ``PROFILE=paper`` reads, in the
 published layouts exactly, with tiny images and tiny random-init models of the paper's classes.
 
-``python -m nearid_lib.dryrun HUB_DIR DOWNLOADS_DIR`` writes
+``python -m nearid_lib.paper_fixtures HUB_DIR DOWNLOADS_DIR`` writes
 
 - ``HUB_DIR/<org>/<name>``: every hub repository of the paper profile as ``hf download
   --local-dir`` leaves it (datasets in their publishers' layouts: parquet shards + ``README.md``
@@ -22,6 +22,14 @@ import math
 from pathlib import Path
 
 import pandas as pd
+
+from ..gates import closed_gates, gates_for
+from ..io_utils import read_table_meta, skip_reason
+from ..paper_specs import load_specs
+from ..paths import downloads_dir
+from .fpr import write_fpr_downloads, write_fpr_models
+from .idsim import write_idsim_downloads, write_idsim_models
+from .nearid import write_authors_release, write_nearid_datasets, write_nearid_models
 
 __all__ = ["SIZE_OVERRIDES", "write_mirror", "overrides_text", "check_tables", "readme_settings"]
 
@@ -69,40 +77,21 @@ def readme_settings() -> dict[str, str]:
     """The settings the README's paper section tells a user to make, where their input exists in
     ``$NEARID_DOWNLOADS`` (so the dry run takes the documented path, not a shortcut): the authors'
     judge template (``judge.prompt_file``)."""
-    from ..paths import downloads_dir
-
     tpl = downloads_dir() / "NearID" / "evaluation" / "vl_template_v2.txt"
     return {"judge.prompt_file": str(tpl)} if tpl.is_file() else {}
 
 
 def write_mirror(hub_dir: str | Path, downloads_dir: str | Path, seed: int = 0) -> dict[str, list[str]]:
     """Write the whole fixture mirror (hub repos and hand downloads); returns what was written."""
-    from .nearid import write_authors_release, write_nearid_datasets, write_nearid_models
-
     hub_dir, downloads_dir = Path(hub_dir), Path(downloads_dir)
     written = {"datasets": write_nearid_datasets(hub_dir, seed=seed), "models": write_nearid_models(hub_dir),
                "authors_release": [str(write_authors_release(downloads_dir, seed=seed))]}
-    try:
-        from .fpr import write_fpr_downloads, write_fpr_models
-    except ImportError:  # pragma: no cover - the FPR fixtures are optional parts of the mirror
-        pass
-    else:
-        write_fpr_downloads(downloads_dir, seed=seed)
-        write_fpr_models(hub_dir)
-        written["fpr"] = ["downloads", "models"]
-    try:
-        from .idsim import write_idsim_downloads
-    except ImportError:  # pragma: no cover
-        pass
-    else:
-        write_idsim_downloads(downloads_dir, seed=seed)
-        written["idsim"] = ["downloads"]
-        try:
-            from .idsim import write_idsim_models
-        except ImportError:  # pragma: no cover
-            pass
-        else:
-            write_idsim_models(hub_dir)
+    write_fpr_downloads(downloads_dir, seed=seed)
+    write_fpr_models(hub_dir)
+    written["fpr"] = ["downloads", "models"]
+    write_idsim_downloads(downloads_dir, seed=seed)
+    write_idsim_models(hub_dir)
+    written["idsim"] = ["downloads"]
     return written
 
 
@@ -117,10 +106,6 @@ def check_tables(figures: str | Path, profile: str = "paper") -> list[str]:
     (:mod:`nearid_lib.gates`) that names the table (or ``table:column``) and whose input is absent
     now; any other skip or empty column is a problem (a table skipped for a bug fails the dry run).
     Returns the problems (empty: the run is complete)."""
-    from ..gates import closed_gates, gates_for
-    from ..io_utils import read_table_meta, skip_reason
-    from ..paper_specs import load_specs
-
     figures = Path(figures)
     problems = []
     for s in load_specs():

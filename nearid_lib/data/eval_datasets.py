@@ -2,7 +2,7 @@
 
 - FPR CSV folders (``train_data.csv``, ``gallery_data.csv``, optional ``generated_data.csv``;
   columns name, species, file_path, ref_path [, mask_path] [, method]): :func:`load_fpr`, through
-  the FPR package's reader of that layout (:mod:`nearid_lib.fpr.layout`).
+  the reader of that layout (:mod:`nearid_lib.data.fpr_layout`).
 - DreamBench++ in its publishers' layout (``yuangpeng/dreambench_plus``: the evaluation data, the
   7 methods' samples and the human / GPT rating zips, unpacked side by side as the release's own
   scripts read them): :func:`load_dreambenchpp`, the human ratings behind NearID Table 2 / Figure 4
@@ -20,27 +20,24 @@ from pathlib import Path
 
 import pandas as pd
 
+from .fpr_layout import FPRLayoutError, check_disjoint, read_fpr_table, resolve_paths
 from .schema import DataError
 
 __all__ = ["load_fpr", "DreamBenchPP", "load_dreambenchpp", "DBPP_CATEGORIES", "DBPP_METHOD_DIRS",
-           "dbpp_collection_id"]
+           "dbpp_collection_id", "human_rating_rows", "dbpp_mean_ratings", "DBPP_DIRNAME", "DOWNLOAD_STEPS"]
 
 
 def load_fpr(folder: str | os.PathLike, check_files: bool = True) -> dict[str, pd.DataFrame]:
     """Read an FPR CSV folder -> {"train", "gallery"[, "generated"]} with absolute paths.
 
     The one reader of the layout reads and validates each table
-    (:func:`nearid_lib.fpr.layout.read_fpr_table`: columns, empty cells, duplicate images, files;
+    (:func:`nearid_lib.data.fpr_layout.read_fpr_table`: columns, empty cells, duplicate images, files;
     ``generated_data.csv`` must have a ``method`` column), with relative paths resolved against
     ``folder``, and checks the protocol's rules: gallery images are not also references, every
-    reference identity has gallery images (:func:`~nearid_lib.fpr.layout.check_disjoint`).
+    reference identity has gallery images (:func:`~nearid_lib.data.fpr_layout.check_disjoint`).
     Columns are kept as written (strings). Bad
     input raises :class:`~nearid_lib.data.schema.DataError` naming the file, the CSV line(s) and
     the field."""
-    # the FPR package owns the layout; imported here so that reading the core's data does not
-    # load it
-    from ..fpr.layout import FPRLayoutError, check_disjoint, read_fpr_table, resolve_paths
-
     folder = Path(folder)
     out = {}
     try:
@@ -273,3 +270,39 @@ def load_dreambenchpp(root: str | os.PathLike, check_files: bool = True, gpt: bo
     ratings = pd.DataFrame(rows, columns=_RATING_COLS + ["_file"]).drop(columns="_file")
     ratings = ratings.sort_values(["rater", "group", "method", "subject", "prompt_index"], kind="stable")
     return DreamBenchPP(subjects=subj, ratings=ratings.reset_index(drop=True))
+
+
+DBPP_DIRNAME = "dreambenchpp"
+DOWNLOAD_STEPS = ("unzip data.zip of the hub dataset yuangpeng/dreambench_plus (data/images, data/captions), "
+                  "and the 'Full Samples with 7 methods' (samples/), 'human rating data' "
+                  "(data_human_rating/) and optionally 'GPT rating data' (data_gpt_rating/) zips linked "
+                  "from github.com/yuangpeng/dreambench_plus, all into one folder "
+                  "$NEARID_DOWNLOADS/dreambenchpp")
+
+
+def human_rating_rows(dbpp: DreamBenchPP, max_rows: int | None = None) -> pd.DataFrame:
+    """The human rating rows of ``dbpp`` (first ``max_rows``), each with its subject's reference
+    image (where the ratings do not name one) and category; ``group`` = "all" when absent."""
+    hum = dbpp.ratings[dbpp.ratings["rater"] == "human"].reset_index(drop=True)
+    if "group" not in hum.columns:
+        hum = hum.assign(group="all")
+    if max_rows is not None:
+        hum = hum.iloc[:max_rows]
+    if "reference" not in hum.columns:
+        ref = dbpp.subjects.drop_duplicates("subject").set_index("subject")["image"]
+        hum = hum.assign(reference=ref.reindex(hum["subject"]).to_numpy())
+    cat = dbpp.subjects.drop_duplicates("subject").set_index("subject")["category"]
+    return hum.assign(category=cat.reindex(hum["subject"]).fillna("").to_numpy())
+
+
+def dbpp_mean_ratings(dbpp: DreamBenchPP, max_rows: int | None = None) -> pd.DataFrame:
+    """One row per rated generated image (method, subject, prompt_index, reference, image, category)
+    with ``rating`` = the mean human concept-preservation score over the rater groups that rated it
+    (rows no group rated dropped) and ``n_raters``: ID-Sim's DreamBench++ pairs (Spearman/Kendall of
+    a similarity with ``rating``). The authors' further filter (6,921 "valid pairs", 110 subjects)
+    is not published; ``n`` and subjects are reported beside the value instead."""
+    hum = human_rating_rows(dbpp, None)
+    keys = ["method", "subject", "prompt_index", "reference", "image", "category"]
+    g = hum.dropna(subset=["score"]).groupby(keys, sort=True)["score"]
+    out = g.agg(rating="mean", n_raters="count").reset_index()
+    return out.iloc[:max_rows].reset_index(drop=True) if max_rows is not None else out

@@ -51,7 +51,7 @@ def _rows(idx: Iterable[int], limit: int = 8) -> str:
 def read_fpr_table(path: str | os.PathLike, kind: str = "gallery", check_files: bool = True,
                    root: str | os.PathLike | None = None, *, numeric_metadata: bool = True) -> pd.DataFrame:
     """Read one FPR table and validate it: the one reader of the layout (also behind
-    :func:`nearid_lib.data.benchmarks.load_fpr`).
+    :func:`nearid_lib.data.eval_datasets.load_fpr`).
 
     ``kind`` is ``"train"``, ``"gallery"`` or ``"generated"`` (``generated`` requires ``method``).
     Paths are kept as written; ``root`` is where relative paths are resolved (default: the CSV's

@@ -52,12 +52,11 @@ import torch.nn.functional as F
 
 from .. import metrics as M
 from ..data.draws import scene_of
+from ..features import FeatureStore, embed, memory_refs
 from ..models import resolve_name
 from ..seeding import make_rng
+from .eval_files import BenchmarkError, load_pairs_csv, load_ratings_csv, load_retrieval_csv, load_triplets_csv
 from .sampling import load_key
-
-from .bench_files import (BenchmarkError, load_pairs_csv, load_ratings_csv, load_retrieval_csv,
-                          load_triplets_csv)
 
 if TYPE_CHECKING:
     from ..config import Profile
@@ -309,7 +308,8 @@ def embed_encoders(model, store, keys: Sequence[str], nearid=None, batch_size: i
     separate = None
     if nearid is not None and not shared:
         imgs = [load_key(store.data, k, store.seed) for k in keys]
-        separate = nearid.embed(imgs, batch_size=batch_size).numpy()
+        separate = embed(nearid, memory_refs(imgs, keys), "full", FeatureStore(), batch_size=batch_size,
+                         progress=False)
         nearid = None
     model.eval()
     store.ensure(keys, [0])

@@ -1,138 +1,35 @@
-"""Score your own encoder on all three papers' protocols with one call::
-
-    import nearid_lib
-    report = nearid_lib.score_encoder(my_embed_fn, profile="mini")   # list[PIL] -> array [N, D]
-    report.table                      # your row beside the frozen baselines, the NearID head, the papers
-    report.files["card"]              # a one-page Markdown report card with its figures
-
-``encoder`` is a registered name (``nearid_lib.models.list_encoders()``), a Hugging Face / open_clip /
-timm identifier (paper profile; :mod:`nearid_lib.user_encoders`) or any callable
-``list[PIL.Image] -> array [N, D]``. The profile's data is built once or reused: of the procedural
-world of ``smoke``/``mini`` only what the protocols read (the test split's identities, distractors
-and MTG pairs, the edit grids and FPR galleries: ``build_world(cfg, splits=("test",))``, never
-mistaken for the whole world), the released data of ``paper``; then every protocol runs:
-
-* ``"nearid"``: NearID SSR/PA per distractor source, pooled over the main sources (Table 1) and
-  foreground-only (Table 7), MTG M-O/M-Opair, the DB++ stand-in (:mod:`nearid_lib.nearid.evaluate`);
-* ``"idsim"``: identity / background / viewpoint / lighting sensitivity on the edit grids with
-  bootstrap 95% intervals over anchors (:mod:`nearid_lib.idsim.sensitivity`, ID-Sim Figure 6);
-* ``"fpr"``: Finer-Personalization Rank on the galleries: gallery mAP beside pairwise similarity
-  for the real references (FPR Table 1) and for simulated generators with known identity drift,
-  with each metric's agreement with the true drift (:mod:`nearid_lib.fpr`).
-
-Registered encoders go through the same feature caches as the notebooks (identical numbers). A
-callable is embedded image by image (batched, with a progress bar) and its embeddings are cached
-in chunks (a killed run resumes) under ``cache_dir(profile)/"score"``, keyed by its behavioural fingerprint
-(:class:`~nearid_lib.user_encoders.UserEncoder`) and the dataset; ``cache=False`` turns that off.
-The report card (:mod:`nearid_lib.score_card`) lands in ``out_dir`` (default
-``build/<profile>/score/<encoder>``).
-"""
+"""The one call: :func:`score_encoder` (the package docstring says what it does)."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
 import pandas as pd
-import torch
 
-from .allocator import tune_allocator
-from .config import get_profile
-from .data import NearIDData, build_world, load_nearid, nearid_root
-from .features import FeatureStore, dataset_refs, dataset_scope, embed
-from .nearid.embedder import Embedder, group_items
-from .nearid.scorers import EmbeddingBenchEncoder
-from .paths import cache_dir, checkpoint_dir, out_dir as out_root
-from .score_card import assemble_table, summary_markdown, write_card
-from .score_protocols import run_fpr, run_idsim, run_nearid
-from .user_encoders import ResolvedEncoder, UserEncoder, resolve_encoder
+from ..allocator import tune_allocator
+from ..config import get_profile
+from ..data import NearIDData, build_world, load_nearid, nearid_root
+from ..models import ResolvedEncoder, encoder_kind, load_encoder, resolve_encoder, split_weights
+from ..nearid.embedder import Embedder
+from ..nearid.scorers import EmbeddingBenchEncoder, StoreBenchEncoder, StoreEmbedder, load_bench_encoders
+from ..nearid.tables import PAPER_KEYS
+from ..paths import cache_dir, checkpoint_dir
+from ..paths import out_dir as out_root
+from .card import ScoreReport, assemble_table, write_card
+from .participants import PROTOCOLS, Participant
+from .protocols import run_fpr, run_idsim, run_nearid
 
-__all__ = ["score_encoder", "ScoreReport", "Participant", "PROTOCOLS", "StoreEmbedder", "StoreBenchEncoder"]
-
-PROTOCOLS = ("nearid", "idsim", "fpr")
-
-
-# --------------------------------------------------------------------------- a callable over dataset images
-class StoreEmbedder(Embedder):
-    """An :class:`~nearid_lib.nearid.embedder.Embedder` whose embeddings come from a
-    :class:`UserEncoder` run on the images themselves (a callable has no tokens to cache), through
-    the library's one feature path (:func:`nearid_lib.features.embed`): rows keyed by relpath in a
-    :class:`~nearid_lib.features.FeatureStore` under ``folder`` (None: memory), scoped to the
-    dataset's fingerprint, written in chunks of ``chunk_images`` as soon as each fills: a killed
-    run loses at most one chunk and the next run embeds only the rest."""
-
-    def __init__(self, encoder: UserEncoder, data: NearIDData, folder: Path | None = None,
-                 batch_size: int = 32, progress: bool = True, chunk_images: int = 256):
-        super().__init__(encoder, data, use_cache=False, store_tokens=False, batch_size=batch_size,
-                         progress=progress)
-        self.store = FeatureStore(folder, chunk_items=chunk_images)
-        self.scope = dataset_scope(data)
-
-    def ensure(self, rels: Sequence[str], masks: Sequence[str], variant: str = "full") -> np.ndarray:
-        """Embeddings ``[n, D]`` (L2-normalised) of ``rels`` (with their ``masks`` for a masked
-        variant), embedding the ones not in the store yet."""
-        return embed(self.encoder, dataset_refs(self.data, list(rels), list(masks)), variant, self.store,
-                     scope=self.scope, batch_size=self.batch_size, progress=self.progress)
-
-    def prefetch(self, groups, variants: Sequence[str] = ("full",),
-                 extra: tuple[Sequence[str], Sequence[str]] | None = None) -> None:
-        """Embed every image of ``groups`` for each variant in one pass per variant (one progress
-        bar), with the ``extra`` images (the edit grids) in the full-image pass."""
-        groups = list(groups)
-        for v in variants:
-            rels, masks = [], []
-            for g in groups:
-                r, m = group_items(self.data, g)
-                rels += r
-                masks += m
-            if v == "full" and extra is not None:
-                rels += list(extra[0])
-                masks += list(extra[1])
-            self.ensure(rels, masks, v)
-
-    def embed(self, relpaths: Sequence[str], variant: str = "full") -> torch.Tensor:
-        own = self._owners()
-        missing = [r for r in relpaths if r not in own]
-        if missing:
-            raise KeyError(f"{missing[0]!r} is not an image of the dataset at {self.data.root}")
-        return torch.from_numpy(self.ensure(relpaths, [own[r][1] for r in relpaths], variant).astype(np.float32))
-
-
-class StoreBenchEncoder(EmbeddingBenchEncoder):
-    """The NearID-bench encoder of a callable: every image (dataset or grid) through its StoreEmbedder."""
-
-    def embed(self, data: NearIDData, rels: Sequence[str], masks: Sequence[str], variant: str = "full") -> np.ndarray:
-        return self.embedder.ensure(list(rels), list(masks), variant).astype(np.float64)
-
-
-# --------------------------------------------------------------------------- who is scored
-@dataclass
-class Participant:
-    """One row of the report: ``key`` (short id), ``label``, ``kind`` ("yours" | "frozen" | "nearid" |
-    "idsim"), its NearID bench encoder (``bench``) and the model FPR embeds with (``model``)."""
-
-    key: str
-    label: str
-    kind: str
-    bench: Any = None
-    model: Any = None
-
-    def grid_embed(self, data: NearIDData, rels: Sequence[str], masks: Sequence[str]) -> np.ndarray:
-        """L2-normalised embeddings of edit-grid images (full image) for the ID-Sim protocol."""
-        if self.bench is not None:
-            return np.asarray(self.bench.embed(data, list(rels), list(masks), "full"), dtype=np.float64)
-        return self.model.embed([data.path(r) for r in rels], progress=True).numpy().astype(np.float64)
+__all__ = ["score_encoder"]
 
 
 def _resolve(encoder, cfg, name, device, encoder_kw) -> ResolvedEncoder:
     """The user's encoder resolved, loaded and probed (before any data is built): a registered name
     the way this profile loads encoders (``load_backbone``), anything else as a :class:`UserEncoder`."""
-    from .models import load_backbone
-
-    return resolve_encoder(encoder, name=name, device=device, encoder_kw=encoder_kw,
-                           loader=lambda canon, **kw: load_backbone(cfg, name=canon, **kw))
+    # a registered encoder runs on the profile's device (load_backbone), a user's on ``device``
+    dev = None if encoder_kind(encoder) == "registered" else device
+    return resolve_encoder(encoder, name=name, device=dev, encoder_kw=encoder_kw, profile=cfg)
 
 
 def _user(res: ResolvedEncoder, cfg, data, name, store_folder, batch_size, progress) -> Participant:
@@ -151,9 +48,6 @@ def _user(res: ResolvedEncoder, cfg, data, name, store_folder, batch_size, progr
 
 def _baselines(cfg, data, progress: bool, notes: list[str]) -> list[Participant]:
     """The profile's frozen encoders, the NearID head (when trained) and ID-Sim (when trained)."""
-    from .models import load_encoder, split_weights
-    from .nearid.scorers import load_bench_encoders
-
     ck = checkpoint_dir(cfg.name)
     # the chance reference ("<encoder>@random") stays in the notebooks: the card states chance levels
     names = [n for n in cfg.eval.encoders if (n != "nearid" or (ck / "nearid").exists())
@@ -174,38 +68,6 @@ def _baselines(cfg, data, progress: bool, notes: list[str]) -> list[Participant]
         notes.append(f"ID-Sim: not trained for profile {cfg.name!r} yet ({ck / 'idsim'} absent); notebook "
                      f"09_train_idsim trains it")
     return out
-
-
-# --------------------------------------------------------------------------- the report
-@dataclass
-class ScoreReport:
-    """What :func:`score_encoder` returns: ``table`` (one row per encoder and per paper row),
-    the per-protocol tables (``nearid``: per source, ``idsim``: bootstrap summary, ``fpr``: per
-    method), ``notes``, the files written (``files["card"]`` is the Markdown report card)."""
-
-    encoder: str
-    profile: str
-    table: pd.DataFrame
-    nearid: pd.DataFrame | None = None
-    idsim: pd.DataFrame | None = None
-    fpr: pd.DataFrame | None = None
-    notes: list[str] = field(default_factory=list)
-    files: dict[str, Path] = field(default_factory=dict)
-    data: NearIDData | None = field(default=None, repr=False)
-    extra: dict[str, Any] = field(default_factory=dict, repr=False)
-
-    def row(self) -> dict[str, Any]:
-        """The scored encoder's row of ``table`` as a dict."""
-        return self.table[self.table.kind == "yours"].iloc[0].to_dict()
-
-    def _repr_markdown_(self) -> str:
-        return summary_markdown(self)
-
-    def __repr__(self) -> str:
-        cols = [c for c in ("row", "source", "nearid_ssr", "nearid_pa", "nearid_fg_ssr", "idsim_identity",
-                            "idsim_background", "fpr_map", "fpr_sim") if c in self.table.columns]
-        return f"ScoreReport({self.encoder!r}, profile={self.profile!r})\n" + \
-            self.table[cols].round(3).to_string(index=False)
 
 
 def _check_protocols(protocols) -> tuple[str, ...]:
@@ -237,8 +99,6 @@ def _named(df: pd.DataFrame | None, parts: Sequence[Participant]) -> pd.DataFram
     never reads as SigLIP2."""
     if df is None or "encoder" not in df.columns:
         return df
-    from .nearid.tables import PAPER_KEYS
-
     lab, kind = {p.key: p.label for p in parts}, {p.key: p.kind for p in parts}
     keys = df["encoder"]
     out = df.drop(columns=[c for c in ("ours_label", "label") if c in df.columns])
@@ -274,7 +134,7 @@ def score_encoder(encoder: Any, protocols: Sequence[str] = PROTOCOLS, profile: s
     docstring) and write its table and report card.
 
     The encoder is resolved, loaded and probed on two small images first
-    (:func:`~nearid_lib.user_encoders.resolve_encoder`), so a wrong argument fails in seconds with a
+    (:func:`~nearid_lib.models.resolve_encoder`), so a wrong argument fails in seconds with a
     message listing what was tried, before any data is built.
 
     Args:

@@ -20,18 +20,26 @@ three datasets); ID-Sim's Figure 6 states no numbers, so it has no paper row.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from .report import paper_values_dir, render_markdown_table
+from ..fpr.figures import plot_main
+from ..idsim.sensitivity import plot_sensitivity_bars
+from ..io_utils import atomic_write_text
+from ..plots import OKABE_ITO, anchor_distributions, method_color
+from ..report import paper_values_dir, render_markdown_table
+from ..run import Run
+from ..runmeta import git_state
+from .participants import Participant
 
 if TYPE_CHECKING:
-    from .score import Participant, ScoreReport
+    from ..data import NearIDData
 
-__all__ = ["assemble_table", "paper_rows", "write_card", "summary_markdown", "participant_colours", "CARD_COLUMNS",
+__all__ = ["ScoreReport", "assemble_table", "paper_rows", "write_card", "summary_markdown", "participant_colours", "CARD_COLUMNS",
            "chance_levels", "headline_table", "HEADLINE"]
 
 CARD_COLUMNS = ["row", "kind", "source", "nearid_ssr", "nearid_pa", "nearid_fg_ssr", "nearid_fg_pa", "mtg_mo",
@@ -118,6 +126,37 @@ def assemble_table(parts: Sequence[Participant], results: Mapping[str, Any], pro
     table = pd.concat([pd.DataFrame(rows), paper_rows()], ignore_index=True)
     front = [c for c in CARD_COLUMNS if c in table.columns]
     return table[front + [c for c in table.columns if c not in front]]
+
+
+@dataclass
+class ScoreReport:
+    """What :func:`score_encoder` returns: ``table`` (one row per encoder and per paper row),
+    the per-protocol tables (``nearid``: per source, ``idsim``: bootstrap summary, ``fpr``: per
+    method), ``notes``, the files written (``files["card"]`` is the Markdown report card)."""
+
+    encoder: str
+    profile: str
+    table: pd.DataFrame
+    nearid: pd.DataFrame | None = None
+    idsim: pd.DataFrame | None = None
+    fpr: pd.DataFrame | None = None
+    notes: list[str] = field(default_factory=list)
+    files: dict[str, Path] = field(default_factory=dict)
+    data: NearIDData | None = field(default=None, repr=False)
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def row(self) -> dict[str, Any]:
+        """The scored encoder's row of ``table`` as a dict."""
+        return self.table[self.table.kind == "yours"].iloc[0].to_dict()
+
+    def _repr_markdown_(self) -> str:
+        return summary_markdown(self)
+
+    def __repr__(self) -> str:
+        cols = [c for c in ("row", "source", "nearid_ssr", "nearid_pa", "nearid_fg_ssr", "idsim_identity",
+                            "idsim_background", "fpr_map", "fpr_sim") if c in self.table.columns]
+        return f"ScoreReport({self.encoder!r}, profile={self.profile!r})\n" + \
+            self.table[cols].round(3).to_string(index=False)
 
 
 def summary_markdown(rep: ScoreReport) -> str:
@@ -217,9 +256,6 @@ def headline_table(rep: ScoreReport) -> pd.DataFrame:
 
 def _figures(rep: ScoreReport) -> dict[str, Any]:
     """name -> matplotlib figure for each protocol that ran."""
-    from .fpr.figures import plot_main
-    from .idsim.sensitivity import plot_sensitivity_bars
-
     figs: dict[str, Any] = {}
     t = rep.table
     colours = participant_colours(t)
@@ -250,8 +286,6 @@ def participant_colours(t: pd.DataFrame) -> dict[str, str]:
     of the card: a baseline keeps the project's colour of its family
     (:func:`nearid_lib.plots.method_color`, as in the notebooks' figures), the scored encoder gets
     vermillion; a colour already taken passes to the next free Okabe-Ito colour."""
-    from .plots import OKABE_ITO, method_color
-
     rows = t[t.kind != "paper"]
     order = list(rows[rows.kind == "yours"].row) + list(rows[rows.kind != "yours"].row)
     out: dict[str, str] = {}
@@ -265,8 +299,6 @@ def participant_colours(t: pd.DataFrame) -> dict[str, str]:
 def _anchor_figure(wide: pd.DataFrame, labels: Mapping[str, str], colours: Mapping[str, str], title: str):
     """Per-anchor sensitivities (:func:`nearid_lib.plots.anchor_distributions`) in the card's
     participant colours."""
-    from .plots import anchor_distributions
-
     encs = {labels.get(e, e) for e in wide.encoder}
     return anchor_distributions(wide, [f for f in _FACTORS if f in wide.columns], labels, title,
                                 colours={e: colours.get(e, PAPER_COLOUR) for e in encs})
@@ -317,10 +349,6 @@ def write_card(rep: ScoreReport, out: Path, cfg, seed: int) -> dict[str, Path]:
     and ``report.md`` under ``out``; returns ``{name: path}`` (``"card"``: the Markdown)."""
     import torch
 
-    from .io_utils import atomic_write_text
-    from .run import Run
-    from .runmeta import git_state
-
     out.mkdir(parents=True, exist_ok=True)
     run = Run(cfg=cfg, notebook="score_encoder", seed=int(seed), params={"encoder": rep.encoder},
               threads=torch.get_num_threads(), results=out, figures=out, meta={"git": git_state()})
@@ -343,7 +371,7 @@ def write_card(rep: ScoreReport, out: Path, cfg, seed: int) -> dict[str, Path]:
              "## At a glance", "", render_markdown_table(head.round(3)) if len(head) else "(nothing scored)", "",
              "*frozen reference*: the profile's frozen encoder, scored now on the same images; *chance*: the "
              "level of an encoder whose similarities carry no information (a random ranking), computed "
-             "analytically on this dataset (`nearid_lib.score_card.chance_levels`), not measured with a "
+             "analytically on this dataset (`nearid_lib.score.card.chance_levels`), not measured with a "
              "random-init network. The long tables follow.", "",
              "## All scores", "", summary_markdown(rep), "",
              "NearID SSR/PA in %, pooled over the main distractor sources (higher is better); MTG M-O: Pearson r; "

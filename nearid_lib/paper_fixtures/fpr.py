@@ -26,7 +26,9 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from ..fpr.datasets import CUB_GROUP_IDS, CUB_GROUPS
-from ..fpr.downloads import (CARS_LABELS, CARS_REPO, CUB_DIRNAME, GENERATED_DIRNAME, WILDLIFE_DIRNAME)
+from ..fpr.downloads import CARS_LABELS, CARS_REPO, CUB_DIRNAME, GENERATED_DIRNAME, WILDLIFE_DIRNAME
+from ..models.specialised import TINY_OPEN_CLIP
+from .nearid import _TEXT, _VISION, _png, write_dataset_repo
 
 __all__ = ["write_fpr_downloads", "write_fpr_models", "write_cars_dataset", "CARS_CLASS_NAMES",
            "WILDLIFE_SOURCES", "GENERATED_METHODS"]
@@ -168,8 +170,6 @@ def write_cars_dataset(hub_dir: str | Path, seed: int = 0, per_label: int = 5) -
     authors' labels and of two other labels, ``train`` a few; returns the repo id."""
     import datasets
 
-    from .nearid import _png, write_dataset_repo
-
     feats = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=list(CARS_CLASS_NAMES))})
     cols: dict[str, dict] = {}
     for split, labs, n in (("train", (0, 1, 5), 2), ("test", (0, *CARS_LABELS, 5), per_label)):
@@ -194,8 +194,6 @@ def _save_bioclip(path: Path) -> None:
     import torch
     from safetensors.torch import save_file
 
-    from ..models.specialised import TINY_OPEN_CLIP
-
     torch.manual_seed(6)
     model = open_clip.CLIP(**copy.deepcopy(TINY_OPEN_CLIP))
     path.mkdir(parents=True, exist_ok=True)
@@ -210,8 +208,6 @@ def write_fpr_models(hub_dir: str | Path) -> list[str]:
     """The FPR encoders' tiny models and the Stanford Cars dataset into the mirror; returns the repo ids."""
     import torch
     from transformers import CLIPConfig, CLIPModel, Dinov2Config, Dinov2Model
-
-    from .nearid import _TEXT, _VISION
 
     hub = Path(hub_dir)
     torch.manual_seed(7)

@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 from scipy.stats import kendalltau, spearmanr
 
-from nearid_lib.idsim.bench import (BenchmarkError, bench_keys, benchmark_table, evaluate_sets,
+from nearid_lib.idsim.eval_suite import (BenchmarkError, bench_keys, benchmark_table, evaluate_sets,
                                     load_pairs_csv, load_ratings_csv, load_retrieval_csv, load_triplets_csv,
                                     mini_benchmark_sets)
 
@@ -129,7 +129,7 @@ def test_scene_of_matches_the_rendered_backgrounds():
 def test_patch_table_rows_match_paper_and_values_land_in_columns():
     import pandas as pd
 
-    from nearid_lib.idsim.bench import PATCH_ROWS, patch_table
+    from nearid_lib.idsim.eval_suite import PATCH_ROWS, patch_table
     from nearid_lib.report import paper_values_dir
 
     paper = pd.read_csv(paper_values_dir() / "idsim_table2b_patch.csv")
@@ -145,7 +145,7 @@ def test_pods_ap_independent_of_gallery_order_with_ties():
     import numpy as np
     import pandas as pd
 
-    from nearid_lib.idsim.bench import evaluate_sets
+    from nearid_lib.idsim.eval_suite import evaluate_sets
 
     # a query tied between a relevant and an irrelevant gallery image: expected AP (1 + 1/2) / 2
     emb = {"q": np.array([1.0, 0.0]), "g1": np.array([1.0, 0.0]), "g2": np.array([1.0, 0.0]),

@@ -1,5 +1,5 @@
 """The three protocols of :func:`nearid_lib.score.score_encoder`, each over a list of
-:class:`~nearid_lib.score.Participant` (the scored encoder first, then the baselines). Every number
+:class:`~nearid_lib.score.participants.Participant` (the scored encoder first, then the baselines). Every number
 comes from the library code the notebooks use: NearID-bench (notebook 04), selective sensitivity
 (notebook 10), Finer-Personalization Rank (notebook 11)."""
 from __future__ import annotations
@@ -8,15 +8,20 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import pandas as pd
 
-from .nearid.bench import run_bench
-from .nearid.tables import table1, table5, table7
-from .paths import cache_dir
-from .seeding import make_rng
+from ..features import FeatureStore
+from ..fpr import load_fpr_split, read_generated, simulate_methods
+from ..fpr.experiments import prepare_data
+from ..fpr.experiments import run_fpr as fpr_protocol
+from ..idsim.sensitivity import run_sensitivity
+from ..nearid.bench import run_bench
+from ..nearid.tables import table1, table5, table7
+from ..paths import cache_dir
+from ..seeding import make_rng
+from .participants import Participant
 
 if TYPE_CHECKING:
-    from .config import Profile
-    from .data import NearIDData
-    from .score import Participant
+    from ..config import Profile
+    from ..data import NearIDData
 
 __all__ = ["run_nearid", "run_idsim", "run_fpr"]
 
@@ -41,8 +46,6 @@ def run_idsim(parts: Sequence[Participant], cfg: Profile, data: NearIDData, seed
     """Selective sensitivity on the edit grids (:func:`~nearid_lib.idsim.sensitivity.run_sensitivity`,
     as notebook 10): per-anchor OLS slopes and a seeded bootstrap over anchors
     (``cfg.idsim.n_bootstrap`` resamples) per participant."""
-    from .idsim.sensitivity import run_sensitivity
-
     grids = data.grids
     if grids is None or not len(grids):
         notes.append("ID-Sim: the dataset has no edit grids (grids.csv); sensitivity not scored")
@@ -56,9 +59,6 @@ def run_idsim(parts: Sequence[Participant], cfg: Profile, data: NearIDData, seed
 def _fpr_data(cfg: Profile, data: NearIDData):
     """``(split, generated)``: the world's galleries and its simulated generators (procedural
     profiles, rendered once into ``<data>/fpr/generated``), or the released galleries (paper)."""
-    from .fpr import load_fpr_split, read_generated, simulate_methods
-    from .fpr.experiments import prepare_data
-
     if cfg.world.source != "procedural":
         split, gen, _ = prepare_data(cfg)
         return split, gen
@@ -75,9 +75,6 @@ def run_fpr(parts: Sequence[Participant], cfg: Profile, data: NearIDData, batch_
     top-1, AUC, nDCG, true drift) and ``agreement`` (per encoder, the mean per-identity Spearman rho
     of mAP and of similarity with the negative true drift: which metric ranks generators right)."""
     from dataclasses import replace
-
-    from .features import FeatureStore
-    from .fpr.experiments import run_fpr as fpr_protocol
 
     if cfg.world.source == "procedural" and data.fpr_gallery is None:
         notes.append("FPR: the dataset has no galleries (fpr/gallery_data.csv); not scored")

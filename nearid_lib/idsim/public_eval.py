@@ -13,8 +13,9 @@ import torch
 
 from .. import hub
 from .. import metrics as M
-from ..data.benchmarks import DreamBenchPP
+from ..data.eval_datasets import DreamBenchPP
 from ..data.schema import DataError
+from ..imageio import load_images
 
 __all__ = ["SUBJECTS2K_COLUMNS", "load_subjects2k", "pair_scores", "subjects2k_metrics", "subjects2k_gpt_metrics",
            "dbpp_metrics", "dbpp_gpt_metrics", "judge_pairs", "judge_metrics"]
@@ -119,7 +120,7 @@ def _rank_metrics(scores: np.ndarray, ratings: np.ndarray) -> dict[str, float]:
 def dbpp_metrics(encoder, pairs: pd.DataFrame, batch_size: int = 16, kind: str = "pooled"
                  ) -> tuple[dict[str, float], np.ndarray]:
     """``({dreambench_spearman, dreambench_kendall, n_pairs, n_subjects}, scores)`` over
-    :func:`nearid_lib.nearid.dbpp.dbpp_mean_ratings` rows: rank correlations of the reference-image
+    :func:`nearid_lib.data.eval_datasets.dbpp_mean_ratings` rows: rank correlations of the reference-image
     cosine with the mean human rating (absent under 3 pairs)."""
     s = pair_scores(encoder, pairs["reference"].tolist(), pairs["image"].tolist(), batch_size, kind)
     res = {"n_pairs": int(len(s)), "n_subjects": int(pairs["subject"].nunique())}
@@ -143,8 +144,6 @@ def judge_pairs(judge, first: Sequence[Any], second: Sequence[Any], batch_size: 
                 ) -> tuple[np.ndarray, pd.DataFrame]:
     """An MLLM judge's 0-1 identity similarity of each pair (NaN where its answer cannot be read),
     and the per-pair answers (``similarity``, ``status``, ``answer``)."""
-    from ..imageio import load_images
-
     scores, status, raw = [], [], []
     for i in range(0, len(first), batch_size):
         res = judge.score_pairs(load_images(list(first[i:i + batch_size])),

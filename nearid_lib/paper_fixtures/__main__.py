@@ -1,4 +1,4 @@
-"""``python -m nearid_lib.dryrun write HUB_DIR DOWNLOADS_DIR`` | ``overrides`` | ``check FIGURES_DIR``."""
+"""``python -m nearid_lib.paper_fixtures write HUB_DIR DOWNLOADS_DIR`` | ``overrides`` | ``check FIGURES_DIR``."""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +8,7 @@ from . import check_tables, overrides_text, readme_settings, write_mirror
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m nearid_lib.dryrun", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m nearid_lib.paper_fixtures", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     w = sub.add_parser("write", help="write the fixture mirror and the hand-downloaded fixtures")
     w.add_argument("hub_dir")

@@ -2,7 +2,7 @@
 
 - :func:`write_idsim_downloads`: DreamBench++ as its publishers lay it out (the evaluation data zip,
   the methods' samples, the human and GPT rating zips unpacked side by side, exactly what
-  :func:`nearid_lib.data.benchmarks.load_dreambenchpp` reads and the release's own ``pearson.py``
+  :func:`nearid_lib.data.eval_datasets.load_dreambenchpp` reads and the release's own ``pearson.py``
   reads): ``data/images/<category>/<NN>.jpg``, ``data/captions/<category>/<NN>.txt``,
   ``samples/<method folder>/tgt_image/<collection_id>/<k>_0.jpg``,
   ``data_human_rating/merged_data/group{1,2}/<method>-{cp,pf}.json`` and
@@ -31,6 +31,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from ..data.eval_datasets import DBPP_DIRNAME, DBPP_METHOD_DIRS, dbpp_collection_id
+from ..idsim.release_model import BASE_REPO, RELEASE_REPO
 from .nearid import _COLOURS, _SHAPES, _background, _draw, _png, _view_box, write_dataset_repo
 
 __all__ = ["DBPP_FIXTURE_SUBJECTS", "DBPP_FIXTURE_METHODS", "subjects2k_features", "write_dreambenchpp",
@@ -59,8 +61,6 @@ def _scene(rng: np.random.Generator, shape: str, colour: str, stripes: int) -> I
 
 def write_dreambenchpp(root: Path, seed: int = 0) -> Path:
     """A tiny DreamBench++ in its publishers' layout under ``root``; returns ``root``."""
-    from ..data.benchmarks import DBPP_METHOD_DIRS, dbpp_collection_id
-
     root = Path(root)
     rng = np.random.default_rng([seed, 21])
     colours = list(_COLOURS)
@@ -106,8 +106,6 @@ def write_dreambenchpp(root: Path, seed: int = 0) -> Path:
 def write_idsim_downloads(downloads_dir: str | Path, seed: int = 0) -> list[str]:
     """The hand-downloaded ID-Sim benchmarks into ``downloads_dir`` (DreamBench++ under
     ``dreambenchpp/``, the folder the paper profile reads); returns what was written."""
-    from ..nearid.dbpp import DBPP_DIRNAME
-
     write_dreambenchpp(Path(downloads_dir) / DBPP_DIRNAME, seed=seed)
     return [DBPP_DIRNAME]
 
@@ -221,8 +219,6 @@ def write_idsim_backbones(hub_dir: str | Path) -> list[str]:
     ``chaenayo/id-sim_dinov3_vitl16_cls_patch``; returns the repo ids."""
     import torch
     from transformers import DINOv3ViTConfig, DINOv3ViTModel
-
-    from ..idsim.release_model import BASE_REPO, RELEASE_REPO
 
     hub_dir = Path(hub_dir)
     torch.manual_seed(6)

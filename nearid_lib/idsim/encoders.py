@@ -1,0 +1,31 @@
+"""ID-Sim's encoders in the library's one registry, registered from here (the core knows nothing of
+ID-Sim): ``load_encoder("idsim", checkpoint=...)`` (a model trained by notebook 09, or a fresh one)
+and ``load_encoder("idsim-release")`` (the authors' released model).
+
+:func:`register` is this package's entry point in the group ``nearid.encoders``
+(``pyproject.toml``); :mod:`nearid_lib.models.registry` calls it the first time a name is looked up.
+"""
+from __future__ import annotations
+
+from ..models.registry import register_encoder
+from .model import idsim_encoder
+from .release_model import RELEASE_REPO, release_encoder
+
+__all__ = ["register"]
+
+
+def _idsim(name, hub_id, tiny=False, **kw):
+    return idsim_encoder(tiny=tiny, **kw)
+
+
+def _idsim_release(name, hub_id, tiny=False, **kw):
+    return release_encoder(tiny=tiny, hub_id=hub_id, **kw)
+
+
+def register() -> None:
+    """Add ``idsim`` and ``idsim-release`` to the encoder registry."""
+    register_encoder("idsim", _idsim, None, doc="ID-Sim: frozen backbone + LoRA + CLS/patch heads "
+                     "(nearid_lib.idsim.model)")
+    register_encoder("idsim-release", _idsim_release, RELEASE_REPO,
+                     doc="the released ID-Sim: DINOv3 ViT-L/16 + its LoRA (merged) + mlp_cls / mlp_patch, 448 px "
+                         "(nearid_lib.idsim.release_model; checkpoint=, base=, image_size=)")
