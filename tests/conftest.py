@@ -2,7 +2,13 @@
 (a few seconds), so tests never depend on what a notebook run left in ``data/``."""
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# cuBLAS reads its workspace setting when a process first uses it: set before any test touches CUDA,
+# so tests that switch nearid_lib.runtime.deterministic on are exact on a GPU too (no effect on CPU)
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from nearid_lib import runtime
 from nearid_lib.config import get_profile
 from nearid_lib.nearid import losses
 from nearid_lib.nearid.rows import epoch_rows, steps_per_epoch
@@ -32,15 +33,20 @@ def _cfg(**kw):
 
 
 def test_resume_is_exact(world, encoder, tmp_path):
+    """Bit-exact under :func:`nearid_lib.runtime.deterministic`, the switch a CUDA run needs for it
+    (cuBLAS workspace, no TF32, deterministic kernels; the head trains on the profile's device,
+    CUDA when there is one). On CPU it also checks that every op of a step has a deterministic
+    kernel (one without raises under the switch)."""
     _, data, cache = world
     cfg = _cfg()
-    straight = train_head(cfg, data, encoder, out_dir=tmp_path / "a", progress=False, cache_root=cache,
-                          eval_split=None)
-    part = train_head(cfg, data, encoder, out_dir=tmp_path / "b", progress=False, cache_root=cache,
-                      eval_split=None, stop_after=2)
-    assert part.steps == 2 and not (tmp_path / "b" / "head.safetensors").exists()   # "killed"
-    resumed = train_head(cfg, data, encoder, out_dir=tmp_path / "b", progress=False, cache_root=cache,
-                         eval_split=None)
+    with runtime.deterministic():
+        straight = train_head(cfg, data, encoder, out_dir=tmp_path / "a", progress=False, cache_root=cache,
+                              eval_split=None)
+        part = train_head(cfg, data, encoder, out_dir=tmp_path / "b", progress=False, cache_root=cache,
+                          eval_split=None, stop_after=2)
+        assert part.steps == 2 and not (tmp_path / "b" / "head.safetensors").exists()   # "killed"
+        resumed = train_head(cfg, data, encoder, out_dir=tmp_path / "b", progress=False, cache_root=cache,
+                             eval_split=None)
     assert resumed.resumed_from == 2 and resumed.steps == 4
     sa, sb = straight.head.state_dict(), resumed.head.state_dict()
     assert sa.keys() == sb.keys()
