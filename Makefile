@@ -138,7 +138,7 @@ $(eval $(call gpu_step,prefill,nearid_lib.nearid.prefill_step,$(call nb,01_data_
 $(eval $(call gpu_step,judge,nearid_lib.nearid.judge_step,$(call nb,01_data_curation),04_eval_nearid_bench))
 
 # ----- tests -----
-# The layers (.importlinter: entry points > paper packages > core, no cycles at any depth) are
+# The layers ([tool.importlinter] of pyproject.toml: entry points > paper packages > core, no cycles) are
 # checked first: a broken contract fails in seconds. pytest exits 5 when it collects no test:
 # that is not a failure of the build.
 lint-imports: $(STAMP)

@@ -1,11 +1,11 @@
 """Print the library's module inventory from the modules' own docstrings (the one place it is kept),
-grouped by layer (.importlinter): ``python scripts/module_map.py [--markdown]``."""
+grouped by layer ([tool.importlinter] of pyproject.toml): ``python scripts/module_map.py [--markdown]``."""
 from __future__ import annotations
 
 import ast
-import configparser
 import re
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,10 +21,9 @@ def first_sentence(path: Path) -> str:
 
 
 def layers() -> list[list[str]]:
-    cfg = configparser.ConfigParser()
-    cfg.read(ROOT / ".importlinter")
-    text = cfg["importlinter:contract:layers"]["layers"]
-    return [[m.strip() for m in re.split(r"[|:]", line) if m.strip()] for line in text.splitlines() if line.strip()]
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    rows = next(c for c in cfg["contracts"] if c["id"] == "layers")["layers"]
+    return [[m.strip() for m in re.split(r"[|:]", line) if m.strip()] for line in rows]
 
 
 def main(markdown: bool = False) -> None:

@@ -1,10 +1,11 @@
-"""The layers of ``nearid_lib`` (``.importlinter``, checked by ``lint-imports`` in ``make test``):
+"""The layers of ``nearid_lib`` (``[tool.importlinter]`` of pyproject.toml, checked by ``lint-imports``
+in ``make test``):
 every module stands in a layer, and no library import hides inside a function to dodge a cycle."""
 from __future__ import annotations
 
 import ast
-import configparser
 import re
+import tomllib
 from pathlib import Path
 
 import nearid_lib
@@ -17,17 +18,16 @@ LAZY = {"nearid_lib/cli.py"}
 
 
 def _layers() -> set[str]:
-    cfg = configparser.ConfigParser()
-    cfg.read(ROOT / ".importlinter")
-    text = cfg["importlinter:contract:layers"]["layers"]
-    return {m.strip() for line in text.splitlines() for m in re.split(r"[|:]", line) if m.strip()}
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    layers = next(c for c in cfg["contracts"] if c["id"] == "layers")["layers"]
+    return {m.strip() for line in layers for m in re.split(r"[|:]", line) if m.strip()}
 
 
 def test_every_module_of_the_package_stands_in_a_layer():
     children = {p.stem for p in PKG.glob("*.py") if p.stem != "__init__"} | \
                {p.name for p in PKG.iterdir() if (p / "__init__.py").exists()}
     layers = _layers()
-    assert children - layers == set(), "modules in no layer of .importlinter"
+    assert children - layers == set(), "modules in no layer of [tool.importlinter]"
     assert layers - children == set(), "layers naming modules that do not exist"
 
 
