@@ -41,7 +41,7 @@ from .user import EncoderOutputError, UserEncoder, callable_label, hub_encoder, 
 __all__ = ["load_encoder", "resolve_encoder", "ResolvedEncoder", "clear_encoder_cache", "encoder_kind"]
 
 _HUB_ID_RE = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
-_CACHE: dict[tuple, tuple[Any, Any]] = {}
+_CACHE: dict[tuple, tuple[str, str | None, Any, Any]] = {}
 
 
 def _registered_names() -> list[str]:
@@ -141,18 +141,23 @@ def load_encoder(spec: Any, tiny: bool = False, device: str | torch.device | Non
     that profile loads encoders (:func:`~.registry.load_backbone`: its tiny flag, its image size for
     CNNs, its device when ``device`` is None). ``allow_remote_code`` reaches only
     ``miewid``, the one registered encoder that runs code from the hub."""
+    _, _, model, pre = _load(spec, tiny, device, name, cache, profile, kw)
+    return model, pre
+
+
+def _load(spec: Any, tiny: bool, device: Any, name: str | None, cache: bool, profile: Any,
+          kw: dict) -> tuple[str, str | None, Any, Any]:
+    """:func:`_build` behind the per-process cache (``cache=True``): ``(how, canon, model, preprocess)``."""
+    kw = dict(kw)
     if isinstance(spec, str) and _is_registered(spec) and resolve_name(split_weights(spec)[0]) != "miewid":
         kw.pop("allow_remote_code", None)
-    key = None
-    if cache:
-        key = (spec if isinstance(spec, str) else id(spec), bool(tiny), str(device), name,
-               getattr(profile, "name", None), tuple(sorted((k, repr(v)) for k, v in kw.items())))
-        if key in _CACHE:
-            return _CACHE[key]
-    _, _, model, pre = _build(spec, tiny, device, name, dict(kw), profile)
-    if key is not None:
-        _CACHE[key] = (model, pre)
-    return model, pre
+    if not cache:
+        return _build(spec, tiny, device, name, kw, profile)
+    key = (spec if isinstance(spec, str) else id(spec), bool(tiny), str(device), name,
+           getattr(profile, "name", None), tuple(sorted((k, repr(v)) for k, v in kw.items())))
+    if key not in _CACHE:
+        _CACHE[key] = _build(spec, tiny, device, name, kw, profile)
+    return _CACHE[key]
 
 
 def clear_encoder_cache() -> None:
@@ -200,11 +205,7 @@ def resolve_encoder(encoder: Any, *, name: str | None = None, device: str | torc
         str(encoder) if isinstance(encoder, (str, os.PathLike)) else None)
     registered = isinstance(encoder, str) and _is_registered(encoder)
     try:
-        if registered and cache:
-            model, _ = load_encoder(encoder, tiny=tiny, device=device, cache=True, profile=profile, **kw)
-            how, canon = "registered", resolve_name(split_weights(encoder)[0])
-        else:
-            how, canon, model, _ = _build(encoder, tiny, device, name, kw, profile)
+        how, canon, model, _ = _load(encoder, tiny, device, name, cache, profile, kw)
     except (OSError, ValueError, KeyError):             # the library's own messages (offline, no checkpoint)
         raise
     except Exception as err:                             # e.g. a keyword this encoder does not take

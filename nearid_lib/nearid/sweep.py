@@ -106,15 +106,12 @@ def _load(d: Path, key: str, seed: int, label: str) -> RunResult:
                      s["scores"], units, mtg)
 
 
-_run_dir = run_dir
-
-
 def train_and_score(cfg: Profile, data: NearIDData, encoder=None, label: str = "", split: str = "test",
                     variants: Sequence[str] = ("full", "fg"), run_root: str | os.PathLike | None = None,
                     reuse: bool = True, progress: bool = False, cache_root=None) -> RunResult:
     """Train a head with ``cfg`` (resumable: a killed run continues) and score it on ``split`` for
     each variant; an identical finished run (:func:`~.checkpoints.run_key`) is loaded instead."""
-    d = _run_dir(cfg, data, run_root)
+    d = run_dir(cfg, data, run_root)
     key = d.name
     if reuse and (d / "scores.json").exists():
         return _load(d, key, cfg.seed, label)
@@ -214,7 +211,7 @@ def _group_in_worker(cfgs: list, root: str, kw: dict, threads: int) -> list[str]
     set_torch_threads(threads, cfgs[0].runtime.tune_malloc)
     cfgs = [replace(c, runtime=replace(c.runtime, workers=1)) for c in cfgs]
     data = load_nearid(root)
-    train_group(cfgs, data, None, out_dirs=[_run_dir(c, data, kw.get("run_root")) for c in cfgs], progress=False,
+    train_group(cfgs, data, None, out_dirs=[run_dir(c, data, kw.get("run_root")) for c in cfgs], progress=False,
                 cache_root=kw.get("cache_root"))
     return [str(train_and_score(c, data, None, progress=False, **kw).directory) for c in cfgs]
 
@@ -228,7 +225,7 @@ def train_grouped(configs: Sequence[Profile], data: NearIDData, encoder=None, wo
     Runs alone in their stream are left to :func:`train_missing` / :func:`train_and_score`.
     ``kw``: :func:`train_and_score` options (``run_root``, ``cache_root``, ``split``, ``variants``)."""
     kw = {k: v for k, v in kw.items() if k != "reuse"}
-    dirs = {_run_dir(c, data, kw.get("run_root")): c for c in configs}      # one entry per distinct run
+    dirs = {run_dir(c, data, kw.get("run_root")): c for c in configs}      # one entry per distinct run
     todo = [c for d, c in dirs.items() if not (d / "scores.json").exists() and not (d / "head.safetensors").exists()]
     groups = [[todo[i] for i in g] for g in groups_of(todo) if len(g) > 1]
     if not groups:
@@ -246,7 +243,7 @@ def train_grouped(configs: Sequence[Profile], data: NearIDData, encoder=None, wo
         return n_runs
     for g in groups:
         print(f"training {len(g)} runs together (one batch stream)", flush=True)
-        train_group(g, data, encoder, out_dirs=[_run_dir(c, data, kw.get("run_root")) for c in g],
+        train_group(g, data, encoder, out_dirs=[run_dir(c, data, kw.get("run_root")) for c in g],
                     progress=progress, cache_root=kw.get("cache_root"))
     return n_runs
 
@@ -294,7 +291,7 @@ def train_missing(configs: Sequence[Profile], data: NearIDData, workers: int, **
     if kw.get("reuse", True) is False:
         raise ValueError("train_missing: reuse=False retrains in the main process (run_rows workers=1)")
     kw.pop("reuse", None)
-    dirs = {_run_dir(c, data, kw.get("run_root")): c for c in configs}      # one entry per distinct run
+    dirs = {run_dir(c, data, kw.get("run_root")): c for c in configs}      # one entry per distinct run
     todo = [c for d, c in dirs.items() if not (d / "scores.json").exists()]
     if workers <= 1 or len(todo) <= 1:
         return 0
