@@ -53,10 +53,33 @@ def test_resume_is_exact(world, encoder, tmp_path):
     for k in sa:
         assert torch.equal(sa[k], sb[k]), k
     assert [h["loss"] for h in straight.history] == [h["loss"] for h in resumed.history]
+    # a finished run keeps its final head and one finished state.json, no step weights or AdamW moments
+    for run in ("a", "b"):
+        left = sorted(p.relative_to(tmp_path / run / "resume").as_posix()
+                      for p in (tmp_path / run / "resume").rglob("*"))
+        assert left == ["step_0000004", "step_0000004/state.json"], left
+    again = train_head(cfg, data, encoder, out_dir=tmp_path / "a", progress=False, cache_root=cache, eval_split=None)
+    assert again.resumed_from == 4 and torch.equal(again.head.state_dict()["probe"], sa["probe"])
     # and training did change the weights (the comparison above is not vacuous)
     fresh = train_head(_cfg(**{"train.max_steps": 1}), data, encoder, progress=False, cache_root=cache,
                        eval_split=None)
     assert not torch.equal(fresh.head.state_dict()["probe"], sa["probe"])
+
+
+def test_resume_restores_learnable_loss_parameters(world, encoder, tmp_path):
+    """SigLIP's learnable scale and bias are trained with the head: a resumed run continues from
+    their saved values (re-initialising them would change every later loss)."""
+    _, data, cache = world
+    cfg = _cfg(**{"train.loss": "siglip", "train.siglip_learnable": True, "train.lr": 1e-2, "train.max_steps": 5,
+                  "train.checkpoint_every": 10})
+    kw = dict(progress=False, cache_root=cache, eval_split=None)
+    straight = train_head(cfg, data, encoder, out_dir=tmp_path / "a", **kw)
+    train_head(cfg, data, encoder, out_dir=tmp_path / "b", stop_after=3, **kw)
+    resumed = train_head(cfg, data, encoder, out_dir=tmp_path / "b", **kw)
+    assert resumed.resumed_from == 3
+    assert [h["loss"] for h in straight.history] == [h["loss"] for h in resumed.history]
+    # a final step that is not a checkpoint step (5 with checkpoint_every 10) still finishes the run
+    assert sorted(p.name for p in (tmp_path / "b" / "resume").iterdir()) == ["step_0000005"]
 
 
 def test_loss_decreases(world, encoder):

@@ -1,8 +1,13 @@
-"""Resumable training state of the NearID head: ``resume/step_XXXXXXX/`` folders (head, AdamW state
-and torch RNG in safetensors; step, scheduler and param groups in ``state.json``), written to a
-temporary folder and renamed, so a kill never leaves a torn one; and :func:`config_key`, the hash
-that tells whether a saved state (or a finished run of :mod:`nearid_lib.nearid.sweep`) belongs to a
-configuration."""
+"""Resumable training state of the NearID head: ``resume/step_XXXXXXX/`` folders (head, AdamW state,
+learnable loss parameters and torch RNG in safetensors; step, scheduler and param groups in
+``state.json``), written to a temporary folder and renamed, so a kill never leaves a torn one; and
+:func:`config_key`, the hash that tells whether a saved state (or a finished run of
+:mod:`nearid_lib.nearid.sweep`) belongs to a configuration.
+
+Once a run has written its final head, :func:`finish_train_state` drops the weights and optimiser
+state of its last step (three quarters of a run folder's bytes: a smoke head is 52 MB, its AdamW
+moments twice that) and keeps ``state.json`` marked finished: the run's own ``head.safetensors``
+is then what a resume of that folder loads, and nothing is left to step."""
 from __future__ import annotations
 
 import hashlib
@@ -23,12 +28,16 @@ if TYPE_CHECKING:
     from ..config import Profile
     from ..data import NearIDData
 
-__all__ = ["save_train_state", "latest_state", "load_train_state", "config_key", "data_fingerprint", "run_key",
-           "run_dir"]
+__all__ = ["save_train_state", "finish_train_state", "latest_state", "load_train_state", "config_key",
+           "data_fingerprint", "run_key", "run_dir"]
+
+FINAL_HEAD = "head.safetensors"     # the run folder's final head (models.checkpoint.HEAD_FILE)
 
 
-def save_train_state(directory: Path, step: int, head, opt, sched, extra: dict | None = None) -> Path:
-    """Atomically write ``directory/step_XXXXXXX`` (head, AdamW state, RNG: safetensors; rest JSON)."""
+def save_train_state(directory: Path, step: int, head, opt, sched, extra: dict | None = None,
+                     loss_params=None) -> Path:
+    """Atomically write ``directory/step_XXXXXXX`` (head, AdamW state, learnable loss parameters,
+    RNG: safetensors; rest JSON)."""
     directory = Path(directory)
     final = directory / f"step_{step:07d}"
     tmp = directory / f".step_{step:07d}.tmp"
@@ -37,6 +46,8 @@ def save_train_state(directory: Path, step: int, head, opt, sched, extra: dict |
     save_file({k: v.detach().contiguous().cpu() for k, v in head.state_dict().items()}, str(tmp / "head.safetensors"))
     osd = opt.state_dict()
     tensors = {"rng.torch": torch.get_rng_state()}
+    for k, v in (loss_params.state_dict() if loss_params is not None else {}).items():
+        tensors[f"loss.{k}"] = v.detach().contiguous().cpu()
     for pid, st in osd["state"].items():
         for k, v in st.items():
             tensors[f"opt.{pid}.{k}"] = (v if torch.is_tensor(v) else torch.tensor(v)).detach().contiguous().cpu()
@@ -52,6 +63,27 @@ def save_train_state(directory: Path, step: int, head, opt, sched, extra: dict |
     return final
 
 
+def finish_train_state(directory: Path, step: int, extra: dict | None = None) -> Path:
+    """Replace the states under ``directory`` (a run's ``resume/``) by a finished one at ``step``,
+    once the run folder above it holds its final ``head.safetensors``: a ``step_XXXXXXX`` folder with
+    only ``state.json`` (``"finished": true``, the step, ``extra``), written to a temporary folder
+    and renamed before the older states go, so a kill at any point leaves a state that loads."""
+    directory = Path(directory)
+    if not (directory.parent / FINAL_HEAD).exists():
+        raise FileNotFoundError(f"{directory.parent}: no final {FINAL_HEAD}; a run is finished once it is written")
+    final = directory / f"step_{step:07d}"
+    tmp = directory / f".step_{step:07d}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    (tmp / "state.json").write_text(json.dumps({"step": step, "finished": True, **(extra or {})}, default=str))
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    for old in directory.glob("step_*"):
+        if old != final:
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
 def latest_state(directory: Path) -> Path | None:
     """The newest complete ``step_*`` folder under ``directory`` (None if there is none)."""
     d = Path(directory)
@@ -59,12 +91,19 @@ def latest_state(directory: Path) -> Path | None:
     return cands[-1] if cands else None
 
 
-def load_train_state(path: Path, head, opt, sched) -> dict:
-    """Restore head, optimiser, scheduler and torch RNG from :func:`save_train_state`; returns state.json."""
+def load_train_state(path: Path, head, opt, sched, loss_params=None) -> dict:
+    """Restore head, optimiser, scheduler, learnable loss parameters and torch RNG from
+    :func:`save_train_state`; returns state.json. A finished state (:func:`finish_train_state`)
+    restores only the head, from the run folder's final ``head.safetensors``: no step is left to take."""
     path = Path(path)
-    head.load_state_dict(load_file(str(path / "head.safetensors")))
     state = json.loads((path / "state.json").read_text())
+    if state.get("finished"):
+        head.load_state_dict(load_file(str(path.parent.parent / FINAL_HEAD)))
+        return state
+    head.load_state_dict(load_file(str(path / "head.safetensors")))
     tens = load_file(str(path / "optim.safetensors"))
+    if loss_params is not None and len(loss_params):
+        loss_params.load_state_dict({k[5:]: v for k, v in tens.items() if k.startswith("loss.")})
     per: dict[int, dict[str, Any]] = {}
     for k, v in tens.items():
         if k.startswith("opt."):

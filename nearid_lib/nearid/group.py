@@ -35,7 +35,7 @@ from ..config import Profile, profile_to_dict
 from ..io_utils import write_json
 from ..models import load_backbone, resolve_device, save_head
 from . import distributed
-from .checkpoints import latest_state, load_train_state, run_key, save_train_state
+from .checkpoints import finish_train_state, latest_state, load_train_state, run_key, save_train_state
 from .losses import make_loss_parameters
 from .rows import epoch_rows, steps_per_epoch
 from .step import amp_context, batch_inputs, dropout_generator, loss_step
@@ -102,7 +102,7 @@ def _member(cfg: Profile, data, backbone, dev, total: int, out_dir, resume: bool
     st = latest_state(m.out_dir / "resume") if (m.out_dir is not None and resume) else None
     if st is not None:
         if json.loads((st / "state.json").read_text()).get("config_key") == m.key:
-            state = load_train_state(st, m.head, m.opt, m.sched)
+            state = load_train_state(st, m.head, m.opt, m.sched, m.loss_params)
             m.start, m.history, m.evals = int(state["step"]), state.get("history", []), state.get("evals", [])
     return m
 
@@ -112,7 +112,7 @@ def train_group(configs: Sequence[Profile], data: NearIDData, encoder=None,
                 stop_after: int | None = None, progress: bool = True, cache_root=None) -> list[TrainResult]:
     """Train the heads of ``configs`` (one :func:`stream_key`) in one pass over their shared batch
     stream; each head checkpoints to (and resumes from) its own ``out_dirs[i]`` exactly as
-    :func:`~.train.train_head` does, and a finished head leaves a resume state at its last step, so
+    :func:`~.train.train_head` does, and a finished head leaves a (finished) resume state at its last step, so
     ``train_head`` / :func:`~.sweep.train_and_score` on that folder finds it trained. One process
     (a multi-process launch trains one configuration at a time with ``train_head``). Returns one
     :class:`~.train.TrainResult` per configuration (no validation: the sweep scores test itself)."""
@@ -170,7 +170,7 @@ def train_group(configs: Sequence[Profile], data: NearIDData, encoder=None,
         for m in members:
             if m.out_dir is not None and step > m.start and (step % max(1, m.cfg.train.checkpoint_every) == 0 or last):
                 save_train_state(m.out_dir / "resume", step, m.head, m.opt, m.sched,
-                                 {"history": m.history, "evals": m.evals, "config_key": m.key})
+                                 {"history": m.history, "evals": m.evals, "config_key": m.key}, m.loss_params)
         if stop_after is not None and step >= stop_after:
             break
     bar.close()
@@ -185,6 +185,7 @@ def train_group(configs: Sequence[Profile], data: NearIDData, encoder=None,
             write_json({"history": m.history, "evals": m.evals, "group_seconds": wall,
                         "group_size": len(members)}, m.out_dir / "history.json")
             write_json(profile_to_dict(m.cfg), m.out_dir / "config.json")
+            finish_train_state(m.out_dir / "resume", step, {"history": m.history, "evals": m.evals, "config_key": m.key})
         head = m.head.cpu() if dev.type != "cpu" else m.head
         out.append(TrainResult(head=head, out_dir=m.out_dir, steps=step, history=m.history, evals=m.evals,
                                seconds=wall / len(members), resumed_from=m.start))

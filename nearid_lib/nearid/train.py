@@ -46,7 +46,7 @@ from ..models import MAPHead, load_backbone, resolve_device, save_head
 from ..runtime import set_torch_threads
 from ..seeding import make_rng
 from . import distributed
-from .checkpoints import latest_state, load_train_state, run_dir, run_key, save_train_state
+from .checkpoints import finish_train_state, latest_state, load_train_state, run_dir, run_key, save_train_state
 from .embedder import Embedder
 from .evaluate import evaluate_split
 from .losses import make_loss_parameters
@@ -175,7 +175,7 @@ def _resume(s: _Setup, ckpt: Path | None, resume: bool) -> tuple[int, list[dict]
     if json.loads((st / "state.json").read_text()).get("config_key") != s.key:
         shutil.rmtree(ckpt / "resume", ignore_errors=True)
         return 0, [], []
-    state = load_train_state(st, s.head, s.opt, s.sched)
+    state = load_train_state(st, s.head, s.opt, s.sched, s.loss_params)
     return int(state["step"]), state.get("history", []), state.get("evals", [])
 
 
@@ -218,6 +218,7 @@ def _save_final(s: _Setup, ckpt: Path, step: int, history: list[dict], evals: li
               config=profile_to_dict(s.cfg), step=step, final_eval=evals[-1] if evals else None)
     write_json({"history": history, "evals": evals}, ckpt / "history.json")
     write_json(profile_to_dict(s.cfg), ckpt / "config.json")
+    finish_train_state(ckpt / "resume", step, {"history": history, "evals": evals, "config_key": s.key})
 
 
 def train_head(cfg: Profile, data: NearIDData, encoder=None, out_dir: str | os.PathLike | None = None,
@@ -265,7 +266,7 @@ def train_head(cfg: Profile, data: NearIDData, encoder=None, out_dir: str | os.P
             evals.append(_validate(s, data, eval_split, step, cache_root))
         if ckpt is not None and s.rank == 0 and (step % max(1, tc.checkpoint_every) == 0 or step == stop_after):
             save_train_state(ckpt / "resume", step, s.raw_head, s.opt, s.sched,
-                             {"history": history, "evals": evals, "config_key": s.key})
+                             {"history": history, "evals": evals, "config_key": s.key}, s.loss_params)
         if stop_after is not None and step >= stop_after:
             break
     if bar is not None:
