@@ -135,6 +135,7 @@ def _paper() -> Profile:
         retrieval=RetrievalConfig(
             encoders=("clip-vit-b32", "dinov2-base", "bioclip2", "miewid", "nearid"),
             gallery_sizes=(1, 5, 10, 20), subject_counts=(10, 15, 25, 100),
+            generate_methods=("dreambooth", "ip_adapter", "ip_adapter_plus", "flux_kontext", "diptych"),
         ),
         idsim=IDSimConfig(backbone="dinov3-vitl16", image_size=448, epochs=3, aug_variants=0,
                           backbone_rows=(("dinov3-vitl16", 224), ("dinov2-large", None)),

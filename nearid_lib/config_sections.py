@@ -249,6 +249,16 @@ class RetrievalConfig:
     refs_per_id: tuple[int, int] = (5, 10)   # (min, max) references per subject; JSON "[1,2]" in NEARID_SET
     ids_per_species: int = 10
     reid_datasets: tuple[str, ...] = ()      # WildlifeReID-10k source datasets to draw from (empty: all)
+    # Generation (paper; nearid_lib.fpr.generation): the diffusers methods (generate.personalize keys)
+    # run for every dataset whose user folder lacks them; DreamBooth as the authors train it
+    generate_methods: tuple[str, ...] = ()
+    prompts_per_id: int = 10
+    generate_px: int | None = None           # None: each method's native resolution
+    generate_steps: int | None = None        # None: the paper's steps (FPR Supp. Table 4)
+    dreambooth_mode: str = "full"            # "full" (the authors' script) | "lora" (peft, cheaper)
+    dreambooth_steps: int = 800
+    dreambooth_px: int = 768
+    dreambooth_class_images: int = 100
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,13 @@ PAPER_REPOS: tuple[tuple[str, str, str], ...] = (
     ("Donghyun99/Stanford-Cars", "dataset", "FPR Stanford Cars gallery (FPR Table 13), the hub copy the authors use"),
     ("imageomics/bioclip-2", "model", "FPR specialised encoder for CUB (FPR Tables 10-12)"),
     ("conservationxlabs/miewid-msv3", "model", "FPR specialised Re-ID encoder (remote code: opt in, README)"),
+    # FPR's generation step (nearid_lib.generate.personalize.METHODS; FLUX.1 and SD3 are gated: accept
+    # the licences first); a method with a user folder under $NEARID_DOWNLOADS/fpr_generated needs none
+    ("stabilityai/stable-diffusion-3-medium-diffusers", "model", "FPR DreamBooth (fine-tuned per subject)"),
+    ("stabilityai/stable-diffusion-xl-base-1.0", "model", "FPR IP-Adapter and IP-Adapter-Plus base"),
+    ("h94/IP-Adapter", "model", "FPR IP-Adapter ViT-G / IP-Adapter-Plus ViT-H weights and image encoders"),
+    ("black-forest-labs/FLUX.1-Kontext-dev", "model", "FPR FLUX.1 Kontext"),
+    ("black-forest-labs/FLUX.1-Fill-dev", "model", "FPR Diptych Prompting (over FLUX.1 Fill)"),
 )
 # Only when regenerating distractor sources (opt-in, notebook 02): nearid_lib.generate.specs.DEFAULT_HUB_IDS.
 

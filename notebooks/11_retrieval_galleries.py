@@ -31,9 +31,13 @@
 #
 # In `paper` the nine galleries are built from the published sources (`nearid_lib.fpr.downloads`:
 # CUB-200-2011 and WildlifeReID-10k unpacked under `NEARID_DOWNLOADS`, Stanford Cars from the hub
-# dataset `Donghyun99/Stanford-Cars`) and the methods are the user's generated images
-# (`<downloads>/fpr_generated/<method>/<dataset>/<identity>/`). A table whose data or encoder is
-# absent is skipped with the reason (what to download, and where), never left empty.
+# dataset `Donghyun99/Stanford-Cars`) and the methods' images are generated here with the diffusers
+# pipelines the paper configures (DreamBooth on SD3-Medium, IP-Adapter and IP-Adapter-Plus on SDXL,
+# FLUX.1 Kontext, Diptych over FLUX.1 Fill; `nearid_lib.fpr.generation`, resumable, shardable with
+# `torchrun -m nearid_lib.fpr.generation`), unless the user's own folder
+# (`<downloads>/fpr_generated/<method>/<dataset>/<identity>/`) has them: a user folder wins, and is
+# the only source of Emu2 and OminiControl. A table whose data or encoder is absent is skipped with
+# the reason (what to download, and where), never left empty.
 
 # %% tags=["parameters"]
 PROFILE = "mini"
@@ -63,11 +67,22 @@ cache = FeatureStore(cache_dir(PROFILE) / "retrieval")
 # ## Data: reference set, gallery, simulated methods
 
 # %%
-split, generated, DATASET = X.prepare_data(cfg)
+split, generated, DATASET = X.prepare_data(cfg, progress=True)
 print(f"{split.train.name.nunique()} identities in {split.train.species.nunique()} species; "
       f"{len(split.train)} references, {len(split.gallery)} gallery images, {len(generated)} generated "
       f"({generated.method.nunique()} methods)")
 generated.drop_duplicates("method").drop(columns=["name", "file_path", "ref_path", "mask_path"], errors="ignore")
+
+# %% [markdown]
+# In `paper`, each method's images come from the user's folder when it has one, else from the
+# generation step that `prepare_data` ran (`nearid_lib.fpr.generation`: the diffusers pipelines the
+# FPR paper configures; Emu2 and OminiControl only from the user's folder). Which did, per dataset:
+
+# %%
+sources = X.method_sources(generated)
+if len(sources):
+    run.write_table(sources, "11_fpr_method_sources")
+sources
 
 # %% [markdown]
 # ## Encoders (each loaded once; embeddings cached per encoder and image set)

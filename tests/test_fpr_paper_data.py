@@ -16,6 +16,7 @@ from nearid_lib.config import get_profile  # noqa: E402
 from nearid_lib.data import DataError  # noqa: E402
 from nearid_lib.data.eval_datasets import load_fpr  # noqa: E402
 from nearid_lib.paper_fixtures import SIZE_OVERRIDES  # noqa: E402
+from nearid_lib.generate.personalize import METHODS, method_key  # noqa: E402
 from nearid_lib.paper_fixtures.fpr import (CARS_CLASS_NAMES, GENERATED_METHODS, write_cars_dataset,  # noqa: E402
                                    write_fpr_downloads)
 from nearid_lib.fpr import FPRLayoutError, load_fpr_split  # noqa: E402
@@ -127,7 +128,9 @@ def test_build_paper_galleries(downloads, hub, tmp_path, monkeypatch):
         sp = load_fpr_split(folder)                       # validated: columns, files, disjointness
         assert (sp.gallery.groupby("name").size() == 3).all()
         gen = pd.read_csv(folder / "generated_data.csv")
-        assert set(gen.method) == set(GENERATED_METHODS) and set(gen.name) <= set(sp.train.name)
+        # the user's folders, named as the paper's tables spell the methods, each with its source
+        assert set(gen.method) == {"Emu2", "IP Adapter"} == {METHODS[method_key(m)].name for m in GENERATED_METHODS}
+        assert set(gen.name) <= set(sp.train.name) and gen.source.str.startswith("user folder").all()
     # the same run is deterministic: gallery tables identical when rebuilt
     res2 = build_paper_galleries(_paper(), downloads=downloads, out=tmp_path / "fpr_again")
     for key in DATASET_KEYS:
@@ -176,6 +179,8 @@ def test_galleries_without_generated_images(downloads, tmp_path, monkeypatch):
     assert "11_fpr_oracle" not in why and "11_fpr_bg_removal" not in why       # the galleries are there
     assert "fpr_generated/<method>/cub_tern/<identity>" in why["11_fpr_cub_tern"]
     assert "no generated images" in why["11_fpr_generated"]
+    # the generation step names the weights it lacks and how to fetch them
+    assert "hf download stabilityai/stable-diffusion-3-medium-diffusers" in why["11_fpr_cub_tern"]
 
 
 def test_generated_identity_not_in_references(downloads, tmp_path):

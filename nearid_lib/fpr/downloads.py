@@ -29,6 +29,7 @@ the file, the line and the field.
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +37,8 @@ from typing import TYPE_CHECKING, Sequence
 
 import pandas as pd
 
-from ..data.fpr_layout import FPRLayoutError, read_generated, write_fpr_table
+from ..data.fpr_layout import FPRLayoutError, load_fpr_split, read_generated, write_fpr_table
+from ..generate.personalize import METHODS, method_key
 from ..hub import HubError, download_command, is_available, load_hub_dataset
 from ..paths import data_dir, downloads_dir
 from .datasets import (
@@ -54,7 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CUB_DIRNAME", "WILDLIFE_DIRNAME", "GENERATED_DIRNAME", "CARS_REPO", "CARS_LABELS", "DATASET_KEYS",
            "read_cub_metadata", "read_wildlife_metadata", "read_cars_test", "GalleryBuild",
-           "build_paper_galleries", "collect_generated"]
+           "build_paper_galleries", "collect_generated", "attach_generated"]
 
 CUB_DIRNAME = "CUB_200_2011"
 WILDLIFE_DIRNAME = "WildlifeReID-10k"
@@ -210,16 +212,51 @@ def read_cars_test(out_dir: str | os.PathLike, labels: Sequence[int] = CARS_LABE
 
 
 # ----------------------------------------------------------------------------- generated images
-def collect_generated(gen_root: str | os.PathLike, key: str, train: pd.DataFrame) -> pd.DataFrame | None:
-    """Every method's generated images of dataset ``key``
-    (``<gen_root>/<method>/<key>/<identity>/<file>``) as one generated table, or None when no
-    method has a folder for ``key``. An identity folder not in ``train`` is an error naming it."""
-    gen_root = Path(gen_root)
-    if not gen_root.is_dir():
-        return None
-    parts = [read_generated(m / key, method=m.name, train=train)
-             for m in sorted(p for p in gen_root.iterdir() if p.is_dir()) if (m / key).is_dir()]
+def collect_generated(gen_root: str | os.PathLike, key: str, train: pd.DataFrame,
+                      generated_here: str | os.PathLike | None = None) -> pd.DataFrame | None:
+    """Every method's generated images of dataset ``key`` as one generated table with a ``source``
+    column, or None when no method has images for ``key``.
+
+    The user's folders (``<gen_root>/<method>/<key>/<identity>/<file>``) come first; a method the
+    user has no folder for is read from ``generated_here`` (the generation step's output,
+    :mod:`nearid_lib.fpr.generation`: finished subjects only, each image with the reference it was
+    made from). Method names match in any spelling (``IP-Adapter`` = ``ip_adapter``) and are written
+    as the paper's tables spell them (``IP Adapter``). An identity
+    folder not in ``train`` is an error naming it."""
+    parts, seen = [], set()
+    for root, here in ((gen_root, False), (generated_here, True)):
+        if root is None or not Path(root).is_dir():
+            continue
+        for m in sorted(p for p in Path(root).iterdir() if p.is_dir() and not p.name.startswith("_")):
+            mk = method_key(m.name)
+            if not (m / key).is_dir() or mk in seen:
+                continue
+            seen.add(mk)
+            name = METHODS[mk].name if mk in METHODS else m.name     # the paper tables' spelling
+            if here:
+                df = _finished(m / key, name, train)
+                if df is None:
+                    continue
+                parts.append(df.assign(source=f"generated here ({m})"))
+            else:
+                parts.append(read_generated(m / key, method=name, train=train).assign(source=f"user folder ({m})"))
     return pd.concat(parts, ignore_index=True) if parts else None
+
+
+def _finished(folder: Path, method: str, train: pd.DataFrame) -> pd.DataFrame | None:
+    """The finished subjects (``_done.json``) of one method's generated folder, with each image's
+    own reference, prompt and seed."""
+    species = train.drop_duplicates("name").set_index("name").species
+    rows = []
+    for done in sorted(folder.glob("*/_done.json")):
+        meta = json.loads(done.read_text())
+        name = done.parent.name
+        if name not in species.index:
+            raise FPRLayoutError(f"{done.parent}: identity {name!r} is not in the reference table")
+        rows += [{"name": name, "species": species[name], "file_path": str(done.parent / im["file"]),
+                  "ref_path": im["ref_path"], "method": method, "prompt": im["prompt"], "seed": im["seed"]}
+                 for im in meta["images"]]
+    return pd.DataFrame(rows) if rows else None
 
 
 @dataclass
@@ -243,12 +280,14 @@ def _missing(what: str, where: Path, how: str) -> str:
 
 
 def build_paper_galleries(cfg: Profile, downloads: str | os.PathLike | None = None,
-                          out: str | os.PathLike | None = None, seed: int | None = None) -> GalleryBuild:
+                          out: str | os.PathLike | None = None, seed: int | None = None,
+                          generated_here: str | os.PathLike | None = None) -> GalleryBuild:
     """Build the paper's nine galleries (``DATASET_KEYS``) from the published sources into
     ``out`` (default ``data_dir(profile)/fpr``): per key, ``train_data.csv`` + ``gallery_data.csv``
     (``retrieval.gallery_per_id`` gallery and ``retrieval.refs_per_id`` reference images per
     subject; ``retrieval.ids_per_species`` Re-ID subjects per species) and, where
-    ``<downloads>/fpr_generated/<method>/<key>/`` exists, ``generated_data.csv``. A dataset whose
+    ``<downloads>/fpr_generated/<method>/<key>/`` exists or ``generated_here`` (the generation
+    step's output) holds the method, ``generated_data.csv``. A dataset whose
     download is absent or too small is *skipped with its reason*, never an error; malformed input
     is (:class:`FPRLayoutError` naming file, line and field)."""
     rc = cfg.retrieval
@@ -305,7 +344,6 @@ def build_paper_galleries(cfg: Profile, downloads: str | os.PathLike | None = No
         res.skipped["stanford_cars"] = (f"hub dataset {CARS_REPO} is not in the mirror; fetch it with "
                                         f"`{download_command(CARS_REPO, 'dataset')}`")
 
-    gen_root = dl / GENERATED_DIRNAME
     for key in DATASET_KEYS:
         if key not in splits:
             continue
@@ -314,14 +352,27 @@ def build_paper_galleries(cfg: Profile, downloads: str | os.PathLike | None = No
         train, gallery = splits[key]
         write_fpr_table(train, folder / "train_data.csv", "train")
         write_fpr_table(gallery, folder / "gallery_data.csv", "gallery")
-        gen = collect_generated(gen_root, key, train)
-        stale = folder / "generated_data.csv"
-        if gen is None:
-            stale.unlink(missing_ok=True)
-            res.no_generated[key] = (f"no generated images for {key}: put each method's images in "
-                                     f"{gen_root}/<method>/{key}/<identity>/ (identities = the 'name' "
-                                     f"column of {folder / 'train_data.csv'})")
-        else:
-            write_fpr_table(gen, stale, "generated")
         res.folders[key] = folder
-    return res
+    return attach_generated(res, dl / GENERATED_DIRNAME, generated_here)
+
+
+def attach_generated(built: GalleryBuild, user_root: str | os.PathLike,
+                     generated_here: str | os.PathLike | None = None, note: str = "") -> GalleryBuild:
+    """Write (or remove) each built folder's ``generated_data.csv`` from the user's folders and
+    the generation step's output (:func:`collect_generated`); ``built.no_generated`` says which
+    dataset has no generated images and where to put them (``note``: what the generation step
+    could not run, and why)."""
+    for key, folder in built.folders.items():
+        train = load_fpr_split(folder).train
+        gen = collect_generated(user_root, key, train, generated_here)
+        table = folder / "generated_data.csv"
+        built.no_generated.pop(key, None)
+        if gen is None:
+            table.unlink(missing_ok=True)
+            built.no_generated[key] = (f"no generated images for {key}: put each method's images in "
+                                       f"{user_root}/<method>/{key}/<identity>/ (identities = the 'name' "
+                                       f"column of {folder / 'train_data.csv'}), or let the generation step "
+                                       f"make them (retrieval.generate_methods)" + (f"; {note}" if note else ""))
+        else:
+            write_fpr_table(gen, table, "generated")
+    return built

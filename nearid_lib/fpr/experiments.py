@@ -15,10 +15,11 @@ import pandas as pd
 from ..data import build_world
 from ..data.fpr_layout import FPRSplit, load_fpr_split, read_generated
 from ..models import load_encoder, split_weights
-from ..paths import checkpoint_dir, data_dir
+from ..paths import checkpoint_dir, data_dir, downloads_dir
 from ..seeding import make_rng
 from .analysis import drift_agreement
-from .downloads import build_paper_galleries
+from .downloads import GENERATED_DIRNAME, attach_generated, build_paper_galleries
+from .generation import generate_fpr, generated_root
 from .encoders import RemoteCodeError
 from .methods import simulate_methods
 from .protocol import oracle_scores, rank_generator, top_k_lists
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from ..config import Profile
 
 __all__ = ["EncoderSpec", "FPRRun", "run_fpr", "encoder_specs", "load_encoders", "main_comparison",
-           "per_identity_agreement", "oracle_table", "qualitative_cases", "prepare_data", "skip_reasons", "sampling_size", "GLOBAL_TABLES"]
+           "per_identity_agreement", "oracle_table", "qualitative_cases", "prepare_data", "method_sources", "skip_reasons", "sampling_size", "GLOBAL_TABLES"]
 
 
 @dataclass
@@ -223,7 +224,7 @@ def qualitative_cases(extra: dict, per_query: pd.DataFrame, encoder: str, method
     return cases
 
 
-def prepare_data(cfg: Profile, root: Path | None = None, progress: bool = False):
+def prepare_data(cfg: Profile, root: Path | None = None, progress: bool = False, pipes: dict | None = None):
     """``(split, generated, dataset)`` for notebook 11 (FPR).
 
     - procedural world (``smoke``/``mini``): build (or reuse) the world, simulate the methods of
@@ -231,7 +232,10 @@ def prepare_data(cfg: Profile, root: Path | None = None, progress: bool = False)
     - released data (``paper``): the paper's nine galleries are built from the published sources
       (:func:`~nearid_lib.fpr.downloads.build_paper_galleries`) into ``root`` (default
       ``data_dir(profile)/"fpr"``), one folder per paper dataset key (``leopard``, ...,
-      ``cub_sparrow``, ``stanford_cars``), with the user's generated images where they exist.
+      ``cub_sparrow``, ``stanford_cars``), with the user's generated images where they exist and,
+      for every method of ``retrieval.generate_methods`` the user's folder lacks, the images of
+      the generation step (:func:`~nearid_lib.fpr.generation.generate_fpr`; ``pipes``: ready
+      pipelines by method key, else loaded from the hub mirror).
       Names and species are prefixed with the key so galleries never mix (``group_by="species"``
       keeps each query in its gallery). ``split.skipped`` says which per-dataset table cannot be
       produced and why; ``generated`` may be empty."""
@@ -242,6 +246,12 @@ def prepare_data(cfg: Profile, root: Path | None = None, progress: bool = False)
         return split, gen, "NearID-mini"
     base = Path(root or data_dir(cfg.name) / "fpr")
     built = build_paper_galleries(cfg, out=base)
+    if cfg.retrieval.generate_methods:
+        # the generation step: each diffusers method the user's folder lacks (fpr.generation)
+        here = generated_root(cfg.name)
+        gen_run = generate_fpr(cfg, built.folders, here, user_root=downloads_dir() / GENERATED_DIRNAME,
+                               pipes=pipes, progress=progress)
+        built = attach_generated(built, downloads_dir() / GENERATED_DIRNAME, here, gen_run.note())
     trains, gals, gens = [], [], []
     for key, f in built.folders.items():
         sp = load_fpr_split(f)
@@ -258,6 +268,17 @@ def prepare_data(cfg: Profile, root: Path | None = None, progress: bool = False)
                      skipped={f"11_fpr_{k}": why for k, why in built.reasons().items()})
     gen = pd.concat(gens, ignore_index=True) if gens else empty.assign(method=[])
     return split, gen, "FPR-released"
+
+
+def method_sources(generated: pd.DataFrame) -> pd.DataFrame:
+    """Where each method's images of each dataset come from (``paper``: the user's folder, which
+    wins, or the generation step), with the number of subjects and images; empty when the table
+    has no ``source`` column (the simulated methods of smoke/mini)."""
+    if "source" not in generated.columns or generated.empty:
+        return pd.DataFrame(columns=["method", "dataset", "source", "subjects", "images"])
+    g = generated.assign(dataset=generated.get("dataset", "all"))
+    return (g.groupby(["method", "dataset", "source"], sort=True)
+             .agg(subjects=("name", "nunique"), images=("file_path", "size")).reset_index())
 
 
 # tables of notebook 11 that every profile writes, and what each needs

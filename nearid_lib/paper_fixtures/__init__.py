@@ -28,6 +28,7 @@ from ..io_utils import read_table_meta, skip_reason
 from ..paper_specs import load_specs
 from ..paths import downloads_dir
 from .fpr import write_fpr_downloads, write_fpr_models
+from .personalize import write_personalize_models
 from .idsim import write_idsim_downloads, write_idsim_models
 from .nearid import write_authors_release, write_nearid_datasets, write_nearid_models
 
@@ -65,6 +66,14 @@ SIZE_OVERRIDES: dict[str, str] = {
     "retrieval.gallery_sizes": "[1,2,3]",
     "retrieval.subject_counts": "[2,3]",
     "retrieval.n_qualitative": "2",
+    # FPR generation with the tiny pipelines: 2 prompts per subject, 32 px, 2 denoising steps,
+    # DreamBooth 2 steps at 32 px with 2 class images
+    "retrieval.prompts_per_id": "2",
+    "retrieval.generate_px": "32",
+    "retrieval.generate_steps": "2",
+    "retrieval.dreambooth_steps": "2",
+    "retrieval.dreambooth_px": "32",
+    "retrieval.dreambooth_class_images": "2",
 }
 
 
@@ -88,7 +97,7 @@ def write_mirror(hub_dir: str | Path, downloads_dir: str | Path, seed: int = 0) 
                "authors_release": [str(write_authors_release(downloads_dir, seed=seed))]}
     write_fpr_downloads(downloads_dir, seed=seed)
     write_fpr_models(hub_dir)
-    written["fpr"] = ["downloads", "models"]
+    written["fpr"] = ["downloads", "models", *write_personalize_models(hub_dir, seed=seed)]
     write_idsim_downloads(downloads_dir, seed=seed)
     write_idsim_models(hub_dir)
     written["idsim"] = ["downloads"]

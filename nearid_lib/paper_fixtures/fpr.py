@@ -4,8 +4,8 @@ images) and tiny random-init models of the FPR encoders' classes under the paper
 - :func:`write_fpr_downloads` writes, under the downloads folder, what a user unpacks by hand
   (:mod:`nearid_lib.fpr.downloads`): ``CUB_200_2011/`` in the official tarball layout (the 15 classes
   of the FPR groups plus two others, with their official class ids and names), ``WildlifeReID-10k/``
-  (``metadata.csv`` + ``images/``) and ``fpr_generated/<method>/<dataset>/<identity>/*.png`` (two
-  "methods" for each of the nine galleries).
+  (``metadata.csv`` + ``images/``) and ``fpr_generated/<method>/<dataset>/<identity>/*.png`` (the
+  user's folders of two methods, :data:`GENERATED_METHODS`, for each of the nine galleries).
 - :func:`write_fpr_models` writes, under the hub mirror, the Stanford Cars hub dataset
   ``Donghyun99/Stanford-Cars`` (``image``, ``label`` class label; ``train`` and ``test`` parquet
   shards + card) and tiny models saved under ``openai/clip-vit-base-patch32`` (``CLIPModel``),
@@ -34,7 +34,9 @@ __all__ = ["write_fpr_downloads", "write_fpr_models", "write_cars_dataset", "CAR
            "WILDLIFE_SOURCES", "GENERATED_METHODS"]
 
 PX = 40
-GENERATED_METHODS = ("DreamBooth", "IP-Adapter")
+# the user's own folders: Emu2 (not in diffusers: only ever from a user folder) and IP-Adapter (a
+# user folder overrides the generation step's method); the dry run generates the other four
+GENERATED_METHODS = ("Emu2", "IP-Adapter")
 # WildlifeReID-10k source datasets of each FPR species (``dataset`` column)
 WILDLIFE_SOURCES = {"leopard": "LeopardID2022", "cow": "CowDataset", "zebra": "StripeSpotter",
                     "tiger": "ATRW", "giraffe": "Giraffes"}
