@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -21,32 +22,38 @@ ROOT = Path(__file__).resolve().parents[1]
 ENC = "import numpy as np\ndef embed(images):\n    return np.ones((len(images), 3)) + np.arange(len(images))[:, None]\n"
 
 
+def _write_encoders(d: Path) -> Path:
+    """The user encoders of the tests (good, broken and failing ones) in folder ``d``."""
+    (d / "enc_file.py").write_text(ENC)
+    (d / "enc_pkg").mkdir()
+    (d / "enc_pkg" / "__init__.py").write_text("")
+    (d / "enc_pkg" / "encoders.py").write_text(ENC + "NOT_CALLABLE = 3\n")
+    (d / "enc_broken.py").write_text("import no_such_dependency_xyz\n")
+    (d / "enc_raises.py").write_text("def embed(images):\n    raise RuntimeError('shapes do not match')\n")
+    (d / "enc_boom.py").write_text("raise RuntimeError('no GPU here')\n")        # fails when run
+    (d / "enc_badpkg").mkdir()                                       # a package whose __init__ fails
+    (d / "enc_badpkg" / "__init__.py").write_text("import no_such_dependency_xyz\n")
+    (d / "enc_badpkg" / "mod.py").write_text(ENC)
+    return d
+
+
 @pytest.fixture
 def clone(fresh_clone, tmp_path, monkeypatch):
     """Empty data/cache/build folders of a fresh clone in tmp, cwd = tmp, with user encoders in it."""
-    (tmp_path / "enc_file.py").write_text(ENC)
-    (tmp_path / "enc_pkg").mkdir()
-    (tmp_path / "enc_pkg" / "__init__.py").write_text("")
-    (tmp_path / "enc_pkg" / "encoders.py").write_text(ENC + "NOT_CALLABLE = 3\n")
-    (tmp_path / "enc_broken.py").write_text("import no_such_dependency_xyz\n")
-    (tmp_path / "enc_raises.py").write_text("def embed(images):\n    raise RuntimeError('shapes do not match')\n")
-    (tmp_path / "enc_boom.py").write_text("raise RuntimeError('no GPU here')\n")        # fails when run
-    (tmp_path / "enc_badpkg").mkdir()                                       # a package whose __init__ fails
-    (tmp_path / "enc_badpkg" / "__init__.py").write_text("import no_such_dependency_xyz\n")
-    (tmp_path / "enc_badpkg" / "mod.py").write_text(ENC)
+    _write_encoders(tmp_path)
     yield tmp_path
     for mod in ("enc_pkg", "enc_pkg.encoders", "enc_file", "enc_once"):
         sys.modules.pop(mod, None)
 
 
-def _cli(clone, *argv):
+def _cli(clone, *argv, env=None):
     t0 = time.perf_counter()
-    res = subprocess.run([sys.executable, "-m", "nearid_lib", *argv], cwd=clone, env=dict(os.environ),
+    res = subprocess.run([sys.executable, "-m", "nearid_lib", *argv], cwd=clone, env=env or dict(os.environ),
                          capture_output=True, text=True, timeout=300)
     return res, time.perf_counter() - t0
 
 
-@pytest.mark.parametrize("argv, pattern", [
+BAD = [
     (["score", "file.py:nope"], r"encoder 'file.py:nope' names no callable; tried module path: no module "
                                 r"'file' on sys.path .*; file path: no file 'file.py'; registered name, hub id: "
                                 r"not tried \(neither contains ':'\)$"),
@@ -82,9 +89,28 @@ def _cli(clone, *argv):
      r"encoder 'efficientnet-lite0' \(a registered name\) failed to load: TypeError: .*'checkpoint'$"),
     (["rank", "no/gen.csv", "no/gallery.csv", "--encoder", "clip-vit-b3"],
      r"unknown encoder 'clip-vit-b3' \(did you mean 'clip-vit-b32'"),
-])
-def test_bad_encoder_exits_2_in_seconds_before_any_data(clone, argv, pattern):
-    res, took = _cli(clone, *argv)
+]
+
+
+@pytest.fixture(scope="module")
+def bad_runs(tmp_path_factory):
+    """Every command of ``BAD``, each in a fresh clone of its own (own folders, own encoder files,
+    a fresh process), two at a time: a case's process spends its seconds importing torch, and the
+    machines that run the suite have two cores."""
+    def run(i):
+        d = _write_encoders(tmp_path_factory.mktemp(f"bad{i}"))
+        env = {**os.environ, **{v: str(d / sub) for v, sub in (("NEARID_DATA", "data"), ("NEARID_CACHE", "cache"),
+                                                            ("NEARID_OUT", "build"), ("NEARID_FIGURES", "figures"))}}
+        env.pop("NEARID_SET", None)
+        return (*_cli(d, *BAD[i][0], env=env), d)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return list(pool.map(run, range(len(BAD))))
+
+
+@pytest.mark.parametrize("case", range(len(BAD)), ids=[" ".join(a[:2]) for a, _ in BAD])
+def test_bad_encoder_exits_2_in_seconds_before_any_data(bad_runs, case):
+    argv, pattern = BAD[case]
+    res, took, clone = bad_runs[case]
     assert res.returncode == 2, res.stderr[-2000:]
     err = res.stderr
     assert err.count("\n") == 1 and "Traceback" not in err, err

@@ -237,9 +237,9 @@ def collect_generated(gen_root: str | os.PathLike, key: str, train: pd.DataFrame
                 df = _finished(m / key, name, train)
                 if df is None:
                     continue
-                parts.append(df.assign(source=f"generated here ({m})"))
+                parts.append(df.assign(source=f"generated here ({METHODS[mk].pipeline})"))
             else:
-                parts.append(read_generated(m / key, method=name, train=train).assign(source=f"user folder ({m})"))
+                parts.append(read_generated(m / key, method=name, train=train).assign(source=f"user folder ({m.name}/)"))
     return pd.concat(parts, ignore_index=True) if parts else None
 
 
