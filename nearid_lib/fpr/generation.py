@@ -33,10 +33,12 @@ from tqdm.auto import tqdm
 from ..config import get_profile
 from ..data.fpr_layout import load_fpr_split
 from ..generate import dreambooth as DB
+from ..generate.items import shard_items
 from ..generate.personalize import METHODS, class_word, fpr_prompts, generate_image, load_method_pipeline, method_key
 from ..hub import download_command, is_available, reads
 from ..io_utils import atomic_save_image, file_lock, write_json
 from ..launch import end_launch, launched_state
+from ..models import resolve_device
 from ..paths import data_dir, downloads_dir
 from ..seeding import derive_seed
 from .downloads import GENERATED_DIRNAME, build_paper_galleries
@@ -110,14 +112,9 @@ def subjects_of(folders: dict[str, Path]) -> list[Subject]:
 
 
 def shard_subjects(subjects: Sequence[Subject], rank: int, world: int) -> list[Subject]:
-    """Rank ``rank``'s contiguous block of the subjects sorted by ``dataset/name`` (sizes differ by
-    at most one), whatever order they came in."""
-    if not 0 <= rank < world:
-        raise ValueError(f"shard rank {rank} not in [0, {world})")
-    ordered = sorted(subjects, key=lambda s: s.key)
-    per, extra = divmod(len(ordered), world)
-    start = rank * per + min(rank, extra)
-    return ordered[start:start + per + (1 if rank < extra else 0)]
+    """Rank ``rank``'s contiguous block of the subjects sorted by ``dataset/name``, whatever order
+    they came in (:func:`~nearid_lib.generate.items.shard_items`, the distractor runner's blocks)."""
+    return shard_items(subjects, rank, world, key=lambda s: s.key)
 
 
 def user_methods(user_root: Path | None, dataset: str) -> set[str]:
@@ -245,7 +242,7 @@ def generate_fpr(cfg: Profile, folders: dict[str, Path], root: Path | None = Non
             run.skipped[m] = "not in the hub mirror: " + "; ".join(f"`{download_command(r)}`" for r in missing)
             continue
         t0, made = time.perf_counter(), 0
-        pipe = (pipes or {}).get(m) or load_method_pipeline(m, device or ("cuda" if _cuda() else "cpu"),
+        pipe = (pipes or {}).get(m) or load_method_pipeline(m, device or resolve_device(cfg.device),
                                                            cfg.generate.mixed_precision)
         _provenance(cfg, root, m)
         base = DB.base_state(pipe) if m == "dreambooth" else None
@@ -257,12 +254,6 @@ def generate_fpr(cfg: Profile, folders: dict[str, Path], root: Path | None = Non
                 made += _write_subject(cfg, root, m, s, pipe, plan)
         run.generated[m], run.images[m], run.seconds[m] = len(todo), made, time.perf_counter() - t0
     return run
-
-
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -86,13 +86,14 @@ def item_seed(item_id: str, seed: int, attempt: int = 0) -> int:
     return derive_seed(item_id, "retry", attempt, base=seed)
 
 
-def shard_items(items: Sequence[GenItem], rank: int, world_size: int) -> list[GenItem]:
-    """Rank ``rank``'s share of the id-sorted items (independent of the order they were listed in):
-    the contiguous block ``accelerate.PartialState.split_between_processes`` gives that rank (sizes
-    differ by at most one, the first ranks take the extra items)."""
+def shard_items(items: Sequence[Any], rank: int, world_size: int,
+                key: Callable[[Any], Any] = lambda it: it.item_id) -> list[Any]:
+    """Rank ``rank``'s share of the items sorted by ``key`` (default: the item id; independent of the
+    order they were listed in): the contiguous block ``accelerate.PartialState.split_between_processes``
+    gives that rank (sizes differ by at most one, the first ranks take the extra items)."""
     if not (0 <= rank < world_size):
         raise ValueError(f"shard rank {rank} not in [0, {world_size})")
-    ordered = sorted(items, key=lambda it: it.item_id)
+    ordered = sorted(items, key=key)
     per, extra = divmod(len(ordered), world_size)
     start = rank * per + min(rank, extra)
     return ordered[start:start + per + (1 if rank < extra else 0)]
