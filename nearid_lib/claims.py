@@ -173,8 +173,9 @@ class Evidence:
         return statistic(self.stat).value(self.unit_moments(units).sum(axis=0))
 
     def point(self) -> float:
-        """The estimate: the statistic averaged over seeds."""
-        return float(np.nanmean(self.per_seed()))
+        """The estimate: the statistic averaged over seeds (NaN when no seed has a value)."""
+        v = self.per_seed()
+        return float(np.nanmean(v)) if np.isfinite(v).any() else float("nan")
 
     @property
     def chance_level(self) -> float | None:

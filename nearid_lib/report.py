@@ -201,6 +201,23 @@ def _cross_section(tables: Path) -> list[str]:
              render_markdown_table(t), ""] + [f"- {n}" for n in notes] + ([""] if notes else []))
 
 
+def _fpr_sources_section(tables: Path) -> list[str]:
+    """Where each FPR method's images came from (``11_fpr_method_sources.csv``, paper runs): the
+    user's folder or the generation step, per method, with the datasets and image counts."""
+    f = tables / "11_fpr_method_sources.csv"
+    if not f.exists():
+        return []
+    t = pd.read_csv(f)
+    t = (t.groupby(["method", "source"], sort=True)
+          .agg(datasets=("dataset", lambda d: ", ".join(sorted(map(str, d)))), subjects=("subjects", "sum"),
+               images=("images", "sum")).reset_index())
+    return ["## FPR: where each method's images come from", "",
+            "A method's images are the user's folder when it has one, else the generation step's "
+            "(`nearid_lib.fpr.generation`, the diffusers pipelines of FPR Sec. 4; Emu2 and OminiControl "
+            "only from a user folder). Per dataset: `tables/11_fpr_method_sources.csv`.", "",
+            render_markdown_table(t), ""]
+
+
 def render_report(figures: Path, specs: list[TableSpec] | None = None, title: str = "Reproduced results",
                   profile_note: str = "") -> str:
     """Markdown for ``figures/README.md``: claims, every table beside the paper's, every figure."""
@@ -272,6 +289,7 @@ def render_report(figures: Path, specs: list[TableSpec] | None = None, title: st
 
     out += _chance_section(figures / "tables")
     out += _cross_section(figures / "tables")
+    out += _fpr_sources_section(figures / "tables")
     with_ours = [s for s in specs if s.ours]
     descriptive = [s for s in specs if not s.ours]
     out += ["## Tables", ""]

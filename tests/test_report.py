@@ -180,3 +180,16 @@ def test_failing_claims_link_to_the_paragraph_that_explains_them(tmp_path):
         {"key": "nearid.2b", "profile": "smoke", "verdict": "does not hold"},  # no docs/smoke.md
     ])
     assert why_links(frame, tmp_path).tolist() == ["[why](../docs/mini.md#claim-nearid.2b)", "", "", ""]
+
+
+def test_fpr_sources_section_says_which_methods_were_generated(tmp_path):
+    (tmp_path / "tables").mkdir()
+    pd.DataFrame({"method": ["Emu2", "Emu2", "DreamBooth"], "dataset": ["cow", "zebra", "cow"],
+                  "source": ["user folder (Emu2/)"] * 2 + ["generated here (StableDiffusion3Pipeline)"],
+                  "subjects": [10, 10, 10], "images": [100, 100, 100]}).to_csv(
+        tmp_path / "tables" / "11_fpr_method_sources.csv", index=False)
+    text = report.render_report(tmp_path, specs=[])
+    assert "## FPR: where each method's images come from" in text
+    assert "| Emu2 | user folder (Emu2/) | cow, zebra | 20 | 200 |" in text
+    assert "| DreamBooth | generated here (StableDiffusion3Pipeline) | cow | 10 | 100 |" in text
+    assert "where each method" not in report.render_report(tmp_path / "none", specs=[])
