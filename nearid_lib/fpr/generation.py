@@ -41,7 +41,7 @@ from ..launch import end_launch, launched_state
 from ..models import resolve_device
 from ..paths import data_dir, downloads_dir
 from ..seeding import derive_seed
-from .downloads import GENERATED_DIRNAME, build_paper_galleries
+from .downloads import DATASET_KEYS, GENERATED_DIRNAME, build_paper_galleries
 
 if TYPE_CHECKING:
     from ..config import Profile
@@ -266,11 +266,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = get_profile(args.profile)
     state = launched_state()
     rank, world = (state.process_index, state.num_processes) if state is not None else (0, 1)
-    built = build_paper_galleries(cfg) if rank == 0 else None
+    folders = build_paper_galleries(cfg).folders if rank == 0 else {}
     if state is not None:
         state.wait_for_everyone()
-        built = built or build_paper_galleries(cfg)
-    run = generate_fpr(cfg, built.folders, methods=args.methods, shard=(rank, world),
+        if rank:              # the galleries rank 0 just wrote (building them again would redo its reads)
+            base = data_dir(cfg.name) / "fpr"
+            folders = {k: base / k for k in DATASET_KEYS if (base / k / "train_data.csv").exists()}
+    run = generate_fpr(cfg, folders, methods=args.methods, shard=(rank, world),
                        device=str(state.device) if state is not None else None)
     print(json.dumps(run.rows(), indent=1))
     end_launch()
