@@ -10,6 +10,11 @@
   (``NEARID_DETERMINISTIC=1`` turns it on for every run; :func:`~nearid_lib.run.start_run` reads
   it). Used as a function (``deterministic()``) or a context manager (``with deterministic(): ...``),
   which restores the previous settings on exit.
+* :func:`fold_batchnorm_enabled`: whether frozen CNN forwards run through a copy with the
+  BatchNorms folded into the convolutions (:func:`nearid_lib.models.backbones.folded_copy`; the
+  default). ``NEARID_FOLD_BATCHNORM=0`` runs the BatchNorms as they are: the same features up to
+  float rounding, slower. It exists to regenerate a run that differs from another only in float
+  rounding (docs/mini.md, "Verdicts under float rounding"); the features' cache keys say which.
 """
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ import torch
 
 from .allocator import tune_allocator
 
-__all__ = ["thread_count", "set_torch_threads", "deterministic", "deterministic_requested"]
+__all__ = ["thread_count", "set_torch_threads", "deterministic", "deterministic_requested", "fold_batchnorm_enabled"]
 
 # cuBLAS needs a fixed workspace for deterministic GEMMs on CUDA >= 10.2 (":4096:8" or ":16:8").
 CUBLAS_WORKSPACE = ":4096:8"
@@ -50,6 +55,13 @@ def set_torch_threads(n: int | None = None, tune_malloc: bool = True) -> int:
 def deterministic_requested() -> bool:
     """Whether ``NEARID_DETERMINISTIC`` asks every run for :func:`deterministic` (``1``/``true``)."""
     return os.environ.get("NEARID_DETERMINISTIC", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def fold_batchnorm_enabled() -> bool:
+    """Whether frozen CNN forwards fold their BatchNorms (``NEARID_FOLD_BATCHNORM``: on unless
+    ``0``/``false``/``no``/``off``). Read from the environment at each call, so spawned workers and
+    notebook kernels started under it follow it too."""
+    return os.environ.get("NEARID_FOLD_BATCHNORM", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 @dataclass

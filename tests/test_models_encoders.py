@@ -283,6 +283,30 @@ def test_folded_batchnorm_inference_equals_the_model():
     assert isinstance(seq[1], torch.nn.BatchNorm2d) and isinstance(seq[3], torch.nn.Identity)
 
 
+def test_fold_switch_off_runs_the_model_itself_and_keys_its_features_apart(monkeypatch):
+    """NEARID_FOLD_BATCHNORM=0 (the float-rounding check of docs/mini.md): no-grad forwards run the
+    model as it is, equal bit for bit to the grad-enabled path, and the features' cache key says so,
+    so a cache written with folding is never read without it (and the default key is unchanged)."""
+    import torch
+
+    from nearid_lib.models import load_encoder
+
+    enc, _ = load_encoder("efficientnet-lite0", tiny=True, image_size=64)
+    x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(2))
+    key_on = enc.cache_key()
+    assert "bn=" not in key_on
+    monkeypatch.setenv("NEARID_FOLD_BATCHNORM", "0")
+    with torch.no_grad():
+        assert enc._inference_model() is enc.model
+        off = enc(x).tokens
+    assert torch.equal(off, _unfolded(enc, x)[0])
+    assert enc.cache_key() == key_on + "|bn=unfolded"
+    monkeypatch.setenv("NEARID_FOLD_BATCHNORM", "1")
+    with torch.no_grad():
+        assert enc._inference_model() is not enc.model
+    assert enc.cache_key() == key_on
+
+
 def test_grad_forwards_use_the_model_and_trained_weights_refold():
     import pickle
 

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from ..hub import HubError, model_source
+from ..runtime import fold_batchnorm_enabled
 from .encoder_base import CLIP_MEAN, CLIP_STD, HALF, IMAGENET_MEAN, IMAGENET_STD, Encoder, EncoderOutput, Preprocess  # noqa: F401
 
 __all__ = [
@@ -115,7 +116,10 @@ def folded_copy(owner: nn.Module, slot: str, module: nn.Module) -> nn.Module:
     """A :func:`fold_batchnorm` copy of ``module`` (channels-last), memoised in ``owner.__dict__[slot]``
     (outside the module tree: not in ``state_dict``, not moved by ``.to()``; owners drop it when
     pickled) and rebuilt whenever one of ``module``'s tensors changes (an optimiser step,
-    ``load_state_dict``, ``.to()``)."""
+    ``load_state_dict``, ``.to()``). With folding switched off
+    (:func:`~nearid_lib.runtime.fold_batchnorm_enabled`), ``module`` itself."""
+    if not fold_batchnorm_enabled():
+        return module
     key = tuple((t.data_ptr(), t._version, t.dtype) for t in (*module.parameters(), *module.buffers()))
     memo = owner.__dict__.get(slot)
     if memo is None or memo[0] != key:
@@ -166,7 +170,8 @@ class TimmEfficientNetEncoder(Encoder):
         return int(idx)
 
     def cache_key(self) -> str:
-        return super().cache_key() + (f"|tokens=blocks.{self._tap}" if self._tap is not None else "")
+        return (super().cache_key() + (f"|tokens=blocks.{self._tap}" if self._tap is not None else "")
+                + ("" if fold_batchnorm_enabled() else "|bn=unfolded"))
 
     def __getstate__(self):
         state = dict(super().__getstate__())
