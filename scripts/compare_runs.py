@@ -5,6 +5,14 @@ measure time (throughput, seconds), which are listed but never fail the check.
     python scripts/compare_runs.py figures /path/to/other/figures
     python scripts/compare_runs.py figures /path/to/other/figures --atol 1e-6
 
+    python scripts/compare_runs.py figures /path/to/other/figures --verdicts
+
+``--verdicts``: only the claims tables, claim by claim: each claim whose verdict differs between
+the two runs, with both estimates and intervals, and the count of claims whose estimate moved
+without changing the verdict (exit status 1 when a verdict differs). It answers whether two runs
+that differ only in float rounding (docs/mini.md, "Verdicts under float rounding") decide the
+same.
+
 ``--atol``: numeric columns that differ by at most that much are listed with their largest
 difference and do not fail the check (a change that reorders floating-point work, e.g. batches of
 another composition). Figures drawn from such numbers may differ in bytes: they are then listed as
@@ -79,6 +87,39 @@ def compare(a: Path, b: Path, atol: float | None = None) -> int:
     return bad
 
 
+def compare_verdicts(a: Path, b: Path) -> int:
+    """Print each claim whose verdict differs between the claims tables of ``a`` and ``b`` (and the
+    claims present in only one); return how many differ."""
+    flips = moved = same = 0
+    for fa in sorted((a / "tables").glob("claims_*.csv")):
+        fb = b / "tables" / fa.name
+        if not fb.exists():
+            print(f"{fa.name}: missing in {b}")
+            flips += 1
+            continue
+        # point-valued claims have no key: their claim text names them
+        x, y = (d.assign(key=d["key"].fillna(d["claim"])).set_index("key")
+                for d in (pd.read_csv(f) for f in (fa, fb)))
+        for key in x.index.union(y.index):
+            if key not in x.index or key not in y.index:
+                print(f"{fa.name} {key}: only in {a if key in x.index else b}")
+                flips += 1
+                continue
+            ra, rb = x.loc[key], y.loc[key]
+            fmt = lambda r: (f"{r['verdict']} (estimate {r['estimate']:.4g}, "  # noqa: E731
+                             f"95% CI [{r['ci_low']:.4g}, {r['ci_high']:.4g}])")
+            if ra["verdict"] != rb["verdict"]:
+                print(f"{fa.name} {key}: {fmt(ra)} -> {fmt(rb)}")
+                flips += 1
+            elif not (ra[["estimate", "ci_low", "ci_high"]].astype(float).fillna(0)
+                      == rb[["estimate", "ci_low", "ci_high"]].astype(float).fillna(0)).all():
+                moved += 1
+            else:
+                same += 1
+    print(f"verdicts: {flips} differ, {moved} same verdict with moved numbers, {same} identical")
+    return flips
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
     tol = None
@@ -86,4 +127,7 @@ if __name__ == "__main__":
         i = args.index("--atol")
         tol = float(args[i + 1])
         del args[i:i + 2]
+    if "--verdicts" in args:
+        args.remove("--verdicts")
+        sys.exit(1 if compare_verdicts(Path(args[0]), Path(args[1])) else 0)
     sys.exit(1 if compare(Path(args[0]), Path(args[1]), tol) else 0)

@@ -1,0 +1,49 @@
+"""scripts/compare_runs.py: the exact table check and the claim-by-claim verdict check, run as a
+user runs them (the script as a subprocess) on two small runs written here."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "compare_runs.py"
+
+
+def _run(root: Path, verdicts: dict[str, str], estimate: float, table_value: float) -> Path:
+    (root / "tables").mkdir(parents=True)
+    rows = [{"key": k, "claim": f"claim {k}", "verdict": v, "estimate": estimate, "ci_low": estimate - 1,
+             "ci_high": estimate + 1} for k, v in verdicts.items()]
+    rows.append({"key": None, "claim": "a point-valued claim", "verdict": "holds", "estimate": float("nan"),
+                 "ci_low": float("nan"), "ci_high": float("nan")})
+    pd.DataFrame(rows).to_csv(root / "tables" / "claims_04_eval.csv", index=False)
+    pd.DataFrame({"row": ["a"], "ssr": [table_value], "seconds": [table_value * 7]}).to_csv(
+        root / "tables" / "04_table1_main.csv", index=False)
+    return root
+
+
+def _compare(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True)
+
+
+def test_same_verdicts_with_moved_numbers(tmp_path):
+    a = _run(tmp_path / "a", {"1a": "holds", "2d": "inconclusive"}, 0.5, 76.27)
+    b = _run(tmp_path / "b", {"1a": "holds", "2d": "inconclusive"}, 0.5000001, 76.03)
+    out = _compare(a, b, "--verdicts")
+    assert out.returncode == 0, out.stdout
+    assert "0 differ, 2 same verdict with moved numbers, 1 identical" in out.stdout
+    # the exact check sees the moved table value (the timing column alone would not fail it)
+    exact = _compare(a, b)
+    assert exact.returncode == 1 and "04_table1_main.csv: DIFFERENT in ['ssr']" in exact.stdout
+    assert _compare(a, b, "--atol", "0.5").returncode == 0
+
+
+def test_a_flipped_or_missing_verdict_fails_and_is_named(tmp_path):
+    a = _run(tmp_path / "a", {"1a": "holds", "2d": "inconclusive", "2e": "holds"}, 0.5, 1.0)
+    b = _run(tmp_path / "b", {"1a": "holds", "2d": "does not hold"}, 0.5, 1.0)
+    out = _compare(a, b, "--verdicts")
+    assert out.returncode == 1
+    assert "2d: inconclusive (estimate 0.5, 95% CI [-0.5, 1.5]) -> does not hold" in out.stdout
+    assert "2e: only in" in out.stdout
+    assert "verdicts: 2 differ, 0 same verdict with moved numbers, 2 identical" in out.stdout
