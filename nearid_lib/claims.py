@@ -43,7 +43,7 @@ from .paper_specs import paper_values_dir
 __all__ = ["Evidence", "Statistic", "STATISTICS", "AtLeast", "AtMost", "Greater", "Within", "RatioAtLeast",
            "Precondition", "PaperRef", "ClaimSpec", "evaluate_claim", "evaluate_claims",
            "paper_value", "VERDICTS", "claim", "write_claims", "with_earlier", "at_bound", "below_chance",
-           "FLOOR_TOL"]
+           "FLOOR_TOL", "grouped_pearson_columns"]
 
 VERDICTS = ("holds", "does not hold", "inconclusive", "not testable")
 
@@ -120,13 +120,23 @@ STATISTICS: dict[str, Statistic] = {
 FLOOR_TOL = 0.02
 
 
+def grouped_pearson_columns(k: int) -> list[tuple[str, str]]:
+    """The (x, y) column pairs of ``"pearson_groups:<k>"``: ``x0, y0, ..., x{k-1}, y{k-1}``."""
+    return [(f"x{i}", f"y{i}") for i in range(k)]
+
+
 def statistic(name: str) -> Statistic:
-    """A named statistic; ``"mean:<column>"`` is the plain mean of a column over rows."""
+    """A named statistic; ``"mean:<column>"`` is the plain mean of a column over rows;
+    ``"pearson_groups:<k>"`` the Fisher-z mean over k groups of each group's Pearson r, a row of
+    group i carrying its metric score in ``x<i>`` and its target in ``y<i>`` (NaN elsewhere): the
+    M-H of :func:`nearid_lib.metrics.metric_to_human` over k methods."""
     if name in STATISTICS:
         return STATISTICS[name]
     if name.startswith("mean:"):
         return _ratio(name[5:])
-    raise KeyError(f"unknown statistic {name!r}; valid: {', '.join(STATISTICS)}, mean:<column>")
+    if name.startswith("pearson_groups:") and name[15:].isdigit() and int(name[15:]) > 0:
+        return replace(_fisher_pearson(grouped_pearson_columns(int(name[15:]))), bounds=(-1.0, 1.0), chance=0.0)
+    raise KeyError(f"unknown statistic {name!r}; valid: {', '.join(STATISTICS)}, mean:<column>, pearson_groups:<k>")
 
 
 # --------------------------------------------------------------------------- evidence

@@ -91,6 +91,8 @@ table3[["row", "nearid_ssr", "nearid_ssr_sd", "nearid_pa", "mtg_mo", "mtg_mo_sd"
 # InfoNCE without distractors lands between the frozen encoder and L_NearID; distractors in the
 # denominator without L_rank (+R neg) discriminate like L_NearID (a comparison the paper makes near the
 # 99% ceiling: "not testable" when L_NearID is far from it) but align worse with the MTG oracle.
+# Claims 3f-3i judge human alignment (DB++ M-H, Tables 3 and 10): +R neg and Circle lose it, L_NearID
+# keeps it; in `mini` on the procedural stand-in's grid anchors (not human ratings), seeds resampled.
 
 # %%
 evidence = {**sweep.evidence(), **encoder_evidence("frozen", frozen_emb, data, "test")}

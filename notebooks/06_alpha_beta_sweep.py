@@ -71,6 +71,8 @@ t9[["row", "nearid_ssr", "mtg_mo", "mtg_mo_sd"]].round(3)
 
 # %% [markdown]
 # ## Claims (alpha and beta), with 95% intervals
+# MTG M-O and SSR (8a, 8b, 9a), and human alignment (8c: the ranking term restores DB++ M-H; 9b:
+# cohesion lowers it), the latter in `mini` on the procedural stand-in's grid anchors.
 
 # %%
 claims = evaluate_claims(NEARID_CLAIMS, {**sweep8.evidence(), **sweep9.evidence()},

@@ -244,3 +244,36 @@ def test_a_revised_criterion_keeps_the_earlier_verdict_visible():
     bad = C.ClaimSpec("k", "P", "x", C.Greater("unseen", "train"), earlier=(("v1", C.AtLeast("unseen", 0)),))
     with pytest.raises(ValueError, match="other quantities"):
         C.evaluate_claim(bad, ev, make_rng(0, "r"), n_boot=10)
+
+
+def test_graded_evidence_equals_metric_to_human_and_resamples_anchors():
+    """The DB++ stand-in's M-H as claims evidence (nearid.evaluate.graded_evidence): its point is
+    metrics.metric_to_human's m_h (Pearson per method, Fisher-z over methods) for one seed and the
+    mean of the per-seed m_h for several; a bootstrap replicate equals the statistic recomputed on
+    the explicitly resampled anchors."""
+    from nearid_lib.nearid.evaluate import graded_evidence
+
+    rng = make_rng(7, "graded")
+    n_anchor, methods = 12, ("context drift 1", "context drift 2", "context drift 3")
+    pairs = pd.DataFrame([{"anchor_id": f"a{a:02d}", "method": m, "oracle": float(rng.random())}
+                          for a in range(n_anchor) for m in methods for _ in range(4)])
+    s0 = pairs.oracle.to_numpy() + rng.normal(0, 0.3, len(pairs))
+    s1 = pairs.oracle.to_numpy() * 0.5 + rng.normal(0, 0.3, len(pairs))
+    ref = [metrics.metric_to_human(s, pairs.oracle, pairs.method)["m_h"] for s in (s0, s1)]
+    one = graded_evidence("m", pairs, [(None, s0)])["m.dbpp_proc.mh"]
+    assert one.stat == "pearson_groups:3" and one.range == (-1.0, 1.0) and one.chance_level == 0.0
+    assert one.point() == pytest.approx(ref[0], abs=1e-9)
+    two = graded_evidence("m", pairs, [(0, s0), (1, s1)])["m.dbpp_proc.mh"]
+    assert two.per_seed() == pytest.approx(ref, abs=1e-9)
+    assert two.point() == pytest.approx(np.mean(ref), abs=1e-9)
+    units = C._units(one)
+    reps = C._replicates([one], make_rng(3, "boot"), n_boot=4)[0]
+    counts = make_rng(3, "boot").multinomial(len(units), np.full(len(units), 1 / len(units)), size=4)
+    for b in range(4):
+        idx = [i for u, c in zip(units, counts[b]) for _ in range(int(c)) for i in np.flatnonzero(pairs.anchor_id == u)]
+        sub = pairs.iloc[idx]
+        assert reps[b] == pytest.approx(metrics.metric_to_human(s0[idx], sub.oracle, sub.method)["m_h"], abs=1e-9)
+    with pytest.raises(ValueError, match="3 scores for 144 pairs"):
+        graded_evidence("m", pairs, [(0, s0[:3])])
+    with pytest.raises(KeyError, match="pearson_groups:<k>"):
+        C.statistic("pearson_groups:x")

@@ -14,7 +14,7 @@ from nearid_lib.nearid.evaluate import nearid_evidence, unit_outcomes
 from _nearid_cases import A, B, PV, _split
 
 QUANTITY = re.compile(r"^(frozen|nearid|loss\.\w+|alpha\.\d+\.\d+|beta\.\d+\.\d+|data\.\w+)"
-                      r"\.((full|fg)\.(main|train|unseen_fill|structure|all)\.(ssr|pa)|mtg\.(ssr|pa|mo|mopair))$")
+                      r"\.((full|fg)\.(main|train|unseen_fill|structure|all)\.(ssr|pa)|mtg\.(ssr|pa|mo|mopair)|dbpp_proc\.mh)$")
 
 
 def _quantities(spec):

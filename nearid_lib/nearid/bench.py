@@ -20,10 +20,24 @@ if TYPE_CHECKING:
     from ..config import Profile
     from ..data import NearIDData
 
-__all__ = ["BenchRun", "bench_variants", "run_bench", "standin_scorer"]
+__all__ = ["BenchRun", "bench_variants", "run_bench", "standin_scorer", "StandinScorer"]
 
 
-def standin_scorer(cfg: Profile, data: NearIDData, split: str | None = None) -> Callable[[Any], tuple] | None:
+@dataclass(frozen=True)
+class StandinScorer:
+    """The procedural DreamBench++ stand-in as a scorer: called on a bench encoder it returns
+    :func:`~.dbpp.dbpp_standin`'s ``(m_h dict, scores)`` over ``pairs`` (the edit-grid pairs of
+    :func:`~.pairs.grid_pairs`, kept so that the scores can become per-anchor claims evidence:
+    :func:`~.evaluate.graded_evidence`)."""
+
+    data: Any
+    pairs: pd.DataFrame
+
+    def __call__(self, benc) -> tuple:
+        return dbpp_standin(benc, self.data, self.pairs, "full")
+
+
+def standin_scorer(cfg: Profile, data: NearIDData, split: str | None = None) -> StandinScorer | None:
     """The procedural DreamBench++ stand-in as a scorer ``benc -> (m_h dict, scores)`` over the edit
     grids of ``split`` (default ``eval.split``) -- the column ``dbpp_mh_procedural`` of the ablation
     tables, labelled as such, never human ratings -- or None when the profile has no stand-in
@@ -33,7 +47,7 @@ def standin_scorer(cfg: Profile, data: NearIDData, split: str | None = None) -> 
     gp = grid_pairs(data, split or cfg.eval.split)
     if not len(gp):
         return None
-    return lambda benc: dbpp_standin(benc, data, gp, "full")
+    return StandinScorer(data, gp)
 
 
 @dataclass

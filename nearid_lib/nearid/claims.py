@@ -3,10 +3,12 @@
 
 Quantity names follow ``<model>.<variant>.<group>.<stat>`` for NearID-bench (groups: ``main`` =
 training + unseen fill-based sources, as in Table 1; ``train``; ``unseen_fill``; ``structure``)
-and ``<model>.mtg.<stat>`` for the MTG pairs, where ``<model>`` is ``frozen`` or a training
-configuration (``nearid`` = the main head; ``loss.<name>``, ``alpha.<a>``, ``beta.<b>``,
-``data.<row>`` = the ablation rows). :func:`nearid_lib.nearid.evaluate.nearid_evidence` builds
-them from the per-identity / per-pair outcomes the notebooks write.
+, ``<model>.mtg.<stat>`` for the MTG pairs and ``<model>.dbpp_proc.mh`` for the M-H on the
+procedural DreamBench++ stand-in, where ``<model>`` is ``frozen`` or a training configuration
+(``nearid`` = the main head; ``loss.<name>``, ``alpha.<a>``, ``beta.<b>``, ``data.<row>`` = the
+ablation rows). :func:`nearid_lib.nearid.evaluate.nearid_evidence` and
+:func:`~nearid_lib.nearid.evaluate.graded_evidence` build them from the per-identity / per-pair
+outcomes the notebooks write.
 """
 from __future__ import annotations
 
@@ -40,6 +42,12 @@ ONE_SIDED = ("the paper claims no drop on unseen sources (NearID Table 5: >= 97.
 CAL_SSR = "the world was calibrated to a frozen val SSR of 30.7 +- 5"
 CAL_FG = "the world was calibrated to frozen val SSRs of 30.7 +- 5 (full) and 64.7 +- 8 (FG-only)"
 CAL_MTG = "the world was calibrated to a frozen MTG SSR <= 5"
+
+# M-H claims read the procedural DreamBench++ stand-in where a profile has one (mini): the edit grids
+# scored against 1 - identity change, not human ratings; units = grid anchors (with seeds resampled).
+# A profile without the stand-in (paper: the human ratings' M-H is in the tables) has no evidence.
+MH_STANDIN = ("procedural DreamBench++ stand-in (edit grids against 1 - identity change, NOT human ratings); "
+              "units = test grid anchors, seeds resampled")
 
 NEARID_CLAIMS: tuple[ClaimSpec, ...] = (
     # --- claim 1: frozen encoders are fooled by matched context (Tables 1, 7)
@@ -111,6 +119,23 @@ NEARID_CLAIMS: tuple[ClaimSpec, ...] = (
               Within("loss.nearid_cohesion.full.main.ssr", "nearid.full.main.ssr", 0.02), "{0:.2f}% vs {1:.2f}%",
               (_t(T3, "row_id", "nearid_cohesion", "nearid_ssr"), _t(T3, "row_id", "nearid", "nearid_ssr")),
               preconditions=(NEAR_CEILING,)),
+    # --- human alignment of the loss ablation (Tables 3, 10: DB++ M-H; issue 38 item 3)
+    ClaimSpec("nearid.3f", "NearID", "3f. +R neg loses human alignment (DB++ M-H) against InfoNCE",
+              Greater("loss.infonce.dbpp_proc.mh", "loss.infonce_rneg.dbpp_proc.mh", 0.0), "{0:.3f} -> {1:.3f}",
+              (_t(T3, "row_id", "infonce", "dbpp_mh"), _t(T3, "row_id", "infonce_rneg", "dbpp_mh")),
+              evidence_note=MH_STANDIN),
+    ClaimSpec("nearid.3g", "NearID", "3g. L_NearID keeps human alignment (DB++ M-H) above +R neg",
+              Greater("nearid.dbpp_proc.mh", "loss.infonce_rneg.dbpp_proc.mh", 0.0), "{0:.3f} vs {1:.3f}",
+              (_t(T3, "row_id", "nearid", "dbpp_mh"), _t(T3, "row_id", "infonce_rneg", "dbpp_mh")),
+              evidence_note=MH_STANDIN),
+    ClaimSpec("nearid.3h", "NearID", "3h. L_NearID trades little human alignment against InfoNCE (DB++ M-H: no drop beyond 0.05)",
+              Greater("nearid.dbpp_proc.mh", "loss.infonce.dbpp_proc.mh", -0.05), "{0:.3f} vs InfoNCE {1:.3f}",
+              (_t(T3, "row_id", "nearid", "dbpp_mh"), _t(T3, "row_id", "infonce", "dbpp_mh")),
+              evidence_note=MH_STANDIN),
+    ClaimSpec("nearid.3i", "NearID", "3i. Circle loses human alignment (DB++ M-H) against L_NearID",
+              Greater("nearid.dbpp_proc.mh", "loss.circle.dbpp_proc.mh", 0.0), "{0:.3f} vs Circle {1:.3f}",
+              (_t(T3, "row_id", "nearid", "dbpp_mh"), _t(T3, "row_id", "circle_rank", "dbpp_mh")),
+              evidence_note=MH_STANDIN),
     # --- alpha / beta (Tables 8, 9)
     ClaimSpec("nearid.8a", "NearID", "8a. MTG M-O rises from alpha = 0 to alpha = 1",
               Greater("alpha.1.0.mtg.mo", "alpha.0.0.mtg.mo", 0.0), "{1:.3f} -> {0:.3f}",
@@ -121,6 +146,14 @@ NEARID_CLAIMS: tuple[ClaimSpec, ...] = (
     ClaimSpec("nearid.9a", "NearID", "9a. Cohesion (beta = 0.1 at alpha = 1) lowers MTG M-O",
               Greater("beta.0.0.mtg.mo", "beta.0.1.mtg.mo", 0.0), "{0:.3f} vs {1:.3f}",
               (_t(T9, "beta", "0.0", "mtg_mo"), _t(T9, "beta", "0.1", "mtg_mo"))),
+    # (8c and 9b come after 9a: claims draw their bootstrap replicates from one stream in this order,
+    # so the claims declared before them keep their intervals)
+    ClaimSpec("nearid.8c", "NearID", "8c. The ranking term restores human alignment (DB++ M-H: alpha = 0.5 above alpha = 0)",
+              Greater("alpha.0.5.dbpp_proc.mh", "alpha.0.0.dbpp_proc.mh", 0.0), "{1:.3f} -> {0:.3f}",
+              (_t(T8, "alpha", "0.5", "dbpp_mh"), _t(T8, "alpha", "0.0", "dbpp_mh")), evidence_note=MH_STANDIN),
+    ClaimSpec("nearid.9b", "NearID", "9b. Cohesion (beta = 0.1 at alpha = 1) lowers human alignment (DB++ M-H)",
+              Greater("beta.0.0.dbpp_proc.mh", "beta.0.1.dbpp_proc.mh", 0.0), "{0:.3f} vs {1:.3f}",
+              (_t(T9, "beta", "0.0", "dbpp_mh"), _t(T9, "beta", "0.1", "dbpp_mh")), evidence_note=MH_STANDIN),
     # --- training data (Table 6)
     ClaimSpec("nearid.6a", "NearID", "6a. MTG-only training discriminates NearID distractors far worse (by > 10 SSR points)",
               Greater("nearid.full.main.ssr", "data.mtg_only.full.main.ssr", 0.10), "{0:.2f}% vs {1:.2f}%",
@@ -141,7 +174,8 @@ NEARID_CLAIMS: tuple[ClaimSpec, ...] = (
 CLAIMS_BY_NOTEBOOK = {
     "04_eval_nearid_bench": ("nearid.1a", "nearid.1b", "nearid.2a", "nearid.2b", "nearid.2c", "nearid.2d",
                              "nearid.2e", "nearid.2f", "nearid.4a", "nearid.4b", "nearid.4c"),
-    "05_loss_ablation": ("nearid.3a", "nearid.3b", "nearid.3c", "nearid.3d", "nearid.3e"),
-    "06_alpha_beta_sweep": ("nearid.8a", "nearid.8b", "nearid.9a"),
+    "05_loss_ablation": ("nearid.3a", "nearid.3b", "nearid.3c", "nearid.3d", "nearid.3e", "nearid.3f", "nearid.3g",
+                         "nearid.3h", "nearid.3i"),
+    "06_alpha_beta_sweep": ("nearid.8a", "nearid.8b", "nearid.8c", "nearid.9a", "nearid.9b"),
     "07_data_ablation": ("nearid.6a", "nearid.6b", "nearid.6c", "nearid.6d"),
 }

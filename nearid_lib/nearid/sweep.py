@@ -49,7 +49,8 @@ from ..models.registry import NearIDEncoder
 from ..runtime import set_torch_threads
 from .checkpoints import run_dir
 from .embedder import Embedder
-from .evaluate import embed_split, mtg_bench, mtg_units, nearid_bench, nearid_evidence, summary_row, units_from_bench
+from .evaluate import (embed_split, graded_evidence, mtg_bench, mtg_units, nearid_bench, nearid_evidence, summary_row,
+                       units_from_bench)
 from .group import groups_of, train_group
 from .scorers import EmbeddingBenchEncoder
 from .train import train_head
@@ -145,6 +146,10 @@ class Sweep:
     runs: dict[str, list[RunResult]]
     sources: list[str]
     train_sources: list[str]
+    # per row key, (seed, scores) of each run on the graded pairs of the last :meth:`dbpp` call
+    # with a scorer that keeps its pairs (the procedural stand-in): evidence ``<row>.dbpp_proc.mh``
+    graded: dict[str, list[tuple[int, np.ndarray]]] = field(default_factory=dict)
+    graded_pairs: pd.DataFrame | None = None
 
     def summary(self, split: str = "test") -> pd.DataFrame:
         """One line per row: the mean over seeds of every metric, ``<metric>_sd``, ``n_seeds``,
@@ -164,7 +169,8 @@ class Sweep:
         return pd.DataFrame(out)
 
     def evidence(self) -> dict[str, Evidence]:
-        """Claims evidence of every row (and alias), all seeds pooled with a ``seed`` column."""
+        """Claims evidence of every row (and alias), all seeds pooled with a ``seed`` column; with
+        ``<row>.dbpp_proc.mh`` once :meth:`dbpp` has scored the rows on the procedural stand-in."""
         ev: dict[str, Evidence] = {}
         for r in self.rows:
             runs = self.runs[r.key]
@@ -174,6 +180,8 @@ class Sweep:
                    if runs[0].mtg is not None else None)
             for name in (r.key, *r.aliases):
                 ev.update(nearid_evidence(name, units, mtg, self.sources, self.train_sources))
+                if r.key in self.graded and self.graded_pairs is not None:
+                    ev.update(graded_evidence(name, self.graded_pairs, self.graded[r.key]))
         return ev
 
     def dbpp(self, backbone, data: NearIDData, dbpp: Any, profile: Profile | None = None,
@@ -183,15 +191,23 @@ class Sweep:
         callable, or :func:`~nearid_lib.nearid.bench.standin_scorer`'s procedural stand-in with
         ``column="dbpp_mh_procedural"``), embedded through the caches of ``profile`` (the notebook's
         resolved profile; None: the defaults of an :class:`Embedder` without one); one line per row:
-        ``key``, ``<column>`` (mean over seeds), ``<column>_sd``."""
+        ``key``, ``<column>`` (mean over seeds), ``<column>_sd``. A scorer that keeps its pairs
+        (``dbpp.pairs``: the stand-in) also leaves each run's scores in :attr:`graded` for
+        :meth:`evidence`."""
         out = []
+        pairs = getattr(dbpp, "pairs", None)
         for r in self.rows:
             vals = []
+            if pairs is not None:
+                self.graded[r.key], self.graded_pairs = [], pairs
             for run in self.runs[r.key]:
                 head, _ = load_head(run.directory)
                 enc = NearIDEncoder(backbone, head).eval()
                 benc = EmbeddingBenchEncoder(Embedder(enc, data, profile=profile, progress=False), "nearid", r.label)
-                vals.append(float(dbpp(benc)[0]["m_h"]))
+                mh, scores = dbpp(benc)
+                vals.append(float(mh["m_h"]))
+                if pairs is not None:
+                    self.graded[r.key].append((run.seed, np.asarray(scores, dtype=float)))
             out.append({"key": r.key, column: float(np.mean(vals)),
                         f"{column}_sd": float(np.std(vals, ddof=1)) if len(vals) > 1 else float("nan")})
         return pd.DataFrame(out)
