@@ -3,6 +3,7 @@ strings from the command line / ``NEARID_SET`` are read as the field's type, oth
 type-checked, and every value is checked against its field's range or choices. Errors name the key."""
 from __future__ import annotations
 
+import numbers
 import json
 from typing import Any
 
@@ -67,7 +68,6 @@ class ConfigValueError(ConfigError, ValueError):
 
 def _check_type(value: Any, current: Any, key: str) -> Any:
     """A non-string override must have the field's type (ints for int fields, numbers for floats)."""
-    import numbers
 
     if value is None or current is None or isinstance(current, str) and isinstance(value, str):
         return value

@@ -20,6 +20,9 @@ downloaded in ``.cache/huggingface/download/*.metadata``).
 """
 from __future__ import annotations
 
+import argparse
+import subprocess
+import sys
 import os
 import re
 from dataclasses import dataclass
@@ -148,7 +151,6 @@ def download_all(mirror: str | os.PathLike, downloads: str | os.PathLike | None 
     and clone :data:`GIT_REPOS` into ``downloads`` when given. One line per repository with its
     size and the commit read; the first failure raises :class:`DownloadError` naming the repository
     (what was downloaded before it stays). ``fetch`` / ``clone`` replace the network calls (tests)."""
-    import subprocess
 
     if fetch is None:
         from huggingface_hub import snapshot_download as fetch
@@ -191,7 +193,6 @@ def download_all(mirror: str | os.PathLike, downloads: str | os.PathLike | None 
 
 
 def _git_head(where: Path) -> str | None:
-    import subprocess
 
     try:
         return subprocess.run(["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -341,8 +342,6 @@ def main(argv: list[str] | None = None) -> int:
     ``python -m nearid_lib.hub download MIRROR [--downloads DIR] [--only REPO ...]``: download them
     from Python (resumable), one line per repository with its size and commit; exit status 1 on
     the first failure."""
-    import argparse
-    import sys
 
     args = sys.argv[1:] if argv is None else list(argv)
     if args[:1] == ["download"]:

@@ -106,13 +106,14 @@ def compare_verdicts(a: Path, b: Path) -> int:
                 flips += 1
                 continue
             ra, rb = x.loc[key], y.loc[key]
-            fmt = lambda r: (f"{r['verdict']} (estimate {r['estimate']:.4g}, "  # noqa: E731
-                             f"95% CI [{r['ci_low']:.4g}, {r['ci_high']:.4g}])")
+            nums = [c for c in ("estimate", "ci_low", "ci_high") if c in x.columns and c in y.columns]
+            fmt = lambda r: (f"{r['verdict']} (" + ", ".join(f"{c} {float(r[c]):.4g}" for c in nums)  # noqa: E731
+                             + f"; ours: {r.get('ours', '')})")
             if ra["verdict"] != rb["verdict"]:
                 print(f"{fa.name} {key}: {fmt(ra)} -> {fmt(rb)}")
                 flips += 1
-            elif not (ra[["estimate", "ci_low", "ci_high"]].astype(float).fillna(0)
-                      == rb[["estimate", "ci_low", "ci_high"]].astype(float).fillna(0)).all():
+            elif (not (ra[nums].astype(float).fillna(0) == rb[nums].astype(float).fillna(0)).all()
+                  or ra.get("ours") != rb.get("ours")):
                 moved += 1
             else:
                 same += 1

@@ -44,6 +44,6 @@ def test_a_flipped_or_missing_verdict_fails_and_is_named(tmp_path):
     b = _run(tmp_path / "b", {"1a": "holds", "2d": "does not hold"}, 0.5, 1.0)
     out = _compare(a, b, "--verdicts")
     assert out.returncode == 1
-    assert "2d: inconclusive (estimate 0.5, 95% CI [-0.5, 1.5]) -> does not hold" in out.stdout
+    assert "2d: inconclusive (estimate 0.5, ci_low -0.5, ci_high 1.5; ours: ) -> does not hold" in out.stdout
     assert "2e: only in" in out.stdout
     assert "verdicts: 2 differ, 0 same verdict with moved numbers, 2 identical" in out.stdout

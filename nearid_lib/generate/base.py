@@ -12,6 +12,7 @@ Conventions:
 """
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -102,7 +103,6 @@ def get_backend(name: str, **kwargs: Any) -> FillBackend:
 
 def _import_builtin_backends() -> None:
     # Backends register themselves on import; import the known modules if they exist.
-    import importlib
 
     for mod in ("nearid_lib.generate.procedural", "nearid_lib.generate.diffusers_backends"):
         try:

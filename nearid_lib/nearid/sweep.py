@@ -27,6 +27,7 @@ backbones are not seeded at load, so profiles that use one always train in the m
 """
 from __future__ import annotations
 
+import queue as _q
 import json
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -280,7 +281,6 @@ def worker_devices(n_workers: int, visible: str | None = None, count: int | None
 def _pin_device(queue) -> None:
     """Sweep worker initializer: this process sees only the GPU it takes from ``queue`` (before CUDA
     is initialised in it), so ``device="auto"`` puts its run on that GPU."""
-    import queue as _q
 
     try:
         dev = queue.get(timeout=10)

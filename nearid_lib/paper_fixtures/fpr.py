@@ -19,6 +19,7 @@ Sizes fit the dry run's overrides (``retrieval.gallery_per_id=3``, ``refs_per_id
 """
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -190,7 +191,6 @@ def write_cars_dataset(hub_dir: str | Path, seed: int = 0, per_label: int = 5) -
 def _save_bioclip(path: Path) -> None:
     """A tiny open_clip ``CLIP`` in BioCLIP 2's repo layout (``open_clip_config.json`` with
     ``model_cfg`` / ``preprocess_cfg``, ``open_clip_model.safetensors``)."""
-    import copy
 
     import open_clip
     import torch

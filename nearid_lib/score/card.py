@@ -20,6 +20,7 @@ three datasets); ID-Sim's Figure 6 states no numbers, so it has no paper row.
 """
 from __future__ import annotations
 
+from itertools import combinations, permutations
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -182,7 +183,6 @@ HEADLINE = (
 def _p_all_pairs_win(n_views: int) -> float:
     """P(an identity with ``n_views`` views passes every NearID trial) when all of its similarities
     (pairs of views, view-distractor) are exchangeable: counted over every ordering of them."""
-    from itertools import combinations, permutations
 
     pairs = list(combinations(range(n_views), 2))
     n = len(pairs) + n_views                     # pair similarities, then one per view's distractor

@@ -4,6 +4,7 @@ comes from the library code the notebooks use: NearID-bench (notebook 04), selec
 (notebook 10), Finer-Personalization Rank (notebook 11)."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Sequence
 
 import pandas as pd
@@ -74,7 +75,6 @@ def run_fpr(parts: Sequence[Participant], cfg: Profile, data: NearIDData, batch_
     Table 1: mAP and similarity over all groups), ``methods`` (per simulated generator: mAP, sim,
     top-1, AUC, nDCG, true drift) and ``agreement`` (per encoder, the mean per-identity Spearman rho
     of mAP and of similarity with the negative true drift: which metric ranks generators right)."""
-    from dataclasses import replace
 
     if cfg.world.source == "procedural" and data.fpr_gallery is None:
         notes.append("FPR: the dataset has no galleries (fpr/gallery_data.csv); not scored")
