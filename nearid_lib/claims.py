@@ -43,7 +43,7 @@ from .paper_specs import paper_values_dir
 __all__ = ["Evidence", "Statistic", "STATISTICS", "AtLeast", "AtMost", "Greater", "Within", "RatioAtLeast",
            "Precondition", "PaperRef", "ClaimSpec", "evaluate_claim", "evaluate_claims",
            "paper_value", "VERDICTS", "claim", "write_claims", "with_earlier", "at_bound", "below_chance",
-           "FLOOR_TOL", "grouped_pearson_columns"]
+           "FLOOR_TOL", "grouped_pearson_columns", "pool_seeds"]
 
 VERDICTS = ("holds", "does not hold", "inconclusive", "not testable")
 
@@ -196,6 +196,23 @@ class Evidence:
     def range(self) -> tuple[float, float] | None:
         """The metric's (floor, ceiling), where it is bounded."""
         return self.bounds if self.bounds is not None else statistic(self.stat).bounds
+
+
+def pool_seeds(per_seed: Mapping[int, Mapping[str, Evidence]]) -> dict[str, Evidence]:
+    """One evidence per quantity from the evidence of each training seed ({seed: {key: Evidence}},
+    e.g. :func:`benchmark_evidence` of each seed's embeddings): the tables stacked with a ``seed``
+    column, so a claim averages its statistic over the seeds and its bootstrap resamples them.
+    Raises ValueError when the seeds do not have the same quantities."""
+    keys = [tuple(sorted(ev)) for ev in per_seed.values()]
+    if len(set(keys)) > 1:
+        raise ValueError(f"pool_seeds: the seeds have different quantities: {sorted(set(keys))}")
+    out: dict[str, Evidence] = {}
+    for key in (keys[0] if keys else ()):
+        evs = [(s, ev[key]) for s, ev in sorted(per_seed.items())]
+        first = evs[0][1]
+        out[key] = Evidence(first.stat, pd.concat([e.table.assign(seed=int(s)) for s, e in evs], ignore_index=True),
+                            first.label, chance=first.chance, bounds=first.bounds)
+    return out
 
 
 def at_bound(evs: Sequence[Evidence], points: Sequence[float], tol: float = FLOOR_TOL) -> str | None:

@@ -19,6 +19,7 @@ eval, generate, retrieval, idsim, runtime). Lists and dicts live here, never in 
 """
 from __future__ import annotations
 
+import os
 from dataclasses import fields, is_dataclass, replace
 from typing import Any, Mapping
 
@@ -96,10 +97,11 @@ def _mini() -> Profile:
                                 verify_splits=("test",)),
         # ID-Sim mini budget (2 shared CPU cores): few instances; micro-batch 8 as in the paper but
         # accumulation 1 so that the few triplets still give enough optimizer steps
-        # ID-Sim training ablations: one seed and Supp. Table 8 only by default, for the time budget
-        # (every table at 3 seeds adds ~70 min on 2 cores; README, "ID-Sim ablations in mini")
-        idsim=IDSimConfig(n_instances=150, n_triplets=240, epochs=3, grad_accum=1, n_seeds=1,
-                          ablation_tables=("idsim_supp_table8_cls_patch",)),
+        # ID-Sim: three seeds of the model, its LoRA placement chosen on val among the last 1-3 stages
+        # (docs/mini.md "ID-Sim in mini"); the training ablations at one seed and Supp. Table 8 only,
+        # for the time budget (every table at 3 seeds adds ~70 min on 2 cores)
+        idsim=IDSimConfig(n_instances=150, n_triplets=240, epochs=3, grad_accum=1, n_seeds=3, ablation_seeds=1,
+                          adapt_stages_choices=(1, 2, 3), ablation_tables=("idsim_supp_table8_cls_patch",)),
     )
 
 
@@ -193,7 +195,6 @@ def env_overrides(var: str = "NEARID_SET") -> dict[str, str]:
 
     This is how a papermill run changes a list/section value without editing a notebook (notebook
     parameters stay scalars); the values are typed and checked like any other override."""
-    import os
 
     text = os.environ.get(var, "").strip()
     out: dict[str, str] = {}
@@ -218,7 +219,6 @@ def runtime_env(env: Mapping[str, str] | None = None) -> dict[str, int | bool]:
     ``runtime.workers`` from ``NEARID_WORKERS``, ``runtime.threads`` from ``NEARID_THREADS``, else
     ``OMP_NUM_THREADS``, ``runtime.tune_malloc`` from ``NEARID_TUNE_MALLOC`` (0 or 1). Unset or empty variables set nothing (the section's defaults: one worker,
     every core); a value that is not a positive whole number raises naming the variable."""
-    import os
 
     env = os.environ if env is None else env
     out: dict[str, int | bool] = {}

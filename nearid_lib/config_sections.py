@@ -298,7 +298,12 @@ class IDSimConfig:
     unbalanced_shares: tuple[float, ...] = (3191, 2360, 1566, 1450, 625, 592, 111, 105)
     label_noise: float = 0.0            # share of S1 pairs whose "positive" is another identity of
                                         # the class (Table 3 "All datasets": unfiltered instance labels)
-    n_seeds: int = 3                    # training seeds per recipe (SEED, SEED+1, ...)
+    n_seeds: int = 3                    # training seeds of the ID-Sim model (SEED, SEED+1, ...)
+    ablation_seeds: int | None = None   # training seeds of each ablation row and placement candidate (None: n_seeds)
+    # LoRA placements (adapt_stages values) notebook 09 chooses among on the val split before it
+    # trains the model: the highest Identity Validation ROC AUC wins, ties go to fewer stages (CNN
+    # backbones; empty: adapt_stages as set). nearid_lib.idsim.ablations.choose_placement
+    adapt_stages_choices: tuple[int, ...] = ()
     # training ablations notebook 09 runs (keys of nearid_lib.idsim.ablations.ABLATIONS / DYNAMIC)
     ablation_tables: tuple[str, ...] = ("idsim_table3_data_ablation", "idsim_supp_table5_scale",
                                         "idsim_supp_table6_composition", "idsim_supp_table7_backbone",

@@ -32,9 +32,10 @@ from IPython.display import display
 
 from nearid_lib import make_rng
 from nearid_lib.claims import evaluate_claims
+from nearid_lib.idsim.embed import model_embeddings
 from nearid_lib.idsim.eval_suite import embed_encoders, encoder_labels
 from nearid_lib.idsim.claims import CLAIMS_BY_NOTEBOOK, IDSIM_CLAIMS, sensitivity_evidence
-from nearid_lib.idsim.model import load_idsim
+from nearid_lib.idsim.model import load_idsim_seeds
 from nearid_lib.idsim.prefix import PrefixStore
 from nearid_lib.idsim.released import SENSITIVITY_REASON
 from nearid_lib.idsim.sensitivity import (plot_sensitivity_bars, plot_similarity_curves, run_sensitivity,
@@ -56,14 +57,19 @@ else:
 
 # %%
 if GRIDS:
-    model, meta = load_idsim(checkpoint_dir(PROFILE) / "idsim")
+    # every training seed of notebook 09's ID-Sim (the published checkpoint first)
+    models = load_idsim_seeds(checkpoint_dir(PROFILE) / "idsim")
+    model = next(iter(models.values()))
     nearid_dir = checkpoint_dir(PROFILE) / "nearid"
     nearid = load_encoder("nearid", checkpoint=nearid_dir)[0] if nearid_dir.exists() else None
     notes = [] if nearid is not None else [f"NearID head skipped: {nearid_dir} absent (run notebook 03)"]
-    print(notes or "NearID head loaded")
+    print(notes or "NearID head loaded", "| ID-Sim seeds:", list(models))
     store = PrefixStore(model, data, n_variants=0, seed=SEED,
                         path=cache_dir(PROFILE) / "idsim" / f"eval_prefix_s{SEED}")
     emb = embed_encoders(model, store, grids.path.tolist(), nearid=nearid)
+    idsim_emb = {s: model_embeddings(m, store, grids.path.tolist())["cls"] if m is not model else emb["idsim"]
+                 for s, m in models.items()}
+    del emb["idsim"]
     store.save()
 
 # %% [markdown]
@@ -72,7 +78,9 @@ if GRIDS:
 # %%
 if GRIDS:
     # the rng key keeps this notebook's former number: the same bootstrap draws as before the renumbering
-    sens = run_sensitivity(grids, emb, cfg.idsim.n_bootstrap, make_rng(SEED, "09_sensitivity_bootstrap"))
+    # ID-Sim's rows: each seed regressed on its own, the table and figures show their mean per anchor
+    sens = run_sensitivity(grids, emb, cfg.idsim.n_bootstrap, make_rng(SEED, "09_sensitivity_bootstrap"),
+                           seeded={"idsim": idsim_emb})
     sims, wide, summary = sens.sims, sens.wide, sens.summary
     write_csv(sims, run.results / "grid_similarities.csv")
     write_csv(sens.fits, run.results / "per_anchor_fits.csv")
@@ -80,8 +88,9 @@ if GRIDS:
     table = summary.assign(
         model=[labels[e][0] for e in summary.encoder], ours_label=[labels[e][1] for e in summary.encoder],
         claim_id=[f"{labels[e][0]}/{f}" for e, f in zip(summary.encoder, summary.factor)])
+    table["n_seeds"] = [len(idsim_emb) if e == "idsim" else 1 for e in table.encoder]    # ID-Sim: the seed mean
     table = table[["claim_id", "model", "factor", "estimate", "mean", "std", "low", "high", "n", "n_boot",
-                   "r2_mean", "ours_label", "encoder"]]
+                   "n_seeds", "r2_mean", "ours_label", "encoder"]]
     run.write_table(table, "10_sensitivity")
     display(table)
 
@@ -103,12 +112,13 @@ if GRIDS:
 # ## Claims
 # ID-Sim (paper) and the NearID head (our question) should be more identity-sensitive and less
 # background-sensitive than the frozen backbone: declared in `nearid_lib/idsim/claims.py`, judged on
-# the paired 95% bootstrap interval of the difference over grid anchors (a claim whose encoder was
-# not run is "not testable").
+# the paired 95% bootstrap interval of the difference over grid anchors and, for ID-Sim, its training
+# seeds (a claim whose encoder was not run is "not testable").
 
 # %%
 if GRIDS:
-    claims = evaluate_claims(IDSIM_CLAIMS, sensitivity_evidence(wide), make_rng(SEED, "claims", "10"),
+    claims = evaluate_claims(IDSIM_CLAIMS, sensitivity_evidence(wide, per_seed=sens.per_seed),
+                             make_rng(SEED, "claims", "10"),
                              n_boot=cfg.idsim.n_bootstrap, profile=PROFILE,
                              keys=CLAIMS_BY_NOTEBOOK["10_sensitivity_regression"])
     run.write_claims(claims, "10_sensitivity")

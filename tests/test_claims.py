@@ -277,3 +277,15 @@ def test_graded_evidence_equals_metric_to_human_and_resamples_anchors():
         graded_evidence("m", pairs, [(0, s0[:3])])
     with pytest.raises(KeyError, match="pearson_groups:<k>"):
         C.statistic("pearson_groups:x")
+
+
+def test_pool_seeds_stacks_each_quantity_over_seeds():
+    t0 = pd.DataFrame({"unit": ["a", "b", "c"], "ap": [1.0, 0.5, 0.0]})
+    t1 = pd.DataFrame({"unit": ["a", "b", "c"], "ap": [0.5, 0.5, 0.5]})
+    pooled = C.pool_seeds({0: {"m.ap": C.Evidence("mean:ap", t0, bounds=(0.0, 1.0))},
+                           1: {"m.ap": C.Evidence("mean:ap", t1, bounds=(0.0, 1.0))}})
+    ev = pooled["m.ap"]
+    assert ev.seeds == [0, 1] and ev.range == (0.0, 1.0)
+    assert list(ev.per_seed()) == [0.5, 0.5] and ev.point() == 0.5
+    with pytest.raises(ValueError, match="different quantities"):
+        C.pool_seeds({0: {"m.ap": C.Evidence("mean:ap", t0)}, 1: {"n.ap": C.Evidence("mean:ap", t1)}})

@@ -118,3 +118,31 @@ def test_claimed_tables_have_the_full_recipe_best_in_the_paper():
         paper = paper["val_score" if "val_score" in paper.columns else "identity_val_roc_auc"]
         best = [r for r, (role, _) in rows.items() if role == "ours"][0]
         assert paper[best] > paper.drop(best).max()
+
+
+def test_pick_placement_by_hand():
+    from nearid_lib.idsim.ablations import pick_placement
+
+    t = pd.DataFrame({"adapt_stages": [1, 2, 3], "identity_val_roc_auc": [0.70, 0.80, 0.75]})
+    assert pick_placement(t) == 2
+    t.loc[2, "identity_val_roc_auc"] = 0.80                    # a tie goes to fewer adapted stages
+    assert pick_placement(t) == 2
+    t.loc[0, "identity_val_roc_auc"] = 0.80
+    assert pick_placement(t) == 1
+
+
+def test_choose_placement_trains_each_candidate_on_val(smoke_world):
+    """The placement is chosen on val before the model trains (tiny EfficientNet: adapters on the
+    last 0 or 1 stages are different models): one row per candidate, the pick by the rule, the
+    profile with it; without choices it is an error."""
+    from nearid_lib.idsim.ablations import choose_placement, pick_placement
+
+    cfg = get_profile("smoke", {"idsim.backbone": "efficientnet-lite0", "idsim.n_seeds": 1,
+                                "idsim.adapt_stages_choices": (0, 1)})
+    p = choose_placement(cfg, smoke_world, log=lambda m: None)
+    assert p.table.adapt_stages.tolist() == [0, 1] and p.table.chosen.sum() == 1
+    assert p.chosen == pick_placement(p.table) and p.profile.idsim.adapt_stages == p.chosen
+    assert p.table.role.tolist() == ["candidate", "ours"]            # the profile's own placement is "ours"
+    assert p.table.identity_val_roc_auc.between(0, 1).all() and (p.table.n_seeds == 1).all()
+    with pytest.raises(ValueError, match="adapt_stages_choices is empty"):
+        choose_placement(get_profile("smoke"), smoke_world)

@@ -158,3 +158,26 @@ def test_spec_defaults_are_the_profile_sections():
         assert all(getattr(spec, n) == getattr(cfg.idsim, n) for n in shared) and spec.weights is None
         assert spec.adapt_stages == 2 and spec.patch_grid == 3
     assert IDSimSpec.from_config(IDSimConfig(), weights="w.pt").weights == "w.pt"
+
+
+def test_seed_checkpoints_load_in_seed_order(cnn, tmp_path):
+    """The published checkpoint lists its training seeds; load_idsim_seeds reads each from
+    seed_checkpoint_dir, and a listed seed whose folder is gone is an error naming it."""
+    from nearid_lib.idsim.model import load_idsim_seeds, seed_checkpoint_dir
+
+    torch.manual_seed(1)
+    other = build_idsim(backbone="efficientnet-lite0", tiny=True, head_hidden=16, head_out=8, adapt_stages=1)
+    save_idsim(cnn, tmp_path, extra={"seed": 3, "seeds": [3, 4]})
+    save_idsim(other, seed_checkpoint_dir(tmp_path, 4), extra={"seed": 4})
+    models = load_idsim_seeds(tmp_path)
+    assert list(models) == [3, 4]
+    x = torch.randn(1, 3, cnn.image_size, cnn.image_size)
+    with torch.no_grad():
+        torch.testing.assert_close(models[4](x).pooled, other.eval()(x).pooled)
+    single = tmp_path / "single"
+    save_idsim(cnn, single, extra={"seed": 0})
+    assert list(load_idsim_seeds(single)) == [0]
+    import shutil
+    shutil.rmtree(seed_checkpoint_dir(tmp_path, 4))
+    with pytest.raises(FileNotFoundError, match="seed 4 is listed"):
+        load_idsim_seeds(tmp_path)

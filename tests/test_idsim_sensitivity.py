@@ -97,3 +97,32 @@ def test_run_sensitivity_is_the_three_steps_with_one_rng():
     pd.testing.assert_frame_equal(res.summary, sensitivity_summary(wide, 200, np.random.default_rng(7)))
     other = run_sensitivity(grids, emb, 200, np.random.default_rng(8)).summary
     assert not np.allclose(other["low"], res.summary["low"])          # the rng is the one passed
+
+
+def test_seeded_encoder_is_the_mean_of_its_seeds_and_its_evidence_keeps_them():
+    """A model trained with several seeds (notebook 10's ID-Sim): each seed is regressed on its own
+    (per_seed, fits with a seed column), its row of wide is the per-anchor mean over seeds, the
+    other encoders and their bootstrap draws are those of an unseeded run, and its claims evidence
+    has one row per seed and anchor (the claims average the seeds and resample them)."""
+    from nearid_lib.idsim.sensitivity import run_sensitivity
+
+    grids, emb0, _ = _synthetic(n_anchors=6, seed=3)
+    _, emb1, _ = _synthetic(n_anchors=6, seed=4)
+    frozen = {"frozen": emb0["enc"]}
+    one = run_sensitivity(grids, frozen, 100, np.random.default_rng(7), seeded={"model": {0: emb0["enc"]}})
+    plain = run_sensitivity(grids, {**frozen, "model": emb0["enc"]}, 100, np.random.default_rng(7))
+    pd.testing.assert_frame_equal(one.wide, plain.wide)              # one seed: the unseeded run
+    pd.testing.assert_frame_equal(one.summary, plain.summary)
+    res = run_sensitivity(grids, frozen, 100, np.random.default_rng(7), seeded={"model": {5: emb0["enc"], 6: emb1["enc"]}})
+    assert sorted(res.per_seed.seed.unique()) == [5, 6] and len(res.per_seed) == 12
+    by_hand = res.per_seed.groupby("anchor_id")[list(GRIDS) + ["identity"]].mean()
+    got = res.wide[res.wide.encoder == "model"].set_index("anchor_id")[list(GRIDS) + ["identity"]]
+    pd.testing.assert_frame_equal(got, by_hand, check_exact=False, rtol=1e-12)
+    pd.testing.assert_frame_equal(res.summary[res.summary.encoder == "frozen"].reset_index(drop=True),
+                                  plain.summary[plain.summary.encoder == "frozen"].reset_index(drop=True))
+    assert set(res.fits[res.fits.encoder == "model"].seed) == {5, 6}
+    ev = sensitivity_evidence(res.wide, per_seed=res.per_seed)
+    assert ev["model.sens.identity"].seeds == [5, 6] and "seed" not in ev["frozen.sens.identity"].table
+    assert ev["model.sens.identity"].point() == pytest.approx(got.identity.mean(), abs=1e-12)
+    with pytest.raises(ValueError, match="both in emb and in seeded"):
+        run_sensitivity(grids, {"model": emb0["enc"]}, 10, np.random.default_rng(0), seeded={"model": {0: emb0["enc"]}})

@@ -21,7 +21,7 @@ Rows (paper key column -> overrides):
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -42,7 +42,8 @@ if TYPE_CHECKING:
     from ..data import NearIDData
 
 __all__ = ["ALL_DATASETS_LABEL_NOISE", "ABLATIONS", "DYNAMIC", "OUTPUTS", "table_rows", "row_profile", "ablation_runs", "ablation_table",
-           "ablation_claims"]
+           "ablation_claims", "ablation_seeds", "PLACEMENT", "PLACEMENT_OUTPUT", "placement_label", "Placement",
+           "choose_placement", "pick_placement", "PLACEMENT_RULE"]
 
 # Share of S1 pairs with a wrong instance label in Table 3's unfiltered pool. The paper does not
 # measure it; we take the share of the pool that filtering removed (Supp. Tables 2-3: SOP and
@@ -94,14 +95,45 @@ OUTPUTS = {"idsim_supp_table8_cls_patch": "09_idsim_cls_patch", "idsim_supp_tabl
            "idsim_supp_table6_composition": "09_idsim_composition", "idsim_supp_table7_backbone": "09_idsim_backbone"}
 
 
+# Not a paper table: the LoRA placement notebook 09 chooses on val (idsim.adapt_stages_choices)
+PLACEMENT = "idsim_lora_placement"
+PLACEMENT_OUTPUT = "09_idsim_lora_placement"
+
+
+def placement_label(n: int) -> str:
+    """The row of a LoRA placement: the last ``n`` block stages and ``conv_head`` (a CNN backbone)."""
+    return f"LoRA on the last {n} stage{'s' if n != 1 else ''} + conv_head" if n else "LoRA on conv_head only"
+
+
+def _placement_rows(cfg: Profile) -> dict[str, tuple[str, dict[str, Any]]]:
+    return {placement_label(n): ("ours" if n == cfg.idsim.adapt_stages else "candidate", {"adapt_stages": int(n)})
+            for n in cfg.idsim.adapt_stages_choices}
+
+
+def _key_column(table: str) -> str:
+    if table == PLACEMENT:
+        return "lora_placement"
+    return (ABLATIONS.get(table) or DYNAMIC[table])[0]
+
+
 def table_rows(table: str, cfg: Profile) -> tuple[str, dict[str, tuple[str, dict[str, Any]]]]:
-    """``(key column, {row: (role, idsim overrides)})`` of an ablation table for profile ``cfg``."""
+    """``(key column, {row: (role, idsim overrides)})`` of an ablation table for profile ``cfg``
+    (:data:`PLACEMENT`: one row per ``idsim.adapt_stages_choices``)."""
     if table in ABLATIONS:
         return ABLATIONS[table]
     if table in DYNAMIC:
         key_col, rows = DYNAMIC[table]
         return key_col, rows(cfg)
-    raise KeyError(f"unknown ablation table {table!r}; valid: {', '.join([*ABLATIONS, *DYNAMIC])}")
+    if table == PLACEMENT:
+        return _key_column(table), _placement_rows(cfg)
+    raise KeyError(f"unknown ablation table {table!r}; valid: {', '.join([*ABLATIONS, *DYNAMIC, PLACEMENT])}")
+
+
+def ablation_seeds(cfg: Profile) -> list[int]:
+    """The training seeds of every ablation row: ``idsim.ablation_seeds`` (else ``idsim.n_seeds``)
+    consecutive seeds from the profile's."""
+    n = cfg.idsim.ablation_seeds if cfg.idsim.ablation_seeds is not None else cfg.idsim.n_seeds
+    return [int(cfg.seed) + i for i in range(max(1, int(n)))]
 
 
 def row_profile(cfg: Profile, overrides: Mapping[str, Any], seed: int) -> Profile:
@@ -118,15 +150,17 @@ def _key(overrides: Mapping[str, Any]) -> str:
 
 def ablation_runs(cfg: Profile, data: NearIDData, tables: Sequence[str], eval_store_path=None,
                   train_store_path=None, log: Callable[[str], None] = print, device: str = "cpu") -> pd.DataFrame:
-    """Train every distinct row of ``tables`` (:func:`table_rows`) for ``cfg.idsim.n_seeds`` seeds
-    with :func:`~nearid_lib.idsim.train.train_idsim` (fresh model initialised from the row's seed as
-    train_idsim does; one training and one evaluation prefix cache per frozen backbone) and score it
-    on the val split's validation sets (built once, negatives mined with the baseline backbone).
-    Identical overrides (the baseline of several tables) are trained once.
+    """Train every distinct row of ``tables`` (:func:`table_rows`) for the seeds of
+    :func:`ablation_seeds` with :func:`~nearid_lib.idsim.train.train_idsim` (fresh model initialised
+    from the row's seed as train_idsim does; one training and one evaluation prefix cache per frozen
+    prefix, kept under ``train_store_path`` / ``eval_store_path`` beside the baseline's: each prefix
+    is its own table there) and score it on the val split's validation sets (built once, negatives
+    mined with the baseline backbone). Identical overrides (the baseline of several tables) are
+    trained once.
 
     Returns one row per (table, row, seed): the scores of :func:`score_validation` and the
     per-identity outcomes (``units``: a DataFrame) for :func:`ablation_table`."""
-    seeds = [int(cfg.seed) + i for i in range(int(cfg.idsim.n_seeds))]
+    seeds = ablation_seeds(cfg)
     base = build_idsim(idsim_spec(cfg), device=device)
     train_stores = {base.cache_key(): training_store(cfg, data, base, train_store_path)}
     eval_stores = {base.cache_key(): PrefixStore(base, data, seed=int(cfg.seed),
@@ -154,10 +188,10 @@ def ablation_runs(cfg: Profile, data: NearIDData, tables: Sequence[str], eval_st
                     torch.manual_seed(derive_seed("idsim-init", base=int(s)))     # as train_idsim does
                     model = build_idsim(idsim_spec(rc), device=device)
                     ck = model.cache_key()
-                    if ck not in train_stores:          # another backbone / resolution: its own caches
-                        train_stores[ck] = training_store(rc, data, model, None, seed=int(cfg.seed))
+                    if ck not in train_stores:          # another prefix (backbone, resolution, placement): its own caches
+                        train_stores[ck] = training_store(rc, data, model, train_store_path, seed=int(cfg.seed))
                         eval_stores[ck] = PrefixStore(model, data, seed=int(cfg.seed),
-                                                      batch_size=cfg.idsim.cache_batch_size)
+                                                      batch_size=cfg.idsim.cache_batch_size, path=eval_store_path)
                     res = train_idsim(rc, data, model=model, store=train_stores[ck], log=log, device=device)
                     ev = eval_stores[ck]
                     ev.model = res["model"]
@@ -169,7 +203,8 @@ def ablation_runs(cfg: Profile, data: NearIDData, tables: Sequence[str], eval_st
                     log(f"ablation {row!r} seed {s}: {done[k][-1]['real_instance_val_acc']:.3f} acc")
             out += [{"table": table, key_col: row, "row": row, "role": role, **r} for r in done[k]]
     eval_store.model = base
-    train_stores[base.cache_key()].save()
+    for st in (*train_stores.values(), *eval_stores.values()):
+        st.save()
     return pd.DataFrame(out)
 
 
@@ -181,7 +216,7 @@ def ablation_table(runs: pd.DataFrame, table: str, n_boot: int = 1000, seed: int
     d = runs[runs.table == table]
     if d.empty:
         return pd.DataFrame()
-    key_col = (ABLATIONS.get(table) or DYNAMIC[table])[0]
+    key_col = _key_column(table)
     out = []
     for row in dict.fromkeys(d.row):
         r = d[d.row == row]
@@ -235,3 +270,43 @@ def ablation_claims(tables: Mapping[str, pd.DataFrame], profile: str) -> list[di
                           f"{base[key_col]} {base.identity_val_roc_auc:.3f} vs best other {best_other:.3f}",
                           base.identity_val_roc_auc > best_other, detail=detail, profile=profile))
     return rows
+
+
+@dataclass
+class Placement:
+    """What :func:`choose_placement` returns: the val table (one row per candidate, with the
+    ``chosen`` flag), the chosen ``adapt_stages`` and the profile with it set."""
+
+    table: pd.DataFrame
+    chosen: int
+    profile: Any
+
+
+def choose_placement(cfg: Profile, data: NearIDData, eval_store_path=None, train_store_path=None,
+                     log: Callable[[str], None] = print, device: str = "cpu") -> Placement:
+    """Choose ID-Sim's LoRA placement on the val split, before the model is trained: every
+    ``idsim.adapt_stages_choices`` value is trained for :func:`ablation_seeds` (as an ablation row,
+    :func:`ablation_runs`) and scored on the validation sets of Supp. B.1; the highest Identity
+    Validation ROC AUC (seed mean; the score ID-Sim's Table 3 compares recipes by) wins, ties go to
+    fewer adapted stages. Test data is never read. Raises ValueError without choices."""
+    choices = tuple(int(n) for n in cfg.idsim.adapt_stages_choices)
+    if not choices:
+        raise ValueError("choose_placement: idsim.adapt_stages_choices is empty (nothing to choose)")
+    runs = ablation_runs(cfg, data, [PLACEMENT], eval_store_path=eval_store_path,
+                         train_store_path=train_store_path, log=log, device=device)
+    t = ablation_table(runs, PLACEMENT, seed=int(cfg.seed))
+    t.insert(1, "adapt_stages", [int(_placement_rows(cfg)[r][1]["adapt_stages"]) for r in t.lora_placement])
+    chosen = pick_placement(t)
+    t["chosen"] = t.adapt_stages == chosen
+    t["rule"] = PLACEMENT_RULE
+    return Placement(t, chosen, replace(cfg, idsim=replace(cfg.idsim, adapt_stages=chosen)))
+
+
+PLACEMENT_RULE = "highest Identity Validation ROC AUC on val (seed mean); ties: fewer stages"
+
+
+def pick_placement(table: pd.DataFrame) -> int:
+    """The ``adapt_stages`` of :data:`PLACEMENT_RULE` from a placement table (columns
+    ``adapt_stages``, ``identity_val_roc_auc``)."""
+    best = table.sort_values(["identity_val_roc_auc", "adapt_stages"], ascending=[False, True], kind="stable")
+    return int(best.adapt_stages.iloc[0])

@@ -108,14 +108,22 @@ def benchmark_evidence(sets: Mapping[str, pd.DataFrame], emb: Mapping[str, Mappi
 
 
 def sensitivity_evidence(wide: pd.DataFrame, factors: Sequence[str] = ("identity", "background", "viewpoint",
-                                                                       "lighting")) -> dict[str, Evidence]:
+                                                                       "lighting"),
+                         per_seed: pd.DataFrame | None = None) -> dict[str, Evidence]:
     """``<encoder>.sens.<factor>`` evidence from :func:`~nearid_lib.idsim.sensitivity.per_anchor_sensitivity`'s
-    wide table (one row per encoder and anchor)."""
+    wide table (one row per encoder and anchor). An encoder in ``per_seed`` (the
+    :class:`~nearid_lib.idsim.sensitivity.SensitivityRun` table of its training seeds, ``seed``
+    column) is read from there instead: one row per seed and anchor, so the claims average over
+    seeds and resample them (hierarchical bootstrap)."""
+    seeded = set(per_seed.encoder) if per_seed is not None else set()
     out = {}
     for enc, g in wide.groupby("encoder", sort=True):
+        src = per_seed[per_seed.encoder == enc] if enc in seeded else g
         for f in factors:
-            if f in g.columns and g[f].notna().all():
-                out[f"{enc}.sens.{f}"] = Evidence(
-                    "mean:sens", pd.DataFrame({"unit": g.anchor_id.astype(str).to_numpy(), "sens": g[f].to_numpy(float)}),
-                    f"{enc} {f} sensitivity")
+            if f in src.columns and src[f].notna().all():
+                t = pd.DataFrame({"unit": src.anchor_id.astype(str).to_numpy(), "sens": src[f].to_numpy(float)})
+                if enc in seeded:
+                    t["seed"] = src.seed.to_numpy(int)
+                out[f"{enc}.sens.{f}"] = Evidence("mean:sens", t, f"{enc} {f} sensitivity")
     return out
+

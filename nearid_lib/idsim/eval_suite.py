@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 __all__ = ["BENCH_INFO", "METRIC_LABELS", "encoder_labels", "mini_benchmark_sets", "bench_keys", "evaluate_sets", "embed_encoders",
            "PATCH_ROWS", "patch_table", "graded_pairs",
            "load_pairs_csv", "load_triplets_csv", "load_retrieval_csv", "load_ratings_csv",
-           "benchmark_table", "graded_metrics", "BenchmarkError"]
+           "benchmark_table", "seed_mean", "graded_metrics", "BenchmarkError"]
 
 
 # metric_id -> (paper benchmark, paper metric, mini analogue)
@@ -252,20 +252,32 @@ def graded_metrics(scores, graded: pd.DataFrame) -> dict[str, float]:
     return res
 
 
+def seed_mean(per_seed: Mapping[int, Mapping[str, float]]) -> tuple[dict[str, float], dict[str, float]]:
+    """``(mean, sd)`` over training seeds of :func:`evaluate_sets` results ({seed: {metric_id:
+    value}}): per metric, the mean and the sample standard deviation (NaN for one seed)."""
+    mids = list(dict.fromkeys(m for r in per_seed.values() for m in r))
+    vals = {m: np.array([float(r.get(m, np.nan)) for r in per_seed.values()]) for m in mids}
+    return ({m: float(np.mean(v)) for m, v in vals.items()},
+            {m: float(np.std(v, ddof=1)) if len(v) > 1 else float("nan") for m, v in vals.items()})
+
+
 def benchmark_table(results: Mapping[str, Mapping[str, float]], labels: Mapping[str, tuple[str, str]],
-                    profile: str) -> pd.DataFrame:
+                    profile: str, seeds: Mapping[str, tuple[int, Mapping[str, float]]] | None = None) -> pd.DataFrame:
     """Long table beside ``paper_values/idsim_fig25_full_results`` (keys model, metric_id).
 
     ``results``: encoder -> {metric_id: value}; ``labels``: encoder -> (paper model key,
-    ours_label), e.g. ``{"frozen": ("DINOv3", "EfficientNet-Lite0 GAP (frozen)")}``."""
+    ours_label), e.g. ``{"frozen": ("DINOv3", "EfficientNet-Lite0 GAP (frozen)")}``; ``seeds``:
+    encoder -> (number of training seeds, {metric_id: sd over them}) for a value that is a mean
+    over seeds (:func:`seed_mean`); other encoders have one run (``n_seeds`` 1, ``seed_sd`` NaN)."""
     rows = []
     for enc, res in results.items():
         model, ours_label = labels[enc]
+        n, sd = (seeds or {}).get(enc, (1, {}))
         for mid, v in res.items():
             bench, metric, mini = BENCH_INFO[mid]
             rows.append({"model": model, "metric_id": mid, "benchmark": bench, "metric": metric,
-                         "value": float(v), "ours_label": ours_label, "mini_benchmark": mini,
-                         "profile": profile})
+                         "value": float(v), "seed_sd": float(sd.get(mid, np.nan)), "n_seeds": int(n),
+                         "ours_label": ours_label, "mini_benchmark": mini, "profile": profile})
     return pd.DataFrame(rows)
 
 

@@ -48,7 +48,8 @@ from ..models import load_encoder, resolve_name
 from ..models.backbones import Encoder, EncoderOutput, TimmEfficientNetEncoder, folded_copy
 
 __all__ = ["IDSimSpec", "IDSimModel", "ProjectionMLP", "build_idsim", "save_idsim", "load_idsim",
-           "is_idsim_checkpoint", "idsim_encoder", "VIT_LORA_TARGETS", "WEIGHTS_FILE", "CONFIG_FILE"]
+           "is_idsim_checkpoint", "idsim_encoder", "VIT_LORA_TARGETS", "WEIGHTS_FILE", "CONFIG_FILE",
+           "seed_checkpoint_dir", "load_idsim_seeds"]
 
 WEIGHTS_FILE = "idsim.safetensors"
 CONFIG_FILE = "idsim.json"
@@ -313,6 +314,30 @@ def load_idsim(directory: str | os.PathLike, device: str | torch.device = "cpu")
     model.load_state_dict(tensors, strict=False)
     model.eval()
     return model, meta
+
+
+def seed_checkpoint_dir(directory: str | os.PathLike, seed: int) -> Path:
+    """Where a model trained with another seed than the published one of ``directory`` is saved:
+    ``<directory>/seeds/seed<seed>`` (the published model stays at ``directory``)."""
+    return Path(directory) / "seeds" / f"seed{int(seed)}"
+
+
+def load_idsim_seeds(directory: str | os.PathLike, device: str | torch.device = "cpu") -> dict[int, IDSimModel]:
+    """Every training seed of the checkpoint ``directory``: its own model (under its ``seed``) and the
+    models of the other seeds its ``idsim.json`` lists (``seeds``; :func:`seed_checkpoint_dir`),
+    in seed order. A checkpoint without that list is one seed. Raises FileNotFoundError naming a
+    listed seed whose folder is missing."""
+    model, meta = load_idsim(directory, device=device)
+    own = int(meta.get("seed", 0))
+    out = {own: model}
+    for s in meta.get("seeds", [own]):
+        if int(s) != own:
+            d = seed_checkpoint_dir(directory, s)
+            if not is_idsim_checkpoint(d):
+                raise FileNotFoundError(f"idsim checkpoint {directory}: seed {s} is listed in {CONFIG_FILE} "
+                                        f"but {d} holds no checkpoint (rerun notebook 09)")
+            out[int(s)] = load_idsim(d, device=device)[0]
+    return dict(sorted(out.items()))
 
 
 def idsim_encoder(tiny: bool = False, checkpoint: str | os.PathLike | None = None, **kw: Any) -> IDSimModel:

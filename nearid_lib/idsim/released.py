@@ -69,7 +69,7 @@ if TYPE_CHECKING:
 from ..data.eval_datasets import DBPP_DIRNAME, DOWNLOAD_STEPS, DreamBenchPP, dbpp_mean_ratings, load_dreambenchpp
 from ..models import load_encoder, resolve_device, resolve_name
 from ..paths import downloads_dir
-from .ablations import OUTPUTS
+from .ablations import OUTPUTS, PLACEMENT_OUTPUT
 from .eval_suite import BENCH_INFO
 from .mllm import idsim_judge, mllm_table
 from .release_model import release_available
@@ -387,6 +387,8 @@ def world_only_tables(cfg: Profile) -> dict[str, str]:
     no_train = ("needs ID-Sim models trained with the recipe changed in one place, and ID-Sim's curated "
                 "training set (real instance pairs + generative edits, App. A) is not public")
     out = {OUTPUTS[k]: f"training ablation ({k}): {no_train}" for k in cfg.idsim.ablation_tables}
+    if cfg.idsim.adapt_stages_choices:
+        out[PLACEMENT_OUTPUT] = f"the LoRA placement is chosen by training ID-Sim once per candidate: {no_train}"
     rel = released_idsim_reason(cfg.idsim.released_model)
     tail = f"; {rel}" if rel else ""
     out["09_idsim_persam"] = f"Table 2c runs PerSAM on PODS: {UNPUBLISHED_BENCHMARKS['PODS']}{tail}"

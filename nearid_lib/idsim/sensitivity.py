@@ -98,24 +98,54 @@ def sensitivity_summary(wide: pd.DataFrame, n_boot: int, rng: np.random.Generato
 @dataclass
 class SensitivityRun:
     """What :func:`run_sensitivity` returns: the long similarity table, the per-(encoder, grid,
-    anchor) OLS fits, the per-(encoder, anchor) sensitivities and their bootstrap summary."""
+    anchor) OLS fits, the per-(encoder, anchor) sensitivities and their bootstrap summary; for an
+    encoder trained with several seeds, ``per_seed`` holds its per-(seed, anchor) sensitivities
+    (``seed`` column) while ``sims``, ``wide`` and ``summary`` carry their mean over seeds."""
 
     sims: pd.DataFrame
     fits: pd.DataFrame
     wide: pd.DataFrame
     summary: pd.DataFrame
+    per_seed: pd.DataFrame | None = None
 
 
 def run_sensitivity(grids: pd.DataFrame, emb: Mapping[str, Mapping[str, np.ndarray]], n_boot: int,
-                    rng: np.random.Generator) -> SensitivityRun:
+                    rng: np.random.Generator,
+                    seeded: Mapping[str, Mapping[int, Mapping[str, np.ndarray]]] | None = None) -> SensitivityRun:
     """The selective-sensitivity protocol for every encoder of ``emb`` (encoder -> {grid image path:
     vector}): similarities to each grid's anchor image (:func:`grid_similarities`), per-anchor OLS
     (:func:`per_anchor_sensitivity`) and the bootstrap over anchors (:func:`sensitivity_summary`,
     ``n_boot`` resamples drawn from ``rng``). Notebook 10 and :func:`nearid_lib.score_encoder`
-    both run it."""
-    sims = grid_similarities(grids, emb)
-    fits, wide = per_anchor_sensitivity(sims)
-    return SensitivityRun(sims, fits, wide, sensitivity_summary(wide, n_boot, rng))
+    both run it.
+
+    ``seeded``: encoders trained with several seeds, {encoder: {seed: embeddings}}. Each seed is
+    regressed on its own (``per_seed``, ``fits`` with a ``seed`` column); the encoder's similarities
+    and per-anchor sensitivities are then averaged over its seeds, so its bootstrap summary is over
+    anchors of the seed-mean (the claims resample the seeds too: :func:`~.claims.sensitivity_evidence`)."""
+    sims = grid_similarities(grids, emb) if emb else pd.DataFrame()
+    fits, wide = per_anchor_sensitivity(sims) if emb else (pd.DataFrame(), pd.DataFrame())
+    per_seed = []
+    for enc, by_seed in (seeded or {}).items():
+        if enc in emb:
+            raise ValueError(f"run_sensitivity: encoder {enc!r} is both in emb and in seeded")
+        s_sims, s_fits, s_wide = [], [], []
+        for seed, e in sorted(by_seed.items()):
+            ss = grid_similarities(grids, {enc: e})
+            f, w = per_anchor_sensitivity(ss)
+            s_sims.append(ss.assign(seed=int(seed)))
+            s_fits.append(f.assign(seed=int(seed)))
+            s_wide.append(w.assign(seed=int(seed)))
+        keys = [c for c in s_sims[0].columns if c not in ("sim", "seed")]
+        sims = pd.concat([sims, pd.concat(s_sims).groupby(keys, sort=False, as_index=False)["sim"].mean()],
+                         ignore_index=True)
+        fits = pd.concat([fits, *s_fits], ignore_index=True)
+        w = pd.concat(s_wide, ignore_index=True)
+        per_seed.append(w)
+        wide = pd.concat([wide, w.drop(columns="seed").groupby(["encoder", "anchor_id"], sort=True,
+                                                               as_index=False).mean()], ignore_index=True)
+    wide = wide.sort_values(["encoder", "anchor_id"], kind="stable").reset_index(drop=True)
+    return SensitivityRun(sims, fits, wide, sensitivity_summary(wide, n_boot, rng),
+                          pd.concat(per_seed, ignore_index=True) if per_seed else None)
 
 
 def similarity_curves(sims: pd.DataFrame) -> pd.DataFrame:

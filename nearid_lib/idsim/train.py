@@ -22,6 +22,7 @@ edit" has no analogue here (procedural fills leave no generator artefacts) and i
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from ..config import Profile
     from ..data import NearIDData
 
-__all__ = ["idsim_spec", "train_step_batch", "training_store", "train_idsim"]
+__all__ = ["idsim_seeds", "train_idsim_seeds", "idsim_spec", "train_step_batch", "training_store", "train_idsim"]
 
 
 def idsim_spec(cfg: Profile) -> IDSimSpec:
@@ -175,3 +176,22 @@ def train_idsim(cfg: Profile, data: NearIDData, model=None, store_path: str | Pa
     return {"model": model, "history": pd.DataFrame(hist), "triplets": trip, "instances": inst,
             "store": store, "timings": {"cache_s": t_cache, "train_s": time.time() - t1},
             "n_steps": hist[-1]["step"] if hist else 0}
+
+
+def idsim_seeds(cfg: Profile) -> list[int]:
+    """The training seeds of the ID-Sim model: ``idsim.n_seeds`` consecutive seeds from the profile's."""
+    return [int(cfg.seed) + i for i in range(max(1, int(cfg.idsim.n_seeds)))]
+
+
+def train_idsim_seeds(cfg: Profile, data: NearIDData, store_path: str | Path | None = None,
+                      log: Callable[[str], None] = print, device: str = "cpu") -> list[dict[str, Any]]:
+    """:func:`train_idsim` once per seed of :func:`idsim_seeds` (the profile's seed first), all over
+    the first one's prefix cache (same images; instances, triplets, order and initialisation follow
+    each seed). Returns train_idsim's dicts with ``seed`` added."""
+    out = []
+    for s in idsim_seeds(cfg):
+        rc = replace(cfg, seed=int(s))
+        res = train_idsim(rc, data, store_path=store_path, log=log, device=device,
+                          store=out[0]["store"] if out else None)
+        out.append({**res, "seed": int(s)})
+    return out
