@@ -218,6 +218,23 @@ def _fpr_sources_section(tables: Path) -> list[str]:
             render_markdown_table(t), ""]
 
 
+def _placement_section(tables: Path) -> list[str]:
+    """ID-Sim's LoRA placement chosen on val (``09_idsim_lora_placement.csv``, notebook 09 with
+    ``idsim.adapt_stages_choices``): every candidate's validation scores and the one chosen."""
+    f = tables / "09_idsim_lora_placement.csv"
+    if not f.exists():
+        return []
+    t = pd.read_csv(f)
+    rule = str(t["rule"].iloc[0]) if "rule" in t and len(t) else ""
+    cols = [c for c in ("lora_placement", "identity_val_roc_auc", "anchor_auc", "anchor_auc_low", "anchor_auc_high",
+                        "real_instance_val_acc", "n_seeds", "chosen") if c in t]
+    return ["## ID-Sim: the LoRA placement, chosen on val", "",
+            "Each candidate placement trained once per seed and scored on the val split's validation sets "
+            f"(ID-Sim Supp. B.1) before the model is trained; rule: {rule}. The chosen one is the recipe of "
+            "every ID-Sim row below (`tables/09_idsim_lora_placement.csv`).", "",
+            render_markdown_table(t[cols]), ""]
+
+
 def render_report(figures: Path, specs: list[TableSpec] | None = None, title: str = "Reproduced results",
                   profile_note: str = "") -> str:
     """Markdown for ``figures/README.md``: claims, every table beside the paper's, every figure."""
@@ -290,6 +307,7 @@ def render_report(figures: Path, specs: list[TableSpec] | None = None, title: st
     out += _chance_section(figures / "tables")
     out += _cross_section(figures / "tables")
     out += _fpr_sources_section(figures / "tables")
+    out += _placement_section(figures / "tables")
     with_ours = [s for s in specs if s.ours]
     descriptive = [s for s in specs if not s.ours]
     out += ["## Tables", ""]

@@ -193,3 +193,15 @@ def test_fpr_sources_section_says_which_methods_were_generated(tmp_path):
     assert "| Emu2 | user folder (Emu2/) | cow, zebra | 20 | 200 |" in text
     assert "| DreamBooth | generated here (StableDiffusion3Pipeline) | cow | 10 | 100 |" in text
     assert "where each method" not in report.render_report(tmp_path / "none", specs=[])
+
+
+def test_placement_section_shows_the_candidates_and_the_choice(tmp_path):
+    (tmp_path / "tables").mkdir()
+    pd.DataFrame({"lora_placement": ["LoRA on the last 1 stage + conv_head", "LoRA on the last 2 stages + conv_head"],
+                  "adapt_stages": [1, 2], "identity_val_roc_auc": [0.71, 0.73], "real_instance_val_acc": [0.9, 0.92],
+                  "n_seeds": [1, 1], "chosen": [False, True], "rule": ["highest ROC AUC; ties: fewer stages"] * 2}).to_csv(
+        tmp_path / "tables" / "09_idsim_lora_placement.csv", index=False)
+    text = report.render_report(tmp_path, specs=[])
+    assert "## ID-Sim: the LoRA placement, chosen on val" in text and "rule: highest ROC AUC; ties: fewer stages" in text
+    assert "| LoRA on the last 2 stages + conv_head | 0.730 | 0.920 | 1 | True |" in text
+    assert "LoRA placement" not in report.render_report(tmp_path / "none", specs=[])
