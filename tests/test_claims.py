@@ -247,11 +247,11 @@ def test_a_revised_criterion_keeps_the_earlier_verdict_visible():
 
 
 def test_graded_evidence_equals_metric_to_human_and_resamples_anchors():
-    """The DB++ stand-in's M-H as claims evidence (nearid.evaluate.graded_evidence): its point is
+    """The DB++ stand-in's M-H as claims evidence (nearid.dbpp.graded_evidence): its point is
     metrics.metric_to_human's m_h (Pearson per method, Fisher-z over methods) for one seed and the
     mean of the per-seed m_h for several; a bootstrap replicate equals the statistic recomputed on
     the explicitly resampled anchors."""
-    from nearid_lib.nearid.evaluate import graded_evidence
+    from nearid_lib.nearid.dbpp import graded_evidence
 
     rng = make_rng(7, "graded")
     n_anchor, methods = 12, ("context drift 1", "context drift 2", "context drift 3")

@@ -28,7 +28,7 @@ class StandinScorer:
     """The procedural DreamBench++ stand-in as a scorer: called on a bench encoder it returns
     :func:`~.dbpp.dbpp_standin`'s ``(m_h dict, scores)`` over ``pairs`` (the edit-grid pairs of
     :func:`~.pairs.grid_pairs`, kept so that the scores can become per-anchor claims evidence:
-    :func:`~.evaluate.graded_evidence`)."""
+    :func:`~.dbpp.graded_evidence`)."""
 
     data: Any
     pairs: pd.DataFrame

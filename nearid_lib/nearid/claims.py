@@ -7,7 +7,7 @@ training + unseen fill-based sources, as in Table 1; ``train``; ``unseen_fill``;
 procedural DreamBench++ stand-in, where ``<model>`` is ``frozen`` or a training configuration
 (``nearid`` = the main head; ``loss.<name>``, ``alpha.<a>``, ``beta.<b>``, ``data.<row>`` = the
 ablation rows). :func:`nearid_lib.nearid.evaluate.nearid_evidence` and
-:func:`~nearid_lib.nearid.evaluate.graded_evidence` build them from the per-identity / per-pair
+:func:`~nearid_lib.nearid.dbpp.graded_evidence` build them from the per-identity / per-pair
 outcomes the notebooks write.
 """
 from __future__ import annotations

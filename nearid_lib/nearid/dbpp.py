@@ -12,13 +12,14 @@ levels, "categories" = the drifting factor). Such values are never called human:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
 from PIL import Image
 
 from .. import metrics
+from ..claims import Evidence, grouped_pearson_columns
 from ..data.eval_datasets import DBPP_DIRNAME, DOWNLOAD_STEPS, DreamBenchPP, human_rating_rows, load_dreambenchpp
 from ..data.schema import DataError
 from ..features import FeatureStore, embed, file_refs
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from ..config import Profile
     from ..data import NearIDData
 
-__all__ = ["PROCEDURAL_NOTE", "dbpp_standin", "dbpp_human", "dbpp_root",
+__all__ = ["PROCEDURAL_NOTE", "dbpp_standin", "graded_evidence", "dbpp_human", "dbpp_root",
            "dbpp_for_profile", "dbpp_mh_from_scores", "HEADLINE_CATEGORY"]
 
 PROCEDURAL_NOTE = "procedural oracle, not human (DreamBench++ stand-in from the world's edit grids)"
@@ -43,6 +44,31 @@ def dbpp_standin(benc, data: NearIDData, gp: pd.DataFrame, variant: str = "full"
                                  gp["category"].to_numpy())
     mh["kind"] = "procedural"
     return mh, s
+
+
+def graded_evidence(prefix: str, pairs: pd.DataFrame, scores: Sequence[tuple[int | None, np.ndarray]]) -> dict[str, Evidence]:
+    """Claims evidence of one model's metric-to-human alignment on the procedural DreamBench++
+    stand-in: ``pairs`` are :func:`~nearid_lib.nearid.pairs.grid_pairs` rows (``anchor_id``,
+    ``oracle``, ``method``), ``scores`` one ``(training seed or None, scores in pairs' order)`` per
+    seed. Key ``<prefix>.dbpp_proc.mh``: the Fisher-z mean over methods of each method's Pearson r
+    (the ``m_h`` of :func:`~nearid_lib.metrics.metric_to_human`), units = grid anchors, so an
+    interval resamples anchors (and seeds)."""
+    methods = sorted(pairs["method"].unique())
+    group = pairs["method"].map({m: i for i, m in enumerate(methods)}).to_numpy()
+    oracle = pairs["oracle"].to_numpy(float)
+    tables = []
+    for seed, s in scores:
+        s = np.asarray(s, dtype=float)
+        if s.shape != oracle.shape:
+            raise ValueError(f"graded_evidence {prefix!r}: {s.shape[0]} scores for {len(pairs)} pairs")
+        cols: dict[str, Any] = {"unit": pairs["anchor_id"].astype(str).to_numpy()}
+        for (xc, yc), i in zip(grouped_pearson_columns(len(methods)), range(len(methods))):
+            cols[xc] = np.where(group == i, s, np.nan)
+            cols[yc] = np.where(group == i, oracle, np.nan)
+        t = pd.DataFrame(cols)
+        tables.append(t if seed is None else t.assign(seed=int(seed)))
+    return {f"{prefix}.dbpp_proc.mh": Evidence(f"pearson_groups:{len(methods)}", pd.concat(tables, ignore_index=True),
+                                               f"{prefix} M-H (procedural DB++ stand-in)")}
 
 
 def _load_rgb(p):

@@ -31,7 +31,7 @@ import pandas as pd
 import torch
 
 from .. import metrics
-from ..claims import Evidence, grouped_pearson_columns
+from ..claims import Evidence
 from .dbpp import dbpp_standin
 from .embedder import Embedder
 from ..data.groups import VIEWS, group_items, image_groups
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 __all__ = ["SplitEmbeddings", "embed_split", "nearid_bench", "mtg_bench", "evaluate_split", "summary_row",
            "pool_per_source", "STRUCTURE_FAMILIES", "source_family", "is_structure_conditioned",
            "source_groups", "main_sources", "EncoderResult", "evaluate_encoder", "backbone_throughput",
-           "n_bench_images", "units_from_bench", "unit_outcomes", "encoder_evidence", "mtg_units", "nearid_evidence", "graded_evidence",
+           "n_bench_images", "units_from_bench", "unit_outcomes", "encoder_evidence", "mtg_units", "nearid_evidence",
            "EVIDENCE_GROUPS"]
 
 
@@ -307,31 +307,6 @@ def nearid_evidence(prefix: str, units: Mapping[str, pd.DataFrame], mtg: pd.Data
         for stat, key in (("ssr", "ssr"), ("pa", "pa"), ("mtg_mo", "mo"), ("mtg_mopair", "mopair")):
             out[f"{prefix}.mtg.{key}"] = Evidence(stat, mtg, f"{prefix} MTG")
     return out
-
-
-def graded_evidence(prefix: str, pairs: pd.DataFrame, scores: Sequence[tuple[int | None, np.ndarray]]) -> dict[str, Evidence]:
-    """Claims evidence of one model's metric-to-human alignment on the procedural DreamBench++
-    stand-in: ``pairs`` are :func:`~nearid_lib.nearid.pairs.grid_pairs` rows (``anchor_id``,
-    ``oracle``, ``method``), ``scores`` one ``(training seed or None, scores in pairs' order)`` per
-    seed. Key ``<prefix>.dbpp_proc.mh``: the Fisher-z mean over methods of each method's Pearson r
-    (the ``m_h`` of :func:`~nearid_lib.metrics.metric_to_human`), units = grid anchors, so an
-    interval resamples anchors (and seeds)."""
-    methods = sorted(pairs["method"].unique())
-    group = pairs["method"].map({m: i for i, m in enumerate(methods)}).to_numpy()
-    oracle = pairs["oracle"].to_numpy(float)
-    tables = []
-    for seed, s in scores:
-        s = np.asarray(s, dtype=float)
-        if s.shape != oracle.shape:
-            raise ValueError(f"graded_evidence {prefix!r}: {s.shape[0]} scores for {len(pairs)} pairs")
-        cols: dict[str, Any] = {"unit": pairs["anchor_id"].astype(str).to_numpy()}
-        for (xc, yc), i in zip(grouped_pearson_columns(len(methods)), range(len(methods))):
-            cols[xc] = np.where(group == i, s, np.nan)
-            cols[yc] = np.where(group == i, oracle, np.nan)
-        t = pd.DataFrame(cols)
-        tables.append(t if seed is None else t.assign(seed=int(seed)))
-    return {f"{prefix}.dbpp_proc.mh": Evidence(f"pearson_groups:{len(methods)}", pd.concat(tables, ignore_index=True),
-                                               f"{prefix} M-H (procedural DB++ stand-in)")}
 
 
 # --------------------------------------------------------------------------- one encoder, every benchmark

@@ -50,8 +50,8 @@ from ..models.registry import NearIDEncoder
 from ..runtime import set_torch_threads
 from .checkpoints import run_dir
 from .embedder import Embedder
-from .evaluate import (embed_split, graded_evidence, mtg_bench, mtg_units, nearid_bench, nearid_evidence, summary_row,
-                       units_from_bench)
+from .dbpp import graded_evidence
+from .evaluate import embed_split, mtg_bench, mtg_units, nearid_bench, nearid_evidence, summary_row, units_from_bench
 from .group import groups_of, train_group
 from .scorers import EmbeddingBenchEncoder
 from .train import train_head
