@@ -298,5 +298,6 @@ def test_every_committed_paper_table_is_named_by_a_spec():
         stem = csv.stem
         figure_data = ("11_fpr_generated_long", "11_fpr_drift_agreement", "11_fpr_gallery_ablation",
                        "09_idsim_validation")          # the numbers behind figures, no paper table
-        if "table" in stem or stem.startswith(("09_idsim_", "11_fpr_")) and stem not in figure_data:
+        ours_only = ("09_idsim_lora_placement",)       # our recipe choice on val (issue 38), no paper table
+        if "table" in stem or stem.startswith(("09_idsim_", "11_fpr_")) and stem not in figure_data + ours_only:
             assert f"tables/{csv.name}" in named, f"{csv.name} looks like a paper table but no spec names it"
