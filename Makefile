@@ -74,7 +74,16 @@ $(STAMP): pyproject.toml scripts/bootstrap.sh scripts/torchvision_cpu_fix.py scr
 lock:
 	PYTHON=$(PYTHON) bash scripts/lock.sh $(VENV)
 
-reproduce: notebooks
+# Notebooks that do not read each other's outputs (04-07, 09 and 11 after 03) run NEARID_JOBS at a
+# time; a notebook's outputs do not depend on what runs beside it (each process keeps NEARID_THREADS
+# threads, shared caches are built under a lock and published atomically), and --output-sync keeps
+# each notebook's lines together. PROFILE=paper defaults to one at a time (the GPUs are the workers).
+ifeq ($(PROFILE),paper)
+NEARID_JOBS ?= 1
+endif
+NEARID_JOBS ?= 2
+reproduce: $(STAMP)
+	$(MAKE) --no-print-directory -j$(NEARID_JOBS) --output-sync=target notebooks
 
 # JupyterLab with the repository's kernel ("Python 3 (nearid)", installed into the venv by the
 # bootstrap). A double click opens a percent source notebooks/NN_name.py as a notebook (the
@@ -148,7 +157,7 @@ pytest: $(STAMP) lint-imports
 	$(PY) -m pytest -q tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; rc=0; fi; exit $$rc
 
 smoke: $(STAMP)
-	$(MAKE) --no-print-directory notebooks PROFILE=smoke
+	$(MAKE) --no-print-directory -j$(NEARID_JOBS) --output-sync=target notebooks PROFILE=smoke
 
 # ----- the paper profile's dry run -----
 # Every notebook with PROFILE=paper, reading a local hub mirror (NEARID_HUB_DIR) and the hand
