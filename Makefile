@@ -83,7 +83,7 @@ NEARID_JOBS ?= 1
 endif
 NEARID_JOBS ?= 2
 reproduce: $(STAMP)
-	$(MAKE) --no-print-directory -j$(NEARID_JOBS) --output-sync=target notebooks
+	$(MAKE) --no-print-directory -j$(NEARID_JOBS) --output-sync=target -o $(STAMP) notebooks
 
 # JupyterLab with the repository's kernel ("Python 3 (nearid)", installed into the venv by the
 # bootstrap). A double click opens a percent source notebooks/NN_name.py as a notebook (the
@@ -157,7 +157,7 @@ pytest: $(STAMP) lint-imports
 	$(PY) -m pytest -q tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; rc=0; fi; exit $$rc
 
 smoke: $(STAMP)
-	$(MAKE) --no-print-directory -j$(NEARID_JOBS) --output-sync=target notebooks PROFILE=smoke
+	$(MAKE) --no-print-directory -j$(NEARID_JOBS) --output-sync=target -o $(STAMP) notebooks PROFILE=smoke
 
 # ----- the paper profile's dry run -----
 # Every notebook with PROFILE=paper, reading a local hub mirror (NEARID_HUB_DIR) and the hand

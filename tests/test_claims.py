@@ -213,23 +213,45 @@ def test_below_chance_is_flagged():
     assert C.below_chance(["s"], [C.Evidence("ssr", t.assign(success=0.0))], [0.0], str) == ""
 
 
-def test_seeds_are_resampled_too_hierarchical_bootstrap():
-    """Two training seeds that disagree completely (every unit wins under seed 0, loses under seed
-    1): a units-only bootstrap sees no spread at all (every unit averages to 0.5); the hierarchical
-    one draws the seeds too, so replicates are 0, 0.5 or 1 in proportions 1:2:1."""
+def test_seeds_enter_as_student_t_hierarchical_bootstrap():
+    """Three training seeds that disagree completely (every unit wins under seed 0, loses under
+    seeds 1 and 2): a units-only bootstrap sees no spread at all (every replicate is 1/3); the
+    hierarchical one adds t * sd / sqrt(3), t from Student's t with 2 degrees of freedom and
+    sd = std([1, 0, 0], ddof=1), so (replicate - 1/3) * sqrt(3) / sd has t_2's quartiles +-0.816."""
     units = [f"u{i}" for i in range(30)]
-    t = pd.concat([pd.DataFrame({"unit": units, "seed": s, "success": float(s == 0)}) for s in (0, 1)])
+    t = pd.concat([pd.DataFrame({"unit": units, "seed": s, "success": float(s == 0)}) for s in (0, 1, 2)])
     ev = C.Evidence("ssr", t)
     reps = C._replicates([ev], make_rng(0, "h"), n_boot=4000)[0]
-    assert set(np.round(np.unique(reps), 9)) == {0.0, 0.5, 1.0}
-    share = [(reps == v).mean() for v in (0.0, 0.5, 1.0)]
-    assert share == pytest.approx([0.25, 0.5, 0.25], abs=0.03)      # binomial(2, 1/2), 4000 draws
-    spec = C.ClaimSpec("k", "P", "ssr above a half", C.AtLeast("q", 0.4))
+    scaled = (reps - 1 / 3) * np.sqrt(3) / np.std([1.0, 0.0, 0.0], ddof=1)
+    # a quartile of 4000 t_2 draws has sampling sd ~0.03: 0.1 is over 3 sd
+    assert np.quantile(scaled, [0.25, 0.5, 0.75]) == pytest.approx([-0.8165, 0.0, 0.8165], abs=0.1)
+    spec = C.ClaimSpec("k", "P", "ssr above a quarter", C.AtLeast("q", 0.25))
     row = C.evaluate_claim(spec, {"q": ev}, make_rng(0, "b"), n_boot=2000)
-    assert row["verdict"] == "inconclusive" and "seeds (hierarchical)" in row["detail"]
-    # one seed: units only, as before (the replicate equals the brute-force unit resample)
+    assert row["verdict"] == "inconclusive" and "seeds (hierarchical" in row["detail"]
+    # one seed: units only (the replicate equals the brute-force unit resample)
     one = C.Evidence("ssr", t[t.seed == 0])
     assert np.all(C._replicates([one], make_rng(0, "h"), n_boot=50)[0] == 1.0)
+
+
+def test_seed_draws_leave_the_shared_stream_alone():
+    """The seed part comes from a spawned child generator: the unit draws of a multi-seed evidence,
+    and every draw after it from the shared generator, are those of a one-seed evidence."""
+    rng = make_rng(5, "s")
+    units = [f"u{i}" for i in range(20)]
+    vals = rng.random(60)
+    t = pd.DataFrame({"unit": units * 3, "seed": np.repeat([0, 1, 2], 20), "x": vals})
+    multi, single = C.Evidence("mean:x", t), C.Evidence("mean:x", t[t.seed == 0])
+    r1, r2 = make_rng(1, "a"), make_rng(1, "a")
+    rep_multi = C._replicates([multi], r1, n_boot=200)[0]
+    rep_single = C._replicates([single], r2, n_boot=200)[0]
+    assert r1.random() == r2.random()
+    # the multi-seed replicate minus its seed part is the seeds' mean over the same unit resample
+    counts = make_rng(1, "a").multinomial(20, np.full(20, 1 / 20), size=200)   # over the sorted units
+    order = np.argsort(units)
+    per_seed = np.stack([(counts @ vals[20 * s:20 * s + 20][order]) / 20 for s in range(3)], axis=1)
+    noise = rep_multi - per_seed.mean(axis=1)
+    np.testing.assert_allclose(rep_single, per_seed[:, 0], rtol=1e-12)
+    assert np.std(noise) > 0 and abs(np.median(noise)) < 0.05
 
 
 def test_a_revised_criterion_keeps_the_earlier_verdict_visible():

@@ -114,7 +114,7 @@ def sensitivity_evidence(wide: pd.DataFrame, factors: Sequence[str] = ("identity
     wide table (one row per encoder and anchor). An encoder in ``per_seed`` (the
     :class:`~nearid_lib.idsim.sensitivity.SensitivityRun` table of its training seeds, ``seed``
     column) is read from there instead: one row per seed and anchor, so the claims average over
-    seeds and resample them (hierarchical bootstrap)."""
+    seeds and carry their spread (hierarchical bootstrap, :func:`nearid_lib.claims._seed_noise`)."""
     seeded = set(per_seed.encoder) if per_seed is not None else set()
     out = {}
     for enc, g in wide.groupby("encoder", sort=True):
