@@ -21,7 +21,9 @@
 #
 # The recipe (steps, schedule, data) was chosen on the validation split only (README, "The mini
 # mechanism"); every row of every NearID table is trained with it, for `eval.n_seeds` seeds. The head
-# of the notebook's own seed is the checkpoint later notebooks load.
+# of the notebook's own seed is the checkpoint later notebooks load; the other seeds' heads are
+# published beside it (`nearid_lib.nearid.published`), so the claims of notebooks 10 and 11 that
+# judge the head average over its trainings.
 
 # %% tags=["parameters"]
 PROFILE = "mini"
@@ -30,7 +32,6 @@ RESUME = True
 
 # %%
 import json
-import shutil
 import time
 
 import matplotlib.pyplot as plt
@@ -41,6 +42,7 @@ from nearid_lib.nearid.ablations import main_row
 from nearid_lib.data.groups import image_groups
 from nearid_lib.nearid.embedder import Embedder
 from nearid_lib.nearid.evaluate import evaluate_split
+from nearid_lib.nearid.published import publish_seeds, published_seeds
 from nearid_lib.nearid.rows import train_groups
 from nearid_lib.nearid.sweep import run_rows
 from nearid_lib.paths import checkpoint_dir
@@ -79,10 +81,8 @@ t0 = time.time()
 main = run_rows(cfg, data, backbone, [main_row(cfg)], seeds, reuse=RESUME)
 train_seconds = time.time() - t0
 own = next(r for r in main.runs["nearid"] if r.seed == SEED)
-ckpt = checkpoint_dir(PROFILE) / "nearid"
-shutil.rmtree(ckpt, ignore_errors=True)
-shutil.copytree(own.directory, ckpt, ignore=shutil.ignore_patterns("resume", "units_*", "mtg_*"))
-print(f"seed {SEED}: {own.steps} steps; checkpoint -> {ckpt}")
+ckpt = publish_seeds({r.seed: r.directory for r in main.runs["nearid"]}, SEED, checkpoint_dir(PROFILE) / "nearid")
+print(f"seed {SEED}: {own.steps} steps; checkpoint -> {ckpt} (seeds {list(published_seeds(ckpt))})")
 
 # %%
 hist = pd.DataFrame(json.loads((own.directory / "history.json").read_text())["history"])

@@ -17,7 +17,8 @@
 # (OLS over the whole grid), take sensitivity = -slope, average over anchors and bootstrap over
 # anchors (1,000 resamples, seeded) for 95% percentile intervals. Encoders: the frozen backbone
 # (EfficientNet-Lite0 GAP in mini), ID-Sim (notebook 09's checkpoint) and the NearID head
-# (notebook 03's checkpoint; skipped with a note when absent). Similarities are raw cosines.
+# (notebook 03's checkpoint; skipped with a note when absent), the trained two at every training
+# seed: their rows are seed means. Similarities are raw cosines.
 #
 # `paper`: ID-Sim's selective-sensitivity edit grids are not published and the released NearID data
 # has no world grids, so this notebook's tables are skipped with that reason
@@ -42,6 +43,7 @@ from nearid_lib.idsim.sensitivity import (plot_sensitivity_bars, plot_similarity
                                           similarity_curves)
 from nearid_lib.io_utils import write_csv
 from nearid_lib.models import load_encoder
+from nearid_lib.nearid.published import published_seeds
 from nearid_lib.paths import cache_dir, checkpoint_dir
 from nearid_lib.run import setup_notebook
 
@@ -60,16 +62,23 @@ if GRIDS:
     # every training seed of notebook 09's ID-Sim (the published checkpoint first)
     models = load_idsim_seeds(checkpoint_dir(PROFILE) / "idsim")
     model = next(iter(models.values()))
+    # every training seed of notebook 03's NearID head (the published one first)
     nearid_dir = checkpoint_dir(PROFILE) / "nearid"
-    nearid = load_encoder("nearid", checkpoint=nearid_dir)[0] if nearid_dir.exists() else None
+    nearids = ({s: load_encoder("nearid", checkpoint=d)[0] for s, d in published_seeds(nearid_dir).items()}
+               if nearid_dir.exists() else {})
+    nearid = next(iter(nearids.values()), None)
     notes = [] if nearid is not None else [f"NearID head skipped: {nearid_dir} absent (run notebook 03)"]
-    print(notes or "NearID head loaded", "| ID-Sim seeds:", list(models))
+    print(notes or f"NearID head seeds: {list(nearids)}", "| ID-Sim seeds:", list(models))
     store = PrefixStore(model, data, n_variants=0, seed=SEED,
                         path=cache_dir(PROFILE) / "idsim" / f"eval_prefix_s{SEED}")
-    emb = embed_encoders(model, store, grids.path.tolist(), nearid=nearid)
-    idsim_emb = {s: model_embeddings(m, store, grids.path.tolist())["cls"] if m is not model else emb["idsim"]
+    paths = grids.path.tolist()
+    emb = embed_encoders(model, store, paths, nearid=nearid)
+    idsim_emb = {s: model_embeddings(m, store, paths)["cls"] if m is not model else emb["idsim"]
                  for s, m in models.items()}
-    del emb["idsim"]
+    nearid_emb = {s: emb["nearid"] if m is nearid else embed_encoders(model, store, paths, nearid=m)["nearid"]
+                  for s, m in nearids.items()}
+    emb.pop("idsim")
+    emb.pop("nearid", None)
     store.save()
 
 # %% [markdown]
@@ -80,7 +89,7 @@ if GRIDS:
     # the rng key keeps this notebook's former number: the same bootstrap draws as before the renumbering
     # ID-Sim's rows: each seed regressed on its own, the table and figures show their mean per anchor
     sens = run_sensitivity(grids, emb, cfg.idsim.n_bootstrap, make_rng(SEED, "09_sensitivity_bootstrap"),
-                           seeded={"idsim": idsim_emb})
+                           seeded={"idsim": idsim_emb, **({"nearid": nearid_emb} if nearid_emb else {})})
     sims, wide, summary = sens.sims, sens.wide, sens.summary
     write_csv(sims, run.results / "grid_similarities.csv")
     write_csv(sens.fits, run.results / "per_anchor_fits.csv")
@@ -88,7 +97,8 @@ if GRIDS:
     table = summary.assign(
         model=[labels[e][0] for e in summary.encoder], ours_label=[labels[e][1] for e in summary.encoder],
         claim_id=[f"{labels[e][0]}/{f}" for e, f in zip(summary.encoder, summary.factor)])
-    table["n_seeds"] = [len(idsim_emb) if e == "idsim" else 1 for e in table.encoder]    # ID-Sim: the seed mean
+    n_seeds = {"idsim": len(idsim_emb), "nearid": len(nearid_emb)}                      # trained: the seed mean
+    table["n_seeds"] = [n_seeds.get(e, 1) for e in table.encoder]
     table = table[["claim_id", "model", "factor", "estimate", "mean", "std", "low", "high", "n", "n_boot",
                    "n_seeds", "r2_mean", "ours_label", "encoder"]]
     run.write_table(table, "10_sensitivity")
@@ -112,8 +122,8 @@ if GRIDS:
 # ## Claims
 # ID-Sim (paper) and the NearID head (our question) should be more identity-sensitive and less
 # background-sensitive than the frozen backbone: declared in `nearid_lib/idsim/claims.py`, judged on
-# the paired 95% bootstrap interval of the difference over grid anchors and, for ID-Sim, its training
-# seeds (a claim whose encoder was not run is "not testable").
+# the paired 95% bootstrap interval of the difference over grid anchors and, for ID-Sim and the
+# NearID head, their training seeds (a claim whose encoder was not run is "not testable").
 
 # %%
 if GRIDS:

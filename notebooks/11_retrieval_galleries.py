@@ -53,7 +53,9 @@ from nearid_lib import make_rng
 from nearid_lib.features import FeatureStore
 from nearid_lib.fpr import ablations as A, experiments as X, figures as F, tables as T
 from nearid_lib.fpr.claims import retrieval_claims
+from nearid_lib.fpr.seeds import specialised_seed_runs
 from nearid_lib.io_utils import write_csv
+from nearid_lib.nearid.published import published_seeds
 from nearid_lib.paths import cache_dir
 from nearid_lib.run import start_run
 
@@ -219,12 +221,20 @@ if HAVE_GEN:
 # ## Claims
 # Claim 1 (mAP separates methods in drift order, similarity does not) compares rank correlations
 # over the methods (point values); claims 2-4 are declared in `nearid_lib/fpr/claims.py` and judged on
-# paired 95% bootstrap intervals over subjects from the per-query APs.
+# paired 95% bootstrap intervals over subjects from the per-query APs. The specialised encoder is a
+# trained head: its other training seeds (published by notebook 03) are scored with the same
+# protocol for the claims only, which average over the seeds and carry their spread.
 
 # %%
 if HAVE_GEN:
+    nearid_spec = next((s for s in specs if s.name == "nearid"), None)
+    seed_dirs = published_seeds(nearid_spec.kwargs["checkpoint"]) if nearid_spec is not None else {}
+    seed_runs = (specialised_seed_runs(nearid_spec, seed_dirs, split, generated, cfg, cache, DATASET,
+                                       oracle=HAVE_REFS, background=HAVE_REFS) if seed_dirs else {})
+    print("NearID head seeds in the claims:", [next(iter(seed_dirs), SEED), *seed_runs])
     claims = retrieval_claims(main, agreement, specs, PROFILE, per_query, oracle_pq=oracle_pq, bg_pq=bg_pq,
-                              rng=make_rng(SEED, "claims", "11"))
+                              rng=make_rng(SEED, "claims", "11"), seed_runs=seed_runs,
+                              own_seed=next(iter(seed_dirs), SEED))
     run.write_claims(claims, "11_retrieval")
     display(claims[["claim", "ours", "verdict"]])
 print(f"notebook 11 ran in {time.time() - t0:.1f} s")

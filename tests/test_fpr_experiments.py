@@ -147,6 +147,48 @@ def test_claims_v3_with_the_earlier_criteria_verdicts_beside():
     assert c.earlier_verdicts[0].endswith("-> does not hold")
 
 
+def test_claims_pool_the_specialised_encoders_seeds():
+    """seed_runs: each specialised.* quantity becomes the mean over the own seed and the others
+    (the general encoder's stay one seed), and the intervals carry the seeds' spread: three seeds
+    whose copy-paste mAP is 0.95 / 0.80 / 0.97 no longer clear 0.9, where the own seed alone does."""
+    import numpy as np
+
+    from nearid_lib.fpr.claims import retrieval_claims, retrieval_evidence, specialised_evidence
+
+    gen = {"copy_paste": (0.60, 0.95), "faithful": (0.58, 0.80), "drift_low": (0.45, 0.79),
+           "drift_mid": (0.25, 0.78), "drift_high": (0.10, 0.99)}
+    main = _main({"efficientnet-lite0": gen, "nearid": gen})
+    names = [f"s{i}" for i in range(24)]
+
+    def agree(rho):
+        return pd.DataFrame([{"encoder": e, "mean_rho": rho, "names": names, "rhos": [rho] * 24}
+                             for e in ("efficientnet-lite0", "nearid")])
+
+    def run(cp, seed):
+        return {"per_query": _pq({("nearid", "copy_paste"): cp}, sd=0.01, seed=seed), "agreement": agree(0.5),
+                "oracle_pq": None, "bg_pq": None}
+
+    own = run(0.95, 0)
+    ev = retrieval_evidence(own["per_query"], own["agreement"], {"specialised": "nearid"})
+    pooled = specialised_evidence(ev, "nearid", {1: run(0.80, 1), 2: run(0.97, 2)}, own_seed=0)
+    cp = pooled["specialised.copy_paste.map"]
+    assert cp.seeds == [0, 1, 2] and pooled["specialised.agree"].seeds == [0, 1, 2]
+    assert cp.point() == pytest.approx(np.mean([e.point() for e in (
+        ev["specialised.copy_paste.map"],
+        retrieval_evidence(run(0.80, 1)["per_query"], agree(0.5), {"specialised": "nearid"})["specialised.copy_paste.map"],
+        retrieval_evidence(run(0.97, 2)["per_query"], agree(0.5), {"specialised": "nearid"})["specialised.copy_paste.map"])]),
+        abs=1e-12)
+    one = retrieval_claims(main, agree(0.5), [], "mini", own["per_query"], n_boot=300)
+    three = retrieval_claims(main, agree(0.5), [], "mini", own["per_query"], n_boot=300,
+                             seed_runs={1: run(0.80, 1), 2: run(0.97, 2)}, own_seed=0)
+    assert one.verdict[1] == "holds" and one.seeds[1] == "1"
+    assert three.verdict[1] == "inconclusive" and three.seeds[1] == "3" and "Student t" in three.detail[1]
+    # claim 3 pairs the specialised encoder (3 seeds) with the general one (1)
+    assert three.seeds[2] == "3/1"
+    with pytest.raises(ValueError, match="own seed"):
+        specialised_evidence(ev, "nearid", {0: run(0.8, 1)}, own_seed=0)
+
+
 def test_run_fpr_is_the_notebook_steps(tmp_path):
     """run_fpr (notebook 11 and score_encoder) equals the oracle table, the main comparison and the
     agreement of each metric computed step by step, on the smoke world's galleries and simulated
