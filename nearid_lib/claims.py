@@ -14,7 +14,9 @@ a *paired* bootstrap, so the interval of a difference is not inflated by between
 variance. A statistic is computed per seed and averaged over seeds; the per-seed spread is
 reported beside it (it is the part of the uncertainty that more identities would not remove) and
 enters the interval as a Student t term with S - 1 degrees of freedom (:func:`_seed_noise`), the
-small-sample interval of a mean over S trainings.
+small-sample interval of a mean over S trainings. A comparison of two quantities trained with the
+same seeds is paired by seed as well (:func:`seeds_paired`): one t term, drawn from the spread of
+the per-seed differences.
 
 Criteria are fixed before results (they live in the declarations, never in a notebook) and give
 one of four verdicts:
@@ -42,13 +44,14 @@ import pandas as pd
 
 from .claim_criteria import AtLeast, AtMost, Greater, Precondition, RatioAtLeast, Within
 from .claim_stats import _MTG_PAIRS, STATISTICS, Statistic, grouped_pearson_columns, statistic  # noqa: F401
+from .evidence import Evidence, pool_seeds
 from .io_utils import write_csv
 from .paper_specs import paper_values_dir
 
 __all__ = ["Evidence", "Statistic", "STATISTICS", "AtLeast", "AtMost", "Greater", "Within", "RatioAtLeast",
            "Precondition", "PaperRef", "ClaimSpec", "evaluate_claim", "evaluate_claims",
            "paper_value", "VERDICTS", "claim", "write_claims", "with_earlier", "at_bound", "below_chance",
-           "FLOOR_TOL", "grouped_pearson_columns", "pool_seeds"]
+           "FLOOR_TOL", "grouped_pearson_columns", "pool_seeds", "seeds_paired"]
 
 VERDICTS = ("holds", "does not hold", "inconclusive", "not testable")
 
@@ -59,81 +62,6 @@ FLOOR_TOL = 0.02
 
 
 # --------------------------------------------------------------------------- evidence
-@dataclass(frozen=True)
-class Evidence:
-    """Per-unit outcomes of one quantity. ``table`` has a ``unit`` column, an optional ``seed``
-    column (absent: one deterministic run) and the fields of ``stat``; several rows per unit are
-    summed (e.g. one row per distractor source of an identity: a cluster bootstrap over identities)."""
-
-    stat: str
-    table: pd.DataFrame
-    label: str = ""
-    chance: float | None = None                  # None: the statistic's own (``Statistic.chance``)
-    bounds: tuple[float, float] | None = None    # None: the statistic's own (``Statistic.bounds``)
-
-    def __post_init__(self):
-        st = statistic(self.stat)
-        miss = [c for c in ("unit", *st.fields) if c not in self.table.columns]
-        if miss:
-            raise ValueError(f"Evidence {self.label or self.stat!r}: table lacks column(s) {miss}")
-        if len(self.table) == 0:
-            raise ValueError(f"Evidence {self.label or self.stat!r}: empty table")
-
-    @property
-    def seeds(self) -> list[int]:
-        return sorted(int(s) for s in self.table["seed"].unique()) if "seed" in self.table else [0]
-
-    def unit_moments(self, units: Sequence[str]) -> np.ndarray:
-        """Moments summed per unit and seed: [n_units, n_seeds, m] (zeros where a unit is absent)."""
-        st = statistic(self.stat)
-        t = self.table if "seed" in self.table else self.table.assign(seed=0)
-        mom = st.moments(t)
-        u_idx = pd.Index(list(units)).get_indexer(t["unit"].astype(str))
-        if (u_idx < 0).any():
-            raise ValueError(f"Evidence {self.label!r}: units not in the index")
-        s_idx = pd.Index(self.seeds).get_indexer(t["seed"].astype(int))
-        out = np.zeros((len(units), len(self.seeds), mom.shape[1]))
-        np.add.at(out, (u_idx, s_idx), mom)
-        return out
-
-    def per_seed(self) -> np.ndarray:
-        """The statistic of each seed (all units once)."""
-        units = sorted(self.table["unit"].astype(str).unique())
-        return statistic(self.stat).value(self.unit_moments(units).sum(axis=0))
-
-    def point(self) -> float:
-        """The estimate: the statistic averaged over seeds (NaN when no seed has a value)."""
-        v = self.per_seed()
-        return float(np.nanmean(v)) if np.isfinite(v).any() else float("nan")
-
-    @property
-    def chance_level(self) -> float | None:
-        """The value random scores get on this quantity, where it is known."""
-        return self.chance if self.chance is not None else statistic(self.stat).chance
-
-    @property
-    def range(self) -> tuple[float, float] | None:
-        """The metric's (floor, ceiling), where it is bounded."""
-        return self.bounds if self.bounds is not None else statistic(self.stat).bounds
-
-
-def pool_seeds(per_seed: Mapping[int, Mapping[str, Evidence]]) -> dict[str, Evidence]:
-    """One evidence per quantity from the evidence of each training seed ({seed: {key: Evidence}},
-    e.g. :func:`benchmark_evidence` of each seed's embeddings): the tables stacked with a ``seed``
-    column, so a claim averages its statistic over the seeds and its bootstrap resamples them.
-    Raises ValueError when the seeds do not have the same quantities."""
-    keys = [tuple(sorted(ev)) for ev in per_seed.values()]
-    if len(set(keys)) > 1:
-        raise ValueError(f"pool_seeds: the seeds have different quantities: {sorted(set(keys))}")
-    out: dict[str, Evidence] = {}
-    for key in (keys[0] if keys else ()):
-        evs = [(s, ev[key]) for s, ev in sorted(per_seed.items())]
-        first = evs[0][1]
-        out[key] = Evidence(first.stat, pd.concat([e.table.assign(seed=int(s)) for s, e in evs], ignore_index=True),
-                            first.label, chance=first.chance, bounds=first.bounds)
-    return out
-
-
 def at_bound(evs: Sequence[Evidence], points: Sequence[float], tol: float = FLOOR_TOL) -> str | None:
     """``"floor"`` / ``"ceiling"`` when every one of two or more quantities sits within ``tol`` of
     its metric's range from the same bound (a comparison that cannot move), else None."""
@@ -156,12 +84,15 @@ def _units(e: Evidence) -> tuple[str, ...]:
     return tuple(sorted(e.table["unit"].astype(str).unique()))
 
 
-def _replicates(evs: Sequence[Evidence], rng: np.random.Generator, n_boot: int) -> list[np.ndarray]:
+def _replicates(evs: Sequence[Evidence], rng: np.random.Generator, n_boot: int,
+                seed_noise: bool = True) -> list[np.ndarray]:
     """Bootstrap replicates [n_boot] of each evidence's seed-averaged statistic, **hierarchical**:
     units are resampled (evidences sharing units together: paired, the others independently); where
     an evidence has several training seeds, each replicate adds the between-training part as a
     Student t draw (:func:`_seed_noise`), so a trained model's interval carries the spread between
-    trainings as well as between test units. One seed: units only."""
+    trainings as well as between test units. One seed: units only. ``seed_noise=False``: the unit
+    part alone (the caller adds a seed term drawn on a comparison's per-seed values,
+    :func:`seeds_paired`)."""
     groups: dict[tuple[str, ...], list[int]] = {}
     for i, e in enumerate(evs):
         groups.setdefault(_units(e), []).append(i)
@@ -174,12 +105,23 @@ def _replicates(evs: Sequence[Evidence], rng: np.random.Generator, n_boot: int) 
             sums = np.einsum("bn,nsm->bsm", counts, m)                               # [B, S, m]
             vals = statistic(evs[i].stat).value(sums)                                # [B, S]
             if vals.shape[1] > 1:
+                noise = _seed_noise(evs[i].per_seed(), rng, n_boot) if seed_noise else 0.0
                 with np.errstate(invalid="ignore"), warnings.catch_warnings():
                     warnings.simplefilter("ignore", RuntimeWarning)                  # all-NaN replicate rows
-                    out[i] = np.nanmean(vals, axis=1) + _seed_noise(evs[i].per_seed(), rng, n_boot)
+                    out[i] = np.nanmean(vals, axis=1) + noise
             else:
                 out[i] = vals[:, 0]
     return out  # type: ignore[return-value]
+
+
+def seeds_paired(evs: Sequence[Evidence]) -> bool:
+    """Whether a comparison of two quantities is paired by training seed: both were trained with
+    the same two or more seeds. Seed ``k`` of every row starts from the same initialisation and
+    reads the same batch stream (:func:`~nearid_lib.nearid.group.stream_key`), or both quantities
+    are the same trained model scored two ways (NearID 2d: FG-only vs full images), so the seed is a
+    block: the between-training term is drawn once, from the spread of the per-seed differences
+    (a paired t with S - 1 d.f.), not as two independent draws."""
+    return len(evs) == 2 and len(evs[0].seeds) > 1 and evs[0].seeds == evs[1].seeds
 
 
 def _seed_noise(per_seed: np.ndarray, rng: np.random.Generator, n_boot: int) -> np.ndarray:
@@ -284,13 +226,18 @@ def evaluate_claim(spec: ClaimSpec, evidence: Mapping[str, Evidence], rng: np.ra
     if bound:
         return {**row, "ours": ", ".join(f"{q} = {fmt(points[q])}" for q in qs), "verdict": "not testable",
                 "detail": f"every side sits at the metric's {bound}: the comparison cannot move"}
-    reps = _replicates(evs, rng, n_boot)
+    paired_seeds = seeds_paired(evs)
+    reps = _replicates(evs, rng, n_boot, seed_noise=not paired_seeds)
     lo_q, hi_q = 100 * (1 - ci) / 2, 100 * (1 + ci) / 2
     if len(qs) == 1:
         est, dist = points[qs[0]], reps[0]
     else:
         comb = getattr(spec.test, "combine", lambda a, b: a - b)      # Greater / Within: a - b
         est, dist = float(comb(points[qs[0]], points[qs[1]])), comb(reps[0], reps[1])
+        if paired_seeds:                                              # one t draw on the per-seed contrasts
+            with np.errstate(invalid="ignore", divide="ignore"):
+                contrast = comb(evs[0].per_seed(), evs[1].per_seed())
+            dist = dist + _seed_noise(contrast, rng, n_boot)
     if not np.isfinite(est):
         return {**row, "ours": ", ".join(f"{q} = {fmt(points[q])}" for q in qs), "verdict": "not testable",
                 "detail": "the statistic is undefined on this profile's evidence (e.g. a correlation "
@@ -312,7 +259,9 @@ def evaluate_claim(spec: ClaimSpec, evidence: Mapping[str, Evidence], rng: np.ra
            "ci_low": low, "ci_high": high, "ci_level": ci, "n_boot": n_boot,
            "seeds": "/".join(str(len(s)) for s in seeds), "n_units": "/".join(map(str, n_units)),
            "detail": f"{int(ci * 100)}% percentile bootstrap over units"
-                     + (" and training seeds (hierarchical: the seeds' spread as Student t, S-1 d.f.)" if multi else "")
+                     + (" and training seeds (hierarchical: the spread of the per-seed differences as "
+                        "Student t, S-1 d.f., seeds paired)" if paired_seeds else
+                        " and training seeds (hierarchical: the seeds' spread as Student t, S-1 d.f.)" if multi else "")
                      + (" (paired)" if len(qs) > 1 and len({_units(e) for e in evs}) == 1 else "")}
     if spec.earlier:
         for label, test in spec.earlier:

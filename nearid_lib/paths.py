@@ -22,7 +22,7 @@ from pathlib import Path
 
 __all__ = [
     "repo_root", "data_dir", "cache_dir", "out_dir", "figures_dir", "results_dir",
-    "checkpoint_dir", "hf_home", "papers_dir", "downloads_dir",
+    "checkpoint_dir", "seed_checkpoint_dir", "hf_home", "papers_dir", "downloads_dir",
 ]
 
 
@@ -84,6 +84,12 @@ def figures_dir(profile: str | None = None) -> Path:
     if profile == "smoke" and "NEARID_FIGURES" not in os.environ:
         return out_dir("smoke") / "figures"
     return _env_dir("NEARID_FIGURES", repo_root() / "figures")
+
+
+def seed_checkpoint_dir(directory: str | os.PathLike, seed: int) -> Path:
+    """Where the model of training seed ``seed`` is published beside checkpoint ``directory`` when it
+    is not the directory's own: ``<directory>/seeds/seed<seed>`` (NearID heads and ID-Sim models alike)."""
+    return Path(directory) / "seeds" / f"seed{int(seed)}"
 
 
 def hf_home() -> Path | None:

@@ -72,13 +72,12 @@ if GRIDS:
     store = PrefixStore(model, data, n_variants=0, seed=SEED,
                         path=cache_dir(PROFILE) / "idsim" / f"eval_prefix_s{SEED}")
     paths = grids.path.tolist()
-    emb = embed_encoders(model, store, paths, nearid=nearid)
+    # one pass of the frozen prefix for the backbone, ID-Sim and every NearID seed's head
+    emb = embed_encoders(model, store, paths, heads={f"nearid.seed{s}": m for s, m in nearids.items()})
     idsim_emb = {s: model_embeddings(m, store, paths)["cls"] if m is not model else emb["idsim"]
                  for s, m in models.items()}
-    nearid_emb = {s: emb["nearid"] if m is nearid else embed_encoders(model, store, paths, nearid=m)["nearid"]
-                  for s, m in nearids.items()}
+    nearid_emb = {s: emb.pop(f"nearid.seed{s}") for s in nearids}
     emb.pop("idsim")
-    emb.pop("nearid", None)
     store.save()
 
 # %% [markdown]

@@ -154,3 +154,51 @@ def test_pods_ap_independent_of_gallery_order_with_ties():
         r = pd.DataFrame({"path": ["q", *order], "role": ["query", "gallery", "gallery", "gallery"],
                           "label": [0] + [0 if g == "g1" else 1 for g in order]})
         assert evaluate_sets({"retrieval": r}, emb)["pods_ap"] == pytest.approx(0.75)
+
+
+def test_embed_encoders_pools_every_head_from_one_pass():
+    """Several heads over the model's backbone (notebook 10: every NearID seed) are pooled from the
+    same frozen tokens: each equals the head embedded alone, the frozen and ID-Sim rows do not
+    change, and the backbone runs once per batch however many heads there are."""
+    from contextlib import nullcontext
+    from types import SimpleNamespace
+
+    import torch
+
+    from nearid_lib.idsim.eval_suite import embed_encoders
+
+    keys = [f"k{i}" for i in range(5)]
+    feats = {k: torch.randn(4, 3, generator=torch.Generator().manual_seed(i)) for i, k in enumerate(keys)}
+    calls = []
+
+    class Model:
+        backbone = SimpleNamespace(tiny=False, cache_key=lambda: "bb")
+
+        def eval(self):
+            return self
+
+        def adapters_disabled(self):
+            return nullcontext()
+
+        def raw_from_prefix(self, f):
+            calls.append(len(f))
+            return f.mean(1), f
+
+        def from_prefix(self, f):
+            return SimpleNamespace(pooled=f.sum(1) + 1.0)
+
+    store = SimpleNamespace(ensure=lambda k, v: None, get=lambda ks: torch.stack([feats[k] for k in ks]))
+
+    def head(w):
+        return SimpleNamespace(cache_key=lambda: "bb", pool=lambda tok: (tok * torch.tensor(w)).max(1).values)
+
+    h0, h1 = head([1.0, -2.0, 0.5]), head([0.3, 1.0, -1.0])
+    together = embed_encoders(Model(), store, keys, batch_size=2, heads={"nearid.seed0": h0, "nearid.seed1": h1})
+    assert list(together) == ["frozen", "idsim", "nearid.seed0", "nearid.seed1"] and calls == [2, 2, 1]
+    for name, h in (("nearid.seed0", h0), ("nearid.seed1", h1)):
+        alone = embed_encoders(Model(), store, keys, nearid=h, batch_size=2)
+        for k in keys:
+            np.testing.assert_array_equal(together[name][k], alone["nearid"][k])
+            np.testing.assert_array_equal(together["frozen"][k], alone["frozen"][k])
+            np.testing.assert_array_equal(together["idsim"][k], alone["idsim"][k])
+    assert not np.allclose(together["nearid.seed0"]["k0"], together["nearid.seed1"]["k0"])

@@ -43,7 +43,7 @@ few lines of pandas and is done by the paper-profile data code:
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -301,8 +301,8 @@ def patch_table(results: Mapping[str, Mapping[str, float]], profile: str) -> pd.
 
 # ----------------------------------------------------------------------------- embeddings
 @torch.no_grad()
-def embed_encoders(model, store, keys: Sequence[str], nearid=None, batch_size: int = 64
-                   ) -> dict[str, dict[str, np.ndarray]]:
+def embed_encoders(model, store, keys: Sequence[str], nearid=None, batch_size: int = 64,
+                   heads: Mapping[str, Any] | None = None) -> dict[str, dict[str, np.ndarray]]:
     """Embeddings of ``keys`` for the frozen backbone, ID-Sim and (optionally) the NearID head,
     sharing one pass of the frozen prefix (``store``: a :class:`~nearid_lib.idsim.prefix.PrefixStore` of ``model``):
 
@@ -310,33 +310,35 @@ def embed_encoders(model, store, keys: Sequence[str], nearid=None, batch_size: i
       EfficientNet-Lite0 the frozen GAP baseline, identical to ``load_encoder(...).embed``);
     * ``"idsim"``: ID-Sim's projected CLS;
     * ``"nearid"``: ``nearid.pool(frozen tokens)`` when a :class:`NearIDEncoder` over the same
-      backbone is given (its cache key must match, else ValueError).
+      backbone is given (its cache key must match, else ValueError);
+    * one entry per item of ``heads`` ({name: NearIDEncoder}, e.g. every training seed of a head),
+      pooled from the same frozen tokens, so more heads add no backbone pass.
 
+    A head over another backbone, or over a tiny random-init one, embeds on its own.
     Returns {encoder: {key: L2-normalised float32 vector}}."""
+    named = {**({"nearid": nearid} if nearid is not None else {}), **dict(heads or {})}
     # Sharing the prefix needs the *same* frozen weights: a tiny random-init backbone has the same
     # cache key as any other tiny one but different weights, so the head then embeds on its own.
-    shared = (nearid is not None and nearid.cache_key() == model.backbone.cache_key()
-              and not model.backbone.tiny)
-    separate = None
-    if nearid is not None and not shared:
+    pooled = {n: h for n, h in named.items()
+              if h.cache_key() == model.backbone.cache_key() and not model.backbone.tiny}
+    res: dict[str, dict[str, np.ndarray]] = {}
+    alone = [n for n in named if n not in pooled]
+    if alone:
         imgs = [load_key(store.data, k, store.seed) for k in keys]
-        separate = embed(nearid, memory_refs(imgs, keys), "full", FeatureStore(), batch_size=batch_size,
-                         progress=False)
-        nearid = None
+        for n in alone:
+            res[n] = dict(zip(keys, embed(named[n], memory_refs(imgs, keys), "full", FeatureStore(),
+                                          batch_size=batch_size, progress=False)))
     model.eval()
     store.ensure(keys, [0])
-    out: dict[str, list[torch.Tensor]] = {"frozen": [], "idsim": []}
-    if nearid is not None:
-        out["nearid"] = []
+    out: dict[str, list[torch.Tensor]] = {"frozen": [], "idsim": [], **{n: [] for n in pooled}}
     for i in range(0, len(keys), batch_size):
         f = store.get(keys[i:i + batch_size])
         with model.adapters_disabled():
             cls, tok = model.raw_from_prefix(f)
         out["frozen"].append(F.normalize(cls.float(), dim=-1))
-        if nearid is not None:
-            out["nearid"].append(F.normalize(nearid.pool(tok).float(), dim=-1))
+        for n, h in pooled.items():
+            out[n].append(F.normalize(h.pool(tok).float(), dim=-1))
         out["idsim"].append(F.normalize(model.from_prefix(f).pooled.float(), dim=-1))
-    res = {name: dict(zip(keys, torch.cat(v).cpu().numpy())) for name, v in out.items()}
-    if separate is not None:
-        res["nearid"] = dict(zip(keys, separate))
-    return res
+    computed = {name: dict(zip(keys, torch.cat(v).cpu().numpy())) for name, v in out.items()}
+    return {**{k: computed[k] for k in ("frozen", "idsim")},
+            **{n: computed[n] if n in computed else res[n] for n in named}}

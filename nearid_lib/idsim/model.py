@@ -46,6 +46,7 @@ from ..config_sections import IDSimConfig
 from ..io_utils import atomic_write, write_json
 from ..models import load_encoder, resolve_name
 from ..models.backbones import Encoder, EncoderOutput, TimmEfficientNetEncoder, folded_copy
+from ..paths import seed_checkpoint_dir
 
 __all__ = ["IDSimSpec", "IDSimModel", "ProjectionMLP", "build_idsim", "save_idsim", "load_idsim",
            "is_idsim_checkpoint", "idsim_encoder", "VIT_LORA_TARGETS", "WEIGHTS_FILE", "CONFIG_FILE",
@@ -314,12 +315,6 @@ def load_idsim(directory: str | os.PathLike, device: str | torch.device = "cpu")
     model.load_state_dict(tensors, strict=False)
     model.eval()
     return model, meta
-
-
-def seed_checkpoint_dir(directory: str | os.PathLike, seed: int) -> Path:
-    """Where a model trained with another seed than the published one of ``directory`` is saved:
-    ``<directory>/seeds/seed<seed>`` (the published model stays at ``directory``)."""
-    return Path(directory) / "seeds" / f"seed{int(seed)}"
 
 
 def load_idsim_seeds(directory: str | os.PathLike, device: str | torch.device = "cpu") -> dict[int, IDSimModel]:

@@ -31,7 +31,7 @@ import pandas as pd
 import torch
 
 from .. import metrics
-from ..claims import Evidence
+from ..evidence import Evidence
 from .dbpp import dbpp_standin
 from .embedder import Embedder
 from ..data.groups import VIEWS, group_items, image_groups

@@ -16,16 +16,12 @@ from pathlib import Path
 from typing import Mapping
 
 from ..io_utils import write_json
+from ..paths import seed_checkpoint_dir as seed_dir
 
 __all__ = ["SEEDS_FILE", "publish_seeds", "published_seeds", "seed_dir"]
 
 SEEDS_FILE = "seeds.json"
 _SKIP = shutil.ignore_patterns("resume", "units_*", "mtg_*", "seeds")
-
-
-def seed_dir(directory: str | os.PathLike, seed: int) -> Path:
-    """Where the head of training seed ``seed`` is published when it is not ``directory``'s own."""
-    return Path(directory) / "seeds" / f"seed{int(seed)}"
 
 
 def publish_seeds(runs: Mapping[int, str | os.PathLike], own: int, directory: str | os.PathLike) -> Path:
