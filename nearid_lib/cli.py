@@ -198,12 +198,11 @@ def _report(args, over) -> int:
     from .config import get_profile
     from .io_utils import atomic_write_text
     from .paths import figures_dir
-    from .report import render_report
+    from .report import profile_note, render_report
 
     cfg = get_profile(args.profile, over)
     figs = figures_dir(cfg.name)
-    text = render_report(figs, profile_note=f"Profile: **{cfg.name}** (backbone `{cfg.backbone.name}`, data "
-                                            f"`{cfg.world.source}`).")
+    text = render_report(figs, profile_note=profile_note(cfg.name, cfg.backbone.name, cfg.world.source))
     print(f"wrote {atomic_write_text(figs / 'README.md', text)}")
     return 0
 

@@ -21,7 +21,8 @@ from .io_utils import read_table_meta, skip_reason
 from .paper_specs import TableSpec, load_specs, paper_values_dir
 from .report_claims import calibrated_rows, point_claims, seeds_line, summary_lines, why_links
 
-__all__ = ["TableSpec", "load_specs", "side_by_side", "render_markdown_table", "render_report", "paper_values_dir"]
+__all__ = ["TableSpec", "load_specs", "side_by_side", "render_markdown_table", "render_report", "paper_values_dir",
+           "profile_note"]
 
 MISSING = "–"
 
@@ -233,6 +234,20 @@ def _placement_section(tables: Path) -> list[str]:
             f"(ID-Sim Supp. B.1) before the model is trained; rule: {rule}. The chosen one is the recipe of "
             "every ID-Sim row below (`tables/09_idsim_lora_placement.csv`).", "",
             render_markdown_table(t[cols]), ""]
+
+
+# what a profile's numbers are, under the report's title (paper: the papers' own scale, nothing to add)
+_PROFILE_SCOPE = {
+    "mini": "`mini` reproduces the papers' claims at small scale on a procedural world, not their absolute numbers.",
+    "smoke": "`smoke` runs every step on tiny random-init models: it proves the path; its numbers mean nothing.",
+}
+
+
+def profile_note(name: str, backbone: str, source: str) -> str:
+    """The line under the report's title naming the profile, its backbone and data, and, for the
+    offline profiles, what their numbers are (notebook 99 and ``nearid report`` print the same)."""
+    scope = _PROFILE_SCOPE.get(name, "")
+    return f"Profile: **{name}** (backbone `{backbone}`, data `{source}`)." + (f" {scope}" if scope else "")
 
 
 def render_report(figures: Path, specs: list[TableSpec] | None = None, title: str = "Reproduced results",

@@ -23,7 +23,7 @@ SEED = 0
 from IPython.display import Markdown
 
 from nearid_lib.io_utils import atomic_write_text
-from nearid_lib.report import load_specs, render_report
+from nearid_lib.report import load_specs, profile_note, render_report
 from nearid_lib.run import start_run
 
 run = start_run(PROFILE, SEED, "99_report")
@@ -33,11 +33,7 @@ specs = load_specs()
 print(f"{len(specs)} paper tables described in paper_values/")
 
 # %%
-text = render_report(
-    figs, specs,
-    profile_note=(f"Profile: **{cfg.name}** (backbone `{cfg.backbone.name}`, data `{cfg.world.source}`). "
-                  "`mini` reproduces the papers' claims at small scale on a procedural world, "
-                  "not their absolute numbers."))
+text = render_report(figs, specs, profile_note=profile_note(cfg.name, cfg.backbone.name, cfg.world.source))
 atomic_write_text(figs / "README.md", text)
 print("wrote", figs / "README.md")
 Markdown(text[:6000])

@@ -114,3 +114,8 @@ def test_train_then_report_on_a_fresh_clone(fresh, capsys):
     assert main(["report", "--profile", "smoke"]) == 0
     text = (fresh / "figures" / "README.md").read_text()          # NEARID_FIGURES
     assert text.startswith("# Reproduced results") and "Profile: **smoke**" in text
+    # the same profile line as notebook 99 writes (one function renders it for both)
+    from nearid_lib.config import get_profile
+    from nearid_lib.report import profile_note
+    cfg = get_profile("smoke")
+    assert profile_note(cfg.name, cfg.backbone.name, cfg.world.source) in text and "proves the path" in text
