@@ -194,8 +194,10 @@ def _fmt_for(evs: Sequence[Evidence]) -> Callable[[float], str]:
 
 def evaluate_claim(spec: ClaimSpec, evidence: Mapping[str, Evidence], rng: np.random.Generator,
                    n_boot: int = 1000, ci: float = 0.95, profile: str = "",
-                   paper_folder: Path | None = None) -> dict:
-    """One row of a claims table (see the module docstring for the verdicts)."""
+                   paper_folder: Path | None = None, pair_seeds: bool = True) -> dict:
+    """One row of a claims table (see the module docstring for the verdicts). ``pair_seeds=False``
+    draws each side's seed term on its own even where :func:`seeds_paired` (the interval of the
+    committed tables before 6e681ac; ``benchmarks/diag_seed_pairing.py`` compares the two)."""
     try:
         vals = [paper_value(r, paper_folder) for r in spec.paper_refs]
         paper = spec.paper_text.format(*vals) if spec.paper_text else ""
@@ -226,7 +228,7 @@ def evaluate_claim(spec: ClaimSpec, evidence: Mapping[str, Evidence], rng: np.ra
     if bound:
         return {**row, "ours": ", ".join(f"{q} = {fmt(points[q])}" for q in qs), "verdict": "not testable",
                 "detail": f"every side sits at the metric's {bound}: the comparison cannot move"}
-    paired_seeds = seeds_paired(evs)
+    paired_seeds = pair_seeds and seeds_paired(evs)
     reps = _replicates(evs, rng, n_boot, seed_noise=not paired_seeds)
     lo_q, hi_q = 100 * (1 - ci) / 2, 100 * (1 + ci) / 2
     if len(qs) == 1:
