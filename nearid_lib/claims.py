@@ -116,10 +116,10 @@ def _replicates(evs: Sequence[Evidence], rng: np.random.Generator, n_boot: int,
 
 def seeds_paired(evs: Sequence[Evidence]) -> bool:
     """Whether a comparison of two quantities is paired by training seed: both were trained with
-    the same two or more seeds. Seed ``k`` of every row starts from the same initialisation and
-    reads the same batch stream (:func:`~nearid_lib.nearid.group.stream_key`), or both quantities
-    are the same trained model scored two ways (NearID 2d: FG-only vs full images), so the seed is a
-    block: the between-training term is drawn once, from the spread of the per-seed differences
+    the same two or more seeds. Seed ``k`` of every NearID row starts from the same initialisation
+    and, for rows with the same data settings, reads the same batch stream
+    (:func:`~nearid_lib.nearid.group.stream_key`); or both quantities are the same trained model
+    scored two ways (NearID 2d: FG-only vs full images). So the seed is a block: the between-training term is drawn once, from the spread of the per-seed differences
     (a paired t with S - 1 d.f.), not as two independent draws."""
     return len(evs) == 2 and len(evs[0].seeds) > 1 and evs[0].seeds == evs[1].seeds
 
