@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 from nearid_lib.config import get_profile, profile_to_dict, with_overrides
 from nearid_lib.io_utils import atomic_write_text, write_json
-from nearid_lib.nearid.ablations import alpha_rows, beta_rows, data_rows, loss_rows, main_row
+from nearid_lib.nearid.ablations import table_rows
 from nearid_lib.nearid.group import groups_of
 from nearid_lib.nearid.sweep import RowSpec
 
@@ -39,8 +39,7 @@ def suite(seeds: int):
     """The distinct runs of the paper's ablation suite: ``[(row keys, config)]``."""
     cfg = get_profile("paper")
     data = SimpleNamespace(train_sources=list(cfg.world.train_sources))
-    rows = [main_row(cfg), *loss_rows(cfg), *alpha_rows(cfg), *beta_rows(cfg),
-            *[r for r, *_ in data_rows(cfg, data)], FG_CEILING]
+    rows = [*table_rows(cfg, data), FG_CEILING]
     runs: dict[str, tuple[list[str], object]] = {}
     for r in rows:
         for s in range(seeds):

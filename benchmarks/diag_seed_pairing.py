@@ -27,7 +27,7 @@ from nearid_lib.claims import evaluate_claim
 from nearid_lib.config import seeds_of, with_overrides
 from nearid_lib.data import load_profile_data
 from nearid_lib.io_utils import atomic_write_text, write_csv
-from nearid_lib.nearid.ablations import alpha_rows, beta_rows, data_rows, loss_rows
+from nearid_lib.nearid.ablations import table_rows
 from nearid_lib.nearid.checkpoints import run_dir
 from nearid_lib.nearid.claims import NEARID_CLAIMS
 from nearid_lib.nearid.sweep import run_rows
@@ -40,7 +40,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def _rows(cfg, data):
     """Every sweep row of notebooks 05-07 once (Table 1's NearID row is Table 3's L_NearID row)."""
     out, seen = [], set()
-    for r in [*loss_rows(cfg), *alpha_rows(cfg), *beta_rows(cfg), *[v[0] for v in data_rows(cfg, data)]]:
+    for r in table_rows(cfg, data):
         if r.key not in seen:
             seen.add(r.key)
             out.append(r)

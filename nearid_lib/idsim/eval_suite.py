@@ -310,7 +310,7 @@ def embed_encoders(model, store, keys: Sequence[str], nearid=None, batch_size: i
       EfficientNet-Lite0 the frozen GAP baseline, identical to ``load_encoder(...).embed``);
     * ``"idsim"``: ID-Sim's projected CLS;
     * ``"nearid"``: ``nearid.pool(frozen tokens)`` when a :class:`NearIDEncoder` over the same
-      backbone is given (its cache key must match, else ValueError);
+      backbone is given;
     * one entry per item of ``heads`` ({name: NearIDEncoder}, e.g. every training seed of a head),
       pooled from the same frozen tokens, so more heads add no backbone pass.
 

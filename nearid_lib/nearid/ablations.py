@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ..config import Profile
     from ..data import NearIDData
 
-__all__ = ["MAIN", "LOSS_ROW_IDS", "main_row", "loss_rows", "alpha_rows", "beta_rows", "data_rows", "alpha_key",
+__all__ = ["MAIN", "LOSS_ROW_IDS", "main_row", "loss_rows", "alpha_rows", "beta_rows", "data_rows", "table_rows", "alpha_key",
            "beta_key"]
 
 MAIN = "nearid"
@@ -73,6 +73,12 @@ def beta_rows(cfg: Profile) -> list[RowSpec]:
             rows.append(RowSpec(beta_key(b), f"L_NearID + {b} L_coh, alpha=1",
                                 {"train.loss": "nearid_cohesion", "train.alpha": 1.0, "train.beta": b}))
     return rows
+
+
+def table_rows(cfg: Profile, data: NearIDData) -> list[RowSpec]:
+    """Every trained row of NearID Tables 1, 3, 6, 8, 9 and 10 in table order, the main head first
+    (a run shared by several tables appears once per table: the same key and configuration)."""
+    return [main_row(cfg), *loss_rows(cfg), *alpha_rows(cfg), *beta_rows(cfg), *[r for r, *_ in data_rows(cfg, data)]]
 
 
 def data_rows(cfg: Profile, data: NearIDData) -> list[tuple[RowSpec, str, int, bool]]:
