@@ -169,6 +169,9 @@ smoke: $(STAMP)
 # your own fixture), with DRYRUN_DOWNLOADS=<dir> for the hand downloads. Outputs stay under
 # $(DRYRUN_DIR), never in the committed figures/.
 DRYRUN_DIR ?= build/dryrun
+# The dry run's notebooks and steps run DRYRUN_JOBS at a time, as smoke's do (tiny models on CPU: a
+# notebook's outputs do not depend on what runs beside it); a GPU node's paper run keeps NEARID_JOBS=1.
+DRYRUN_JOBS ?= 2
 DRYRUN_HUB ?=
 DRYRUN_DOWNLOADS ?= $(if $(DRYRUN_HUB),$(DRYRUN_DIR)/downloads-none,$(DRYRUN_DIR)/downloads)
 DRYRUN_MIRROR := $(DRYRUN_DIR)/hub/.complete
@@ -185,7 +188,8 @@ $(DRYRUN_MIRROR): $(wildcard nearid_lib/paper_fixtures/*.py) nearid_lib/data/rel
 
 dryrun-paper: $(STAMP) $(if $(DRYRUN_HUB),,$(DRYRUN_MIRROR))
 	env $(DRYRUN_ENV) NEARID_SET="$$(env $(DRYRUN_ENV) $(PY) -m nearid_lib.paper_fixtures overrides)" \
-	  $(MAKE) --no-print-directory notebooks PROFILE=paper NB_OUT=$(DRYRUN_DIR)/notebooks
+	  $(MAKE) --no-print-directory -j$(DRYRUN_JOBS) --output-sync=target notebooks PROFILE=paper \
+	  NB_OUT=$(DRYRUN_DIR)/notebooks
 	env $(DRYRUN_ENV) $(PY) -m nearid_lib.paper_fixtures check $(DRYRUN_DIR)/figures
 
 test: pytest smoke dryrun-paper
