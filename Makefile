@@ -188,11 +188,16 @@ $(DRYRUN_MIRROR): $(wildcard nearid_lib/paper_fixtures/*.py) nearid_lib/data/rel
 
 dryrun-paper: $(STAMP) $(if $(DRYRUN_HUB),,$(DRYRUN_MIRROR))
 	env $(DRYRUN_ENV) NEARID_SET="$$(env $(DRYRUN_ENV) $(PY) -m nearid_lib.paper_fixtures overrides)" \
-	  $(MAKE) --no-print-directory -j$(DRYRUN_JOBS) --output-sync=target notebooks PROFILE=paper \
+	  $(MAKE) --no-print-directory -j$(DRYRUN_JOBS) --output-sync=target -o $(STAMP) notebooks PROFILE=paper \
 	  NB_OUT=$(DRYRUN_DIR)/notebooks
 	env $(DRYRUN_ENV) $(PY) -m nearid_lib.paper_fixtures check $(DRYRUN_DIR)/figures
 
-test: pytest smoke dryrun-paper
+# pytest keeps about one of CI's two cores busy, so the dry run (its own folders under $(DRYRUN_DIR),
+# its notebooks one at a time) runs beside it; smoke comes after them (some tests write to the
+# smoke caches and run folders) with its notebooks two at a time.
+test: $(STAMP)
+	$(MAKE) --no-print-directory -j2 -o $(STAMP) pytest dryrun-paper DRYRUN_JOBS=1
+	$(MAKE) --no-print-directory -o $(STAMP) smoke
 
 clean-build:
 	rm -rf build/$(PROFILE)
