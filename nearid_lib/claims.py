@@ -16,7 +16,9 @@ reported beside it (it is the part of the uncertainty that more identities would
 enters the interval as a Student t term with S - 1 degrees of freedom (:func:`_seed_noise`), the
 small-sample interval of a mean over S trainings. A comparison of two quantities trained with the
 same seeds is paired by seed as well (:func:`seeds_paired`): one t term, drawn from the spread of
-the per-seed differences.
+the per-seed differences. Each claim of :func:`evaluate_claims` draws from a generator of its own
+(:func:`claim_rng`: the notebook's seed and the claim's key), so adding, removing or reordering a
+claim moves no other claim's interval.
 
 Criteria are fixed before results (they live in the declarations, never in a notebook) and give
 one of four verdicts:
@@ -33,6 +35,7 @@ triplet accuracy 1/2; :attr:`Evidence.chance_level`) is flagged in the row's ``f
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -51,7 +54,7 @@ from .paper_specs import paper_values_dir
 __all__ = ["Evidence", "Statistic", "STATISTICS", "AtLeast", "AtMost", "Greater", "Within", "RatioAtLeast",
            "Precondition", "PaperRef", "ClaimSpec", "evaluate_claim", "evaluate_claims",
            "paper_value", "VERDICTS", "claim", "write_claims", "with_earlier", "at_bound", "below_chance",
-           "FLOOR_TOL", "grouped_pearson_columns", "pool_seeds", "seeds_paired"]
+           "FLOOR_TOL", "grouped_pearson_columns", "pool_seeds", "seeds_paired", "claim_rng"]
 
 VERDICTS = ("holds", "does not hold", "inconclusive", "not testable")
 
@@ -90,7 +93,9 @@ def _replicates(evs: Sequence[Evidence], rng: np.random.Generator, n_boot: int,
     units are resampled (evidences sharing units together: paired, the others independently); where
     an evidence has several training seeds, each replicate adds the between-training part as a
     Student t draw (:func:`_seed_noise`), so a trained model's interval carries the spread between
-    trainings as well as between test units. One seed: units only. ``seed_noise=False``: the unit
+    trainings as well as between test units; a bounded metric's replicate (:attr:`Evidence.range`)
+    is clipped to its range after that draw (a mean AP of 1.003 is no possible value). One seed:
+    units only. ``seed_noise=False``: the unit
     part alone (the caller adds a seed term drawn on a comparison's per-seed values,
     :func:`seeds_paired`)."""
     groups: dict[tuple[str, ...], list[int]] = {}
@@ -109,6 +114,8 @@ def _replicates(evs: Sequence[Evidence], rng: np.random.Generator, n_boot: int,
                 with np.errstate(invalid="ignore"), warnings.catch_warnings():
                     warnings.simplefilter("ignore", RuntimeWarning)                  # all-NaN replicate rows
                     out[i] = np.nanmean(vals, axis=1) + noise
+                if seed_noise and evs[i].range is not None:     # the t term stops at the metric's range
+                    out[i] = np.clip(out[i], *evs[i].range)
             else:
                 out[i] = vals[:, 0]
     return out  # type: ignore[return-value]
@@ -133,8 +140,8 @@ def _seed_noise(per_seed: np.ndarray, rng: np.random.Generator, n_boot: int) -> 
     treats it as known and shrinks it by (S-1)/S, so two regenerations that differ only in float
     rounding could flip a verdict (claim 3b, docs/mini.md). The t draw is the small-sample interval
     for a mean over S trainings (95% half-width 4.30 sd/sqrt(3) instead of about 1.96 x 0.82 sd/sqrt(3)).
-    The draws come from a child generator (:meth:`numpy.random.Generator.spawn`), so the shared stream
-    (the unit draws of this and every later claim) is the same as without seeds."""
+    The draws come from a child generator (:meth:`numpy.random.Generator.spawn`), so the claim's
+    unit draws are the same as without seeds."""
     v = np.asarray(per_seed, dtype=float)
     v = v[np.isfinite(v)]
     if len(v) < 2:
@@ -274,12 +281,32 @@ def evaluate_claim(spec: ClaimSpec, evidence: Mapping[str, Evidence], rng: np.ra
     return out
 
 
+# spawn-key word that sets claim generators apart from rng.spawn() children of the same seed
+_CLAIM_WORD = 0xC1A1
+
+
+def claim_rng(rng: np.random.Generator, key: str) -> np.random.Generator:
+    """Claim ``key``'s own generator under ``rng`` (a notebook's claims generator, made from a seed
+    as :func:`~nearid_lib.seeding.make_rng` does): derived from ``rng``'s seed sequence and the
+    key, never from its state, so the claim's bootstrap is the same whichever claims are evaluated
+    with it and in whatever order (before, the claims of a notebook drew from one stream in turn, and
+    a claim added before another moved the other's interval)."""
+    ss = getattr(rng.bit_generator, "seed_seq", None)
+    if not isinstance(ss, np.random.SeedSequence):
+        raise TypeError(f"claim_rng: claim {key!r}: the generator has no numpy SeedSequence to derive "
+                        f"from; make it with numpy.random.default_rng(seed) or nearid_lib.seeding.make_rng")
+    word = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "little")
+    return np.random.default_rng(np.random.SeedSequence(ss.entropy, spawn_key=(*ss.spawn_key, _CLAIM_WORD, word),
+                                                        pool_size=ss.pool_size))
+
+
 def evaluate_claims(specs: Sequence[ClaimSpec], evidence: Mapping[str, Evidence],
                     rng: np.random.Generator, n_boot: int = 1000, ci: float = 0.95,
                     profile: str = "", keys: Sequence[str] | None = None) -> pd.DataFrame:
-    """Evaluate every claim in ``specs`` (or those in ``keys``) against ``evidence``."""
+    """Evaluate every claim in ``specs`` (or those in ``keys``) against ``evidence``, each with
+    its own generator under ``rng`` (:func:`claim_rng`)."""
     chosen = [s for s in specs if keys is None or s.key in keys]
-    return pd.DataFrame([evaluate_claim(s, evidence, rng, n_boot, ci, profile) for s in chosen])
+    return pd.DataFrame([evaluate_claim(s, evidence, claim_rng(rng, s.key), n_boot, ci, profile) for s in chosen])
 
 
 # --------------------------------------------------------------------------- rows / files

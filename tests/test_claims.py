@@ -344,3 +344,43 @@ def test_pool_seeds_stacks_each_quantity_over_seeds():
     assert list(ev.per_seed()) == [0.5, 0.5] and ev.point() == 0.5
     with pytest.raises(ValueError, match="different quantities"):
         C.pool_seeds({0: {"m.ap": C.Evidence("mean:ap", t0)}, 1: {"n.ap": C.Evidence("mean:ap", t1)}})
+
+
+def test_each_claim_draws_from_its_own_generator():
+    """evaluate_claims gives every claim a generator of its own (claim_rng: the notebook's seed and
+    the claim's key): a claim's row is the same evaluated alone, after other claims or in reverse
+    order, and equals evaluate_claim with claim_rng; two claims on the same evidence draw different
+    replicates."""
+    rng = make_rng(3, "own")
+    units = [f"u{i}" for i in range(40)]
+    t = pd.DataFrame({"unit": units * 3, "seed": np.repeat([0, 1, 2], 40), "x": rng.random(120)})
+    ev = {"a": C.Evidence("mean:x", t), "b": C.Evidence("mean:x", t.assign(x=t.x * 0.9))}
+    specs = [C.ClaimSpec("k1", "P", "a high", C.AtLeast("a", 0.5)),
+             C.ClaimSpec("k2", "P", "a above b", C.Greater("a", "b", 0.0)),
+             C.ClaimSpec("k3", "P", "b low", C.AtMost("b", 0.5))]
+    cols = ["key", "ci_low", "ci_high", "verdict"]
+    every = C.evaluate_claims(specs, ev, make_rng(0, "claims"), n_boot=300).set_index("key")
+    back = C.evaluate_claims(specs[::-1], ev, make_rng(0, "claims"), n_boot=300).set_index("key")
+    for s in specs:
+        alone = C.evaluate_claims([s], ev, make_rng(0, "claims"), n_boot=300).iloc[0]
+        direct = C.evaluate_claim(s, ev, C.claim_rng(make_rng(0, "claims"), s.key), n_boot=300)
+        for c in cols[1:]:
+            assert every.loc[s.key, c] == back.loc[s.key, c] == alone[c] == direct[c], (s.key, c)
+    # the claims' generators differ from each other and from the notebook generator's own stream
+    draws = [C.claim_rng(make_rng(0, "claims"), s.key).random() for s in specs]
+    assert len(set(draws + [make_rng(0, "claims").random()])) == 4
+    with pytest.raises(TypeError, match="k1"):
+        C.claim_rng(np.random.Generator(np.random.RandomState(0)._bit_generator), "k1")   # legacy seeding
+
+
+def test_seed_term_stays_within_a_bounded_metric():
+    """A bounded metric near its ceiling (three seeds' mean AP 0.99 / 0.975 / 1.0): the t term would
+    carry replicates above 1; they are clipped to the range, so the interval's upper end is 1 at most,
+    while the same numbers without bounds reach above it."""
+    units = [f"q{i}" for i in range(30)]
+    t = pd.concat([pd.DataFrame({"unit": units, "seed": s, "ap": v}) for s, v in ((0, 0.99), (1, 0.975), (2, 1.0))])
+    spec = C.ClaimSpec("k", "P", "ap high", C.AtLeast("q", 0.9))
+    free = C.evaluate_claim(spec, {"q": C.Evidence("mean:ap", t)}, make_rng(0, "b"), n_boot=2000)
+    bounded = C.evaluate_claim(spec, {"q": C.Evidence("mean:ap", t, bounds=(0.0, 1.0))}, make_rng(0, "b"), n_boot=2000)
+    assert free["ci_high"] > 1.0 and bounded["ci_high"] == 1.0
+    assert bounded["ci_low"] == pytest.approx(free["ci_low"], abs=1e-12)      # the same draws below the bound
