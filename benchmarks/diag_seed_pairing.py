@@ -47,12 +47,9 @@ def _rows(cfg, data):
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--claims", required=True, help="comma-separated claim keys (nearid.3b,...)")
-    ap.add_argument("--label", required=True, help="names the output files (e.g. regen, twin)")
-    ap.add_argument("--n-boot", type=int, default=4000)
-    args = ap.parse_args()
+def sweep_evidence() -> dict:
+    """The evidence of every NearID sweep row of the ``mini`` build under ``NEARID_ROOT``, from its
+    finished runs (a missing run is an error; nothing is trained)."""
     cfg = get_profile("mini")
     data = load_profile_data(cfg, build=False)
     rows = _rows(cfg, data)
@@ -62,7 +59,16 @@ def main() -> None:
         raise SystemExit(f"diag_seed_pairing: runs not finished in this build (run notebooks 05-07 first): {missing}")
     with contextlib.redirect_stdout(io.StringIO()):
         sweep = run_rows(cfg, data, None, rows, workers=1, progress=False)
-    evidence = sweep.evidence()
+    return sweep.evidence()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--claims", required=True, help="comma-separated claim keys (nearid.3b,...)")
+    ap.add_argument("--label", required=True, help="names the output files (e.g. regen, twin)")
+    ap.add_argument("--n-boot", type=int, default=4000)
+    args = ap.parse_args()
+    evidence = sweep_evidence()
     specs = {s.key: s for s in NEARID_CLAIMS}
     unknown = [k for k in args.claims.split(",") if k not in specs]
     if unknown:

@@ -36,17 +36,22 @@ triplet accuracy 1/2; :attr:`Evidence.chance_level`) is flagged in the row's ``f
 from __future__ import annotations
 
 import hashlib
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
-
-import warnings
 
 import numpy as np
 import pandas as pd
 
 from .claim_criteria import AtLeast, AtMost, Greater, Precondition, RatioAtLeast, Within
-from .claim_stats import _MTG_PAIRS, STATISTICS, Statistic, grouped_pearson_columns, statistic  # noqa: F401
+from .claim_stats import (  # noqa: F401
+    _MTG_PAIRS,
+    STATISTICS,
+    Statistic,
+    grouped_pearson_columns,
+    statistic,
+)
 from .evidence import Evidence, pool_seeds
 from .io_utils import write_csv
 from .paper_specs import paper_values_dir
@@ -54,7 +59,14 @@ from .paper_specs import paper_values_dir
 __all__ = ["Evidence", "Statistic", "STATISTICS", "AtLeast", "AtMost", "Greater", "Within", "RatioAtLeast",
            "Precondition", "PaperRef", "ClaimSpec", "evaluate_claim", "evaluate_claims",
            "paper_value", "VERDICTS", "claim", "write_claims", "with_earlier", "at_bound", "below_chance",
-           "FLOOR_TOL", "grouped_pearson_columns", "pool_seeds", "seeds_paired", "claim_rng"]
+           "FLOOR_TOL", "grouped_pearson_columns", "pool_seeds", "seeds_paired", "claim_rng", "CLAIM_REPLICATES"]
+
+# Bootstrap replicates of every claim. With three training seeds a replicate carries a t_2 draw
+# whose 2.5% / 97.5% quantiles sit in thin tails: at 1000 replicates an interval end moved by up to
+# 0.03 (sd over 20 draws, NearID 3d) with the evidence fixed, and NearID 6c's verdict changed in 1
+# draw of 20; at 10000 the sd is 3-4 times smaller, at <= 0.2 s per claim
+# (benchmarks/diag_bootstrap_mc.py, benchmarks/results/bootstrap_mc_mini_regen.md).
+CLAIM_REPLICATES = 10000
 
 VERDICTS = ("holds", "does not hold", "inconclusive", "not testable")
 
@@ -200,7 +212,7 @@ def _fmt_for(evs: Sequence[Evidence]) -> Callable[[float], str]:
 
 
 def evaluate_claim(spec: ClaimSpec, evidence: Mapping[str, Evidence], rng: np.random.Generator,
-                   n_boot: int = 1000, ci: float = 0.95, profile: str = "",
+                   n_boot: int = CLAIM_REPLICATES, ci: float = 0.95, profile: str = "",
                    paper_folder: Path | None = None, pair_seeds: bool = True) -> dict:
     """One row of a claims table (see the module docstring for the verdicts). ``pair_seeds=False``
     draws each side's seed term on its own even where :func:`seeds_paired` (the interval of the
@@ -301,7 +313,7 @@ def claim_rng(rng: np.random.Generator, key: str) -> np.random.Generator:
 
 
 def evaluate_claims(specs: Sequence[ClaimSpec], evidence: Mapping[str, Evidence],
-                    rng: np.random.Generator, n_boot: int = 1000, ci: float = 0.95,
+                    rng: np.random.Generator, n_boot: int = CLAIM_REPLICATES, ci: float = 0.95,
                     profile: str = "", keys: Sequence[str] | None = None) -> pd.DataFrame:
     """Evaluate every claim in ``specs`` (or those in ``keys``) against ``evidence``, each with
     its own generator under ``rng`` (:func:`claim_rng`)."""

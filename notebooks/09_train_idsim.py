@@ -324,7 +324,7 @@ if WORLD:
 if WORLD:
     evidence = {**benchmark_evidence(sets, {"frozen": emb["frozen"]}),
                 **pool_seeds({s: benchmark_evidence(sets, {"idsim": e}) for s, e in idsim_emb.items()})}
-    claims = evaluate_claims(IDSIM_CLAIMS, evidence, make_rng(SEED, "claims", "09"), n_boot=cfg.idsim.n_bootstrap,
+    claims = evaluate_claims(IDSIM_CLAIMS, evidence, make_rng(SEED, "claims", "09"),
                              profile=PROFILE, keys=CLAIMS_BY_NOTEBOOK["09_train_idsim"])
     fz, ids_ = results["frozen"], results["idsim"]
     wins = [m for m in fz if ids_[m] > fz[m]]

@@ -127,8 +127,7 @@ if GRIDS:
 # %%
 if GRIDS:
     claims = evaluate_claims(IDSIM_CLAIMS, sensitivity_evidence(wide, per_seed=sens.per_seed),
-                             make_rng(SEED, "claims", "10"),
-                             n_boot=cfg.idsim.n_bootstrap, profile=PROFILE,
+                             make_rng(SEED, "claims", "10"), profile=PROFILE,
                              keys=CLAIMS_BY_NOTEBOOK["10_sensitivity_regression"])
     run.write_claims(claims, "10_sensitivity")
     display(claims[["claim", "ours", "verdict"]])

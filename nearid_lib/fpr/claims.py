@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..claims import (
+    CLAIM_REPLICATES,
     AtLeast,
     ClaimSpec,
     Evidence,
@@ -116,7 +117,7 @@ def specialised_evidence(ev: Mapping[str, Evidence], encoder: str,
 
 def retrieval_claims(main: pd.DataFrame, agreement: pd.DataFrame, specs, profile: str, per_query: pd.DataFrame,
                      oracle_pq: pd.DataFrame | None = None, bg_pq: pd.DataFrame | None = None,
-                     rng: np.random.Generator | None = None, n_boot: int = 1000,
+                     rng: np.random.Generator | None = None, n_boot: int = CLAIM_REPLICATES,
                      general: str = "efficientnet-lite0", specialised: str = "nearid",
                      seed_runs: Mapping[int, Mapping[str, pd.DataFrame | None]] | None = None,
                      own_seed: int = 0) -> pd.DataFrame:
