@@ -17,19 +17,13 @@ from __future__ import annotations
 import argparse
 import time
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from diag_seed_pairing import sweep_evidence
+from diag_seed_pairing import nearid_specs, sweep_evidence, write_result
 from nearid_lib.claims import evaluate_claim
-from nearid_lib.io_utils import atomic_write_text, write_csv
-from nearid_lib.nearid.claims import NEARID_CLAIMS
-from nearid_lib.report import render_markdown_table
 from nearid_lib.seeding import make_rng
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main() -> None:
@@ -39,14 +33,10 @@ def main() -> None:
     ap.add_argument("--n-boot", default="1000,10000", help="comma-separated replicate counts")
     ap.add_argument("--draws", type=int, default=20, help="generators per claim and count")
     args = ap.parse_args()
-    specs = {s.key: s for s in NEARID_CLAIMS}
-    keys = args.claims.split(",")
-    unknown = [k for k in keys if k not in specs]
-    if unknown:
-        raise SystemExit(f"diag_bootstrap_mc: unknown claim(s) {unknown}")
+    specs = nearid_specs(args.claims, "diag_bootstrap_mc")
     evidence = sweep_evidence()
     out = []
-    for key in keys:
+    for key in specs:
         for n_boot in (int(n) for n in args.n_boot.split(",")):
             t0 = time.perf_counter()
             rows = [evaluate_claim(specs[key], evidence, make_rng(d, "bootstrap-mc", key), n_boot=n_boot)
@@ -62,11 +52,7 @@ def main() -> None:
             r = out[-1]
             print(f"{key:12s} {n_boot:6d}  low {r['ci_low_mean']:+.4f} sd {r['ci_low_sd']:.4f}  "
                   f"high {r['ci_high_mean']:+.4f} sd {r['ci_high_sd']:.4f}  {r['verdicts']}", flush=True)
-    table = pd.DataFrame(out)
-    RESULTS.mkdir(exist_ok=True)
-    write_csv(table, RESULTS / f"bootstrap_mc_{args.label}.csv")
-    atomic_write_text(RESULTS / f"bootstrap_mc_{args.label}.md",
-                      f"# Interval ends over bootstrap draws ({args.label})\n\n" + render_markdown_table(table) + "\n")
+    write_result(pd.DataFrame(out), f"bootstrap_mc_{args.label}", f"Interval ends over bootstrap draws ({args.label})")
 
 
 if __name__ == "__main__":

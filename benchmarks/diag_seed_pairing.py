@@ -62,19 +62,32 @@ def sweep_evidence() -> dict:
     return sweep.evidence()
 
 
+def nearid_specs(keys: str, script: str) -> dict:
+    """The NearID claim declarations named by comma-separated ``keys`` (an unknown key ends ``script``)."""
+    specs = {s.key: s for s in NEARID_CLAIMS}
+    unknown = [k for k in keys.split(",") if k not in specs]
+    if unknown:
+        raise SystemExit(f"{script}: unknown claim(s) {unknown}")
+    return {k: specs[k] for k in keys.split(",")}
+
+
+def write_result(table: pd.DataFrame, name: str, title: str) -> None:
+    """``benchmarks/results/<name>.csv`` and ``.md`` (a markdown table under ``title``)."""
+    RESULTS.mkdir(exist_ok=True)
+    write_csv(table, RESULTS / f"{name}.csv")
+    atomic_write_text(RESULTS / f"{name}.md", f"# {title}\n\n" + render_markdown_table(table) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--claims", required=True, help="comma-separated claim keys (nearid.3b,...)")
     ap.add_argument("--label", required=True, help="names the output files (e.g. regen, twin)")
     ap.add_argument("--n-boot", type=int, default=4000)
     args = ap.parse_args()
+    specs = nearid_specs(args.claims, "diag_seed_pairing")
     evidence = sweep_evidence()
-    specs = {s.key: s for s in NEARID_CLAIMS}
-    unknown = [k for k in args.claims.split(",") if k not in specs]
-    if unknown:
-        raise SystemExit(f"diag_seed_pairing: unknown claim(s) {unknown}")
     out = []
-    for key in args.claims.split(","):
+    for key in specs:
         for paired in (False, True):
             row = evaluate_claim(specs[key], evidence, make_rng(0, "seed-pairing", key), n_boot=args.n_boot,
                                  pair_seeds=paired)
@@ -83,11 +96,7 @@ def main() -> None:
                         "seeds": row.get("seeds"), "n_boot": args.n_boot})
             print(f"{key:12s} {out[-1]['seed_term']:8s} {row['verdict']:14s} "
                   f"[{row.get('ci_low', float('nan')):.4f}, {row.get('ci_high', float('nan')):.4f}]", flush=True)
-    table = pd.DataFrame(out)
-    RESULTS.mkdir(exist_ok=True)
-    write_csv(table, RESULTS / f"seed_pairing_{args.label}.csv")
-    atomic_write_text(RESULTS / f"seed_pairing_{args.label}.md",
-                      f"# Seed terms per side vs paired ({args.label})\n\n" + render_markdown_table(table) + "\n")
+    write_result(pd.DataFrame(out), f"seed_pairing_{args.label}", f"Seed terms per side vs paired ({args.label})")
 
 
 if __name__ == "__main__":
