@@ -195,8 +195,8 @@ dryrun-paper: $(STAMP) $(if $(DRYRUN_HUB),,$(DRYRUN_MIRROR))
 	env $(DRYRUN_ENV) $(PY) -m nearid_lib.paper_fixtures check $(DRYRUN_DIR)/figures
 
 # pytest keeps about one of CI's two cores busy, so the dry run (its own folders under $(DRYRUN_DIR),
-# its notebooks one at a time) runs beside it; smoke comes after them (some tests write to the
-# smoke caches and run folders) with its notebooks two at a time.
+# its notebooks one at a time) runs beside it; smoke comes after them, two notebooks at a time (the
+# tests write their caches and runs to a temporary folder, tests/conftest.py, never to cache/ or build/).
 test: $(STAMP)
 	$(MAKE) --no-print-directory -j2 -o $(STAMP) pytest dryrun-paper DRYRUN_JOBS=1
 	$(MAKE) --no-print-directory -o $(STAMP) smoke

@@ -11,6 +11,20 @@ import pytest
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _outputs_outside_the_checkout(tmp_path_factory):
+    """Every test's feature caches and build outputs (``NEARID_CACHE``, ``NEARID_OUT``) go to a
+    folder of this session, never into the checkout's ``cache/`` and ``build/``, where ``make smoke``
+    and ``make reproduce`` write; a test that needs fresh ones still sets its own (monkeypatch), and
+    a variable set before the session is kept."""
+    root = tmp_path_factory.mktemp("outputs")
+    with pytest.MonkeyPatch.context() as mp:
+        for var, sub in (("NEARID_CACHE", "cache"), ("NEARID_OUT", "build")):
+            if not os.environ.get(var):
+                mp.setenv(var, str(root / sub))
+        yield root
+
+
 @pytest.fixture(scope="session")
 def smoke_world(tmp_path_factory):
     """``NearIDData`` of the smoke profile's world, built fresh for this session."""
