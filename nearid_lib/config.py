@@ -98,10 +98,11 @@ def _mini() -> Profile:
         # ID-Sim mini budget (2 shared CPU cores): few instances; micro-batch 8 as in the paper but
         # accumulation 1 so that the few triplets still give enough optimizer steps
         # ID-Sim: three seeds of the model, its LoRA placement chosen on val among the last 1-3 stages
-        # (docs/mini.md "ID-Sim in mini"); the training ablations at one seed and Supp. Table 8 only,
-        # for the time budget (every table at 3 seeds adds ~70 min on 2 cores)
+        # (docs/mini.md "ID-Sim in mini"); the training ablations at one seed, Table 3 and Supp. Table 8
+        # only, for the time budget (every table at 3 seeds adds ~70 min on 2 cores)
         idsim=IDSimConfig(n_instances=150, n_triplets=240, epochs=3, grad_accum=1, n_seeds=3, ablation_seeds=1,
-                          adapt_stages_choices=(1, 2, 3), ablation_tables=("idsim_supp_table8_cls_patch",)),
+                          adapt_stages_choices=(1, 2, 3),
+                          ablation_tables=("idsim_table3_data_ablation", "idsim_supp_table8_cls_patch")),
     )
 
 

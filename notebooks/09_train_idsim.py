@@ -59,7 +59,7 @@ from nearid_lib.idsim.persam import mask_predictor, mini_persam_queries, persam_
 from nearid_lib.idsim.prefix import PrefixStore
 from nearid_lib.idsim.released import (not_scored, released_mllm_table, released_patch_table, released_table,
                                        score_released, world_only_tables)
-from nearid_lib.idsim.train import train_idsim, train_idsim_seeds
+from nearid_lib.idsim.train import TrainedRuns, train_idsim_seeds
 from nearid_lib.io_utils import write_csv
 from nearid_lib.models import load_encoder
 from nearid_lib.paths import cache_dir, checkpoint_dir
@@ -135,11 +135,12 @@ if not WORLD and scores.any_benchmark and scores.results:
 
 # %%
 if WORLD:
+    trained = TrainedRuns()     # a recipe and seed trained in one cell is reused by the others, never trained twice
     train_prefix = cache_dir(PROFILE) / "idsim" / f"train_prefix_s{SEED}"
     val_prefix = cache_dir(PROFILE) / "idsim" / f"val_prefix_s{SEED}"
     if cfg.idsim.adapt_stages_choices:
         placement = choose_placement(cfg, data, train_store_path=train_prefix, eval_store_path=val_prefix,
-                                     log=lambda m: None)
+                                     log=lambda m: None, trained=trained)
         run.write_table(placement.table.assign(profile=PROFILE), PLACEMENT_OUTPUT)
         cfg = placement.profile
         display(placement.table)
@@ -153,7 +154,7 @@ if WORLD:
 
 # %%
 if WORLD:
-    runs = train_idsim_seeds(cfg, data, store_path=train_prefix)
+    runs = train_idsim_seeds(cfg, data, store_path=train_prefix, trained=trained)
     res = runs[0]
     model, hist, trip = res["model"], res["history"], res["triplets"]
     seeds = [r["seed"] for r in runs]
@@ -226,11 +227,12 @@ if WORLD:
 # ## Patch embeddings (Table 2b)
 # Similarity of the aggregated patch embeddings (mean of the L2-normalised tokens) on the same mini
 # benchmarks: the frozen backbone's tokens (the paper's DINOv3 column), ID-Sim trained without the
-# patch loss (`lam = 0`, same seed and triplets recipe) and the full ID-Sim.
+# patch loss (`lam = 0`, same seed and triplets recipe; the same run as Supp. Table 8's CLS-only
+# row below) and the full ID-Sim.
 
 # %%
 if WORLD:
-    no_patch = train_idsim(row_profile(cfg, {"lam": 0.0}, SEED), data, store=res["store"], log=lambda m: None)["model"]
+    no_patch = trained.train(row_profile(cfg, {"lam": 0.0}, SEED), data, store=res["store"], log=lambda m: None)["model"]
     patch_emb = model_embeddings(model, store, keys, kinds=("patch", "frozen_patch"))
     no_patch_emb = model_embeddings(no_patch, store, keys, kinds=("patch",))["patch"]   # same prefix cache
     patch = patch_table({"dinov3": evaluate_sets(sets, patch_emb["frozen_patch"]),
@@ -291,7 +293,8 @@ if WORLD:
 
 # %% [markdown]
 # ## Training ablations (Table 3, Supp. Tables 5-9)
-# Every row is trained with the baseline recipe changed in one place, for `idsim.n_seeds` seeds, and
+# Every row is trained with the baseline recipe changed in one place, for `idsim.ablation_seeds`
+# seeds (mini: 1; `idsim.ablation_tables`: Table 3 and Supp. Table 8, the others on request), and
 # scored on the validation sets of Supp. B.1 built from the val split (real-instance triplets;
 # Identity Validation pairs that are all edits of one base image, view 1: identity-preserving edits -
 # photometric, flip, crop, context - as positives, its near-identity distractors inpainted into
@@ -301,16 +304,19 @@ if WORLD:
 # mini analogue of the unfiltered pool; "no balancing" is the raw pool's skew (Supp. Table 2).
 # Scale (S5) multiplies the profile's triplet count, composition (S6) doubles one subset, backbone
 # (S7) swaps in EfficientNet-Lite0 at half resolution, Lite1 and Lite2 (`idsim.backbone_rows`).
+# A row whose recipe and seed were already trained in this notebook (every baseline row is the
+# model's first seed, which is also the chosen placement candidate) is reused, not trained again.
 
 # %%
 if WORLD:
     abl_runs = ablation_runs(cfg, data, list(cfg.idsim.ablation_tables), train_store_path=train_prefix,
-                             eval_store_path=val_prefix, log=lambda m: None)
+                             eval_store_path=val_prefix, log=lambda m: None, trained=trained)
     write_csv(abl_runs.drop(columns="units"), run.results / "ablation_runs.csv")
     abl_tables = {key: ablation_table(abl_runs, key, seed=SEED) for key in cfg.idsim.ablation_tables}
     for key, t in abl_tables.items():
         run.write_table(t.assign(profile=PROFILE), OUTPUTS[key])
     display(pd.concat(abl_tables.values(), keys=list(abl_tables), names=["table"]))
+    print(f"ID-Sim trainings in this notebook: {trained.trained} run, {trained.reused} reused")
 
 # %% [markdown]
 # ## Claims

@@ -146,3 +146,36 @@ def test_choose_placement_trains_each_candidate_on_val(smoke_world):
     assert p.table.identity_val_roc_auc.between(0, 1).all() and (p.table.n_seeds == 1).all()
     with pytest.raises(ValueError, match="adapt_stages_choices is empty"):
         choose_placement(get_profile("smoke"), smoke_world)
+
+
+def test_a_recipe_trained_in_one_cell_is_reused_by_the_others(smoke_world):
+    """Notebook 09's order: the placement candidates, then the model's seeds, then an ablation
+    table. The chosen candidate is the model's first seed and the baseline row of the table, so
+    each trains once; and the reused model is, to the bit, the one train_idsim trains alone from
+    scratch (torch is seeded before the first step, not only before the model is built)."""
+    from dataclasses import replace
+
+    import torch
+
+    from nearid_lib.idsim.ablations import choose_placement
+    from nearid_lib.idsim.train import TrainedRuns, train_idsim, train_idsim_seeds
+
+    cfg = get_profile("smoke", {"idsim.backbone": "efficientnet-lite0", "idsim.n_seeds": 1,
+                                "idsim.adapt_stages_choices": (0, 1)})
+    trained = TrainedRuns()
+    p = choose_placement(cfg, smoke_world, log=lambda m: None, trained=trained)
+    assert (trained.trained, trained.reused) == (2, 0)
+    runs = train_idsim_seeds(p.profile, smoke_world, log=lambda m: None, trained=trained)
+    assert (trained.trained, trained.reused) == (2, 1)
+    alone = train_idsim(replace(p.profile, seed=int(p.profile.seed)), smoke_world, log=lambda m: None)["model"]
+    got, ref = runs[0]["model"].state_dict(), alone.state_dict()
+    assert got.keys() == ref.keys() and all(torch.equal(got[k], ref[k]) for k in ref)
+    abl = ablation_runs(p.profile, smoke_world, ["idsim_supp_table8_cls_patch"], log=lambda m: None, trained=trained)
+    assert (trained.trained, trained.reused) == (4, 2)       # patch-only and CLS-only are new; the baseline is not
+    base = abl[abl.role == "ours"].iloc[0]
+    assert base.real_instance_val_acc == p.table[p.table.chosen].real_instance_val_acc.iloc[0]
+    # another seed, recipe or augmentation seed is another run
+    keys = {TrainedRuns.key(c, smoke_world, s) for c, s in
+            [(p.profile, 0), (replace(p.profile, seed=1), 0), (p.profile, 1),
+             (row_profile(p.profile, {"lam": 0.0}, 0), 0)]}
+    assert len(keys) == 4

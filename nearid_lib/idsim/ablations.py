@@ -34,7 +34,7 @@ from ..stats import bootstrap_mean_ci
 from .embed import model_embeddings
 from .model import build_idsim
 from .prefix import PrefixStore, frozen_embeddings
-from .train import idsim_spec, train_idsim, training_store
+from .train import TrainedRuns, idsim_spec, train_idsim, training_store
 from .validation import score_validation, validation_keys, validation_sets, validation_units
 
 if TYPE_CHECKING:
@@ -149,18 +149,21 @@ def _key(overrides: Mapping[str, Any]) -> str:
 
 
 def ablation_runs(cfg: Profile, data: NearIDData, tables: Sequence[str], eval_store_path=None,
-                  train_store_path=None, log: Callable[[str], None] = print, device: str = "cpu") -> pd.DataFrame:
+                  train_store_path=None, log: Callable[[str], None] = print, device: str = "cpu",
+                  trained: TrainedRuns | None = None) -> pd.DataFrame:
     """Train every distinct row of ``tables`` (:func:`table_rows`) for the seeds of
     :func:`ablation_seeds` with :func:`~nearid_lib.idsim.train.train_idsim` (fresh model initialised
     from the row's seed as train_idsim does; one training and one evaluation prefix cache per frozen
     prefix, kept under ``train_store_path`` / ``eval_store_path`` beside the baseline's: each prefix
     is its own table there) and score it on the val split's validation sets (built once, negatives
     mined with the baseline backbone). Identical overrides (the baseline of several tables) are
-    trained once.
+    trained once; ``trained`` (:class:`~nearid_lib.idsim.train.TrainedRuns`): runs already finished
+    this session, reused where a row's recipe and seed match (and the new ones added).
 
     Returns one row per (table, row, seed): the scores of :func:`score_validation` and the
     per-identity outcomes (``units``: a DataFrame) for :func:`ablation_table`."""
     seeds = ablation_seeds(cfg)
+    trained = trained if trained is not None else TrainedRuns()
     base = build_idsim(idsim_spec(cfg), device=device)
     train_stores = {base.cache_key(): training_store(cfg, data, base, train_store_path)}
     eval_stores = {base.cache_key(): PrefixStore(base, data, seed=int(cfg.seed),
@@ -185,14 +188,14 @@ def ablation_runs(cfg: Profile, data: NearIDData, tables: Sequence[str], eval_st
                 done[k] = []
                 for s in seeds:
                     rc = row_profile(cfg, ov, s)
-                    torch.manual_seed(derive_seed("idsim-init", base=int(s)))     # as train_idsim does
-                    model = build_idsim(idsim_spec(rc), device=device)
-                    ck = model.cache_key()
-                    if ck not in train_stores:          # another prefix (backbone, resolution, placement): its own caches
-                        train_stores[ck] = training_store(rc, data, model, train_store_path, seed=int(cfg.seed))
-                        eval_stores[ck] = PrefixStore(model, data, seed=int(cfg.seed),
+                    res = trained.lookup(rc, data, int(cfg.seed), device)
+                    if res is None:
+                        res = _train_row(rc, data, train_stores, train_store_path, int(cfg.seed), log, device)
+                        trained.add(rc, data, int(cfg.seed), res, device)
+                    ck = res["model"].cache_key()
+                    if ck not in eval_stores:         # another prefix (backbone, resolution, placement): its own cache
+                        eval_stores[ck] = PrefixStore(res["model"], data, seed=int(cfg.seed),
                                                       batch_size=cfg.idsim.cache_batch_size, path=eval_store_path)
-                    res = train_idsim(rc, data, model=model, store=train_stores[ck], log=log, device=device)
                     ev = eval_stores[ck]
                     ev.model = res["model"]
                     emb = model_embeddings(res["model"], ev, keys, kinds=("joint",))["joint"]
@@ -206,6 +209,19 @@ def ablation_runs(cfg: Profile, data: NearIDData, tables: Sequence[str], eval_st
     for st in (*train_stores.values(), *eval_stores.values()):
         st.save()
     return pd.DataFrame(out)
+
+
+def _train_row(rc: Profile, data: NearIDData, train_stores: dict, train_store_path, store_seed: int,
+               log: Callable[[str], None], device: str) -> dict[str, Any]:
+    """One ablation row's training: a fresh model initialised from the row's seed (as train_idsim
+    does) over the training store of its frozen prefix (made under ``train_store_path`` when this
+    prefix has none yet: a backbone, resolution or placement of its own)."""
+    torch.manual_seed(derive_seed("idsim-init", base=int(rc.seed)))
+    model = build_idsim(idsim_spec(rc), device=device)
+    ck = model.cache_key()
+    if ck not in train_stores:
+        train_stores[ck] = training_store(rc, data, model, train_store_path, seed=store_seed)
+    return train_idsim(rc, data, model=model, store=train_stores[ck], log=log, device=device)
 
 
 def ablation_table(runs: pd.DataFrame, table: str, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
@@ -283,17 +299,20 @@ class Placement:
 
 
 def choose_placement(cfg: Profile, data: NearIDData, eval_store_path=None, train_store_path=None,
-                     log: Callable[[str], None] = print, device: str = "cpu") -> Placement:
+                     log: Callable[[str], None] = print, device: str = "cpu",
+                     trained: TrainedRuns | None = None) -> Placement:
     """Choose ID-Sim's LoRA placement on the val split, before the model is trained: every
     ``idsim.adapt_stages_choices`` value is trained for :func:`ablation_seeds` (as an ablation row,
     :func:`ablation_runs`) and scored on the validation sets of Supp. B.1; the highest Identity
     Validation ROC AUC (seed mean; the score ID-Sim's Table 3 compares recipes by) wins, ties go to
-    fewer adapted stages. Test data is never read. Raises ValueError without choices."""
+    fewer adapted stages. Test data is never read. ``trained``: as :func:`ablation_runs` (the chosen
+    candidate's runs are then the model's own seeds, not trained again). Raises ValueError without
+    choices."""
     choices = tuple(int(n) for n in cfg.idsim.adapt_stages_choices)
     if not choices:
         raise ValueError("choose_placement: idsim.adapt_stages_choices is empty (nothing to choose)")
     runs = ablation_runs(cfg, data, [PLACEMENT], eval_store_path=eval_store_path,
-                         train_store_path=train_store_path, log=log, device=device)
+                         train_store_path=train_store_path, log=log, device=device, trained=trained)
     t = ablation_table(runs, PLACEMENT, seed=int(cfg.seed))
     t.insert(1, "adapt_stages", [int(_placement_rows(cfg)[r][1]["adapt_stages"]) for r in t.lora_placement])
     chosen = pick_placement(t)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import pandas as pd
 import torch
 
+from ..features import dataset_scope
 from ..seeding import derive_seed, make_rng
 from .losses import idsim_loss
 from .model import IDSimSpec, build_idsim
@@ -40,7 +41,8 @@ if TYPE_CHECKING:
     from ..config import Profile
     from ..data import NearIDData
 
-__all__ = ["idsim_seeds", "train_idsim_seeds", "idsim_spec", "train_step_batch", "training_store", "train_idsim"]
+__all__ = ["idsim_seeds", "train_idsim_seeds", "idsim_spec", "train_step_batch", "training_store", "train_idsim",
+           "TrainedRuns"]
 
 
 def idsim_spec(cfg: Profile) -> IDSimSpec:
@@ -171,6 +173,9 @@ def train_idsim(cfg: Profile, data: NearIDData, model=None, store_path: str | Pa
     else:
         store.model = model             # same frozen prefix: compute any missing feature with this model
     inst, trip, t_cache = _cache_triplets(cfg, data, model, store, log)
+    # the training's torch draws (LoRA dropout) start from the seed, whether the model was built
+    # here or passed in: one recipe and seed is one model (TrainedRuns reuses it across cells)
+    torch.manual_seed(derive_seed("idsim-init", base=int(cfg.seed)))
     t1 = time.time()
     hist = _optimise(cfg, model, trip, store, log)
     return {"model": model, "history": pd.DataFrame(hist), "triplets": trip, "instances": inst,
@@ -183,15 +188,62 @@ def idsim_seeds(cfg: Profile) -> list[int]:
     return [int(cfg.seed) + i for i in range(max(1, int(cfg.idsim.n_seeds)))]
 
 
+class TrainedRuns:
+    """The finished :func:`train_idsim` results of one session, so that a recipe trained twice (a
+    LoRA placement candidate that becomes the model, the baseline row of an ablation table, the
+    ``lam = 0`` model of Table 2b and Supp. Table 8's CLS-only row) trains once.
+
+    A run is keyed by everything that decides it: the profile's whole ``idsim`` section, the
+    training seed, the seed of the prefix store's augmentation draws, the dataset and the device
+    (:meth:`key`); :func:`train_idsim` reads nothing else of the profile, and it seeds torch itself
+    before the model is built and again before the first step, so the same key gives the same
+    model. ``trained`` counts the trainings run here, ``reused`` the lookups served."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, dict[str, Any]] = {}
+        self.trained = 0
+        self.reused = 0
+
+    @staticmethod
+    def key(cfg: Profile, data: NearIDData, store_seed: int, device: str = "cpu") -> str:
+        """The identity of a training run (see the class)."""
+        return repr((cfg.idsim, int(cfg.seed), int(store_seed), dataset_scope(data), str(device)))
+
+    def lookup(self, cfg: Profile, data: NearIDData, store_seed: int, device: str = "cpu") -> dict[str, Any] | None:
+        """The finished run of this key, or None."""
+        res = self._runs.get(self.key(cfg, data, store_seed, device))
+        self.reused += res is not None
+        return res
+
+    def add(self, cfg: Profile, data: NearIDData, store_seed: int, res: dict[str, Any], device: str = "cpu") -> None:
+        """Record a finished :func:`train_idsim` result under its key."""
+        self._runs[self.key(cfg, data, store_seed, device)] = res
+        self.trained += 1
+
+    def train(self, cfg: Profile, data: NearIDData, store: PrefixStore | None = None,
+              store_path: str | Path | None = None, log: Callable[[str], None] = print,
+              device: str = "cpu") -> dict[str, Any]:
+        """:func:`train_idsim` (arguments as there), or the finished run of the same key."""
+        store_seed = int(cfg.seed) if store is None else int(store.seed)
+        res = self.lookup(cfg, data, store_seed, device)
+        if res is None:
+            res = train_idsim(cfg, data, store=store, store_path=store_path, log=log, device=device)
+            self.add(cfg, data, store_seed, res, device)
+        return res
+
+
 def train_idsim_seeds(cfg: Profile, data: NearIDData, store_path: str | Path | None = None,
-                      log: Callable[[str], None] = print, device: str = "cpu") -> list[dict[str, Any]]:
+                      log: Callable[[str], None] = print, device: str = "cpu",
+                      trained: TrainedRuns | None = None) -> list[dict[str, Any]]:
     """:func:`train_idsim` once per seed of :func:`idsim_seeds` (the profile's seed first), all over
     the first one's prefix cache (same images; instances, triplets, order and initialisation follow
-    each seed). Returns train_idsim's dicts with ``seed`` added."""
+    each seed). ``trained``: runs already finished this session (reused, and the new ones added).
+    Returns train_idsim's dicts with ``seed`` added."""
+    trained = trained if trained is not None else TrainedRuns()
     out = []
     for s in idsim_seeds(cfg):
         rc = replace(cfg, seed=int(s))
-        res = train_idsim(rc, data, store_path=store_path, log=log, device=device,
-                          store=out[0]["store"] if out else None)
+        res = trained.train(rc, data, store_path=store_path, log=log, device=device,
+                            store=out[0]["store"] if out else None)
         out.append({**res, "seed": int(s)})
     return out
