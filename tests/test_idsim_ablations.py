@@ -74,6 +74,7 @@ def test_ablation_claims_compare_full_recipe_with_other_rows():
                       "acc_low": [0.6, 0.5], "acc_high": [0.8, 0.7]})
     (row,) = ablation_claims({"idsim_supp_table8_cls_patch": t}, "mini")
     assert row["holds"] is False and "0.800 vs best other 0.850" in row["ours"]
+    assert row["key"] == "idsim.supp8"             # a failing ablation claim can link to its explanation
     t.loc[1, "identity_val_roc_auc"] = 0.75
     assert ablation_claims({"idsim_supp_table8_cls_patch": t}, "mini")[0]["holds"] is True
     assert ablation_claims({"idsim_supp_table5_scale": t}, "mini") == []      # no such claim in the paper
@@ -110,7 +111,9 @@ def test_backbone_rows_train_on_their_own_prefix_cache(smoke_world):
 
 
 def test_claimed_tables_have_the_full_recipe_best_in_the_paper():
-    from nearid_lib.idsim.ablations import CLAIMED, table_rows
+    from nearid_lib.idsim.ablations import CLAIM_KEYS, CLAIMED, table_rows
+
+    assert set(CLAIM_KEYS) == set(CLAIMED) and len(set(CLAIM_KEYS.values())) == len(CLAIMED)
 
     for key in CLAIMED:
         key_col, rows = table_rows(key, get_profile("mini"))
