@@ -135,9 +135,10 @@ if not WORLD and scores.any_benchmark and scores.results:
 
 # %%
 if WORLD:
-    trained = TrainedRuns()     # a recipe and seed trained in one cell is reused by the others, never trained twice
     train_prefix = cache_dir(PROFILE) / "idsim" / f"train_prefix_s{SEED}"
     val_prefix = cache_dir(PROFILE) / "idsim" / f"val_prefix_s{SEED}"
+    # a recipe and seed trained in one cell is reused by the others, and a rerun loads the finished ones
+    trained = TrainedRuns(cache_dir(PROFILE) / "idsim" / "runs", store_path=train_prefix)
     if cfg.idsim.adapt_stages_choices:
         placement = choose_placement(cfg, data, train_store_path=train_prefix, eval_store_path=val_prefix,
                                      log=lambda m: None, trained=trained)
@@ -151,6 +152,8 @@ if WORLD:
 # `idsim.n_seeds` seeds (mini: 3) over one cache of frozen prefix features (`cache_dir(PROFILE)/idsim`,
 # reused on a rerun). The first seed's model is the published checkpoint (`checkpoints/<profile>/idsim`),
 # the others are saved beside it (`seeds/seed<k>`); the benchmarks and claims below average over them.
+# Every finished training of this notebook is kept under `cache_dir(PROFILE)/idsim/runs`, keyed by its
+# recipe, seed, data and training code: a rerun (or a killed one) loads it instead of training again.
 
 # %%
 if WORLD:
@@ -316,7 +319,8 @@ if WORLD:
     for key, t in abl_tables.items():
         run.write_table(t.assign(profile=PROFILE), OUTPUTS[key])
     display(pd.concat(abl_tables.values(), keys=list(abl_tables), names=["table"]))
-    print(f"ID-Sim trainings in this notebook: {trained.trained} run, {trained.reused} reused")
+    print(f"ID-Sim trainings in this notebook: {trained.trained} run, {trained.reused} reused "
+          f"({trained.loaded} of them loaded from an earlier run)")
 
 # %% [markdown]
 # ## Claims

@@ -182,3 +182,34 @@ def test_a_recipe_trained_in_one_cell_is_reused_by_the_others(smoke_world):
             [(p.profile, 0), (replace(p.profile, seed=1), 0), (p.profile, 1),
              (row_profile(p.profile, {"lam": 0.0}, 0), 0)]}
     assert len(keys) == 4
+
+
+def test_a_finished_training_is_loaded_by_a_rerun(smoke_world, tmp_path):
+    """TrainedRuns with a folder writes every finished run there; a new instance (a rerun of the
+    notebook) loads it instead of training, and the loaded model, history and store are the
+    trained ones (the model tensor by tensor, its embeddings to the bit)."""
+    import pandas as pd
+    import torch
+
+    from nearid_lib.idsim.embed import model_embeddings
+    from nearid_lib.idsim.train import TrainedRuns, train_idsim_seeds
+
+    cfg = get_profile("smoke", {"idsim.backbone": "efficientnet-lite0", "idsim.n_seeds": 2})
+    first = TrainedRuns(tmp_path / "runs", store_path=tmp_path / "prefix")
+    runs = train_idsim_seeds(cfg, smoke_world, log=lambda m: None, trained=first)
+    assert (first.trained, first.loaded) == (2, 0) and len(list((tmp_path / "runs").iterdir())) == 2
+    again = TrainedRuns(tmp_path / "runs", store_path=tmp_path / "prefix")
+    loaded = train_idsim_seeds(cfg, smoke_world, log=lambda m: None, trained=again)
+    assert (again.trained, again.loaded, again.reused) == (0, 2, 2)
+    for a, b in zip(runs, loaded):
+        sa, sb = a["model"].state_dict(), b["model"].state_dict()
+        assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+        pd.testing.assert_frame_equal(a["history"], b["history"])
+        assert b["n_steps"] == a["n_steps"] and b["store"].seed == a["store"].seed
+    keys = runs[0]["triplets"].anchor.head(6).tolist()
+    ea = model_embeddings(runs[0]["model"], runs[0]["store"], keys, kinds=("cls",))["cls"]
+    eb = model_embeddings(loaded[0]["model"], loaded[0]["store"], keys, kinds=("cls",))["cls"]
+    assert ea.keys() == eb.keys() and all((ea[k] == eb[k]).all() for k in ea)
+    # another recipe is another folder: nothing to load
+    other = TrainedRuns(tmp_path / "runs", store_path=tmp_path / "prefix")
+    assert other.lookup(row_profile(cfg, {"lam": 0.0}, 0), smoke_world, 0) is None and other.loaded == 0

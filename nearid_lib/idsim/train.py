@@ -21,6 +21,11 @@ edit" has no analogue here (procedural fills leave no generator artefacts) and i
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import shutil
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -29,10 +34,11 @@ from typing import TYPE_CHECKING, Any, Callable
 import pandas as pd
 import torch
 
+from ..code_closure import closure_fingerprint
 from ..features import dataset_scope
 from ..seeding import derive_seed, make_rng
 from .losses import idsim_loss
-from .model import IDSimSpec, build_idsim
+from .model import IDSimSpec, build_idsim, is_idsim_checkpoint, load_idsim, save_idsim
 from .prefix import PrefixStore, frozen_embeddings
 from .sampling import balanced_instances
 from .triplets import build_triplets
@@ -42,7 +48,7 @@ if TYPE_CHECKING:
     from ..data import NearIDData
 
 __all__ = ["idsim_seeds", "train_idsim_seeds", "idsim_spec", "train_step_batch", "training_store", "train_idsim",
-           "TrainedRuns"]
+           "TrainedRuns", "TRAINING_ROOTS"]
 
 
 def idsim_spec(cfg: Profile) -> IDSimSpec:
@@ -189,7 +195,7 @@ def idsim_seeds(cfg: Profile) -> list[int]:
 
 
 class TrainedRuns:
-    """The finished :func:`train_idsim` results of one session, so that a recipe trained twice (a
+    """The finished :func:`train_idsim` results of one notebook, so that a recipe trained twice (a
     LoRA placement candidate that becomes the model, the baseline row of an ablation table, the
     ``lam = 0`` model of Table 2b and Supp. Table 8's CLS-only row) trains once.
 
@@ -197,39 +203,99 @@ class TrainedRuns:
     training seed, the seed of the prefix store's augmentation draws, the dataset and the device
     (:meth:`key`); :func:`train_idsim` reads nothing else of the profile, and it seeds torch itself
     before the model is built and again before the first step, so the same key gives the same
-    model. ``trained`` counts the trainings run here, ``reused`` the lookups served."""
+    model. ``trained`` counts the trainings run here, ``reused`` the lookups served.
 
-    def __init__(self) -> None:
+    ``path`` (a folder): every finished run is also written there (:meth:`run_dir`: the model as
+    :func:`~nearid_lib.idsim.model.save_idsim`, its history, triplets and instances; one folder
+    renamed into place when complete), keyed as well by the library code that trains it, so a
+    rerun of the notebook, or one that was killed, loads the runs already finished instead of
+    training them again, and an edit of that code never serves a stale one. A loaded run's prefix
+    store is the training store under ``store_path`` (as :func:`training_store` makes it)."""
+
+    def __init__(self, path: str | Path | None = None, store_path: str | Path | None = None) -> None:
         self._runs: dict[str, dict[str, Any]] = {}
+        self.path = Path(path) if path is not None else None
+        self.store_path = store_path
         self.trained = 0
         self.reused = 0
+        self.loaded = 0
 
     @staticmethod
     def key(cfg: Profile, data: NearIDData, store_seed: int, device: str = "cpu") -> str:
         """The identity of a training run (see the class)."""
         return repr((cfg.idsim, int(cfg.seed), int(store_seed), dataset_scope(data), str(device)))
 
+    def run_dir(self, cfg: Profile, data: NearIDData, store_seed: int, device: str = "cpu") -> Path | None:
+        """The folder of a run under ``path`` (None without one): a hash of :meth:`key` and of the
+        library code on the training path (:data:`TRAINING_ROOTS`)."""
+        if self.path is None:
+            return None
+        part = f"{self.key(cfg, data, store_seed, device)}|{closure_fingerprint(*TRAINING_ROOTS)}"
+        return self.path / hashlib.sha1(part.encode()).hexdigest()[:16]
+
     def lookup(self, cfg: Profile, data: NearIDData, store_seed: int, device: str = "cpu") -> dict[str, Any] | None:
-        """The finished run of this key, or None."""
-        res = self._runs.get(self.key(cfg, data, store_seed, device))
+        """The finished run of this key (in memory, else under ``path``), or None."""
+        k = self.key(cfg, data, store_seed, device)
+        res = self._runs.get(k)
+        d = self.run_dir(cfg, data, store_seed, device) if res is None else None
+        if d is not None and (d / "run.json").exists():
+            res = self._runs[k] = self._load(d, cfg, data, store_seed, device)
+            self.loaded += 1
         self.reused += res is not None
         return res
 
     def add(self, cfg: Profile, data: NearIDData, store_seed: int, res: dict[str, Any], device: str = "cpu") -> None:
-        """Record a finished :func:`train_idsim` result under its key."""
+        """Record a finished :func:`train_idsim` result under its key (and write it under ``path``)."""
         self._runs[self.key(cfg, data, store_seed, device)] = res
         self.trained += 1
+        d = self.run_dir(cfg, data, store_seed, device)
+        if d is not None:
+            _write_run(d, res, self.key(cfg, data, store_seed, device))
 
     def train(self, cfg: Profile, data: NearIDData, store: PrefixStore | None = None,
               store_path: str | Path | None = None, log: Callable[[str], None] = print,
               device: str = "cpu") -> dict[str, Any]:
-        """:func:`train_idsim` (arguments as there), or the finished run of the same key."""
+        """:func:`train_idsim` (arguments as there; ``store_path`` defaults to the instance's), or the
+        finished run of the same key."""
         store_seed = int(cfg.seed) if store is None else int(store.seed)
         res = self.lookup(cfg, data, store_seed, device)
         if res is None:
-            res = train_idsim(cfg, data, store=store, store_path=store_path, log=log, device=device)
+            res = train_idsim(cfg, data, store=store, store_path=store_path or self.store_path, log=log,
+                              device=device)
             self.add(cfg, data, store_seed, res, device)
         return res
+
+    def _load(self, d: Path, cfg: Profile, data: NearIDData, store_seed: int, device: str) -> dict[str, Any]:
+        model = load_idsim(d, device=device)[0].eval()
+        meta = json.loads((d / "run.json").read_text())
+        frames = {name: pd.read_csv(d / f"{name}.csv") for name in ("history", "triplets", "instances")}
+        store = training_store(cfg, data, model, self.store_path, seed=store_seed)
+        return {"model": model, **frames, "store": store, "timings": meta["timings"], "n_steps": meta["n_steps"],
+                "loaded_from": str(d)}
+
+
+# where the code of an ID-Sim training starts (TrainedRuns keys its saved runs by the library modules
+# these reach, nearid_lib.code_closure); dotted names, resolved when a key is computed
+TRAINING_ROOTS = tuple(f"nearid_lib.{m}" for m in ("idsim.train", "data.schema"))
+
+
+def _write_run(d: Path, res: dict[str, Any], key: str) -> None:
+    """Write a finished run into folder ``d``: built beside it, renamed into place when complete
+    (a killed job leaves no half run that a later lookup would read)."""
+    d.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{d.name}.", dir=d.parent))
+    try:
+        save_idsim(res["model"], tmp)
+        for name in ("history", "triplets", "instances"):
+            res[name].to_csv(tmp / f"{name}.csv", index=False)
+        (tmp / "run.json").write_text(json.dumps({"key": key, "n_steps": int(res["n_steps"]),
+                                                  "timings": res["timings"]}, indent=1))
+        if is_idsim_checkpoint(d):          # another process finished the same run first
+            return
+        os.replace(tmp, d)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
 
 
 def train_idsim_seeds(cfg: Profile, data: NearIDData, store_path: str | Path | None = None,
