@@ -36,6 +36,7 @@ import torch
 
 from ..code_closure import closure_fingerprint
 from ..features import dataset_scope
+from ..io_utils import current_umask
 from ..seeding import derive_seed, make_rng
 from .losses import idsim_loss
 from .model import IDSimSpec, build_idsim, is_idsim_checkpoint, load_idsim, save_idsim
@@ -292,6 +293,7 @@ def _write_run(d: Path, res: dict[str, Any], key: str) -> None:
                                                   "timings": res["timings"]}, indent=1))
         if is_idsim_checkpoint(d):          # another process finished the same run first
             return
+        os.chmod(tmp, 0o777 & ~current_umask())       # mkdtemp's private 0700 would hide the run from the group
         os.replace(tmp, d)
     finally:
         if tmp.exists():
