@@ -36,7 +36,7 @@ import torch
 
 from ..code_closure import closure_fingerprint
 from ..features import dataset_scope
-from ..io_utils import current_umask
+from ..io_utils import current_umask, write_csv, write_json
 from ..seeding import derive_seed, make_rng
 from .losses import idsim_loss
 from .model import IDSimSpec, build_idsim, is_idsim_checkpoint, load_idsim, save_idsim
@@ -220,6 +220,7 @@ class TrainedRuns:
         self.trained = 0
         self.reused = 0
         self.loaded = 0
+        self._code: str | None = None       # the training code's fingerprint, hashed once per instance
 
     @staticmethod
     def key(cfg: Profile, data: NearIDData, store_seed: int, device: str = "cpu") -> str:
@@ -231,7 +232,9 @@ class TrainedRuns:
         library code on the training path (:data:`TRAINING_ROOTS`)."""
         if self.path is None:
             return None
-        part = f"{self.key(cfg, data, store_seed, device)}|{closure_fingerprint(*TRAINING_ROOTS)}"
+        if self._code is None:
+            self._code = closure_fingerprint(*TRAINING_ROOTS)
+        part = f"{self.key(cfg, data, store_seed, device)}|{self._code}"
         return self.path / hashlib.sha1(part.encode()).hexdigest()[:16]
 
     def lookup(self, cfg: Profile, data: NearIDData, store_seed: int, device: str = "cpu") -> dict[str, Any] | None:
@@ -247,11 +250,12 @@ class TrainedRuns:
 
     def add(self, cfg: Profile, data: NearIDData, store_seed: int, res: dict[str, Any], device: str = "cpu") -> None:
         """Record a finished :func:`train_idsim` result under its key (and write it under ``path``)."""
-        self._runs[self.key(cfg, data, store_seed, device)] = res
+        k = self.key(cfg, data, store_seed, device)
+        self._runs[k] = res
         self.trained += 1
         d = self.run_dir(cfg, data, store_seed, device)
         if d is not None:
-            _write_run(d, res, self.key(cfg, data, store_seed, device))
+            _write_run(d, res, k)
 
     def train(self, cfg: Profile, data: NearIDData, store: PrefixStore | None = None,
               store_path: str | Path | None = None, log: Callable[[str], None] = print,
@@ -288,9 +292,8 @@ def _write_run(d: Path, res: dict[str, Any], key: str) -> None:
     try:
         save_idsim(res["model"], tmp)
         for name in ("history", "triplets", "instances"):
-            res[name].to_csv(tmp / f"{name}.csv", index=False)
-        (tmp / "run.json").write_text(json.dumps({"key": key, "n_steps": int(res["n_steps"]),
-                                                  "timings": res["timings"]}, indent=1))
+            write_csv(res[name], tmp / f"{name}.csv")
+        write_json({"key": key, "n_steps": int(res["n_steps"]), "timings": res["timings"]}, tmp / "run.json")
         if is_idsim_checkpoint(d):          # another process finished the same run first
             return
         os.chmod(tmp, 0o777 & ~current_umask())       # mkdtemp's private 0700 would hide the run from the group
