@@ -97,6 +97,10 @@ t1
 
 # %% [markdown]
 # ## Table 5 - per distractor source, training vs unseen sources
+# In `mini` a source is a fill generator (`nearid_lib.data.generators`): a look of its own over the same
+# edit kinds for every generator, as the paper's inpainting models are, so the unseen fill group tests new
+# generators, not new kinds of change. The `hard` source (one-attribute edits alone) is reported apart,
+# in no average.
 
 # %%
 t5 = seed_mean([table5(rs, groups, PROFILE) for _, rs in per_seed(results)], ["source", "method"])

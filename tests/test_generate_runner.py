@@ -268,7 +268,7 @@ def test_world_sources_regenerate_identically_in_worker_processes(tmp_path):
     cfg = get_profile("smoke")
     world = build_world(cfg, root=tmp_path / "nearid", progress=False)
     items = [it for it in items_from_dataset(world, seed=cfg.seed) if it.split == "test"]
-    sources = ["recolor", "marking_hr"]
+    sources = ["sharp", "soft_hr"]      # the plain look and a generator look, resampled
     regenerate_world_sources(cfg, world, tmp_path / "serial", sources, items, workers=1)
     # the default: the profile's runtime.workers (NEARID_WORKERS sets it)
     regenerate_world_sources(with_overrides(cfg, {"runtime.workers": 2}), world, tmp_path / "par", sources, items)

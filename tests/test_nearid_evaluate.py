@@ -97,9 +97,9 @@ def world(tmp_path_factory):
 
 def test_groups_cover_split_with_view_masks(world):
     data, _ = world
-    rels, masks = group_items(data, "dist:marking@test")
+    rels, masks = group_items(data, "dist:soft_hr@test")
     pos = data.positives[data.positives.split == "test"]
-    d = data.distractors["marking"][data.positives.split == "test"]
+    d = data.distractors["soft_hr"][data.positives.split == "test"]
     want = {d.iloc[j][f"nimg{k}"]: pos.iloc[j][f"mask{k}"] for j in range(len(pos)) for k in (1, 2, 3)
             if pos.iloc[j][f"img{k}"]}
     assert dict(zip(rels, masks)) == want
@@ -198,9 +198,13 @@ def test_structure_conditioned_sources_leave_the_table1_pool():
     assert STRUCTURE_FAMILIES == ("edges",)
     assert is_structure_conditioned("edges") and is_structure_conditioned("edges_hr")
     assert is_structure_conditioned("FluxC_1024") and not is_structure_conditioned("marking_hr")
-    g = source_groups(["recolor", "marking", "edges", "hard", "edges_hr"], ["recolor", "marking"])
-    assert g["unseen_canny"] == ["edges", "edges_hr"] and g["unseen_fill"] == ["hard"]
-    assert main_sources(g) == ["recolor", "marking", "hard"]
+    g = source_groups(["sharp", "soft", "edges", "hard", "grainy", "edges_hr"], ["sharp", "soft"])
+    assert g["unseen_canny"] == ["edges", "edges_hr"] and g["unseen_fill"] == ["grainy"]
+    assert main_sources(g) == ["sharp", "soft", "grainy"]
+    # issue 38: the one-attribute "hard" edits are reported apart, pooled in no average
+    assert g["apart"] == ["hard"] and g["all"] == ["sharp", "soft", "edges", "grainy", "edges_hr"]
+    # a training source is never apart, whatever its family
+    assert "apart" not in source_groups(["sharp", "hard"], ["sharp", "hard"])
     # summary_row pools exactly Table 1's sources: the structure-conditioned source B is left out
     import nearid_lib.nearid.evaluate as ev
 

@@ -14,6 +14,7 @@ import numpy as np
 from ..seeding import make_rng
 from . import backgrounds as B
 from . import world as W
+from .generators import draw_kind, source_kinds
 
 __all__ = ["parse_source", "positive_view", "reshoot_view", "reshoot_background", "fpr_view", "background_for", "view_background", "scene_of",
            "fpr_repeats", "fpr_scene", "distractor_instance", "MAX_PERTURB_TRIES", "source_splits"]
@@ -22,12 +23,10 @@ _SPLITS = ("train", "val", "test")
 
 
 def parse_source(name: str) -> tuple[str, bool]:
-    """``"marking_hr"`` -> (``"marking"``, True): perturbation family and high-resolution flag."""
-    fam, hr = (name[:-3], True) if name.endswith("_hr") else (name, False)
-    if fam not in W.PERTURBATIONS:
-        raise ValueError(f"distractor source {name!r}: unknown family {fam!r}; valid: "
-                         f"{', '.join(W.PERTURBATIONS)} (optionally with suffix '_hr')")
-    return fam, hr
+    """``"marking_hr"`` -> (``"marking"``, True): the source's family (a perturbation family or a
+    fill generator, :mod:`nearid_lib.data.generators`) and its high-resolution flag."""
+    source_kinds(name)                                   # unknown families raise here
+    return (name[:-3], True) if name.endswith("_hr") else (name, False)
 
 
 def _classes(wc) -> tuple[str, ...]:
@@ -123,12 +122,13 @@ def distractor_instance(cfg, ident: dict[str, Any], source: str, identity_id: st
     ref = ref_layer if ref_layer is not None else W.render_object(ident, view, S, with_parts=False)
     need = W.min_visible_px(S)
     rng = make_rng(cfg.seed, "perturb", source, identity_id, k)
+    kind = draw_kind(source, rng, wc.fill_kinds)         # a generator's edit kind for this item
     for _ in range(MAX_PERTURB_TRIES):
-        d_ident, _ = W.perturb(ident, fam, rng, mag=float(wc.distractor_mag))
+        d_ident, _ = W.perturb(ident, kind, rng, mag=float(wc.distractor_mag))
         layer = W.render_object(d_ident, view, size, with_parts=False)
         if W.visible_change(ref, layer) >= need:
             return d_ident, layer
-    raise RuntimeError(f"{identity_id} view {k} source {source}: no visible {fam!r} perturbation in "
+    raise RuntimeError(f"{identity_id} view {k} source {source}: no visible {kind!r} perturbation in "
                        f"{MAX_PERTURB_TRIES} draws (>= {need} changed pixels at {S} px)")
 
 

@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from ..generate.base import get_backend
 from ..io_utils import atomic_write
 from ..seeding import make_rng
 from . import world as W
@@ -27,6 +26,7 @@ from .draws import (
     source_splits,
     view_background,
 )
+from .generators import fill_backend
 
 __all__ = ["GRID_FACTORS"]
 
@@ -46,7 +46,7 @@ def _save_png(root: Path, rel: str, arr: np.ndarray, level: int) -> str:
 def _job_identity(args) -> tuple[str, dict]:
     cfg, root, rec = args
     wc, seed, S, lvl = cfg.world, cfg.seed, cfg.world.image_size, cfg.world.png_compress
-    fill = get_backend("procedural")
+    fills = {s: fill_backend(s) for s in wc.distractor_sources}     # each source's generator look
     iid, split, ident = rec["id"], rec["split"], rec["params"]
     held = bool(wc.held_out_backgrounds and split == "test")
     hr_size = int(wc.source_resolutions[-1])
@@ -72,6 +72,7 @@ def _job_identity(args) -> tuple[str, dict]:
                 dist[src][f"nimg{k}"] = ""
                 continue
             fam, hr = parse_source(src)
+            fill = fills[src]
             d_ident, layer = distractor_instance(cfg, ident, src, iid, k, view, ref)
             fseed = int(make_rng(seed, "fill", src, iid, k).integers(2**31))
             if hr:

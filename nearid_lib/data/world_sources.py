@@ -18,12 +18,12 @@ import pandas as pd
 from PIL import Image
 
 from ..allocator import tune_allocator
-from ..generate.base import get_backend
 from ..generate.items import VIEWS, GenItem, item_seed
 from ..generate.procedural import ResampledBackend
 from ..generate.runner import generate_source
 from ..seeding import make_rng
 from .build import distractor_instance, parse_source, positive_view
+from .generators import fill_backend
 
 if TYPE_CHECKING:
     from ..config import Profile
@@ -62,10 +62,11 @@ def world_request_fn(cfg: Profile, root: str | Path, source: str):
 
 def world_source_backend(cfg: Profile, root: str | Path, source: str):
     """``(backend, request_fn)`` that regenerate the world's ``source`` through
-    :func:`~nearid_lib.generate.runner.generate_source`: the procedural backend (resampled for the
+    :func:`~nearid_lib.generate.runner.generate_source`: the procedural backend in the source's
+    generator look (:func:`~nearid_lib.data.generators.fill_backend`; resampled for the
     ``_hr`` sources) and :func:`world_request_fn`'s per-item requests."""
     request_fn, size = world_request_fn(cfg, root, source)
-    backend = get_backend("procedural")
+    backend = fill_backend(source)                       # the source's generator look
     return (backend if size == cfg.world.image_size else ResampledBackend(backend, size)), request_fn
 
 

@@ -72,10 +72,42 @@ class ProceduralFill(FillBackend):
 
     name = "procedural"
 
-    def __init__(self, blur: float = 2.0, noise: float = 0.01):
+    def __init__(self, blur: float = 2.0, noise: float = 0.01, soften: float = 0.0,
+                 gain: tuple[float, float, float] = (1.0, 1.0, 1.0), gamma: float = 1.0,
+                 grain: float = 0.0, levels: int = 0):
+        """``blur``/``noise``: the removal fill's smoothing (px) and seeded noise. The rest is the
+        generator's look on the composited instance (defaults: none, the instance as rendered):
+        ``soften`` a Gaussian blur (px at the fill resolution), ``gain`` a per-channel colour cast,
+        ``gamma`` a tone curve, ``levels`` a colour quantisation (0 = none) and ``grain`` seeded
+        per-pixel noise (sd, in [0, 1] units)."""
         self.blur = blur
         self.noise = noise
+        self.soften = float(soften)
+        self.gain = tuple(float(g) for g in gain)
+        self.gamma = float(gamma)
+        self.grain = float(grain)
+        self.levels = int(levels)
         self._last: tuple[bytes, Any] | None = None   # (input digest, _smooth_fill result)
+
+    @property
+    def styled(self) -> bool:
+        """Whether the instance is re-rendered in a look of this generator's own."""
+        return (self.soften > 0 or self.gain != (1.0, 1.0, 1.0) or self.gamma != 1.0
+                or self.grain > 0 or self.levels > 0)
+
+    def _style(self, prem: np.ndarray, a: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """The instance layer (premultiplied colour, alpha) in this generator's look."""
+        if self.soften > 0:
+            prem = np.stack([ndimage.gaussian_filter(prem[..., c], self.soften) for c in range(3)], axis=-1)
+            a = ndimage.gaussian_filter(a, self.soften)
+        col = prem / np.maximum(a, 1e-6)[..., None]
+        col = np.clip(col * np.asarray(self.gain, np.float32), 0, 1) ** self.gamma
+        if self.levels > 0:
+            col = np.rint(col * (self.levels - 1)) / (self.levels - 1)
+        if self.grain > 0:
+            # its own stream (the removal noise keeps the seed's first draws)
+            col = col + np.random.default_rng([seed, 1]).normal(0, self.grain, col.shape)
+        return (np.clip(col, 0, 1) * a[..., None]).astype(np.float32), a.astype(np.float32)
 
     def _smooth(self, img: np.ndarray, m: np.ndarray):
         """The seed-free fill, reused while consecutive calls fill the same view (every source
@@ -100,6 +132,8 @@ class ProceduralFill(FillBackend):
                 a, prem = inst["alpha"], inst["prem"]
             if a.shape != m.shape:
                 raise ValueError(f"instance has size {a.shape[::-1]}, image has {m.shape[::-1]}")
+            if self.styled:
+                prem, a = self._style(np.asarray(prem, np.float32), np.asarray(a, np.float32), seed)
             a = a * m                                    # clip to the exact mask region
             out = out * (1 - a[..., None]) + prem * m[..., None]
         out8 = np.clip(np.rint(out * 255.0), 0, 255).astype(np.uint8)

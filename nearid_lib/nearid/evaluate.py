@@ -40,7 +40,8 @@ if TYPE_CHECKING:
     from ..data import NearIDData
 
 __all__ = ["SplitEmbeddings", "embed_split", "nearid_bench", "mtg_bench", "evaluate_split", "summary_row",
-           "pool_per_source", "STRUCTURE_FAMILIES", "source_family", "is_structure_conditioned",
+           "pool_per_source", "STRUCTURE_FAMILIES", "APART_FAMILIES", "source_family", "is_structure_conditioned",
+           "is_reported_apart",
            "source_groups", "main_sources", "EncoderResult", "evaluate_encoder", "backbone_throughput",
            "n_bench_images", "units_from_bench", "unit_outcomes", "encoder_evidence", "mtg_units", "nearid_evidence",
            "EVIDENCE_GROUPS"]
@@ -118,6 +119,9 @@ def embed_split(embedder: Embedder, data: NearIDData, split: str = "test", varia
 # procedural source is structure-conditioned when its family is listed here. The released NearID
 # Canny sources are FluxC and FluxC_1024 (FLUX.1-Canny at 512 and 1024 px).
 STRUCTURE_FAMILIES: tuple[str, ...] = ("edges",)
+# Procedural families reported apart (issue 38): "hard" changes one attribute where every fill
+# generator changes several, so pooling it would mix a kind of change into a comparison of generators.
+APART_FAMILIES: tuple[str, ...] = ("hard",)
 RELEASED_STRUCTURE_PREFIX = "FluxC"
 
 
@@ -133,17 +137,26 @@ def is_structure_conditioned(source: str) -> bool:
     return source.startswith(RELEASED_STRUCTURE_PREFIX) or source_family(source) in STRUCTURE_FAMILIES
 
 
+def is_reported_apart(source: str) -> bool:
+    """Whether ``source`` is an unseen one-attribute source (a family in :data:`APART_FAMILIES`),
+    reported on its own row and pooled in no average."""
+    return source_family(source) in APART_FAMILIES
+
+
 def source_groups(sources: Sequence[str], train_sources: Sequence[str]) -> dict[str, list[str]]:
     """The paper's source groups: ``training``, ``unseen_fill``, ``unseen_canny``
     (structure-conditioned, :func:`is_structure_conditioned`), ``main`` (training + unseen fill:
-    Table 1's pool) and ``all``. Empty groups are left out (a world without a structure-conditioned
-    source has main = all)."""
+    Table 1's pool) and ``all`` (main + structure-conditioned: the paper's nine), plus ``apart``
+    (unseen sources of :data:`APART_FAMILIES`, in no other group). Empty groups are left out (a
+    world without a structure-conditioned source has main = all)."""
     src = list(sources)
-    canny = [s for s in src if is_structure_conditioned(s)]
     training = [s for s in src if s in set(train_sources)]
-    fill = [s for s in src if s not in set(training) and s not in canny]
+    apart = [s for s in src if s not in set(training) and is_reported_apart(s)]
+    canny = [s for s in src if is_structure_conditioned(s) and s not in apart]
+    fill = [s for s in src if s not in set(training) and s not in canny and s not in apart]
     g = {"training": training, "unseen_fill": fill, "unseen_canny": canny,
-         "main": [s for s in src if s not in canny], "all": src}
+         "main": [s for s in src if s not in canny and s not in apart],
+         "all": [s for s in src if s not in apart], "apart": apart}
     return {k: v for k, v in g.items() if v}
 
 

@@ -53,7 +53,8 @@ _PAPER_SOURCES = {
 }
 
 _GROUP_KEYS = {"training": "Avg. (training, 4)", "unseen_fill": "Avg. (unseen fill, 3)",
-               "unseen_canny": "Avg. (unseen canny, 2)", "main": "Avg. (all 7, main)", "all": "Avg. (all 9)"}
+               "unseen_canny": "Avg. (unseen canny, 2)", "main": "Avg. (all 7, main)", "all": "Avg. (all 9)",
+               "apart": "Reported apart (one-attribute edits)"}   # ours only: no paper row
 
 
 def paper_keys(name: str) -> tuple[str, str, str, str | None]:
@@ -160,12 +161,14 @@ def table5(results: Sequence[EncoderResult], groups: Mapping[str, Sequence[str]]
     (keys as printed, e.g. "Avg. (training, 4)"; ``source_label`` lists what our group pools)."""
     train = set(groups.get("training", []))
     canny = set(groups.get("unseen_canny", []))
+    apart = set(groups.get("apart", []))
     rows = []
     for r in results:
         nb = r.nearid[variant]
         method = paper_keys(r.name)[1]
         for s, v in nb["per_source"].items():
-            grp = "training" if s in train else ("unseen_canny" if s in canny else "unseen_fill")
+            grp = ("training" if s in train else "unseen_canny" if s in canny else "apart" if s in apart
+                   else "unseen_fill")
             rows.append({"source": source_key(s), "method": method, "ours_label": r.label, "profile": profile,
                          "seed": r.seed,
                          "source_label": s, "group": grp, "training_source": s in train,
