@@ -138,6 +138,8 @@ def test_choose_placement_trains_each_candidate_on_val(smoke_world):
     """The placement is chosen on val before the model trains (tiny EfficientNet: adapters on the
     last 0 or 1 stages are different models): one row per candidate, the pick by the rule, the
     profile with it; without choices it is an error."""
+    from dataclasses import replace
+
     from nearid_lib.idsim.ablations import choose_placement, pick_placement
 
     cfg = get_profile("smoke", {"idsim.backbone": "efficientnet-lite0", "idsim.n_seeds": 1,
@@ -145,7 +147,10 @@ def test_choose_placement_trains_each_candidate_on_val(smoke_world):
     p = choose_placement(cfg, smoke_world, log=lambda m: None)
     assert p.table.adapt_stages.tolist() == [0, 1] and p.table.chosen.sum() == 1
     assert p.chosen == pick_placement(p.table) and p.profile.idsim.adapt_stages == p.chosen
-    assert p.table.role.tolist() == ["candidate", "ours"]            # the profile's own placement is "ours"
+    # "ours" is the chosen placement, whatever the profile's preset (smoke's is 1)
+    assert p.table.role.tolist() == ["ours" if c else "candidate" for c in p.table.chosen]
+    q = choose_placement(replace(cfg, idsim=replace(cfg.idsim, adapt_stages=0)), smoke_world, log=lambda m: None)
+    assert q.table.role.tolist() == p.table.role.tolist()
     assert p.table.identity_val_roc_auc.between(0, 1).all() and (p.table.n_seeds == 1).all()
     with pytest.raises(ValueError, match="adapt_stages_choices is empty"):
         choose_placement(get_profile("smoke"), smoke_world)

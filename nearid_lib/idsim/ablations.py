@@ -322,6 +322,8 @@ def choose_placement(cfg: Profile, data: NearIDData, eval_store_path=None, train
     t.insert(1, "adapt_stages", [int(_placement_rows(cfg)[r][1]["adapt_stages"]) for r in t.lora_placement])
     chosen = pick_placement(t)
     t["chosen"] = t.adapt_stages == chosen
+    # "ours" is the placement the model is trained with: the chosen one, not the profile's preset
+    t["role"] = np.where(t.chosen, "ours", "candidate")
     t["rule"] = PLACEMENT_RULE
     return Placement(t, chosen, replace(cfg, idsim=replace(cfg.idsim, adapt_stages=chosen)))
 
