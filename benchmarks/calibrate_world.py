@@ -70,6 +70,26 @@ LEVERS: dict[str, tuple[str, dict]] = {
     "mini_generators_hard_bg0.4": ("as mini_generators_hard, backgrounds at 40% of their contrast (not on BEFORE)",
                                    {"world.fill_kinds": ("recolor", "pattern", "marking", "shape", "hard"),
                                     "world.bg_salience": 0.4}),
+    # The levers above had the "grainy" look (SOURCE_RANGE); these have its replacement "lifted".
+    # Rule, declared before they were scored: the first, in this order (smallest change from
+    # mini_generators_hard_bg0.35 first), that meets every target and SOURCE_RANGE.
+    "mini_gen2_hard_bg0.35": ("lifted look; one-attribute edits among the kinds, 35% contrast (not on BEFORE)",
+                         {"world.fill_kinds": ("recolor", "pattern", "marking", "shape", "hard"),
+                          "world.bg_salience": 0.35}),
+    "mini_gen2_bg0.35": ("lifted look; recolor, pattern, marking, shape; 35% contrast (not on BEFORE)",
+                    {"world.fill_kinds": ("recolor", "pattern", "marking", "shape"), "world.bg_salience": 0.35}),
+    "mini_gen2_bg0.3": ("lifted look; recolor, pattern, marking, shape; 30% contrast (not on BEFORE)",
+                   {"world.fill_kinds": ("recolor", "pattern", "marking", "shape"), "world.bg_salience": 0.3}),
+    # None of the three met every target (bg0.35: SSR 25.3, 0.4 below its band; bg0.3: FG-only 73.0,
+    # 0.3 above). Next, declared before scoring: smaller colour shifts lower the object-only cue;
+    # the first of these two that meets everything, else the closest mini_gen2 lever (largest miss
+    # as a share of its band's half-width).
+    "mini_gen2_bg0.3_mag0.7": ("as mini_gen2_bg0.3 with 0.7x the distractors' colour shifts (not on BEFORE)",
+                               {"world.fill_kinds": ("recolor", "pattern", "marking", "shape"),
+                                "world.bg_salience": 0.3, "world.distractor_mag": 0.7}),
+    "mini_gen2_bg0.25_mag0.7": ("as mini_gen2_bg0.3_mag0.7, backgrounds at 25% contrast (not on BEFORE)",
+                                {"world.fill_kinds": ("recolor", "pattern", "marking", "shape"),
+                                 "world.bg_salience": 0.25, "world.distractor_mag": 0.7}),
     "before": ("the mini world before calibration", {}),
     "views_0.3": ("half the pose/lighting change between views", {"world.view_strength": 0.3}),
     "frac_0.7": ("larger objects (70-85% of the image side)", {"world.object_frac": (0.7, 0.85)}),
@@ -138,27 +158,46 @@ def score_frozen(cfg, data, weights: str | None, cache_root: Path) -> dict:
     emb = Embedder(enc, data, profile=cfg, progress=False, store_tokens=False, cache_root=cache_root)
     r = evaluate_encoder(EmbeddingBenchEncoder(emb, "frozen"), data, "val", ("full", "fg"))
     full, fg = summary_row(r.nearid["full"], r.mtg["full"]), summary_row(r.nearid["fg"], r.mtg["fg"])
-    return {"val_ssr": full["nearid_ssr"], "val_pa": full["nearid_pa"], "val_fg_ssr": fg["nearid_ssr"],
+    per = {s: 100.0 * v["ssr"] for s, v in r.nearid["full"]["per_source"].items()}
+    return {"src_ssr_min": min(per.values()), "src_ssr_max": max(per.values()),
+            "src_ssr": ", ".join(f"{s} {v:.1f}" for s, v in per.items()),
+            "val_ssr": full["nearid_ssr"], "val_pa": full["nearid_pa"], "val_fg_ssr": fg["nearid_ssr"],
             "val_fg_pa": fg["nearid_pa"], "mtg_ssr": full["mtg_ssr"], "mtg_mo": full["mtg_mo"],
             "mtg_mopair": full["mtg_mopair"], "n_identities": full["n_identities"]}
 
 
+# Issue 38, fill generators: a generator's look must stay a look. Every Table 1 source's frozen SSR
+# lies in the range the paper's frozen baselines span across sources (NearID E.4: "SSR 12-67%").
+# Declared after the first generator world, whose "grainy" look the frozen CNN read on 79% of val
+# identities (levers mini_generators*, scored before this check existed, do not carry it).
+SOURCE_RANGE = (12.0, 67.0)
+
+
 def verdict(row: dict) -> str:
-    """Which targets the frozen row meets (M-O is reported, not banded: 'near' has no width)."""
+    """Which targets the frozen row meets (M-O is reported, not banded: 'near' has no width), and,
+    where the row has per-source numbers, whether each source lies in :data:`SOURCE_RANGE`."""
     miss = [k for k, (lo, hi) in TARGETS.items() if not lo <= row[k] <= hi]
+    if row.get("src_ssr_min") is not None and not pd.isna(row.get("src_ssr_min")):
+        lo, hi = SOURCE_RANGE
+        if not (lo <= row["src_ssr_min"] and row["src_ssr_max"] <= hi):
+            miss.append("per-source range")
     return "meets all" if not miss else "misses " + ", ".join(miss)
 
 
 def write_md(df: pd.DataFrame, path: Path) -> None:
-    cols = ["lever", "what", "encoder", "val_ssr", "val_pa", "val_fg_ssr", "mtg_ssr", "mtg_mo", "verdict",
-            "build_s", "score_s"]
+    df = df.copy()
+    if "src_ssr_min" not in df:
+        df["src_ssr_min"] = df["src_ssr_max"] = float("nan")
+    cols = ["lever", "what", "encoder", "val_ssr", "val_pa", "val_fg_ssr", "mtg_ssr", "mtg_mo", "src_ssr_min",
+            "src_ssr_max", "verdict", "build_s", "score_s"]
     head = ["# Mini-world calibration on the frozen encoder (val split, no head)", "",
             "Targets, fixed before any head result (issue 23): full-image SSR 30.7 +- 5, PA 48.8 +- 8, "
             "FG-only SSR 64.7 +- 8, MTG SSR <= 5, M-O near 0.18 (the paper's frozen SigLIP2). "
             "`encoder`: the pretrained EfficientNet-Lite0 GAP (frozen) or the same network at random "
             "init (chance reference). Written by `benchmarks/calibrate_world.py`.", "",
             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    body = ["| " + " | ".join(f"{v:.1f}" if isinstance(v, float) and c != "mtg_mo" else
+    body = ["| " + " | ".join("–" if isinstance(v, float) and pd.isna(v) else
+                              f"{v:.1f}" if isinstance(v, float) and c != "mtg_mo" else
                               (f"{v:.3f}" if isinstance(v, float) else str(v)) for c, v in zip(cols, r)) + " |"
             for r in df[cols].itertuples(index=False)]
     path.write_text("\n".join(head + body) + "\n")
@@ -200,7 +239,7 @@ def main() -> None:
             pd.DataFrame(rows).to_csv(csv.with_suffix(".csv.tmp"), index=False)
             os.replace(csv.with_suffix(".csv.tmp"), csv)
             print(f"{name} / {enc_name}: SSR {row['val_ssr']:.1f} PA {row['val_pa']:.1f} FG {row['val_fg_ssr']:.1f} "
-                  f"MTG SSR {row['mtg_ssr']:.1f} M-O {row['mtg_mo']:.3f} -> {row['verdict']} "
+                  f"MTG SSR {row['mtg_ssr']:.1f} M-O {row['mtg_mo']:.3f} sources: {row['src_ssr']} -> {row['verdict']} "
                   f"(build {build_s:.0f} s, score {row['score_s']:.0f} s)", flush=True)
     write_md(pd.DataFrame(rows), csv.with_suffix(".md"))
 

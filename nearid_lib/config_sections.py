@@ -54,12 +54,12 @@ class WorldConfig:
     # FLUX-Fill / Qwen-Image at 512 and native), unseen fill generators drawing the same edit kinds
     # (main results; PowerPaint, SDXL-Inpaint at two resolutions), unseen structure-conditioned
     # sources ("edges": the Canny analogue) and the one-attribute "hard" edits (reported apart).
-    distractor_sources: tuple[str, ...] = ("sharp", "sharp_hr", "soft", "soft_hr", "grainy", "poster",
+    distractor_sources: tuple[str, ...] = ("sharp", "sharp_hr", "soft", "soft_hr", "lifted", "poster",
                                            "poster_hr", "edges", "edges_hr", "hard")
     train_sources: tuple[str, ...] = ("sharp", "sharp_hr", "soft", "soft_hr")   # seen in training
     # The edit kinds (perturbation families) every fill generator draws from, one per item, uniformly:
-    # what inpainting prompts change (colours, pattern, a marking, a part's shape, or one attribute only)
-    fill_kinds: tuple[str, ...] = ("recolor", "pattern", "marking", "shape", "hard")
+    # what inpainting prompts change (colours, pattern, a marking, a part's shape)
+    fill_kinds: tuple[str, ...] = ("recolor", "pattern", "marking", "shape")
     # Splits that get distractors of sources outside train_sources: a source never used in
     # training is only ever evaluated, so rendering it for the train split is wasted work.
     unseen_source_splits: tuple[str, ...] = ("val", "test")

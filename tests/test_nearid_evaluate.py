@@ -198,11 +198,11 @@ def test_structure_conditioned_sources_leave_the_table1_pool():
     assert STRUCTURE_FAMILIES == ("edges",)
     assert is_structure_conditioned("edges") and is_structure_conditioned("edges_hr")
     assert is_structure_conditioned("FluxC_1024") and not is_structure_conditioned("marking_hr")
-    g = source_groups(["sharp", "soft", "edges", "hard", "grainy", "edges_hr"], ["sharp", "soft"])
-    assert g["unseen_canny"] == ["edges", "edges_hr"] and g["unseen_fill"] == ["grainy"]
-    assert main_sources(g) == ["sharp", "soft", "grainy"]
+    g = source_groups(["sharp", "soft", "edges", "hard", "lifted", "edges_hr"], ["sharp", "soft"])
+    assert g["unseen_canny"] == ["edges", "edges_hr"] and g["unseen_fill"] == ["lifted"]
+    assert main_sources(g) == ["sharp", "soft", "lifted"]
     # issue 38: the one-attribute "hard" edits are reported apart, pooled in no average
-    assert g["apart"] == ["hard"] and g["all"] == ["sharp", "soft", "edges", "grainy", "edges_hr"]
+    assert g["apart"] == ["hard"] and g["all"] == ["sharp", "soft", "edges", "lifted", "edges_hr"]
     # a training source is never apart, whatever its family
     assert "apart" not in source_groups(["sharp", "hard"], ["sharp", "hard"])
     # summary_row pools exactly Table 1's sources: the structure-conditioned source B is left out
