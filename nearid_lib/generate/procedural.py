@@ -110,8 +110,9 @@ class ProceduralFill(FillBackend):
         return (np.clip(col, 0, 1) * a[..., None]).astype(np.float32), a.astype(np.float32)
 
     def _smooth(self, img: np.ndarray, m: np.ndarray):
-        """The seed-free fill, reused while consecutive calls fill the same view (every source
-        of one view shares it; only the seeded noise differs)."""
+        """The seed-free fill, reused while consecutive calls of this backend fill the same view
+        (the sources of one view that share this backend share it; only the seeded noise differs).
+        Each fill generator has a backend of its own (``nearid_lib.data.generators.fill_backend``)."""
         key = hashlib.sha1(img.tobytes() + m.tobytes() + repr((img.shape, self.blur)).encode()).digest()
         if self._last is None or self._last[0] != key:
             self._last = (key, _smooth_fill(img, m, self.blur) if m.any() and not m.all() else None)
