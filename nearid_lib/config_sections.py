@@ -47,19 +47,13 @@ class WorldConfig:
     scene_reshoots: tuple[str, ...] = ()
     # Scale of the distractors' colour shifts (recolor, pattern and marking colours; 1 = as drawn).
     distractor_mag: float = 1.0
-    # Distractor sources = a fill generator (nearid_lib.data.generators: the edit kinds it draws and
-    # its look) or one perturbation family (nearid_lib.data.world.PERTURBATIONS), optionally
-    # suffixed "_hr": rendered + filled at source_resolutions[-1], Lanczos-downsampled.
-    # Grouped like the paper's Table 5: training sources (two generators at two resolutions, like
-    # FLUX-Fill / Qwen-Image at 512 and native), unseen fill generators drawing the same edit kinds
-    # (main results; PowerPaint, SDXL-Inpaint at two resolutions), unseen structure-conditioned
-    # sources ("edges": the Canny analogue) and the one-attribute "hard" edits (reported apart).
+    # Distractor sources: fill generators (nearid_lib.data.generators) or perturbation families, "_hr":
+    # filled at source_resolutions[-1], Lanczos-downsampled. Table 5's groups: training (two generators
+    # x two resolutions), unseen fill, structure-conditioned ("edges"), one-attribute "hard" (apart).
     distractor_sources: tuple[str, ...] = ("sharp", "sharp_hr", "soft", "soft_hr", "lifted", "poster",
                                            "poster_hr", "edges", "edges_hr", "hard")
     train_sources: tuple[str, ...] = ("sharp", "sharp_hr", "soft", "soft_hr")   # seen in training
-    # The edit kinds (perturbation families) every fill generator draws from, one per item, uniformly:
-    # what inpainting prompts change (colours, pattern, a marking, a part's shape)
-    fill_kinds: tuple[str, ...] = ("recolor", "pattern", "marking", "shape")
+    fill_kinds: tuple[str, ...] = ("recolor", "pattern", "marking", "shape")   # every generator's edit kinds
     # Splits that get distractors of sources outside train_sources: a source never used in
     # training is only ever evaluated, so rendering it for the train split is wasted work.
     unseen_source_splits: tuple[str, ...] = ("val", "test")
