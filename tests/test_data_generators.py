@@ -82,3 +82,27 @@ def test_a_generator_source_draws_several_kinds_across_items():
         d, _ = distractor_instance(cfg, ident, "soft_hr", f"val_{i:05d}", 1, view)
         changed.add(tuple(sorted(k for k in ("colors", "pattern", "marking", "geom") if d[k] != ident[k])))
     assert len(changed) >= 3, changed
+
+
+def test_a_views_generators_share_one_removal_fill_and_fill_as_without_it(monkeypatch):
+    """The seed-free removal fill is computed once per view and removal blur for all its generators
+    (the world build's 10 mini sources: 6 fills a view instead of 10); every fill equals the one
+    computed without the shared cache."""
+    from nearid_lib.generate import procedural
+    img, mask, inst, _ = _inputs(3)
+    calls = []
+    real = procedural._smooth_fill
+    monkeypatch.setattr(procedural, "_smooth_fill", lambda *a: calls.append(1) or real(*a))
+    procedural._SMOOTH_CACHE.clear()
+    shared = {g: np.asarray(fill_backend(g).fill(img, mask, "", 11, instance=inst)) for g in GENERATORS}
+    blurs = {fill_backend(g).blur for g in GENERATORS}
+    assert len(calls) == len(blurs) < len(GENERATORS)
+    monkeypatch.setattr(procedural, "_SMOOTH_CACHE_SIZE", 0)
+    alone = {g: np.asarray(fill_backend(g).fill(img, mask, "", 11, instance=inst)) for g in GENERATORS}
+    assert len(calls) == len(blurs) + len(GENERATORS)
+    for g in GENERATORS:
+        assert np.array_equal(shared[g], alone[g]), g
+    # another image is another fill, not the cached one
+    other = _inputs(4)[0]
+    assert not np.array_equal(np.asarray(fill_backend("sharp").fill(other, mask, "", 11, instance=inst)),
+                              shared["sharp"])

@@ -67,6 +67,7 @@ def _job_identity(args) -> tuple[str, dict]:
         pos[f"mask{k}"] = _save_png(root, f"mask/{iid}_{k}.png", mask, lvl)
         img_pil = Image.fromarray(img8)
         mask_pil = Image.fromarray(mask.astype(np.uint8) * 255)
+        big = None                                   # the view at hr_size, made once for its _hr sources
         for src in wc.distractor_sources:
             if split not in source_splits(wc, src):
                 dist[src][f"nimg{k}"] = ""
@@ -79,8 +80,9 @@ def _job_identity(args) -> tuple[str, dict]:
                 # The generator works at a higher resolution: upsample the view, fill there,
                 # Lanczos back down (outside the mask this costs a little resampling blur,
                 # like the paper's *_1024 sources).
-                big = img_pil.resize((hr_size, hr_size), Image.LANCZOS)
-                bmask = mask_pil.resize((hr_size, hr_size), Image.NEAREST)
+                if big is None:
+                    big = img_pil.resize((hr_size, hr_size), Image.LANCZOS)
+                    bmask = mask_pil.resize((hr_size, hr_size), Image.NEAREST)
                 out = fill.fill(big, bmask, W.describe(d_ident), fseed, instance=layer,
                                 where=f"{iid} view {k} source {src}")
                 out8 = np.asarray(out.resize((S, S), Image.LANCZOS))

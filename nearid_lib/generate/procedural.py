@@ -21,6 +21,7 @@ a world source through the runner is :mod:`nearid_lib.data.world_sources`.
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,30 @@ def _smooth_fill(img: np.ndarray, mask: np.ndarray, blur: float):
     filled = sub[iy, ix]
     sm = np.stack([ndimage.gaussian_filter(filled[..., c], blur) for c in range(3)], axis=-1)
     return (y0, y1, x0, x1), m, sm
+
+
+# The seed-free fills last computed in this process, keyed by a digest of (image, mask, blur):
+# every fill generator of a view fills the same image (one per resolution), so they share it.
+_SMOOTH_CACHE: OrderedDict[bytes, Any] = OrderedDict()
+_SMOOTH_CACHE_SIZE = 8          # a mini view: 3 removal blurs x 2 resolutions
+
+
+def _cached_smooth_fill(img: np.ndarray, mask: np.ndarray, blur: float):
+    """:func:`_smooth_fill` (None for an empty or full mask), from :data:`_SMOOTH_CACHE` when the
+    same image, mask and blur were filled recently in this process (the result is read-only there;
+    ``_SMOOTH_CACHE_SIZE = 0``: no cache)."""
+    if _SMOOTH_CACHE_SIZE <= 0:
+        return _smooth_fill(img, mask, blur) if mask.any() and not mask.all() else None
+    key = hashlib.sha1(img.tobytes() + mask.tobytes() + repr((img.shape, float(blur))).encode()).digest()
+    hit = _SMOOTH_CACHE.get(key)
+    if hit is not None:
+        _SMOOTH_CACHE.move_to_end(key)
+        return hit[0]
+    res = _smooth_fill(img, mask, blur) if mask.any() and not mask.all() else None
+    _SMOOTH_CACHE[key] = (res,)
+    while len(_SMOOTH_CACHE) > _SMOOTH_CACHE_SIZE:
+        _SMOOTH_CACHE.popitem(last=False)
+    return res
 
 
 def remove_object(img: np.ndarray, mask: np.ndarray, seed: int = 0, blur: float = 2.0,
@@ -87,7 +112,6 @@ class ProceduralFill(FillBackend):
         self.gamma = float(gamma)
         self.grain = float(grain)
         self.levels = int(levels)
-        self._last: tuple[bytes, Any] | None = None   # (input digest, _smooth_fill result)
 
     @property
     def styled(self) -> bool:
@@ -109,21 +133,12 @@ class ProceduralFill(FillBackend):
             col = col + np.random.default_rng([seed, 1]).normal(0, self.grain, col.shape)
         return (np.clip(col, 0, 1) * a[..., None]).astype(np.float32), a.astype(np.float32)
 
-    def _smooth(self, img: np.ndarray, m: np.ndarray):
-        """The seed-free fill, reused while consecutive calls of this backend fill the same view
-        (the sources of one view that share this backend share it; only the seeded noise differs).
-        Each fill generator has a backend of its own (``nearid_lib.data.generators.fill_backend``)."""
-        key = hashlib.sha1(img.tobytes() + m.tobytes() + repr((img.shape, self.blur)).encode()).digest()
-        if self._last is None or self._last[0] != key:
-            self._last = (key, _smooth_fill(img, m, self.blur) if m.any() and not m.all() else None)
-        return self._last[1]
-
     def fill(self, image: Image.Image, mask: Image.Image, prompt: str, seed: int,
              **settings: Any) -> Image.Image:
         image, mask = validate_fill_inputs(image, mask, where=settings.pop("where", ""))
         img = np.asarray(image, dtype=np.float32) / 255.0
         m = np.asarray(mask) >= 128
-        out = remove_object(img, m, seed=seed, blur=self.blur, noise=self.noise, smooth=self._smooth(img, m))
+        out = remove_object(img, m, seed=seed, blur=self.blur, noise=self.noise, smooth=_cached_smooth_fill(img, m, self.blur))
         inst = settings.pop("instance", None)
         if inst is not None:
             if isinstance(inst, Image.Image):
