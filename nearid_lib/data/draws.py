@@ -14,7 +14,7 @@ import numpy as np
 from ..seeding import make_rng
 from . import backgrounds as B
 from . import world as W
-from .generators import draw_kind, source_kinds
+from .generators import draw_kind, source_family, source_kinds
 
 __all__ = ["parse_source", "positive_view", "reshoot_view", "reshoot_background", "fpr_view", "background_for", "view_background", "scene_of",
            "fpr_repeats", "fpr_scene", "distractor_instance", "MAX_PERTURB_TRIES", "source_splits"]
@@ -26,7 +26,7 @@ def parse_source(name: str) -> tuple[str, bool]:
     """``"marking_hr"`` -> (``"marking"``, True): the source's family (a perturbation family or a
     fill generator, :mod:`nearid_lib.data.generators`) and its high-resolution flag."""
     source_kinds(name)                                   # unknown families raise here
-    return (name[:-3], True) if name.endswith("_hr") else (name, False)
+    return source_family(name), name.endswith("_hr")
 
 
 def _classes(wc) -> tuple[str, ...]:

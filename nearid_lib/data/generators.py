@@ -21,7 +21,7 @@ import numpy as np
 from ..generate.base import FillBackend, get_backend
 from .perturb import PERTURBATIONS
 
-__all__ = ["FillGenerator", "GENERATORS", "source_kinds", "draw_kind", "fill_backend"]
+__all__ = ["FillGenerator", "GENERATORS", "source_family", "source_kinds", "draw_kind", "fill_backend"]
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,9 @@ GENERATORS: dict[str, FillGenerator] = {
 }
 
 
-def _family(source: str) -> str:
+def source_family(source: str) -> str:
+    """``"marking_hr"`` -> ``"marking"``: the family (perturbation family or fill generator) a source
+    renders at any resolution; the one naming rule of sources, for any source name."""
     return source[:-len("_hr")] if source.endswith("_hr") else source
 
 
@@ -56,7 +58,7 @@ def source_kinds(source: str, fill_kinds: Sequence[str] = ()) -> tuple[str, ...]
     """The perturbation families ``source`` draws from: ``fill_kinds`` (the world's) for a
     generator, or the one family a source named after it renders. Unknown names raise, listing
     the valid ones."""
-    fam = _family(source)
+    fam = source_family(source)
     if fam in GENERATORS:
         bad = [k for k in fill_kinds if k not in PERTURBATIONS]
         if bad:
@@ -79,5 +81,5 @@ def draw_kind(source: str, rng: np.random.Generator, fill_kinds: Sequence[str]) 
 
 def fill_backend(source: str) -> FillBackend:
     """The ``procedural`` backend in ``source``'s look (the plain look for a one-kind source)."""
-    gen = GENERATORS.get(_family(source))
+    gen = GENERATORS.get(source_family(source))
     return get_backend("procedural", **(gen.look if gen else {}))

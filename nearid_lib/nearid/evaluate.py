@@ -34,6 +34,7 @@ from .. import metrics
 from ..evidence import Evidence
 from .dbpp import dbpp_standin
 from .embedder import Embedder
+from ..data.generators import source_family
 from ..data.groups import VIEWS, group_items, image_groups
 
 if TYPE_CHECKING:
@@ -123,12 +124,6 @@ STRUCTURE_FAMILIES: tuple[str, ...] = ("edges",)
 # generator changes several, so pooling it would mix a kind of change into a comparison of generators.
 APART_FAMILIES: tuple[str, ...] = ("hard",)
 RELEASED_STRUCTURE_PREFIX = "FluxC"
-
-
-def source_family(source: str) -> str:
-    """``"marking_hr"`` -> ``"marking"``: the family a source renders at any resolution (the world
-    builder's naming rule, :func:`nearid_lib.data.build.parse_source`, for any source name)."""
-    return source[:-len("_hr")] if source.endswith("_hr") else source
 
 
 def is_structure_conditioned(source: str) -> bool:
