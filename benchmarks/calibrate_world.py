@@ -41,6 +41,7 @@ from nearid_lib.models.registry import load_backbone
 from nearid_lib.nearid.embedder import Embedder
 from nearid_lib.nearid.evaluate import evaluate_encoder, source_groups, summary_row
 from nearid_lib.nearid.scorers import EmbeddingBenchEncoder
+from nearid_lib.nearid.tables import FROZEN_SOURCE_RANGE
 from nearid_lib.paths import out_dir
 from nearid_lib.runtime import set_torch_threads
 
@@ -170,7 +171,7 @@ def score_frozen(cfg, data, weights: str | None, cache_root: Path) -> dict:
 # lies in the range the paper's frozen baselines span across sources (NearID E.4: "SSR 12-67%").
 # Declared after the first generator world, whose "grainy" look the frozen CNN read on 79% of val
 # identities (levers mini_generators*, scored before this check existed, do not carry it).
-SOURCE_RANGE = (12.0, 67.0)
+SOURCE_RANGE = FROZEN_SOURCE_RANGE          # notebook 04 checks the test split against it too
 
 
 def verdict(row: dict) -> str:

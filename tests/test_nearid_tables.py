@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from nearid_lib.nearid.evaluate import source_groups
-from nearid_lib.nearid.tables import table1, table5, table7
+from nearid_lib.nearid.tables import FROZEN_SOURCE_RANGE, source_range_check, table1, table5, table7
 
 from _nearid_cases import PV, _expected_B, _result
 
@@ -93,3 +93,21 @@ def test_siglip2_mean_readout_is_the_mean_of_its_tokens():
     torch.testing.assert_close(a.tokens, b.tokens, rtol=0, atol=0)      # the same tower (same init seed)
     torch.testing.assert_close(a.pooled, a.tokens.mean(dim=1), rtol=0, atol=0)
     assert not torch.allclose(b.pooled, a.pooled)
+
+
+def test_source_range_check_flags_sources_outside_the_papers_frozen_range():
+    """NearID E.4: the paper's frozen baselines span SSR 12-67% across sources. Hand-made Table 5
+    rows: the bounds are inclusive, a source outside is flagged, `apart` is listed but not judged,
+    other methods and the average rows are left out."""
+    assert FROZEN_SOURCE_RANGE == (12.0, 67.0)
+    rows = [("a", "training", "SigLIP2", 12.0), ("b", "unseen_fill", "SigLIP2", 67.0),
+            ("c", "unseen_fill", "SigLIP2", 79.3), ("d", "unseen_canny", "SigLIP2", 11.9),
+            ("h", "apart", "SigLIP2", 3.3), ("Avg. (all 9)", "avg_all", "SigLIP2", 90.0),
+            ("a", "training", "NearID (Ours)", 99.0)]
+    t5 = pd.DataFrame([{"source": s, "group": g, "method": m, "ours_label": m, "ssr": v} for s, g, m, v in rows])
+    out = source_range_check(t5)
+    assert out["source"].tolist() == ["a", "b", "c", "d", "h"]
+    assert out["inside"].tolist() == [True, True, False, False, None]
+    assert out["frozen_ssr"].tolist() == [12.0, 67.0, 79.3, 11.9, 3.3]
+    with pytest.raises(ValueError, match="no per-source row of method 'VSM'"):
+        source_range_check(t5, method="VSM")

@@ -23,6 +23,7 @@ from .dbpp_released import METHOD_LABELS
 from .evaluate import EncoderResult, main_sources
 
 __all__ = ["PAPER_KEYS", "paper_keys", "source_key", "table1", "table5", "table7", "table2_dbpp",
+           "FROZEN_SOURCE_RANGE", "source_range_check",
            "fig4_dbpp_category", "FIG4_LABELS", "per_seed", "seed_mean", "table7_sweep_row", "chance_table"]
 
 # canonical encoder -> (Table 1 row, Table 5 method, Table 7 method, Table 2 column prefix)
@@ -183,6 +184,28 @@ def table5(results: Sequence[EncoderResult], groups: Mapping[str, Sequence[str]]
                          "n": p["n_identities"], "ssr": _pct(p["ssr"]), "pa": _pct(p["pa"]),
                          "n_trials": p["n_trials"]})
     return pd.DataFrame(rows)
+
+
+# The range of SSR the paper's frozen baselines (SigLIP2, Qwen3-VL, VSM) span across its nine sources
+# (NearID E.4: "SSR 12-67%"). A source whose frozen SSR falls outside it is easier or harder than any
+# of the paper's: e.g. a look the frozen encoder reads as a cue (issue 38's withdrawn "grainy" look).
+FROZEN_SOURCE_RANGE = (12.0, 67.0)
+
+
+def source_range_check(t5: pd.DataFrame, method: str = "SigLIP2",
+                       bounds: tuple[float, float] = FROZEN_SOURCE_RANGE) -> pd.DataFrame:
+    """The frozen row's SSR on each Table 5 source (``method``, seed-mean rows of :func:`table5`)
+    against ``bounds``: one row per source of the training and unseen groups (a source reported
+    apart is listed, not checked), with ``inside`` True/False (None for ``apart``)."""
+    f = t5[(t5["method"] == method) & t5["group"].isin(["training", "unseen_fill", "unseen_canny", "apart"])]
+    if f.empty:
+        raise ValueError(f"source_range_check: Table 5 has no per-source row of method {method!r}")
+    lo, hi = bounds
+    cols = ["source", "group", "ours_label", "ssr"] + (["profile"] if "profile" in f else [])
+    out = f[cols].rename(columns={"ssr": "frozen_ssr"}).reset_index(drop=True)
+    out["paper_low"], out["paper_high"] = lo, hi
+    out["inside"] = [None if g == "apart" else bool(lo <= v <= hi) for g, v in zip(out["group"], out["frozen_ssr"])]
+    return out
 
 
 def table7(results: Sequence[EncoderResult], groups: Mapping[str, Sequence[str]], profile: str) -> pd.DataFrame:
