@@ -61,18 +61,18 @@ def _cached_smooth_fill(img: np.ndarray, mask: np.ndarray, blur: float, img8: np
     """:func:`_smooth_fill` (None for an empty or full mask), from :data:`_SMOOTH_CACHE` when the
     same image, mask and blur were filled recently in this process (the result is read-only there;
     ``_SMOOTH_CACHE_SIZE = 0``: no cache). ``img8``: the uint8 image ``img`` was made from, the
-    key's bytes (a quarter of the float image's)."""
-    if _SMOOTH_CACHE_SIZE <= 0:
-        return _smooth_fill(img, mask, blur) if mask.any() and not mask.all() else None
-    key = hashlib.sha1(img8.tobytes() + mask.tobytes() + repr((img8.shape, float(blur))).encode()).digest()
-    hit = _SMOOTH_CACHE.get(key)
-    if hit is not None:
-        _SMOOTH_CACHE.move_to_end(key)
-        return hit[0]
+    key's bytes (a quarter of the float image's). Single-threaded use (one per worker process)."""
+    key = None
+    if _SMOOTH_CACHE_SIZE > 0:
+        key = hashlib.sha1(img8.tobytes() + mask.tobytes() + repr((img8.shape, float(blur))).encode()).digest()
+        if key in _SMOOTH_CACHE:
+            _SMOOTH_CACHE.move_to_end(key)
+            return _SMOOTH_CACHE[key]
     res = _smooth_fill(img, mask, blur) if mask.any() and not mask.all() else None
-    _SMOOTH_CACHE[key] = (res,)
-    while len(_SMOOTH_CACHE) > _SMOOTH_CACHE_SIZE:
-        _SMOOTH_CACHE.popitem(last=False)
+    if key is not None:
+        _SMOOTH_CACHE[key] = res
+        while len(_SMOOTH_CACHE) > _SMOOTH_CACHE_SIZE:
+            _SMOOTH_CACHE.popitem(last=False)
     return res
 
 
@@ -156,7 +156,7 @@ class ProceduralFill(FillBackend):
             a = a * m                                    # clip to the exact mask region
             out = out * (1 - a[..., None]) + prem * m[..., None]
         out8 = np.clip(np.rint(out * 255.0), 0, 255).astype(np.uint8)
-        out8[~m] = img8[~m]                # outside the mask: bit-identical
+        out8[~m] = img8[~m]                              # outside the mask: bit-identical
         return Image.fromarray(out8, "RGB")
 
 
