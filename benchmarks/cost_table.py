@@ -108,10 +108,21 @@ def _measured(r: dict, what: str) -> str:
             f"{what}")
 
 
-@functools.lru_cache(maxsize=1)
-def sweep_passes() -> list[dict]:
-    """Per ``run_rows`` call of notebooks 03-07 (:data:`NOTEBOOK_CALLS`): the new runs it trains and
-    their batch streams (one pass over the token store each, the stream's heads trained together)."""
+def split_for_workers(groups: list[list[int]], workers: int) -> list[list[int]]:
+    """The passes ``nearid.sweep`` makes of a call's batch streams with ``workers`` processes: a group
+    of several runs is split into ``min(workers, len(group))`` parts, one per process (``train_grouped``:
+    ``g[k::workers]``), a run alone in its stream is one pass (``train_missing``)."""
+    out = []
+    for g in groups:
+        out += [g[k::workers] for k in range(min(workers, len(g)))] if len(g) > 1 else [g]
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def sweep_passes(workers: int = NODE["gpus"]) -> list[dict]:
+    """Per ``run_rows`` call of notebooks 03-07 (:data:`NOTEBOOK_CALLS`): the new runs it trains, their
+    batch streams (``nearid.group``) and the passes over the token store ``workers`` sweep processes
+    make of them (:func:`split_for_workers`), as heads per pass."""
     from nearid_lib.config import get_profile, profile_to_dict, with_overrides
     from nearid_lib.nearid import ablations as A
     from nearid_lib.nearid.group import groups_of
@@ -136,7 +147,8 @@ def sweep_passes() -> list[dict]:
                         new[k] = c
             done |= set(new)
             groups = groups_of(list(new.values()))
-            out.append({"notebook": nb, "rows": kind, "runs": len(new), "heads_per_pass": [len(g) for g in groups]})
+            out.append({"notebook": nb, "rows": kind, "runs": len(new), "streams": len(groups),
+                        "heads_per_pass": [len(p) for p in split_for_workers(groups, workers)]})
     return out
 
 
@@ -178,8 +190,9 @@ def rows(inp: dict) -> list[Row]:
     store_gb = grids * rb / 1e9
     write_h = store_gb / NODE["write_GBps"] / 3600
     pf = suite_entry(inp, "prefill")
-    rate, src = ((pf["grids_per_s"], _measured(pf, f"{pf['grids_per_s']:.0f} grids/s per GPU, decoding in DataLoader "
-                                                     f"workers and int8 writes included"))
+    rate, src = ((pf.get("grids_per_s_steady") or pf["grids_per_s"],
+                  _measured(pf, f"{pf.get('grids_per_s_steady') or pf['grids_per_s']:.0f} grids/s per GPU in the steady "
+                                f"state, decoding in DataLoader workers and int8 writes included"))
                  if pf else (sc["backbone"]["full_img_per_s"], f"**projected**: so400m at "
                              f"{sc['backbone']['full_img_per_s']:.0f} img/s measured on {scale_basis}, decoding "
                              f"assumed hidden by the DataLoader workers"))
@@ -309,13 +322,16 @@ def render(inp: dict) -> str:
         L.append(f"| {r.step} | {r.command} | {_h(r.wall_h, r.bound)} | {gh} | "
                  f"{f'{r.written_gb:,.0f} GB' if r.written_gb else '-'} | {f'{r.read_tb:.1f} TB' if r.read_tb else '-'} | "
                  f"{how} |")
-    n_pass = sum(len(p["heads_per_pass"]) for p in sweep_passes())
+    sp = sweep_passes()
+    n_pass, n_stream = sum(len(p["heads_per_pass"]) for p in sp), sum(p["streams"] for p in sp)
     L += ["", f"Node assumed: {NODE['gpus']} x {NODE['gpu']}, local disk reading {NODE['read_GBps']:g} GB/s and writing "
           f"{NODE['write_GBps']:g} GB/s (no node's disk was measured). At the lent H100 machine's measured "
           f"{s['read_cold_GBps']:.2f} GB/s cold reads and {s['write_GBps']:.2f} GB/s writes the same run takes about "
-          f"{slow_h:.0f} h. The head trainings are counted as notebooks 03-07 make them: each `run_rows` call trains "
-          f"its new runs grouped by batch stream, {n_pass} passes in all (`sweep_plan.md`'s 18 assume one pass per "
-          f"stream across all notebooks).", ""]
+          f"{slow_h:.0f} h. The head trainings are counted as notebooks 03-07 make them: each `run_rows` call groups its "
+          f"new runs by batch stream ({n_stream} streams in all) and `nearid.sweep.train_grouped` splits every group "
+          f"over the node's {NODE['gpus']} worker processes, so the store is read in {n_pass} passes "
+          f"(`sweep_plan.md`'s 18 streams assume one pass per stream across all notebooks). Reads served by the "
+          f"page cache of a node whose memory holds the store are not counted on.", ""]
     todo = [r.step for r in rs if r.status == "projected" and r.step in SUITE_FEEDS]
     if todo:
         L += ["The first GPU run of `benchmarks/gpu_suite.py` (`benchmarks/README.md`, \"On the lent GPU\") replaces "

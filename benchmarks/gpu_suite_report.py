@@ -27,7 +27,8 @@ def headline(e: dict) -> str:
                 + (f"; OOM at batch {ooms[0]}" if ooms else "") + f"; replicas per GPU: {_f(r.get('replicas_per_gpu'))}")
     if n == "prefill":
         st = r.get("store_int8", {})
-        return (f"**{_f(r.get('grids_per_s'), 0)} grids/s** (backbone alone {_f(r.get('backbone_img_per_s'), 0)} img/s), "
+        return (f"**{_f(r.get('grids_per_s_steady'), 0)} grids/s** in the steady state ({_f(r.get('grids_per_s'), 0)} over "
+                f"the call; backbone alone {_f(r.get('backbone_img_per_s'), 0)} img/s), "
                 f"store {_f(r.get('store_GBps_during_prefill'))} GB/s during the prefill; int8 store alone: write "
                 f"{_f(st.get('write_GBps'))} GB/s, cold read {_f(st.get('read_cold_GBps'))} GB/s")
     if n == "head_group":

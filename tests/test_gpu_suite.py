@@ -153,6 +153,7 @@ def test_cost_table_rows_without_a_suite_run_are_projected():
     assert by["prefill"].written_gb > 400 and by["prefill"].wall_h >= by["prefill"].compute_h
     # the sweep reads one 1.85 TB pass per batch stream the notebooks train
     n_pass = sum(len(p["heads_per_pass"]) for p in cost_table.sweep_passes() if p["notebook"] != "03_train_nearid")
+    assert n_pass > 0
     assert by["sweep"].read_tb == pytest.approx(n_pass * 3350 * 656 * 842_724 / 1e12, rel=0.01)
 
 
@@ -179,6 +180,18 @@ def test_the_notebooks_make_the_run_rows_calls_the_table_counts():
         assert src.count("run_rows(") == len(calls), nb
         for (kind,) in calls:
             assert marker[kind] in src, (nb, kind)
+
+
+def test_passes_split_groups_as_the_sweep_does():
+    # the library's split (nearid.sweep.train_grouped), which split_for_workers mirrors
+    src = (ROOT / "nearid_lib" / "nearid" / "sweep.py").read_text()
+    assert "parts = [g[k::workers] for g in groups for k in range(min(workers, len(g)))]" in src
+    assert "groups = [[todo[i] for i in g] for g in groups_of(todo) if len(g) > 1]" in src
+    assert cost_table.split_for_workers([[0, 1, 2], [3], [4, 5, 6, 7, 8]], 2) == [[0, 2], [1], [3], [4, 6, 8], [5, 7]]
+    assert cost_table.split_for_workers([list(range(12))], 8)[0] == [0, 8]
+    # one worker: one pass per stream, the sweep plan's count
+    assert sum(len(p["heads_per_pass"]) for p in cost_table.sweep_passes(1)) == sum(
+        p["streams"] for p in cost_table.sweep_passes(1))
 
 
 def test_the_notebooks_train_every_run_of_the_sweep_plan_once():
