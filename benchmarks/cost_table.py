@@ -205,7 +205,8 @@ def rows(inp: dict) -> list[Row]:
     # head trainings: notebook 03 (train) and 04-07 (sweep)
     hg = suite_entry(inp, "head_group")
     if hg:
-        pts = sorted((g["heads"], g["step_s"]) for g in hg["groups"])
+        mp = hg["groups"][0].get("autocast")             # the profile's precision: the first measured
+        pts = sorted((g["heads"], g["step_s"]) for g in hg["groups"] if g.get("autocast") == mp)
         head_src = _measured(hg, "grouped head step " + ", ".join(f"{k} head(s) {s * 1e3:.0f} ms" for k, s in pts))
     else:
         one = next(s["fast_s"] for s in sc["head"]["steps"] if s["shape"][0] == 656)
@@ -267,27 +268,39 @@ def _interp(pts: list[tuple[int, float]], k: int) -> float:
 
 
 def _fpr(inp: dict) -> Row:
-    """FPR generation: the five methods' images, DreamBooth's training and class images."""
+    """FPR generation: the five methods' images, DreamBooth's training and class images, each part
+    from its suite entry when it ran, else from ``bench_fpr_generation_cpu.json``'s FLOP projection."""
     n_img = FPR["subjects"] * FPR["images_per_subject"]
     n_cls = FPR["class_images"] * FPR["datasets"]
     G = NODE["gpus"]
-    ents = {k: suite_entry(inp, k) for k in ("ip_adapter", "ip_adapter_plus", "flux_kontext", "diptych",
-                                             "dreambooth_infer", "dreambooth_train_full")}
+    proj = {r["method"]: r["gpu_hours_H100-SXM"] for r in inp["fpr"]["projected"]}
+    parts = {}                           # part -> (H100-hours, the suite entry that measured it or None)
+    for m in ("ip_adapter", "ip_adapter_plus", "flux_kontext", "diptych", "dreambooth"):
+        e = suite_entry(inp, "dreambooth_infer" if m == "dreambooth" else m)
+        parts[m] = (e["s_per_image"] * n_img / 3600, e) if e else (proj[m], None)
+    e = suite_entry(inp, "dreambooth_train_full")
+    parts["dreambooth training"] = ((e["s_per_subject"] * FPR["subjects"] / 3600, e) if e else
+                                    (proj["dreambooth (training, per subject)"], None))
+    e = suite_entry(inp, "dreambooth_infer")
+    parts["class images"] = (((e["s_rest"] + FPR["class_steps"] * e["s_per_step"]) * n_cls / 3600, e) if e else
+                             (proj["dreambooth (class images, per dataset)"], None))
+    h = sum(v for v, _ in parts.values())
+    meas = [k for k, (_, e) in parts.items() if e]
     what = f"{n_img} images per method, DreamBooth on {FPR['subjects']} subjects, {n_cls} class images"
-    if all(ents.values()):
-        inf = ents["dreambooth_infer"]
-        h = (sum(ents[k]["s_per_image"] for k in ("ip_adapter", "ip_adapter_plus", "flux_kontext", "diptych",
-                                                  "dreambooth_infer")) * n_img
-             + ents["dreambooth_train_full"]["s_per_subject"] * FPR["subjects"]
-             + (inf["s_rest"] + FPR["class_steps"] * inf["s_per_step"]) * n_cls) / 3600
-        return Row("FPR generation", "`torchrun -m nearid_lib.fpr.generation`", h / G, G, n_img * 5 * 1.5e-3,
-                   status=_measured(ents["dreambooth_train_full"], "s an image of each method at its paper steps, s a DreamBooth step (full)"),
-                   basis=f"{what}; {h:.1f} GPU-h dealt per subject over {G} GPUs (model loads not counted)")
-    f = inp["fpr"]
-    h = sum(r["gpu_hours_H100-SXM"] for r in f["projected"])
-    return Row("FPR generation", "`torchrun -m nearid_lib.fpr.generation`", h / G, G, n_img * 5 * 1.5e-3, basis=(
-        f"{what}: {h:.1f} H100-hours from counted denoiser FLOPs at an assumed 40% of the bf16 peak "
-        f"(`bench_fpr_generation_cpu.md`; SD-1.5 ran at 24 TFLOP/s on an H100, so small denoisers may take longer)"))
+    flops = ("from counted denoiser FLOPs at an assumed 40% of the bf16 peak (`bench_fpr_generation_cpu.md`; SD-1.5 "
+             "ran at 24 TFLOP/s on an H100, so small denoisers may take longer)")
+    basis = (f"{what}: {h:.1f} H100-hours ("
+             + ", ".join(f"{k} {v:.1f}" for k, (v, _) in parts.items()) + f"), dealt per subject over {G} GPUs"
+             + (f"; {', '.join(k for k in parts if k not in meas)} {flops}" if 0 < len(meas) < len(parts) else
+                f"; {flops}" if not meas else "")
+             + ("; model loads not counted" if meas else ""))
+    status = "projected"
+    if meas:
+        first = next(e for _, e in parts.values() if e)
+        status = _measured(first, ("s an image of each method at its paper steps and s a DreamBooth step (full)"
+                                   if len(meas) == len(parts) else "part of it: " + ", ".join(meas)))
+    return Row("FPR generation", "`torchrun -m nearid_lib.fpr.generation`", h / G, G, n_img * 5 * 1.5e-3,
+               status=status, basis=basis)
 
 
 # ----------------------------------------------------------------------------- the table
@@ -336,7 +349,8 @@ def render(inp: dict) -> str:
     if todo:
         L += ["The first GPU run of `benchmarks/gpu_suite.py` (`benchmarks/README.md`, \"On the lent GPU\") replaces "
               "the projected " + ", ".join(f"{t} ({SUITE_FEEDS[t]})" for t in todo) + " rows with its measurements "
-              "(an entry that fails or is skipped leaves its row projected); download stays unprojected and the "
+              "(an entry that fails or is skipped leaves its row, or its part of FPR generation, projected); download "
+              "stays unprojected and the "
               "notebooks row a lower bound.", ""]
     L.append(END)
     return "\n".join(L)

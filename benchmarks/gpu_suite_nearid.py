@@ -117,8 +117,9 @@ def head_group(ctx: Ctx) -> dict:
     """``nearid.group.train_group``'s step at paper geometry: the step's inputs prepared once
     (``batch_inputs``: role-aware masking, token crops; tokens from memory), then each of k heads
     takes its own ``loss_step`` (forward, loss, backward, AdamW, schedule) under the profile's
-    autocast. k = 1, 4, 12 (tiny: 1, 2): the heads are the paper's 12-head batch stream (Tables
-    1/3/8/9: the main head, SigLIP, Circle, cohesion, every alpha and beta), each with its own loss."""
+    autocast (fp16), and the largest group once more under bf16. k = 1, 4, 12 (tiny: 1, 2): the heads
+    are the paper's 12-head batch stream (Tables 1/3/8/9: the main head, SigLIP, Circle, cohesion,
+    every alpha and beta), each with its own loss."""
     from bench_sweep_plan import suite
     from nearid_lib.config import with_overrides
     from nearid_lib.nearid.group import groups_of
@@ -137,10 +138,15 @@ def head_group(ctx: Ctx) -> dict:
     rows = paper_rows(B)
     feats = _Tokens(n_tok, dim, 7 * B, ctx.dev)           # at most 1 + 2 + 4 slots a row
     warm, reps = (1, 1) if ctx.tiny else (2, 5)
+    ks = (1, 2) if ctx.tiny else (1, 4, 12)
+    profile_mp = cfgs[0].train.mixed_precision
+    # the profile's autocast for every k; bf16 too (the issue's question) for the largest group
+    plan = [(k, profile_mp) for k in ks] + ([(ks[-1], "bf16")] if profile_mp != "bf16" else [])
     out = []
-    for k in ((1, 2) if ctx.tiny else (1, 4, 12)):
+    for k, mp in plan:
         members = []
         for c in cfgs[:k]:
+            c = with_overrides(c, {"train.mixed_precision": mp})
             head = build_head(c, dim).to(ctx.dev)
             lp = make_loss_parameters(c.train.loss, c).to(ctx.dev)
             opt = torch.optim.AdamW(list(head.parameters()) + list(lp.parameters()), lr=c.train.lr,
@@ -157,14 +163,15 @@ def head_group(ctx: Ctx) -> dict:
                 prep.append(t_prep)
                 steps.append(t_step)
         s = statistics.median(steps)
-        out.append({"heads": k, "step_s": s, "per_head_step_s": s / k, "prepare_s": statistics.median(prep),
-                    "peak_mem_gb": peak_gb(ctx.dev), "slots": int(x.tok.shape[0])})
+        out.append({"heads": k, "autocast": mp if ctx.cuda or mp == "bf16" else "off", "step_s": s,
+                    "per_head_step_s": s / k, "prepare_s": statistics.median(prep), "peak_mem_gb": peak_gb(ctx.dev),
+                    "slots": int(x.tok.shape[0])})
         del members, x
     return {"stands_for": "the sweep's head steps (notebooks 03-07): 3,350 steps per batch stream, every head of "
                           "the stream stepping on the same tokens",
             "sizes": {"tokens": [n_tok, dim], "rows": B, "head": {"num_heads": cfgs[0].head.num_heads,
                       "mlp_ratio": cfgs[0].head.mlp_ratio, "out_dim": cfgs[0].head.out_dim},
-                      "autocast": cfgs[0].train.mixed_precision if ctx.cuda else "off (CPU)",
+                      "autocast": f"{profile_mp} (the profile's; bf16 beside it)" if ctx.cuda else "off (CPU)",
                       "heads_of_the_stream": names},
             "groups": out}
 

@@ -32,8 +32,9 @@ def headline(e: dict) -> str:
                 f"store {_f(r.get('store_GBps_during_prefill'))} GB/s during the prefill; int8 store alone: write "
                 f"{_f(st.get('write_GBps'))} GB/s, cold read {_f(st.get('read_cold_GBps'))} GB/s")
     if n == "head_group":
-        return "; ".join(f"{g['heads']} head(s): {_f(g['step_s'] * 1e3, 1)} ms a step ({_f(g['per_head_step_s'] * 1e3, 1)} "
-                         f"ms a head), peak {_f(g['peak_mem_gb'])} GB" for g in r.get("groups", []))
+        return "; ".join(f"{g['heads']} head(s), {g.get('autocast')}: {_f(g['step_s'] * 1e3, 1)} ms a step "
+                         f"({_f(g['per_head_step_s'] * 1e3, 1)} ms a head), peak {_f(g['peak_mem_gb'])} GB"
+                         for g in r.get("groups", []))
     if n == "curation":
         return (f"**{_f(r.get('identities_per_s'))} identities/s**, masks {_f(r.get('masks_per_s'), 1)}/s, PNG writes "
                 f"{_f(r.get('view_png_writes_per_s'), 0)}/s (views), {_f(r.get('mask_png_writes_per_s'), 0)}/s (masks); "

@@ -69,7 +69,8 @@ def test_tiny_suite_runs_every_entry_with_its_sizes(tiny_run):
     # the judge saw two 64 px views: (64 / 32)^2 merged patches each
     assert sizes["judge"]["image_tokens"] == 2 * 4
     assert [b["batch"] for b in r["judge"]["batches"]] == [1, 2]
-    assert [g["heads"] for g in r["head_group"]["groups"]] == [1, 2]
+    # the profile's autocast (off on a CPU) for 1 and 2 heads, then bf16 for the largest group
+    assert [(g["heads"], g["autocast"]) for g in r["head_group"]["groups"]] == [(1, "off"), (2, "off"), (2, "bf16")]
     for k in ("flux_kontext", "diptych", "dreambooth_infer", "ip_adapter", "ip_adapter_plus"):
         x = r[k]
         assert x["s_per_image"] == x["s_rest"] + x["paper_steps"] * x["s_per_step"] and x["s_per_image"] > 0
@@ -138,6 +139,12 @@ def test_cost_table_takes_its_rows_from_a_gpu_suite_run(tiny_run, tmp_path):
         cost_table.judge_pairs() / (G * jd["pairs_per_s_at_250_tokens"] * max(1, jd["replicas_per_gpu"] or 1)) / 3600)
     assert rows["curate"].wall_h == pytest.approx(19_386 / (G * r["curation"]["identities_per_s"]) / 3600)
     assert rows["curate"].written_gb == pytest.approx(r["curation"]["bytes_per_identity"] * 19_386 / 1e9)
+    # FPR: the measured parts by their entries, the rest projected
+    del res["entries"][[e["name"] for e in res["entries"]].index("ip_adapter")]
+    (tmp_path / "gpu_suite_cuda.json").write_text(json.dumps(res))
+    fpr = {r.step: r for r in cost_table.rows(cost_table.load(tmp_path))}["FPR generation"]
+    assert fpr.status.startswith("**measured**") and "part of it: ip_adapter_plus, flux_kontext" in fpr.status
+    assert fpr.basis.count("from counted denoiser FLOPs") == 1 and "; ip_adapter from counted" in fpr.basis
     # the rows not fed by the suite keep their basis
     assert rows["download"].status == "not projected" and rows["notebooks"].bound == ">="
     assert "measured by the GPU suite (" in cost_table.render(inp)
