@@ -178,11 +178,11 @@ def rows(inp: dict) -> list[Row]:
         wall = n_ids / (G * cu["identities_per_s"]) / 3600
         out.append(Row("curate", "`make curate`", wall, G, cu["bytes_per_identity"] * n_ids / 1e9, status=_measured(
             cu, f"{cu['identities_per_s']:.2f} identities/s on one GPU with {cu['sizes']['io_threads']} threads "
-                 f"(CLIPSeg {cu['masks_per_s']:.0f} masks/s); 8 ranks scale if the node has "
+                 f"(CLIPSeg {cu['masks_per_s']:.0f} masks/s); {G} ranks scale if the node has "
                  f"{G * cu['sizes']['io_threads']} cores; bytes: synthetic photo crops, not the release's images")))
     else:
         out.append(Row("curate", "`make curate`", ISSUE37["curate_serial_h"] / G, G,
-                       (n_img * 512 * 512 * 3 + PAPER["images_total"] * 512 * 512) / 1e9, bound="", basis=(
+                       (n_img * 512 * 512 * 3 + PAPER["images_total"] * 512 * 512) / 1e9, basis=(
                            "issue 37's estimate of the serial loop (4-5 h on one GPU), split over 8 ranks; "
                            "disk: uncompressed 512 px views, masks and distractors (an upper bound)")))
     # prefill
@@ -192,7 +192,8 @@ def rows(inp: dict) -> list[Row]:
     pf = suite_entry(inp, "prefill")
     rate, src = ((pf.get("grids_per_s_steady") or pf["grids_per_s"],
                   _measured(pf, f"{pf.get('grids_per_s_steady') or pf['grids_per_s']:.0f} grids/s per GPU in the steady "
-                                f"state, decoding in DataLoader workers and int8 writes included"))
+                                f"state, decoding in {pf['sizes']['dataloader_workers']} DataLoader workers (a node with "
+                                f"{pf['sizes']['dataloader_workers'] + 1} cores a GPU) and int8 writes included"))
                  if pf else (sc["backbone"]["full_img_per_s"], f"**projected**: so400m at "
                              f"{sc['backbone']['full_img_per_s']:.0f} img/s measured on {scale_basis}, decoding "
                              f"assumed hidden by the DataLoader workers"))
