@@ -45,7 +45,7 @@ NEARID_WORKERS ?= 2
 export NEARID_WORKERS
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: reproduce notebooks test pytest lint-imports smoke dryrun-paper install lock lab clean clean-build help judge curate prefill
+.PHONY: reproduce notebooks test pytest lint-imports smoke dryrun-paper install lock lab clean clean-build help judge curate prefill gpu-wheels
 .DEFAULT_GOAL := help
 
 help:
@@ -55,6 +55,7 @@ help:
 	@echo "make install                         - create/refresh the virtual environment only"
 	@echo "make lock [LOCK_UPGRADE=1]           - rebuild scripts/requirements.lock from .venv (or newest versions)"
 	@echo "make lab                             - JupyterLab on the notebooks (jupytext-paired, repo kernel)"
+	@echo "make gpu-wheels                      - .whl/: the wheels benchmarks/gpu_suite.py needs on the lent GPU machine"
 	@echo "make $(NB_OUT)/NN_name.ipynb           - one notebook (and what it depends on)"
 
 # TORCH=cpu | cu128 | ... picks the torch build (the wheel index https://download.pytorch.org/whl/$(TORCH));
@@ -71,6 +72,10 @@ $(STAMP): pyproject.toml scripts/bootstrap.sh scripts/torchvision_cpu_fix.py scr
 
 # scripts/requirements.lock (what make install installs, hash-checked; NEARID_LOCK=0 skips it):
 # uv pip compile --generate-hashes pinned to the versions installed in $(VENV); LOCK_UPGRADE=1: newest.
+# The wheels the GPU suite needs on the lent GPU machine (benchmarks/README.md, "On the lent GPU").
+gpu-wheels:
+	PY=$(PY) bash scripts/gpu_wheels.sh
+
 lock:
 	PYTHON=$(PYTHON) bash scripts/lock.sh $(VENV)
 
