@@ -242,8 +242,9 @@ def evaluate_claim(spec: ClaimSpec, evidence: Mapping[str, Evidence], rng: np.ra
     points = {q: evidence[q].point() for q in set(qs) | {p.q for p in spec.preconditions if p.q in evidence}}
     for pre in spec.preconditions:
         if pre.q not in evidence or not pre.ok(points[pre.q]):
-            got = fmt(points[pre.q]) if pre.q in points else "no evidence"
-            why = (f"precondition {pre.q} {pre.op} {fmt(pre.threshold)} fails ({got})"
+            pfmt = _fmt_for([evidence[pre.q]]) if pre.q in evidence else fmt     # the precondition's own units
+            got = pfmt(points[pre.q]) if pre.q in points else "no evidence"
+            why = (f"precondition {pre.q} {pre.op} {pfmt(pre.threshold)} fails ({got})"
                    + (f": {pre.why}" if pre.why else ""))
             if spec.earlier:
                 # a precondition declared after a result: the interval is still computed, so the

@@ -407,6 +407,10 @@ def test_a_precondition_declared_after_a_result_keeps_the_verdict_it_replaced():
     assert first["verdict"] == "not testable" and "estimate" not in first and "earlier_verdicts" not in first
     ok = C.evaluate_claim(later, {**ev, "head": C.Evidence("mean:x", z.assign(x=0.95))}, make_rng(0, "r"), n_boot=200)
     assert ok["verdict"] == "holds" and ok["earlier_verdicts"].endswith("-> holds")
+    # a precondition is printed in its own quantity's units (an SSR in percent beside an M-H claim)
+    ssr = C.Evidence("ssr", pd.DataFrame({"unit": list("abcd"), "success": [1.0, 1.0, 0.0, 1.0]}))
+    pct = C.evaluate_claim(later, {**ev, "head": ssr}, make_rng(0, "r"), n_boot=50)
+    assert pct["detail"].startswith("precondition head >= 90.0% fails (75.0%)")
 
 
 def test_own_questions_and_truths_by_construction_are_written_per_profile():
