@@ -72,8 +72,9 @@ def _mini() -> Profile:
         # calibrated on the frozen encoder, val split only (150 identities), before any head was
         # trained on it, keeping NearID's protocol: every positive view in a scene of its own
         # (shared_scene_p = 0, Sec. 3.4). benchmarks/calibrate_world.py, lever P4 (docs/mini.md
-        # "Calibration"): backgrounds out of focus and at 30% of their contrast, objects 80-95% of the
-        # frame, less pose and lighting change. MTG: 141 train pairs (with the 4x repeat, in the
+        # "Calibration"): backgrounds out of focus (bg_blur), objects 80-95% of the frame, less pose
+        # and lighting change, backgrounds at 25% of their contrast (bg_salience 0.25; P4 had 30%,
+        # the recalibration below took 25%). MTG: 141 train pairs (with the 4x repeat, in the
         # paper's proportion to the NearID identities), 38 val, 201 test (SSR steps of 0.5 points).
         # The graded set (ID-Sim's Subjects2k / DreamBench++ analogue) has 16 edit-grid anchors of
         # its own. FPR galleries hold near-duplicates (20%) for the curated sampling rule to drop.
