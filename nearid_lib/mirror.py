@@ -182,7 +182,10 @@ Runner = Callable[..., Any]
 
 
 def git_head(where: str | os.PathLike, run: Runner = subprocess.run) -> str | None:
-    """The commit checked out in ``where`` (None: not a git clone, or nothing checked out)."""
+    """The commit checked out in ``where`` (None: not a git clone -- a folder inside another clone
+    is not one -- or nothing checked out)."""
+    if not (Path(where) / ".git").exists():
+        return None
     try:
         r = run(["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
         return r.stdout.strip() or None

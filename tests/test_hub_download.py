@@ -210,6 +210,9 @@ def test_authors_clone_at_its_commit_and_moved_when_it_differs(tmp_path):
                  log=lines.append)
     assert "kept" in lines[-1] and not any("fetch" in a for a in seen[n:])   # at its commit: nothing fetched
     assert hub.GIT_COMMITS["Gorluxor/NearID"].startswith("a01532e")
+    # a folder inside another clone (the authors' files copied by hand under a checkout) is no clone
+    (src / "copied").mkdir()
+    assert mirror.git_head(src / "copied") is None and mirror.git_head(src) == heads[1]
 
 
 def test_record_a_hand_download(tmp_path, capsys):

@@ -57,7 +57,8 @@ PAPER_REPOS: tuple[tuple[str, str, str], ...] = (
     ("openai/clip-vit-base-patch32", "model", "FPR general encoder"),
     ("facebook/dinov2-large", "model", "DINOv2 baseline rows, ID-Sim backbone row"),
     ("facebook/dinov2-base", "model", "FPR general encoder"),
-    ("CIDAS/clipseg-rd64-refined", "model", "object masks of the released NearID views (not released)"),
+    ("CIDAS/clipseg-rd64-refined", "model", "masks of the NearID views the release ships none for (the earlier "
+     "card: all; never loaded when every view has its released mask)"),
     ("Qwen/Qwen3-VL-30B-A3B-Instruct", "model", "VLM judge rows (NearID Table 1, ID-Sim Table 2a)"),
     ("facebook/sam-vit-huge", "model", "PerSAM (ID-Sim Table 2c; the table is skipped in paper, see README)"),
     ("chaenayo/Subjects2k", "dataset", "ID-Sim Subjects2k (Fig. 25, Tables 2a/2b)"),
