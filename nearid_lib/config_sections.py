@@ -80,9 +80,12 @@ class WorldConfig:
         "SDXL_1024",
     )
     mtg_repo: str = "abdo-eldesokey/mtg-dataset"
-    # released data only: the model that computes the object masks the release does not ship
-    # (nearid_lib.data.masks), and a folder holding the authors' split files (val.json / test.json,
-    # row indices); None = the deterministic split rule (nearid_lib.data.released.assign_splits)
+    # released data only: how the release's own foreground masks (masks1..3 of today's card) become
+    # a view's foreground ("authors": their clean-up then > 0; "binary": > 0; "clipseg": ignore them,
+    # nearid_lib.data.released_masks); the model that masks a view the release has no mask for
+    # (nearid_lib.data.masks; loaded only then), and a folder holding the authors' split files
+    # (val.json / test.json, row indices); None = the deterministic split rule (data.splits)
+    released_masks: str = "authors"
     mask_model: str = "CIDAS/clipseg-rd64-refined"
     split_dir: str | None = None
 

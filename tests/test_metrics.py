@@ -281,8 +281,12 @@ def test_mtg_metrics_oracle_pairing_and_ssr():
           np.corrcoef(s["12p"], o2)[0, 1], np.corrcoef(s["21p"], o1)[0, 1]]
     assert r["m_o"] == pytest.approx(np.tanh(np.mean(np.arctanh(rs))))
     assert r["m_opair"] == pytest.approx(np.tanh(np.mean(np.arctanh(rs[:2]))))
-    with pytest.raises(ValueError, match="oracle outside"):
+    with pytest.raises(ValueError, match="oracle above 1"):
         M.mtg_metrics(s11p, s22p, s12p, s21p, s12, o1 + 1, o2)
+    # a negative oracle (a part mask larger than its object: the paper's formula as written) is a value
+    neg = o1.copy()
+    neg[0] = -0.25
+    assert np.isfinite(M.mtg_metrics(s11p, s22p, s12p, s21p, s12, neg, o2)["m_o"])
 
 
 def test_mtg_ssr_pa_hand():
