@@ -42,8 +42,11 @@ def release_why() -> str | None:
 
 def same_tower(a, b) -> bool:
     """Whether two SigLIP towers hold the same weights once ``a``'s are cast to ``b``'s dtype (the
-    released tower against the profile's frozen backbone)."""
-    sa, sb = a.state_dict(), b.state_dict()
+    released tower against the profile's frozen backbone), their MAP heads aside (the trained part)."""
+    def tower(m):
+        return {k: v for k, v in m.state_dict().items() if not (k.startswith("head.") or ".head." in k)}
+
+    sa, sb = tower(a), tower(b)
     if sa.keys() != sb.keys():
         return False
     return all(sa[k].shape == sb[k].shape and torch.equal(sa[k].to(device=sb[k].device, dtype=sb[k].dtype), sb[k])
@@ -54,6 +57,15 @@ def _flips(a: np.ndarray, b: np.ndarray) -> tuple[int, int]:
     """(trials valid on both sides, trials whose win/lose decision differs) of two margin arrays."""
     both = np.isfinite(a) & np.isfinite(b)
     return int(both.sum()), int(((a > 0) != (b > 0))[both].sum())
+
+
+def _all_won(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per MTG pair: 1.0 when every existing margin of (a, b) is > 0, 0.0 when one is not, NaN
+    without any (SSR's rule, :func:`~nearid_lib.metrics.mtg_ssr_pa`)."""
+    m = np.stack([a, b], axis=1)
+    valid = np.isfinite(m)
+    ok = np.where(valid, m > 0, True).all(axis=1)
+    return np.where(valid.any(axis=1), ok.astype(float), np.nan)
 
 
 def decision_diff(ref: EncoderResult, other: EncoderResult) -> pd.DataFrame:
@@ -84,11 +96,12 @@ def decision_diff(ref: EncoderResult, other: EncoderResult) -> pd.DataFrame:
             m = [np.asarray(x["s_1_2"]) - np.asarray(x[k]) for x in (sc, sc2) for k in ("s_1_1p", "s_2_2p")]
             n1, d1 = _flips(m[0], m[2])
             n2, d2 = _flips(m[1], m[3])
-            won = [((a > 0) & (b > 0)) for a, b in ((m[0], m[1]), (m[2], m[3]))]
+            won = [_all_won(a, b) for a, b in ((m[0], m[1]), (m[2], m[3]))]
+            ok = np.isfinite(won[0]) & np.isfinite(won[1])
             mt, mt2 = ref.mtg.get(v) or {}, other.mtg.get(v) or {}
             rows.append({"variant": v, "benchmark": "mtg", "source": "MTG", "n_trials": n1 + n2,
-                         "trials_differ": d1 + d2, "n_units": int(len(won[0])),
-                         "units_differ": int((won[0] != won[1]).sum()),
+                         "trials_differ": d1 + d2, "n_units": int(ok.sum()),
+                         "units_differ": int((won[0] != won[1])[ok].sum()),
                          "ssr_ref": 100 * mt.get("ssr", np.nan), "ssr_other": 100 * mt2.get("ssr", np.nan),
                          "pa_ref": 100 * mt.get("pa", np.nan), "pa_other": 100 * mt2.get("pa", np.nan)})
     return pd.DataFrame(rows)

@@ -20,7 +20,7 @@ import torch
 
 from .. import hub
 from ..data.groups import group_items
-from ..features import FeatureStore, apply_variant, dataset_refs, dataset_scope, embed
+from ..features import FeatureStore, dataset_refs, dataset_scope, embed
 from ..models import RANDOM_INIT, NearIDEncoder, load_backbone, load_encoder, resolve_name, split_weights
 from ..models.registry import RELEASE_REPO
 from ..paths import cache_dir, checkpoint_dir
@@ -29,7 +29,7 @@ from .evaluate import embed_split, nearid_bench
 from ..judge.plan import JUDGE_MODELS, judge_gate
 from .judges import judge_answers_dir, judge_encoder, judge_encoders, judge_models, judge_name
 from .pair_encoder import CosinePairScorer, PairBenchEncoder
-from .pairs import mtg_pairs
+from .pairs import mtg_from_scores, mtg_pairs
 from .release import RELEASE_FLOAT, RELEASE_INT8, release_why, same_tower
 
 if TYPE_CHECKING:
