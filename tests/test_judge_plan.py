@@ -180,3 +180,38 @@ def test_unscored_rows_keep_the_paper_rows_with_their_reason():
     assert t7 == {"VSM": VSM_WHY, "Qwen3-VL 4B": "not asked"}
     paper7 = pd.read_csv(Path(__file__).resolve().parent.parent / "paper_values" / "nearid_table7_fg_only.csv")
     assert set(t7) <= set(paper7["method"])
+
+
+# ------------------------------------------------------------------ the released weights, two ways
+def test_decision_diff_counts_the_decisions_two_scorings_disagree_on():
+    """Float forward vs int8 store of one model (``04_release_precision``): trials whose win/lose
+    differs, identities (MTG pairs) whose SSR outcome differs, counted on hand-built cases."""
+    from nearid_lib.nearid.evaluate import EncoderResult, nearid_bench
+    from nearid_lib.nearid.release import decision_diff
+
+    from _nearid_cases import A, B, _split
+
+    moved = [list(r) for r in B]
+    moved[0][1] = 90.0            # identity 0: view 1's distractor moves from 5 deg off its view to far
+    nb_ref = nearid_bench(_split({"A": A, "B": B}), ["A"], per_identity=True)
+    nb_oth = nearid_bench(_split({"A": A, "B": moved}), ["A"], per_identity=True)
+    nan = np.nan
+    sc_ref = {"s_1_2": np.array([.8, .8, .5]), "s_1_1p": np.array([.7, .9, .4]), "s_2_2p": np.array([.6, .1, nan])}
+    sc_oth = {**sc_ref, "s_1_1p": np.array([.7, .7, .4])}     # pair 1's first margin turns positive
+    ref = EncoderResult("nearid-release", "float", nearid={"full": nb_ref}, mtg={"full": {"ssr": 1 / 3, "pa": .6}},
+                        mtg_scores={"full": sc_ref})
+    oth = EncoderResult("nearid-release-int8", "int8", nearid={"full": nb_oth}, mtg={"full": {"ssr": 2 / 3, "pa": .8}},
+                        mtg_scores={"full": sc_oth})
+    d = decision_diff(ref, oth).set_index("source")
+    # the moved distractor enters two trials of identity 0 (pair 0-1 anchored on 1, pair 1-2 anchored
+    # on 1): both lost, now won; identity 0 then wins every trial: its SSR outcome flips
+    assert (d.loc["B", "trials_differ"], d.loc["B", "units_differ"]) == (2, 1)
+    assert d.loc["B", "n_trials"] == 16 and d.loc["B", "n_units"] == 4
+    assert (d.loc["A", "trials_differ"], d.loc["A", "units_differ"]) == (0, 0)
+    assert d.loc["B", "ssr_other"] - d.loc["B", "ssr_ref"] == pytest.approx(25.0)
+    # MTG: 5 trials valid on both sides (pair 2 has one), one flips, pair 1 now wins both
+    assert (d.loc["MTG", "n_trials"], d.loc["MTG", "trials_differ"]) == (5, 1)
+    assert (d.loc["MTG", "n_units"], d.loc["MTG", "units_differ"]) == (3, 1)
+    with pytest.raises(ValueError, match="per-identity margins"):
+        decision_diff(EncoderResult("a", "a", nearid={"full": nearid_bench(_split({"A": A}), ["A"])}),
+                      EncoderResult("b", "b", nearid={"full": nearid_bench(_split({"A": A}), ["A"])}))
