@@ -156,6 +156,9 @@ def test_batches_go_to_the_judging_ranks_only():
     got = {r: _share(items, r, 4, (0, 2)) for r in range(4)}
     assert got == {0: [0, 1, 2, 3], 1: [], 2: [4, 5, 6], 3: []}
     assert sorted(sum(got.values(), [])) == items
+    # one process (a notebook) judges everything, whatever the plan for a launch says
+    assert _share(items, 0, 1, (0, 2, 4, 6)) == items
+    assert _share(items, 0, 2, (0, 2)) == items and _share(items, 1, 2, (0, 2)) == []
 
 
 # ------------------------------------------------------------------ rows that cannot be scored
@@ -166,8 +169,8 @@ def test_unscored_rows_keep_the_paper_rows_with_their_reason():
                        "nearid_ssr": [30.0], "dbpp_mh": [0.5]})
     rows = gated_rows({"vlm": "no VLM judge configured (eval.vlm_judge=none)", "nearid-release": "",
                        "vlm-8b": "not in the mirror"}, "row")
-    assert rows == {"VSM*": VSM_WHY, "Qwen3VL30B": "no VLM judge configured (eval.vlm_judge=none)",
-                    "Qwen3VL8B": "not in the mirror"}
+    # Table 7's smaller scales are no rows of the paper's Table 1
+    assert rows == {"VSM*": VSM_WHY, "Qwen3VL30B": "no VLM judge configured (eval.vlm_judge=none)"}
     out = unscored_rows(t1, "row", rows, "paper", values={"VSM*": {"dbpp_mh": 0.19}}).set_index("row")
     assert out.loc["SigLIP2", "why_empty"] == "" and out.loc["SigLIP2", "nearid_ssr"] == 30.0
     assert out.loc["VSM*", "ours_label"] == NOT_COMPUTED + VSM_WHY and "no public code" in out.loc["VSM*", "why_empty"]
@@ -215,3 +218,25 @@ def test_decision_diff_counts_the_decisions_two_scorings_disagree_on():
     with pytest.raises(ValueError, match="per-identity margins"):
         decision_diff(EncoderResult("a", "a", nearid={"full": nearid_bench(_split({"A": A}), ["A"])}),
                       EncoderResult("b", "b", nearid={"full": nearid_bench(_split({"A": A}), ["A"])}))
+
+
+def test_judge_table_lists_every_judge_with_its_status_plan_and_cost():
+    from types import SimpleNamespace
+
+    from nearid_lib.nearid.evaluate import EncoderResult
+    from nearid_lib.nearid.judges import judge_table
+    from nearid_lib.nearid.scorers import BenchEncoders
+
+    cfg = get_profile("smoke", overrides={"eval.vlm_judge": "tiny"})
+    encs = BenchEncoders([SimpleNamespace(name="vlm", kind="pairs", model="tiny")],
+                         gated={"vlm-8b": "Qwen/Qwen3-VL-8B-Instruct is not in the mirror"})
+    res = [EncoderResult("vlm", "tiny judge", coverage={"coverage": 0.5, "n_judged": 10}, seconds={"total": 2.0})]
+    t = judge_table(cfg, encs, res).set_index("model")
+    assert list(t.index) == ["tiny", *JUDGE_MODELS]
+    assert t.loc["tiny", "status"] == "scored" and t.loc["tiny", "coverage"] == 0.5 and t.loc["tiny", "n_judged"] == 10
+    assert t.loc["Qwen/Qwen3-VL-8B-Instruct", "status"] == "gated"
+    assert "not in the mirror" in t.loc["Qwen/Qwen3-VL-8B-Instruct", "why"]
+    assert t.loc["Qwen/Qwen3-VL-30B-A3B-Instruct", "status"] == "gated"      # the tiny judge is not the 30B
+    assert t.loc["Qwen/Qwen3-VL-30B-A3B-Instruct", "projected_gpu_seconds_per_1000_pairs"] == 450.0
+    assert t.loc["Qwen/Qwen3-VL-4B-Instruct", "projection_basis"].startswith("projected")
+    assert t.loc["Qwen/Qwen3-VL-4B-Instruct", "plan"].startswith("judge: ")

@@ -73,7 +73,9 @@ def _share(items: list, rank: int, world: int, workers: Sequence[int] | None) ->
     """This rank's contiguous block of ``items`` among the judging ranks ``workers`` (default all
     ``world``): ``divmod`` blocks, the first ranks one longer (accelerate's rule); [] for a rank that
     does not judge."""
-    ws = list(range(world)) if workers is None else sorted({int(w) for w in workers})
+    # ranks beyond the launch (a plan for more GPUs than processes, or one process) do not exist
+    ws = sorted({int(w) for w in workers if int(w) < world}) if workers is not None else []
+    ws = ws or list(range(world))
     if rank not in ws:
         return []
     i, (per, extra) = ws.index(rank), divmod(len(items), len(ws))

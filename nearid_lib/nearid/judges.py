@@ -127,6 +127,8 @@ def judge_encoders(cfg: Profile, judge=None, rank: int = 0,
     a model no group of GPUs holds, or weights that fail to load: ``OSError``). ``judge`` stands in
     for the main judge's object (tests)."""
     out, gated = [], {}
+    if judge is not None and not cfg.eval.vlm_judge:      # a judge object without a configured model
+        out.append(judge_encoder(cfg, judge))
     for model in judge_models(cfg):
         why = None if (judge is not None and model == cfg.eval.vlm_judge) else \
             judge_gate(model, cfg.judge.prompt_file, hub.is_available)

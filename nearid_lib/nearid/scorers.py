@@ -274,9 +274,10 @@ def load_bench_encoders(cfg: Profile, data: NearIDData, checkpoint=None, judge=N
     for model, why in gated.items():
         print(f"VLM judge {model}: rows skipped, {why}")
         out.gated[judge_name(model)] = why
-    if not judge_models(cfg):
+    scored = {b.name for b in out if b.kind == "pairs"}
+    if not judge_models(cfg) and "vlm" not in scored:
         out.gated["vlm"] = judge_gate(None, None, hub.is_available) or ""
     for model in JUDGE_MODELS:          # Table 7's judge scales this profile does not ask for
-        if judge_name(model) not in {b.name for b in out if b.kind == "pairs"} | set(out.gated):
+        if judge_name(model) not in scored | set(out.gated):
             out.gated[judge_name(model)] = f"{model} is not among this profile's judges (eval.vlm_scales)"
     return out

@@ -27,6 +27,8 @@ VSM_WHY = ("VSM (Mind-the-Glitch's visual semantic matching, trained on MTG) has
 # VSM's key in Table 1, 5 and 7 (paper_values)
 VSM_KEYS = ("VSM*", "VSM", "VSM")
 _TABLE_INDEX = {"row": 0, "method": 2}          # key column -> position in paper_keys / VSM_KEYS
+# Table 7's smaller judge scales are no rows of the paper's Table 1: not listed there when gated
+_TABLE7_ONLY = {"vlm-4b", "vlm-8b"}
 
 
 def unscored_rows(table: pd.DataFrame, key: str, rows: Mapping[str, str], profile: str,
@@ -56,5 +58,6 @@ def gated_rows(gated: Mapping[str, str], key: str, vsm: bool = True) -> dict[str
     with an empty reason is left out (nothing was asked for)."""
     i = _TABLE_INDEX[key]
     out = {VSM_KEYS[i]: VSM_WHY} if vsm else {}
-    out.update({paper_keys(name)[i]: why for name, why in gated.items() if why})
+    out.update({paper_keys(name)[i]: why for name, why in gated.items()
+                if why and not (key == "row" and name in _TABLE7_ONLY)})
     return out
