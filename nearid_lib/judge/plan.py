@@ -91,12 +91,12 @@ class JudgePlan:
         """One line for a person (the preflight, the judge step)."""
         gb = 1e9
         if not self.gpu_bytes:
-            return f"judge: no GPU visible; one process on the CPU ({self.model_bytes / gb:.1f} GB of weights)"
+            return f"judge: no GPU visible; one process on the CPU ({self.model_bytes / gb:.3g} GB of weights)"
         if not self.replicas:
-            return (f"judge: {self.model_bytes / gb:.1f} GB of weights need {self.need_bytes / gb:.1f} GB per replica; "
-                    f"all {len(self.gpu_bytes)} GPUs together hold {sum(self.gpu_bytes) / gb:.1f} GB: it does not fit")
+            return (f"judge: {self.model_bytes / gb:.3g} GB of weights need {self.need_bytes / gb:.3g} GB per replica; "
+                    f"all {len(self.gpu_bytes)} GPUs together hold {sum(self.gpu_bytes) / gb:.3g} GB: it does not fit")
         return (f"judge: {len(self.replicas)} replica(s) of {self.gpus_per_replica} GPU(s) "
-                f"({self.model_bytes / gb:.1f} GB of weights, {self.need_bytes / gb:.1f} GB needed per replica): "
+                f"({self.model_bytes / gb:.3g} GB of weights, {self.need_bytes / gb:.3g} GB needed per replica): "
                 + "; ".join("GPUs " + ",".join(map(str, r)) for r in self.replicas)
                 + (f"; idle GPUs {','.join(map(str, self.idle))}" if self.idle else ""))
 
