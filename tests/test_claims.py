@@ -443,3 +443,20 @@ def test_every_declared_criterion_comes_back_from_its_text(fmt):
     assert C.criterion_from_text("a - b > -5.0%") == C.Greater("a", "b", -0.05)
     with pytest.raises(ValueError, match="not a criterion"):
         C.criterion_from_text("a == b")
+
+
+def test_claims_read_the_strict_pa_they_were_declared_on():
+    """Claims' ``pa`` statistic is the strict pairwise rate (wins / trials of the directed margins,
+    the rate claim 2c's criterion was declared on), not the authors' PA of the tables, which adds one
+    trial per identity (docs/protocol.md, "PA both ways")."""
+    from nearid_lib.nearid.evaluate import nearid_bench, units_from_bench
+
+    from _nearid_cases import A, B, _split
+
+    se = _split({"A": A, "B": B})
+    nb = nearid_bench(se, ["A"], per_identity=True)
+    units = units_from_bench(nb, se.ids)
+    pooled = nb["pooled"]["all"]
+    assert C.Evidence("pa", units).point() == pytest.approx(pooled["pa_strict"], abs=1e-12)
+    assert pooled["pa"] != pytest.approx(pooled["pa_strict"])
+    assert C.Evidence("ssr", units).point() == pytest.approx(pooled["ssr"], abs=1e-12)

@@ -16,13 +16,16 @@ def mtg_ssr_pa(s_1_2, s_1_1p, s_2_2p, per_identity: bool = False) -> dict:
     The same identity in two backgrounds (1, 2) must be more similar than each image is to its own
     part-edited version (same background, different identity at the part level). A trial wins iff
     its margin > 0; SSR = share of pairs whose (existing) two trials both win; PA = wins / trials.
-    NaN similarities remove the trial.
+    NaN similarities remove the trial. MTG's PA is the strict rate in the authors' code too
+    (``evaluation/sim_test.py`` and ``training/evaluator.py``: total wins of the two margins / their
+    valid trials, no per-pair "overall" trial), so ``pa`` = ``pa_strict`` here, unlike NearID-bench's
+    :func:`~nearid_lib.metrics.ssr_pa`.
     """
     a, b, c = (_to_np(v, n).ravel() for v, n in ((s_1_2, "s_1_2"), (s_1_1p, "s_1_1p"), (s_2_2p, "s_2_2p")))
     if not (a.shape == b.shape == c.shape):
         raise ValueError(f"mtg_ssr_pa: shapes differ {a.shape}, {b.shape}, {c.shape}")
     margins = np.stack([a - b, a - c], axis=1)            # [N, 2]
-    return _ssr_pa_from_margins(margins, per_identity)
+    return _ssr_pa_from_margins(margins, per_identity, overall=False)
 
 
 def mtg_metrics(s_1_1p, s_2_2p, s_1_2p, s_2_1p, s_1_2, oracle_1, oracle_2) -> dict:
