@@ -18,7 +18,7 @@ from nearid_lib.paper_fixtures.damage import damage
 from nearid_lib.paper_fixtures.nearid import (write_authors_release, write_disk_repo, write_nearid_datasets,
                                               write_nearid_models)
 from nearid_lib.preflight import run_preflight
-from nearid_lib.preflight.machine import judge_plan
+from nearid_lib.judge.plan import judge_plan
 
 
 @pytest.fixture(scope="module")
@@ -163,11 +163,11 @@ def test_environment_and_gpus(env, monkeypatch):
     probs = _problems(run_preflight(_cfg(), allow))
     assert any("HF_HUB_OFFLINE=1 but NEARID_HUB_DIR is unset" in p for p in probs)
     assert any("no CUDA GPU visible" in p and "NEARID_ALLOW_CPU=1" in p for p in probs)
-    # the judge's sharding plan: a replica per GPU when it fits, else one across as many as it needs
-    assert judge_plan(74.4, [80.0] * 8) == (8, 1)
-    assert judge_plan(74.4, [40.0] * 8) == (4, 2)
-    assert judge_plan(200.0, [40.0] * 2) == (0, 5)
-    assert judge_plan(10.0, []) == (0, 0)
+    # the judge's sharding plan is the judge step's own (one rule: nearid_lib.judge.plan)
+    gb = 10**9
+    assert [len(r) for r in judge_plan(62 * gb, [80 * gb] * 8).replicas] == [1] * 8
+    assert [len(r) for r in judge_plan(62 * gb, [40 * gb] * 8).replicas] == [2] * 4
+    assert not judge_plan(200 * gb, [40 * gb] * 2).fits
 
 
 def test_disk_projection_against_free_space(env, monkeypatch):

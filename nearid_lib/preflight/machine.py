@@ -19,15 +19,16 @@ bytes still to write, summed per file system and compared with its free space:
   of every parquet dataset the run reads (the positives, MTG, Subjects2k, Stanford Cars): their bytes
   in the mirror (a copy already built is reused, so this over-counts a second run).
 
-**GPUs**: the judge needs its ``*.safetensors`` bytes (bf16 as stored) plus :data:`JUDGE_MARGIN`
-for activations and the KV cache; a replica per GPU when that fits one, else one replica over
-``ceil(need / GPU memory)`` GPUs (the authors load it with ``device_map="auto"``). The trainer needs
+**GPUs**: the judge's replicas are laid out by the judge step's own rule
+(:func:`nearid_lib.judge.plan.judge_plan`: its ``*.safetensors`` bytes plus headroom for the
+activations and the KV cache; one replica per GPU when that fits one, else one replica over as many
+consecutive GPUs as it needs, as the authors' ``device_map="auto"``), so the plan printed here is the
+one ``make judge`` runs. The trainer needs
 the backbone's weights at ``backbone.dtype`` plus :data:`TRAIN_ACTIVATIONS` (3.5 GB measured at batch
 128 on an H100, docs/paper-profile.md "Performance"), scaled to ``backbone.batch_size``.
 """
 from __future__ import annotations
 
-import math
 import os
 import shutil
 from pathlib import Path
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from .. import hub
 from ..data.schema import is_complete
+from ..judge.plan import judge_plan, model_bytes
 from ..paths import cache_dir, data_dir, downloads_dir
 from ..run import ALLOW_CPU_ENV
 from .datasets import judge_on
@@ -44,13 +46,11 @@ from .repos import vision_geometry, weights_bytes
 if TYPE_CHECKING:
     from ..config import Profile
 
-__all__ = ["check_machine", "disk_plan", "judge_plan", "PNG_RATIO", "MASK_RATIO", "JUDGE_MARGIN",
-           "TRAIN_ACTIVATIONS"]
+__all__ = ["check_machine", "disk_plan", "PNG_RATIO", "MASK_RATIO", "TRAIN_ACTIVATIONS"]
 
 # Assumptions of the projection (not measured on the release, which this machine cannot download):
 PNG_RATIO = 0.6          # PNG bytes / raw RGB bytes of a 512 px render at zlib level 1
 MASK_RATIO = 0.02        # bytes per pixel of a binary mask PNG
-JUDGE_MARGIN = 1.2       # weights x 1.2: activations and the KV cache of a batch of judged pairs
 TRAIN_ACTIVATIONS = 3.5e9  # bytes at batch 128 (so400m forward, bf16, measured on an H100)
 GB = 1e9
 
@@ -76,16 +76,6 @@ def _gpus() -> list[tuple[str, float]]:
             for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
 
 
-def judge_plan(need_gb: float, gpus: list[float]) -> tuple[int, int]:
-    """``(replicas, GPUs per replica)`` of a judge needing ``need_gb`` on GPUs of ``gpus`` GB each
-    (the smallest counts): one replica per GPU when it fits, else one replica over as many GPUs as its
-    memory needs; ``(0, k)`` when the node has fewer than ``k``."""
-    if not gpus:
-        return 0, 0
-    per = max(1, math.ceil(need_gb / min(gpus)))
-    return len(gpus) // per, per
-
-
 def _gpu(cfg: Profile, rep: Report) -> None:
     gpus = _gpus()
     mirror = hub.hub_dir()
@@ -109,18 +99,12 @@ def _gpu(cfg: Profile, rep: Report) -> None:
             rep.problem("gpu", f"the trainer needs {need:.1f} GB, the smallest GPU has {min(mem):.0f} GB",
                         "lower backbone.batch_size (NEARID_SET=backbone.batch_size=64) or use larger GPUs")
     if judge_on(cfg) and mirror is not None and (mirror / str(cfg.eval.vlm_judge)).is_dir():
-        need = weights_bytes(mirror / str(cfg.eval.vlm_judge)) * JUDGE_MARGIN / GB
-        if not mem:
-            rep.plan("gpu", f"judge {cfg.eval.vlm_judge}: {need:.1f} GB; no GPU here, no sharding plan")
-            return
-        replicas, per = judge_plan(need, mem)
-        if replicas == 0:
-            rep.problem("gpu", f"judge {cfg.eval.vlm_judge} needs {need:.0f} GB = {per} GPUs of {min(mem):.0f} GB; "
-                        f"this node has {len(mem)}", "run the judge step on a larger node (make judge), or "
-                        "NEARID_SET=eval.vlm_judge=none to skip its columns")
+        plan = judge_plan(model_bytes(str(cfg.eval.vlm_judge), mirror), [int(g * GB) for g in mem])
+        if not plan.fits:
+            rep.problem("gpu", f"{cfg.eval.vlm_judge}: {plan.describe()}", "run the judge step on a larger "
+                        "node (make judge), or NEARID_SET=eval.vlm_judge=none to skip its columns")
         else:
-            rep.plan("gpu", f"judge {cfg.eval.vlm_judge}: {need:.1f} GB -> {replicas} replica(s)"
-                            + (f", each across {per} GPUs" if per > 1 else ", one per GPU"))
+            rep.plan("gpu", f"{cfg.eval.vlm_judge}: {plan.describe()}")
 
 
 def _png_bytes(rep: Report, cfg: Profile) -> float:
