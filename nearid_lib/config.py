@@ -151,6 +151,8 @@ def _paper() -> Profile:
                           backbone_rows=(("dinov3-vitl16", 224), ("dinov2-large", None)),
                           mllm_judge="Qwen/Qwen3-VL-30B-A3B-Instruct", persam_sam="facebook/sam-vit-huge",
                           source="released"),
+        # the authors' judge template from their GitHub release (the Qwen3-VL rows as they ran them)
+        judge=JudgeConfig(prompt_file="{downloads}/NearID/evaluation/vl_template_v2.txt"),
     )
 
 

@@ -344,8 +344,8 @@ class IDSimConfig:
 class JudgeConfig:
     """The VLM judge's instruction (NearID Table 1's Qwen3-VL row; the model is ``eval.vlm_judge``)."""
 
-    # a text file with the instruction, sent after the two images as the authors do (their
-    # evaluation/vl_template_v2.txt, to reproduce their rows); None: ours (judge.JUDGE_PROMPT), first
+    # the instruction's text file, sent after the two images as the authors do (paper: their
+    # evaluation/vl_template_v2.txt; "{downloads}" = $NEARID_DOWNLOADS); None: ours, first
     prompt_file: str | None = None
     parsing: str = "authors"            # "authors": score, else similarity, clipped to [0, 10]; "strict"
 

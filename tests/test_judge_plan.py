@@ -130,6 +130,23 @@ def test_vlm_judge_none_is_accepted_and_parsing_is_checked():
     assert get_profile("paper").eval.vlm_scales == ("Qwen/Qwen3-VL-4B-Instruct", "Qwen/Qwen3-VL-8B-Instruct")
 
 
+def test_the_paper_judge_reads_the_authors_template_from_the_downloads_folder(tmp_path, monkeypatch):
+    """The paper profile's judge.prompt_file is the authors' template of their release under
+    $NEARID_DOWNLOADS ("{downloads}"); missing there, the gate names that file (no hours-late error)."""
+    from nearid_lib.judge.plan import prompt_path
+
+    monkeypatch.setenv("NEARID_DOWNLOADS", str(tmp_path / "dl"))
+    pf = get_profile("paper").judge.prompt_file
+    assert prompt_path(pf) == tmp_path / "dl" / "NearID" / "evaluation" / "vl_template_v2.txt"
+    assert prompt_path(None) is None and prompt_path("") is None
+    why = judge_gate("Qwen/Qwen3-VL-30B-A3B-Instruct", pf, lambda m: True)
+    assert str(tmp_path / "dl" / "NearID" / "evaluation" / "vl_template_v2.txt") in why
+    tpl = prompt_path(pf)
+    tpl.parent.mkdir(parents=True)
+    tpl.write_text('Rate 0-10. Answer {"score": N}')
+    assert judge_gate("Qwen/Qwen3-VL-30B-A3B-Instruct", pf, lambda m: True) is None
+
+
 def test_judge_encoders_skip_gated_judges_without_loading(tmp_path, monkeypatch):
     """A judge whose weights are not in the mirror, or whose template is missing, is returned among
     the gated ones with its reason; nothing is loaded and nothing raises."""

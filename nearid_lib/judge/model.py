@@ -15,6 +15,7 @@ import torch
 from .. import hub
 from ..compat import ensure_torchvision
 from .answers import AUTHORS_KEYS, JudgeScores
+from .plan import prompt_path
 
 __all__ = ["JUDGE_PROMPT", "VLMJudge", "build_tiny_qwen3vl", "read_prompt_file"]
 
@@ -100,7 +101,7 @@ def read_prompt_file(path: str | os.PathLike) -> str:
     """A judge instruction from a text file (``judge.prompt_file``; e.g. the NearID authors'
     ``evaluation/vl_template_v2.txt``), stripped as their code reads it; a missing or empty file is
     an error naming it."""
-    p = Path(path).expanduser()
+    p = prompt_path(path)
     try:
         text = p.read_text(encoding="utf-8").strip()
     except OSError as err:

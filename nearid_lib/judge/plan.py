@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from ..paths import downloads_dir
+
 __all__ = ["JUDGE_MODELS", "SCALE_LABELS", "JudgePlan", "judge_plan", "model_bytes", "judge_gate",
-           "replica_of", "device_kwargs", "COST_PER_1000_PAIRS", "scale_label"]
+           "replica_of", "device_kwargs", "COST_PER_1000_PAIRS", "scale_label", "prompt_path", "DOWNLOADS_TOKEN"]
 
 # NearID App. E.7 / Table 7: the Qwen3-VL judge at three scales; parameters from the model cards
 # (bf16 weights: 2 bytes per parameter); the mirror's safetensors sizes win when present
@@ -146,6 +148,19 @@ def device_kwargs(plan: JudgePlan, rank: int) -> dict | None:
     return {"device_map": "auto", "max_memory": mm}
 
 
+# ``{downloads}`` in ``judge.prompt_file`` stands for the hand-downloads folder ($NEARID_DOWNLOADS), so
+# the paper profile can name the authors' template of their GitHub release without a machine's path
+DOWNLOADS_TOKEN = "{downloads}"
+
+
+def prompt_path(value: str | os.PathLike | None) -> Path | None:
+    """The file ``judge.prompt_file`` names (``{downloads}`` replaced by :func:`~nearid_lib.paths.downloads_dir`,
+    ``~`` expanded), None when no template is configured."""
+    if value is None or not str(value).strip():
+        return None
+    return Path(str(value).replace(DOWNLOADS_TOKEN, str(downloads_dir()))).expanduser()
+
+
 def judge_gate(model: str | None, prompt_file: str | None, available) -> str | None:
     """Why the judge ``model`` cannot run now (None: it can): no judge configured
     (``eval.vlm_judge`` none), its weights not readable (``available(model) -> bool``, e.g.
@@ -157,7 +172,7 @@ def judge_gate(model: str | None, prompt_file: str | None, available) -> str | N
         return (f"the judge's weights {model} are not in the local hub mirror (python -m nearid_lib.hub download "
                 f"$NEARID_HUB_DIR --only {model})")
     if prompt_file:
-        p = Path(prompt_file).expanduser()
+        p = prompt_path(prompt_file)
         if not p.is_file() or not p.read_text(encoding="utf-8", errors="replace").strip():
             return (f"the judge template judge.prompt_file={p} is missing or empty (the authors' "
                     f"evaluation/vl_template_v2.txt of their GitHub release, $NEARID_DOWNLOADS/NearID)")

@@ -20,7 +20,7 @@ import torch
 
 from .. import hub
 from ..judge import VLMJudge, read_prompt_file
-from ..judge.plan import (COST_PER_1000_PAIRS, JUDGE_MODELS, JudgePlan, device_kwargs, judge_gate, judge_plan,
+from ..judge.plan import (COST_PER_1000_PAIRS, prompt_path, JUDGE_MODELS, JudgePlan, device_kwargs, judge_gate, judge_plan,
                           model_bytes, scale_label)
 from ..paths import cache_dir
 from .pair_encoder import PairBenchEncoder
@@ -106,7 +106,7 @@ def judge_encoder(cfg: Profile, judge=None, device: str | None = None, model: st
         else:
             judge = VLMJudge.from_pretrained(model, device=device or ("cuda" if torch.cuda.is_available() else "cpu"),
                                              **kw)
-    label = (f"VLM judge {judge.name} (score/10)" + (f", prompt {Path(cfg.judge.prompt_file).name}"
+    label = (f"VLM judge {judge.name} (score/10)" + (f", prompt {prompt_path(cfg.judge.prompt_file).name}"
                                                      if cfg.judge.prompt_file else ", our prompt")
              + (", the authors' answer reading" if getattr(judge, "parsing", "") == "authors" else ""))
     if cfg.eval.vlm_max_ids:

@@ -17,6 +17,7 @@ from ..data.curation import NEARID_SPLITS
 from ..data.released_schema import MTG_COLUMNS, positives_layout
 from ..data.schema import DataError
 from ..data.splits import SPLIT_VALUES, official_split_dir, read_split_files
+from ..judge.plan import prompt_path
 from ..paths import downloads_dir
 from .findings import Report
 
@@ -224,13 +225,13 @@ def _splits_and_release(cfg: Profile, rep: Report, mirror: Path, pos: dict | Non
     if clone.is_dir() and not (ratings / "data_human_rating").is_dir():
         rep.problem("release", f"{ratings}: the per-image DreamBench++ scores are missing from the clone", fix_clone)
     if judge_on(cfg):
-        pf = cfg.judge.prompt_file
-        if pf and not Path(pf).expanduser().is_file():
+        pf = prompt_path(cfg.judge.prompt_file)
+        if pf and not pf.is_file():
             rep.problem("judge", f"judge.prompt_file={pf} does not exist (the judge would stop hours into the run)",
                         f"{fix_clone} (the authors' template is evaluation/vl_template_v2.txt), or unset judge.prompt_file")
         elif not pf:
-            rep.note("judge", "the judge runs with this project's prompt; the authors' Qwen3-VL rows use their "
-                              f"template: NEARID_SET=judge.prompt_file={clone}/evaluation/vl_template_v2.txt")
+            rep.note("judge", "the judge runs with this project's prompt (judge.prompt_file unset); the authors' "
+                              f"Qwen3-VL rows use their template: {clone}/evaluation/vl_template_v2.txt")
     if pos is None:
         return
     n = len(pos["ids"])
