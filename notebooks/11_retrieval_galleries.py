@@ -259,7 +259,7 @@ if HAVE_GEN:
     nearid_spec = next((s for s in specs if s.name == "nearid"), None)
     seed_dirs = published_seeds(nearid_spec.kwargs["checkpoint"]) if nearid_spec is not None else {}
     seed_runs = (specialised_seed_runs(nearid_spec, seed_dirs, split, generated, cfg, cache, DATASET,
-                                       oracle=HAVE_REFS, background=HAVE_REFS) if seed_dirs else {})
+                                       oracle=HAVE_REFS, background=HAVE_REFS, removed=REMOVED) if seed_dirs else {})
     print("NearID head seeds in the claims:", [next(iter(seed_dirs), SEED), *seed_runs])
     claims = retrieval_claims(main, agreement, specs, PROFILE, per_query, oracle_pq=oracle_pq, bg_pq=bg_pq,
                               rng=make_rng(SEED, "claims", "11"), seed_runs=seed_runs,

@@ -62,7 +62,9 @@ AUTHORS_SEEDS = {"cub": 101, "cars": 101, "reid": 42, "per_subject": 101, "rando
 
 # ----------------------------------------------------------------------------- pandas' draws
 def _state(seed_or_state) -> np.random.RandomState:
-    return seed_or_state if isinstance(seed_or_state, np.random.RandomState) else np.random.RandomState(int(seed_or_state))
+    if isinstance(seed_or_state, np.random.RandomState):
+        return seed_or_state
+    return np.random.RandomState(int(seed_or_state))
 
 
 def rs_sample(df: pd.DataFrame, n: int, seed_or_state) -> pd.DataFrame:
@@ -111,7 +113,7 @@ def top_names(train: pd.DataFrame, species: str, k: int) -> tuple[list[str], lis
     return top, tied_out
 
 
-def _layout(df: pd.DataFrame, name_col: str, species: str | pd.Series, refs: pd.DataFrame | None = None) -> pd.DataFrame:
+def _layout(df: pd.DataFrame, name_col: str, species: str, refs: pd.DataFrame | None = None) -> pd.DataFrame:
     """An FPR table (``name, species, file_path, ref_path`` + the source columns); ``ref_path`` = the
     identity's first reference image (the layout needs one; the authors' tables have none)."""
     out = df.copy()

@@ -70,7 +70,7 @@ class BgWeights:
     matches_release: dict = field(default_factory=dict)
 
     def describe(self) -> str:
-        parts = [f"{n}: {'carvekit release' if ok else 'NOT carvekit release weights (sha512 ' + self.sha512[n][:16] + ')'}"
+        parts = [f"{n}: carvekit release" if ok else f"{n}: NOT carvekit release weights (sha512 {self.sha512[n][:16]})"
                  for n, ok in self.matches_release.items()]
         return "; ".join(parts)
 

@@ -125,7 +125,8 @@ def encode_image(path: str | os.PathLike) -> str:
 
 def messages(user_prompt: str, gpt_prompt: str, src_b64: str, tgt_b64: str) -> list[dict]:
     """The three chat messages (user prompt, assistant prompt, the two images; reference first)."""
-    img = lambda b: {"type": "image_url", "image_url": {"url": f"data:image/jpeg;base64,{b}", "detail": "high"}}  # noqa: E731
+    def img(b64: str) -> dict:
+        return {"type": "image_url", "image_url": {"url": f"data:image/jpeg;base64,{b64}", "detail": "high"}}
     return [{"role": "user", "content": user_prompt}, {"role": "assistant", "content": gpt_prompt},
             {"role": "user", "content": [img(src_b64), img(tgt_b64)]}]
 

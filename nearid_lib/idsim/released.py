@@ -287,7 +287,8 @@ def released_table(sc: ReleasedScores, profile: str) -> pd.DataFrame:
         for mid, v in res.items():
             bench, metric, _ = BENCH_INFO[mid]
             data, n = _data_note(mid, sc)
-            model = row_name(enc) if enc in RELEASE_LABELS else PAPER_MODEL_KEYS.get(enc, "NearID head" if enc == "nearid" else enc)
+            model = (row_name(enc) if enc in RELEASE_LABELS
+                     else PAPER_MODEL_KEYS.get(enc, "NearID head" if enc == "nearid" else enc))
             rows.append({"model": model,
                          "metric_id": mid, "benchmark": bench, "metric": metric, "value": float(v),
                          "ours_label": sc.labels[enc], "data": data, "n": n, "profile": profile})
