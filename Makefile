@@ -47,7 +47,7 @@ NEARID_WORKERS ?= 2
 export NEARID_WORKERS
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: reproduce notebooks test pytest lint-imports smoke dryrun-paper install lock lab clean clean-build help judge curate prefill preflight wheelhouse gpu-wheels
+.PHONY: reproduce notebooks test pytest lint-imports smoke dryrun-paper install lock lab clean clean-build help judge curate prefill preflight wheelhouse gpu-wheels bgremove
 .DEFAULT_GOAL := help
 
 help:
@@ -167,7 +167,10 @@ $(NB_OUT)/99_report.ipynb: $(filter-out $(NB_OUT)/99_report.ipynb,$(EXECUTED)) $
 #   (nearid_lib/nearid/prefill_step.py: each grid by one rank, DataLoader workers decoding), so
 #   training only reads (smoke, mini: per-group caches, nothing to prefill);
 # - judge: the VLM judge on every pair notebook 04 asks about (nearid_lib/nearid/judge_step.py),
-#   so notebook 04 reads answers instead of judging.
+#   so notebook 04 reads answers instead of judging;
+# - bgremove: FPR Table 14's background removal (nearid_lib/fpr/bg_step.py: carvekit at the FPR
+#   authors' settings, each rank a share of the gallery images, copies written once), so notebook 11
+#   reads the copies.
 GPU_LAUNCH = $(if $(filter-out 0,$(N_GPUS)),$(VENV)/bin/torchrun --standalone --nproc_per_node $(N_GPUS),$(PY))
 # $(1) step, $(2) module, $(3) what it reads, $(4) the notebook that waits for it (paper)
 define gpu_step
@@ -182,6 +185,7 @@ endef
 $(eval $(call gpu_step,curate,nearid_lib.data.curate_step,notebooks/01_data_curation.py,01_data_curation))
 $(eval $(call gpu_step,prefill,nearid_lib.nearid.prefill_step,$(call nb,01_data_curation),03_train_nearid))
 $(eval $(call gpu_step,judge,nearid_lib.nearid.judge_step,$(call nb,01_data_curation),04_eval_nearid_bench))
+$(eval $(call gpu_step,bgremove,nearid_lib.fpr.bg_step,notebooks/11_retrieval_galleries.py,11_retrieval_galleries))
 
 # ----- tests -----
 # The layers ([tool.importlinter] of pyproject.toml: entry points > paper packages > core, no cycles) are

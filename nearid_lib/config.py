@@ -143,9 +143,11 @@ def _paper() -> Profile:
             mixed_precision="bf16", batch_size=4,
         ),
         retrieval=RetrievalConfig(
-            encoders=("clip-vit-b32", "dinov2-base", "bioclip2", "miewid", "nearid"),
+            # MiewID: the authors' msv2 (the paper's row) and msv3 beside it (an extra row); both remote code
+            encoders=("clip-vit-b32", "dinov2-base", "bioclip2", "miewid", "miewid-msv3", "nearid"),
             gallery_sizes=(1, 5, 10, 20), subject_counts=(10, 15, 25, 100),
             generate_methods=("dreambooth", "ip_adapter", "ip_adapter_plus", "flux_kontext", "diptych"),
+            gallery_rule="authors",
         ),
         idsim=IDSimConfig(backbone="dinov3-vitl16", image_size=448, epochs=3, aug_variants=0,
                           backbone_rows=(("dinov3-vitl16", 224), ("dinov2-large", None)),

@@ -1,7 +1,6 @@
-"""The sections of a profile (:class:`Profile`), one frozen dataclass per concept of the library:
-world, backbone, head, train, eval, generate, retrieval, idsim, and runtime (how a run uses the
-machine: worker processes, torch threads). Defaults are the paper's values
-where it gives them; :mod:`nearid_lib.config` builds the three profiles from them."""
+"""The sections of a profile (:class:`Profile`), one frozen dataclass per concept: world, backbone,
+head, train, eval, generate, retrieval, idsim, runtime (worker processes, torch threads). Defaults are
+the paper's values where it gives them; :mod:`nearid_lib.config` builds the three profiles from them."""
 from __future__ import annotations
 
 import dataclasses
@@ -228,14 +227,12 @@ class GenerateConfig:
 class RetrievalConfig:
     """Finer-Personalization Rank (gallery retrieval)."""
 
-    # "nearid" is scored only when checkpoint_dir(profile)/"nearid" exists (notebook 03).
-    encoders: tuple[str, ...] = ("efficientnet-lite0", "nearid")
+    encoders: tuple[str, ...] = ("efficientnet-lite0", "nearid")   # "nearid": when notebook 03's head exists
     gallery_sizes: tuple[int, ...] = (1, 5, 10, 20)    # images per subject (Fig. 5 left)
     subject_counts: tuple[int, ...] = (10, 15, 25, 100)  # subjects in the gallery (Fig. 5 right)
     sampling: tuple[str, ...] = ("random", "kmeans", "curated")   # Table 2
     allow_remote_code: bool = False      # MiewID needs trust_remote_code: explicit opt-in only
-    # Simulated methods (name, true drift t, context "new"|"reference"|"paste"), see
-    # nearid_lib.fpr.methods; the paper profile scores real generators' folders instead.
+    # Simulated methods (name, true drift t, context "new"|"reference"|"paste"; fpr.methods), mini
     methods: tuple[tuple[str, float, str], ...] = (
         ("copy_paste", 0.0, "paste"), ("faithful", 0.0, "new"), ("drift_low", 0.25, "new"),
         ("drift_mid", 0.5, "new"), ("drift_high", 0.8, "reference"))
@@ -244,15 +241,18 @@ class RetrievalConfig:
     batch_size: int = 32
     top_k: int = 5                       # retrieval lists of the qualitative figure (Fig. 4)
     n_qualitative: int = 3
-    # Released data (paper profile): galleries built from the hand downloads under
-    # paths.downloads_dir() (nearid_lib.fpr.downloads). Paper Sec. 4.1: ten gallery images and 5-10
-    # reference images per subject, ten subjects per WildlifeReID-10k species.
+    # Released data (paper; fpr.downloads): Sec. 4.1's 10 gallery, 5-10 references, 10 Re-ID subjects
     gallery_per_id: int = 10
     refs_per_id: tuple[int, int] = (5, 10)   # (min, max) references per subject; JSON "[1,2]" in NEARID_SET
     ids_per_species: int = 10
     reid_datasets: tuple[str, ...] = ()      # WildlifeReID-10k source datasets to draw from (empty: all)
-    # Generation (paper; nearid_lib.fpr.generation): the diffusers methods (generate.personalize keys)
-    # run for every dataset whose user folder lacks them; DreamBooth as the authors train it
+    gallery_rule: str = "ours"               # "ours" | "authors": FPR's data scripts (fpr.authors_splits)
+    reid_refs: tuple[int, int] = (4, 10)     # authors' rule: Re-ID references per subject (min, max)
+    reid_gallery: tuple[int, int] = (5, 15)  # authors' rule: Re-ID gallery images per subject (min, max)
+    bg_sizes: tuple[int, int] = (640, 2048)  # background removal (fpr.bg_removal): carvekit's input sizes
+    gpt_model: str = "gpt-4o-2024-05-13"     # DB++ GPT score (fpr.gpt_score); key: $OPENAI_API_KEY
+    gpt_base_url: str | None = None          # an OpenAI-compatible server (None: $OPENAI_BASE_URL / OpenAI)
+    # Generation (paper; fpr.generation): diffusers methods for each dataset whose user folder lacks them
     generate_methods: tuple[str, ...] = ()
     prompts_per_id: int = 10
     generate_px: int | None = None           # None: each method's native resolution

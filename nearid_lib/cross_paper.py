@@ -28,7 +28,8 @@ import numpy as np
 import pandas as pd
 
 from .idsim.model import CONFIG_FILE as IDSIM_CONFIG
-from .idsim.release_model import load_release_row
+from .idsim.release_backbones import RELEASES
+from .idsim.release_model import load_release_row, release_available
 from .idsim.released import load_benchmarks, load_frozen_row, public_scores
 from .models import load_encoder, resolve_device, resolve_name
 from .nearid.embedder import Embedder
@@ -123,6 +124,9 @@ def participants(cfg: Profile, data: NearIDData, progress: bool = False) -> tupl
     extra: list[tuple[str, str, str, Any]] = []
     if cfg.world.source != "procedural":
         extra.append(("idsim-release", "ID-Sim, released weights", "idsim", lambda: load_release_row(cfg)))
+        # the authors' other three released backbones (rows of their own; only those in the mirror)
+        extra += [(n, f"{s.label}, released weights", "idsim", lambda n=n: load_release_row(cfg, name=n))
+                  for n, s in RELEASES.items() if n != "idsim-release" and release_available(s.repo, s.base) is None]
         if resolve_name(cfg.idsim.backbone) != resolve_name(cfg.backbone.name):
             extra.append((cfg.idsim.backbone, f"{cfg.idsim.backbone} (frozen, ID-Sim's backbone)", "frozen",
                           lambda: load_frozen_row(cfg, cfg.idsim.backbone)))

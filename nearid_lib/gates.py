@@ -17,7 +17,10 @@ import fnmatch
 from dataclasses import dataclass
 from typing import Callable
 
+import os
+
 from . import hub
+from .config import get_profile
 from .paths import downloads_dir
 
 __all__ = ["Gate", "GATES", "gate", "gates_for", "closed_gates", "is_closed"]
@@ -60,6 +63,21 @@ def _dbpp_closed() -> bool:
     return not (downloads_dir() / "dreambenchpp").is_dir()
 
 
+def _gpt_closed() -> bool:
+    """No OpenAI key and no OpenAI-compatible server (``retrieval.gpt_base_url`` of the paper profile,
+    with ``NEARID_SET``, or ``$OPENAI_BASE_URL``): the DB++ column of the FPR tables is not computed."""
+    return not (os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL")
+                or get_profile("paper").retrieval.gpt_base_url)
+
+
+def _gpt_prompts_closed() -> bool:
+    """DreamBench++'s two subject prompts are in none of the places :mod:`nearid_lib.fpr.gpt_score` reads."""
+    root = downloads_dir() / "dreambenchpp"
+    files = ("user_prompt_subject_full.txt", "gpt_prompt_subject_full.txt")
+    return not any(all((d / f).is_file() for f in files) for d in (root / "dreambench_plus" / "prompts",
+                                                                    root / "prompts", root))
+
+
 _DBPP_COLUMNS = ("04_table1_main:dbpp_mh", "05_table3_loss_ablation:dbpp_mh", "05_table10_infonce:dbpp_mh",
                  "05_table10_infonce:delta_mh", "06_table8_alpha:dbpp_mh", "06_table9_beta:dbpp_mh",
                  "09_idsim_mllm:dreambench_spearman", "09_idsim_patch:dreambench_spearman")
@@ -89,15 +107,19 @@ GATES: dict[str, Gate] = {g.key: g for g in (
          "--only chaenayo/Subjects2k", ("09_idsim_mllm:subjects2k_ap", "09_idsim_patch:subjects2k_ap"),
          _hub("chaenayo/Subjects2k", "dataset")),
     Gate("idsim_public_benchmarks", "both public ID-Sim benchmarks (Subjects2k and DreamBench++)",
-         "the 'subjects2k' and 'dreambenchpp' gates", ("09_idsim_benchmarks", "09_idsim_mllm", "09_idsim_patch"),
+         "the 'subjects2k' and 'dreambenchpp' gates", ("09_idsim_benchmarks", "09_idsim_mllm", "09_idsim_patch",
+                                                       "claims_09_idsim"),
          lambda: _hub("chaenayo/Subjects2k", "dataset")() and _dbpp_closed()),
     Gate("dinov3", "the gated DINOv3 weights facebook/dinov3-vitl16-pretrain-lvd1689m (accept Meta's licence)",
          "python -m nearid_lib.hub download $MIRROR --only facebook/dinov3-vitl16-pretrain-lvd1689m",
-         ("09_idsim_patch",), _hub("facebook/dinov3-vitl16-pretrain-lvd1689m", "model")),
+         ("09_idsim_patch", "claims_09_idsim"), _hub("facebook/dinov3-vitl16-pretrain-lvd1689m", "model")),
+    Gate("idsim_release", "the released ID-Sim chaenayo/id-sim_dinov3_vitl16_cls_patch (the claims' ID-Sim side)",
+         "python -m nearid_lib.hub download $MIRROR --only chaenayo/id-sim_dinov3_vitl16_cls_patch",
+         ("claims_09_idsim",), _hub("chaenayo/id-sim_dinov3_vitl16_cls_patch", "model")),
     Gate("idsim_training_set", "ID-Sim's curated training set (real instance pairs + generative edits, App. A), "
          "never published", "not obtainable: the training ablations need it",
          ("09_idsim_scale", "09_idsim_composition", "09_idsim_backbone", "09_idsim_cls_patch", "09_idsim_loss",
-          "09_idsim_data_ablation", "claims_09_idsim"), _always),
+          "09_idsim_data_ablation"), _always),
     Gate("idsim_unpublished_benchmarks", "ID-Sim's evaluation subsets of PODS (PerSAM masks), DeepFashion2, "
          "AerialCattle, PetFace and CUTE, never published", "not obtainable", ("09_idsim_persam",), _always),
     Gate("idsim_sensitivity_grids", "ID-Sim's selective-sensitivity edit grids (App. F), 'coming soon' in the "
@@ -112,6 +134,12 @@ GATES: dict[str, Gate] = {g.key: g for g in (
     Gate("fpr_generated", "the personalized generators' images at $NEARID_DOWNLOADS/fpr_generated (not released "
          "by the FPR authors; generate them, docs/paper-profile.md 'FPR data')", "docs/paper-profile.md, 'FPR data'",
          ("11_fpr_*", "claims_11_retrieval"), _downloads("fpr_generated")),
+    Gate("fpr_gpt", "an OpenAI key ($OPENAI_API_KEY) or an OpenAI-compatible server (retrieval.gpt_base_url, "
+         "$OPENAI_BASE_URL) for DreamBench++'s GPT score", "docs/paper-profile.md, 'The DB++ column'",
+         ("11_fpr_*:dbpp",), _gpt_closed),
+    Gate("fpr_gpt_prompts", "DreamBench++'s prompts user_prompt_subject_full.txt / gpt_prompt_subject_full.txt in "
+         "$NEARID_DOWNLOADS/dreambenchpp (dreambench_plus/prompts of its GitHub repository)",
+         "docs/paper-profile.md, 'The DB++ column'", ("11_fpr_*:dbpp",), _gpt_prompts_closed),
     Gate("fpr_galleries", "every FPR gallery download (CUB, WildlifeReID-10k, Stanford Cars)",
          "the fpr_cub, fpr_wildlife and fpr_cars gates", ("11_fpr_*", "claims_11_retrieval"),
          lambda: all(GATES[k].closed() for k in ("fpr_cub", "fpr_wildlife", "fpr_cars"))),

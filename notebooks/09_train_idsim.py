@@ -51,14 +51,14 @@ from nearid_lib.idsim.ablations import (OUTPUTS, PLACEMENT_OUTPUT, ablation_clai
 from nearid_lib.idsim.eval_suite import (METRIC_LABELS, bench_keys, benchmark_table, embed_encoders, encoder_labels,
                                     evaluate_sets, mini_benchmark_sets, patch_table, seed_mean)
 from nearid_lib.idsim.baselines import baseline_embeddings
-from nearid_lib.idsim.claims import CLAIMS_BY_NOTEBOOK, IDSIM_CLAIMS, benchmark_evidence
+from nearid_lib.idsim.claims import CLAIMS_BY_NOTEBOOK, IDSIM_CLAIMS, RELEASED_CLAIMS, benchmark_evidence, released_evidence
 from nearid_lib.idsim.embed import model_embeddings, token_maps
 from nearid_lib.idsim.mllm import idsim_judge, judge_graded, mllm_table
 from nearid_lib.idsim.model import save_idsim, seed_checkpoint_dir
 from nearid_lib.idsim.persam import mask_predictor, mini_persam_queries, persam_benchmark, persam_table
 from nearid_lib.idsim.prefix import PrefixStore
-from nearid_lib.idsim.released import (not_scored, released_mllm_table, released_patch_table, released_table,
-                                       score_released, world_only_tables)
+from nearid_lib.idsim.released import (RELEASE_KEY, not_scored, released_mllm_table, released_patch_table,
+                                       released_table, score_released, world_only_tables)
 from nearid_lib.idsim.train import TrainedRuns, train_idsim_seeds
 from nearid_lib.io_utils import write_csv
 from nearid_lib.models import load_encoder
@@ -116,6 +116,24 @@ if not WORLD:
                                          f"{skipped.get('Subjects2k', '')} {skipped.get('DreamBench++', '')}")
     for name, why in world_only_tables(cfg).items():
         run.skip_table(name, why)
+
+# %% [markdown]
+# ## Claims from the released model (`paper`)
+# ID-Sim's training set and edit grids are not public, so `paper` judges its claims from the released
+# checkpoint against the frozen DINOv3 on the public benchmarks (claims 1e, 1f of
+# `nearid_lib/idsim/claims.py`): paired 95% bootstrap intervals over Subjects2k's same-identity pairs
+# and over DreamBench++'s subjects.
+
+# %%
+if not WORLD:
+    evidence = released_evidence(scores, cfg.idsim.backbone)
+    if evidence:
+        claims = evaluate_claims(RELEASED_CLAIMS, evidence, make_rng(SEED, "claims", "09"), profile=PROFILE)
+        run.write_claims(claims, "09_idsim", source="the released ID-Sim vs frozen DINOv3, public benchmarks")
+        display(claims[["claim", "ours", "verdict"]])
+    else:
+        run.skip_table("claims_09_idsim", "the released ID-Sim and the frozen backbone were not both scored on a public "
+                                          f"benchmark: {skipped.get(RELEASE_KEY, '')} {skipped.get(cfg.idsim.backbone, '')}")
 
 # %%
 if not WORLD and scores.any_benchmark and scores.results:

@@ -51,7 +51,8 @@ from IPython.display import display
 
 from nearid_lib import make_rng
 from nearid_lib.features import FeatureStore
-from nearid_lib.fpr import ablations as A, experiments as X, figures as F, tables as T
+from nearid_lib.fpr import ablations as A, authors_ablations as AA, dbpp_column as D, experiments as X, figures as F
+from nearid_lib.fpr import tables as T
 from nearid_lib.fpr.claims import retrieval_claims
 from nearid_lib.fpr.seeds import specialised_seed_runs
 from nearid_lib.io_utils import write_csv
@@ -70,6 +71,7 @@ cache = FeatureStore(cache_dir(PROFILE) / "retrieval")
 
 # %%
 split, generated, DATASET = X.prepare_data(cfg, progress=True)
+POOL = X.ablation_pool_of(split)          # the FPR authors' Re-ID ablation pools (paper), else None
 print(f"{split.train.name.nunique()} identities in {split.train.species.nunique()} species; "
       f"{len(split.train)} references, {len(split.gallery)} gallery images, {len(generated)} generated "
       f"({generated.method.nunique()} methods)")
@@ -112,12 +114,28 @@ HAVE_REFS, HAVE_GEN = "11_fpr_oracle" not in skips, "11_fpr_generated" not in sk
 fpr = X.run_fpr(models, split, generated if HAVE_GEN else None, cfg, cache, DATASET, oracle=HAVE_REFS)
 
 # %% [markdown]
+# ## The DB++ column (Tables 1, 5-13): DreamBench++'s GPT concept-preservation score
+# `paper` only: `gpt-4o-2024-05-13` through the `openai` client (or any OpenAI-compatible server,
+# `retrieval.gpt_base_url`) with DreamBench++'s own subject prompts read from its download, both
+# images at 512 px, the score x 0.25, pairs drawn as the FPR authors' stream draws them
+# (`nearid_lib.fpr.gpt_score`); answers cached per image pair, so a rerun asks nothing twice. Without a
+# key or server the column stays empty and the tables' provenance says why (gate `fpr_gpt`).
+
+# %%
+DBPP = (D.dbpp_columns(cfg, split, generated if HAVE_GEN else None)
+        if cfg.world.source == "released" and HAVE_REFS else None)
+if DBPP is not None:
+    print("DB++ column:", DBPP.reason or f"{DBPP.requests} requests this run")
+
+# %% [markdown]
 # ## Oracle: real reference images as queries (paper Table 1)
 
 # %%
 oracle, oracle_pq = fpr.oracle, fpr.oracle_per_query
 if HAVE_REFS:
-    run.write_table(oracle, "11_fpr_oracle")
+    if DBPP is not None:
+        oracle = D.with_oracle_dbpp(oracle, DBPP)
+    run.write_table(oracle, "11_fpr_oracle", **(DBPP.sidecar() if DBPP is not None else {}))
 oracle
 
 # %% [markdown]
@@ -163,9 +181,12 @@ if HAVE_GEN:
 # %%
 if HAVE_GEN:
     generated_wide = T.generated_table(T.dataset_view(per_query, DATASET))
-    run.write_table(generated_wide, "11_fpr_generated")
+    if DBPP is not None:
+        generated_wide = D.with_generated_dbpp(generated_wide, DBPP)
+    DBPP_META = DBPP.sidecar() if DBPP is not None else {}
+    run.write_table(generated_wide, "11_fpr_generated", **DBPP_META)
     for table_name, rows in T.split_by_dataset(generated_wide).items():
-        run.write_table(rows, table_name)
+        run.write_table(rows, table_name, **DBPP_META)
     display(generated_wide)
 
 # %%
@@ -174,36 +195,44 @@ if HAVE_GEN:
 
 # %% [markdown]
 # ## Gallery ablations: images per subject and number of subjects (Figure 5)
+# With the FPR authors' galleries (`paper`), their rule on the Re-ID pools (`fpr.authors_ablations`):
+# each subject's images drawn with `random_state=101`, extra subjects from the species' other
+# identities (that draw is ours: the authors' is unseeded).
 
 # %%
 if HAVE_GEN:
-    abl = pd.concat([A.gallery_size_ablation(models, split.train, split.gallery, generated, cfg, cache, SEED),
-                     A.subject_count_ablation(models, split.train, split.gallery, generated, cfg, cache, SEED)],
-                    ignore_index=True)
+    abl = AA.gallery_ablation(models, split.train, split.gallery, generated, cfg, cache, SEED, pool=POOL)
     run.write_table(abl, "11_fpr_gallery_ablation")
     display(abl)
     display(run.figure(F.plot_gallery_ablation(abl, PROFILE), "11_fpr_gallery_ablation"))
 
 # %% [markdown]
 # ## Gallery sampling: random vs k-means vs curated (Table 2, percent)
-# k-means runs in the specialised encoder's space when it is available (the paper used MiewID).
+# k-means runs in the specialised encoder's space when it is available (the paper used MiewID; with
+# the authors' pools: their random / k-means draws and their gallery as "Ours").
 
 # %%
 if HAVE_GEN:
-    embed_with = "nearid" if "nearid" in models else next(iter(models))
-    sampling = A.sampling_ablation(models, split.train, split.gallery, generated, cfg, cache, embed_with,
-                                   X.sampling_size(cfg), SEED)
+    embed_with = X.sampling_encoder(models, POOL)
+    sampling = AA.sampling_table(models, split.train, split.gallery, generated, cfg, cache, embed_with,
+                                 X.sampling_size(cfg), SEED, pool=POOL)
     run.write_table(sampling, "11_fpr_gallery_sampling")
     display(sampling)
 
 # %% [markdown]
-# ## Background removal with the object masks (Figure 7, Table 14)
+# ## Background removal (Figure 7, Table 14)
+# `mini`: the world's object masks on grey. `paper`: the FPR authors' removal, carvekit's TRACER-B7
+# mask refined by FBA matting at their settings, composited on grey (`nearid_lib.fpr.bg_removal`);
+# the copies are written once by `make bgremove` (sharded over the GPUs), any missing one here.
 
 # %%
-bg, bg_pq = (A.background_ablation(models, split.train, split.gallery, cfg, cache, DATASET, per_query=True)
-             if HAVE_REFS else (None, None))
+REMOVED, REMOVED_BY, NO_REMOVAL = X.background_removed(cfg, split) if HAVE_REFS else (None, None, None)
+if NO_REMOVAL:
+    print("background-removed rows not produced:", NO_REMOVAL)
+bg, bg_pq = (A.background_ablation(models, split.train, split.gallery, cfg, cache, DATASET, per_query=True,
+                                   removed=REMOVED) if HAVE_REFS else (None, None))
 if HAVE_REFS:
-    run.write_table(bg, "11_fpr_bg_removal", **A.background_note(split.train, split.gallery))
+    run.write_table(bg, "11_fpr_bg_removal", **A.background_note(split.train, split.gallery, REMOVED_BY, NO_REMOVAL))
     display(bg)
     display(run.figure(F.plot_background(bg, PROFILE), "11_fpr_bg_removal"))
 
@@ -230,7 +259,7 @@ if HAVE_GEN:
     nearid_spec = next((s for s in specs if s.name == "nearid"), None)
     seed_dirs = published_seeds(nearid_spec.kwargs["checkpoint"]) if nearid_spec is not None else {}
     seed_runs = (specialised_seed_runs(nearid_spec, seed_dirs, split, generated, cfg, cache, DATASET,
-                                       oracle=HAVE_REFS, background=HAVE_REFS) if seed_dirs else {})
+                                       oracle=HAVE_REFS, background=HAVE_REFS, removed=REMOVED) if seed_dirs else {})
     print("NearID head seeds in the claims:", [next(iter(seed_dirs), SEED), *seed_runs])
     claims = retrieval_claims(main, agreement, specs, PROFILE, per_query, oracle_pq=oracle_pq, bg_pq=bg_pq,
                               rng=make_rng(SEED, "claims", "11"), seed_runs=seed_runs,

@@ -212,8 +212,11 @@ def test_specialised_encoders_load_through_the_mirror(tmp_path, monkeypatch):
     m, _ = load_encoder("bioclip2")
     e = m.embed([Image.fromarray(np.full((40, 40, 3), 90, np.uint8))])
     assert e.shape == (1, 16) and np.isfinite(e.numpy()).all()
-    with pytest.raises(HubError, match="conservationxlabs/miewid-msv3"):
+    # MiewID: the authors' msv2 under "miewid" (the paper's row), msv3 an extra row of its own
+    with pytest.raises(HubError, match="conservationxlabs/miewid-msv2"):
         load_encoder("miewid", allow_remote_code=True)
+    with pytest.raises(HubError, match="conservationxlabs/miewid-msv3"):
+        load_encoder("miewid-msv3", allow_remote_code=True)
     monkeypatch.delenv("NEARID_HUB_DIR")
     assert open_clip_source("hf-hub:imageomics/bioclip-2") == "hf-hub:imageomics/bioclip-2"
 

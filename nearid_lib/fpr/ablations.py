@@ -131,33 +131,58 @@ def sampling_ablation(models, train, gallery, generated, cfg: Profile, cache, em
 
 
 def background_ablation(models, train, gallery, cfg: Profile, cache, dataset: str = "NearID-mini",
-                        per_query: bool = False):
-    """Paper Fig. 7 / Table 14: oracle sim and mAP with backgrounds kept vs removed (masks)
-    (``per_query``: also the per-reference APs, columns ``encoder``, ``background``, ``name``, ``ap``)."""
+                        per_query: bool = False, removed: tuple[pd.DataFrame, pd.DataFrame] | None = None):
+    """Paper Fig. 7 / Table 14: oracle sim and mAP with backgrounds kept vs removed (``per_query``:
+    also the per-reference APs, columns ``encoder``, ``background``, ``name``, ``ap``).
+
+    "removed": ``removed`` = the reference and gallery tables of background-removed copies (the
+    paper profile: carvekit at the FPR authors' settings, :func:`~.bg_removal.removed_tables`), or,
+    without them, the tables' object masks on grey (the procedural world). One row per encoder over
+    all queries (``group`` "all") and, where the tables carry the paper's ``dataset`` keys, per
+    dataset family (``reid`` / ``cub`` / ``cars``: the mean of its species' mAPs, as Table 14)."""
     rows, pqs = [], []
     has_masks = all("mask_path" in t.columns and t.mask_path.astype(str).str.len().gt(0).all()
                     for t in (train, gallery))
-    # released galleries carry no masks: report "kept" only (the paper removed backgrounds with a
-    # segmenter, which is not part of this pipeline)
     for name, m in models.items():
-        for bg in (("kept", "removed") if has_masks else ("kept",)):
-            t, pq = oracle_scores(m, train, gallery, cfg.retrieval.group_by, cache, cfg.retrieval.batch_size,
-                                  background=bg, return_per_query=True)
+        variants = [("kept", train, gallery, "kept")]
+        if removed is not None:
+            variants.append(("removed", removed[0], removed[1], "kept"))
+        elif has_masks:
+            variants.append(("removed", train, gallery, "removed"))
+        for bg, tr, ga, mode in variants:
+            t, pq = oracle_scores(m, tr, ga, cfg.retrieval.group_by, cache, cfg.retrieval.batch_size,
+                                  background=mode, return_per_query=True)
             t = t[t.group == "all"]
-            rows.append({"dataset": dataset, "background": bg, "encoder": name,
+            rows.append({"dataset": dataset, "group": "all", "background": bg, "encoder": name,
                          "sim": float(t.sim.iloc[0]), "map": float(t["map"].iloc[0])})
+            if "dataset" in tr.columns:
+                fam = pd.Series(tr["dataset"].map(_family).to_numpy(), index=pq.index)
+                for f, d in pq.groupby(fam, sort=True):
+                    per_sp = d.groupby("group").agg(map=("ap", "mean"), sim=("sim", "mean"))
+                    rows.append({"dataset": dataset, "group": f, "background": bg, "encoder": name,
+                                 "sim": float(per_sp.sim.mean()), "map": float(per_sp["map"].mean())})
             pqs.append(pq.assign(encoder=name, background=bg))
     return (pd.DataFrame(rows), pd.concat(pqs, ignore_index=True)) if per_query else pd.DataFrame(rows)
+
+
+def _family(key: str) -> str:
+    """The paper's dataset family of a gallery key (Table 14's rows): reid, cub or cars."""
+    k = str(key)
+    return "cub" if k.startswith("cub") else "cars" if "cars" in k else "reid"
 
 
 def _has_masks(*tables) -> bool:
     return all("mask_path" in t.columns and t.mask_path.astype(str).str.len().gt(0).all() for t in tables)
 
 
-def background_note(train, gallery) -> dict:
-    """Sidecar note of the background table: ``{}`` when both tables carry object masks (kept and
-    removed rows), else why only the "kept" rows are there (the released galleries ship no masks)."""
+def background_note(train, gallery, removed_by: str | None = None, why_not: str | None = None) -> dict:
+    """Sidecar note of the background table: how the "removed" rows were made (``removed_by``: the
+    carvekit weights of the copies), ``{}`` when the tables' own object masks made them, else why
+    only the "kept" rows are there (``why_not``, e.g. carvekit's weights absent from the mirror)."""
+    if removed_by is not None:
+        return {"note": "backgrounds removed with carvekit at the FPR authors' settings (nearid_lib.fpr.bg_removal); "
+                        "weights: " + removed_by}
     if _has_masks(train, gallery):
         return {}
-    return {"note": "backgrounds kept only: these galleries carry no object masks (mask_path); the "
-                    "paper's 'removed' rows need a segmenter's masks, which this pipeline does not compute"}
+    return {"note": "backgrounds kept only: " + (why_not or "these galleries carry no object masks (mask_path) "
+                                                           "and no background-removed copies were made")}

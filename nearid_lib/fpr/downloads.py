@@ -41,6 +41,7 @@ from ..data.fpr_layout import FPRLayoutError, load_fpr_split, read_generated, wr
 from ..generate.personalize import METHODS, method_key
 from ..hub import HubError, download_command, is_available, load_hub_dataset
 from ..paths import data_dir, downloads_dir
+from .authors_splits import authors_cars_split, authors_cub_split, authors_reid_split
 from .datasets import (
     CUB_GROUP_IDS,
     CUB_GROUPS,
@@ -56,7 +57,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CUB_DIRNAME", "WILDLIFE_DIRNAME", "GENERATED_DIRNAME", "CARS_REPO", "CARS_LABELS", "DATASET_KEYS",
            "read_cub_metadata", "read_wildlife_metadata", "read_cars_test", "GalleryBuild",
-           "build_paper_galleries", "collect_generated", "attach_generated"]
+           "build_paper_galleries", "collect_generated", "attach_generated", "POOL_CSV"]
 
 CUB_DIRNAME = "CUB_200_2011"
 WILDLIFE_DIRNAME = "WildlifeReID-10k"
@@ -68,6 +69,7 @@ CARS_LABELS: tuple[int, ...] = (1, 2, 3, 4, 6, 11, 12, 13, 18, 19, 25, 27, 28, 3
 DATASET_KEYS: tuple[str, ...] = ("leopard", "cow", "zebra", "tiger", "giraffe", "cub_sparrow", "cub_tern",
                                  "cub_wren", "stanford_cars")
 _SOURCE = {"cub": CUB_DIRNAME, "reid": WILDLIFE_DIRNAME, "cars": CARS_REPO}
+POOL_CSV = "ablation_gallery_data.csv"     # the authors' Re-ID ablation pool (gallery + extra images)
 
 
 def _key_source(key: str) -> str:
@@ -289,19 +291,28 @@ def build_paper_galleries(cfg: Profile, downloads: str | os.PathLike | None = No
     ``<downloads>/fpr_generated/<method>/<key>/`` exists or ``generated_here`` (the generation
     step's output) holds the method, ``generated_data.csv``. A dataset whose
     download is absent or too small is *skipped with its reason*, never an error; malformed input
-    is (:class:`FPRLayoutError` naming file, line and field)."""
+    is (:class:`FPRLayoutError` naming file, line and field). ``retrieval.gallery_rule = "authors"``
+    draws the FPR authors' galleries instead (:mod:`.authors_splits`) and writes each Re-ID
+    species' ablation pool (:data:`POOL_CSV`)."""
     rc = cfg.retrieval
+    if rc.gallery_rule not in ("ours", "authors"):
+        raise ValueError(f"retrieval.gallery_rule={rc.gallery_rule!r}: expected 'ours' or 'authors'")
+    authors = rc.gallery_rule == "authors"
     seed = cfg.seed if seed is None else seed
     dl = Path(downloads) if downloads is not None else downloads_dir()
     root = Path(out) if out is not None else data_dir(cfg.name) / "fpr"
     res = GalleryBuild(root)
     kw = dict(seed=seed, n_gallery=rc.gallery_per_id, n_ref=tuple(rc.refs_per_id))
     splits: dict[str, tuple[pd.DataFrame, pd.DataFrame]] = {}
+    pools: dict[str, pd.DataFrame] = {}
 
     cub = dl / CUB_DIRNAME
     if (cub / "images.txt").exists():
         try:
-            for g, tg in build_cub_split(read_cub_metadata(cub), **kw).items():
+            meta = read_cub_metadata(cub)
+            built = (authors_cub_split(meta, rc.gallery_per_id, rc.refs_per_id[1]) if authors
+                     else build_cub_split(meta, **kw))
+            for g, tg in built.items():
                 splits[f"cub_{g}"] = tg
         except FPRSizeError as err:
             for g in CUB_GROUPS:
@@ -316,6 +327,11 @@ def build_paper_galleries(cfg: Profile, downloads: str | os.PathLike | None = No
         meta = read_wildlife_metadata(wl)
         for sp in WILDLIFE_SPECIES:
             try:
+                if authors:
+                    r = authors_reid_split(meta, (sp,), rc.reid_datasets or None, rc.ids_per_species,
+                                           tuple(rc.reid_refs), tuple(rc.reid_gallery))
+                    splits[sp], pools[sp] = r[sp], r.pool[sp]
+                    continue
                 splits[sp] = build_wildlife_split(meta, species=(sp,), ids_per_species=rc.ids_per_species,
                                                   datasets=rc.reid_datasets or None, **kw)[sp]
             except FPRSizeError as err:
@@ -330,7 +346,8 @@ def build_paper_galleries(cfg: Profile, downloads: str | os.PathLike | None = No
         try:
             cars = read_cars_test(cars_dir)
             names = list(dict.fromkeys(cars.sort_values("label").class_name))
-            splits["stanford_cars"] = build_cars_split(cars, models=names, **kw)
+            splits["stanford_cars"] = (authors_cars_split(cars, CARS_LABELS, rc.gallery_per_id, rc.refs_per_id[1])
+                                       if authors else build_cars_split(cars, models=names, **kw))
         except FPRSizeError as err:
             res.skipped["stanford_cars"] = f"Stanford Cars too small for the gallery: {err}"
         except FPRLayoutError:
@@ -352,6 +369,10 @@ def build_paper_galleries(cfg: Profile, downloads: str | os.PathLike | None = No
         train, gallery = splits[key]
         write_fpr_table(train, folder / "train_data.csv", "train")
         write_fpr_table(gallery, folder / "gallery_data.csv", "gallery")
+        if key in pools:
+            write_fpr_table(pools[key], folder / POOL_CSV, "gallery")
+        else:
+            (folder / POOL_CSV).unlink(missing_ok=True)
         res.folders[key] = folder
     return attach_generated(res, dl / GENERATED_DIRNAME, generated_here)
 

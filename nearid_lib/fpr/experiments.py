@@ -13,12 +13,13 @@ import numpy as np
 import pandas as pd
 
 from ..data import build_world
-from ..data.fpr_layout import FPRSplit, load_fpr_split, read_generated
-from ..models import load_encoder, split_weights
+from ..data.fpr_layout import FPRSplit, load_fpr_split, read_fpr_table, read_generated, resolve_paths
+from ..models import load_encoder, resolve_device, split_weights
 from ..paths import checkpoint_dir, data_dir, downloads_dir
 from ..seeding import make_rng
 from .analysis import drift_agreement
-from .downloads import GENERATED_DIRNAME, attach_generated, build_paper_galleries
+from .bg_removal import removed_tables, weights_reason
+from .downloads import DATASET_KEYS, GENERATED_DIRNAME, POOL_CSV, attach_generated, build_paper_galleries
 from .generation import generate_fpr, generated_root
 from .encoders import RemoteCodeError
 from .methods import simulate_methods
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
     from ..config import Profile
 
 __all__ = ["EncoderSpec", "FPRRun", "run_fpr", "encoder_specs", "load_encoders", "main_comparison",
-           "per_identity_agreement", "oracle_table", "qualitative_cases", "prepare_data", "method_sources", "skip_reasons", "sampling_size", "GLOBAL_TABLES"]
+           "per_identity_agreement", "oracle_table", "qualitative_cases", "prepare_data", "method_sources", "skip_reasons", "sampling_size", "GLOBAL_TABLES",
+           "ablation_pool_of", "sampling_encoder", "background_removed"]
 
 
 @dataclass
@@ -43,7 +45,7 @@ class EncoderSpec:
 
 
 
-_SPECIALISED = {"nearid", "bioclip2", "miewid", "classifier"}
+_SPECIALISED = {"nearid", "bioclip2", "miewid", "miewid-msv3", "classifier"}
 NEARID_RELEASE = "Aleksandar/nearid-siglip2"
 
 
@@ -71,7 +73,7 @@ def encoder_specs(cfg: Profile, checkpoint_root: Path | None = None) -> list[Enc
             elif not ck.exists():
                 spec.available = False
                 spec.note = f"no trained NearID head at {ck} (run notebook 03 first); skipped"
-        if name == "miewid":
+        if base in ("miewid", "miewid-msv3"):      # msv2: the authors' (the paper's row); msv3: an extra row
             if not cfg.retrieval.allow_remote_code:
                 spec.available = False
                 spec.note = ("MiewID runs code from its hub repo (trust_remote_code): opt in with "
@@ -268,6 +270,44 @@ def prepare_data(cfg: Profile, root: Path | None = None, progress: bool = False,
                      skipped={f"11_fpr_{k}": why for k, why in built.reasons().items()})
     gen = pd.concat(gens, ignore_index=True) if gens else empty.assign(method=[])
     return split, gen, "FPR-released"
+
+
+def ablation_pool_of(split: FPRSplit) -> pd.DataFrame | None:
+    """The authors' Re-ID ablation pools of a released split (``<key>/ablation_gallery_data.csv``
+    beside the galleries :func:`prepare_data` read, written under ``retrieval.gallery_rule =
+    "authors"``), names and species prefixed with the dataset key as :func:`prepare_data` prefixes
+    them; None when there is none (the procedural world, our gallery rule)."""
+    have = set(split.train["dataset"]) if "dataset" in split.train.columns else set()
+    parts = []
+    for key in DATASET_KEYS:
+        f = Path(split.root) / key / POOL_CSV
+        if key in have and f.exists():
+            t = resolve_paths(read_fpr_table(f, "gallery"))
+            parts.append(t.assign(name=key + "/" + t.name.astype(str), species=key + "/" + t.species.astype(str),
+                                  dataset=key))
+    return pd.concat(parts, ignore_index=True) if parts else None
+
+
+def background_removed(cfg: Profile, split: FPRSplit, device=None) -> tuple[tuple | None, str | None, str | None]:
+    """FPR Table 14's "removed" inputs: ``((train, gallery) of background-removed copies, the weights
+    that made them, None)`` in the released profile (:func:`~.bg_removal.removed_tables`: the copies
+    of the step ``make bgremove``, any missing one written here), ``(None, None, why)`` when carvekit
+    or its weights are absent, ``(None, None, None)`` in a procedural world (its masks serve)."""
+    if cfg.world.source == "procedural" or not len(split.train):
+        return None, None, None
+    why = weights_reason()
+    if why:
+        return None, None, why
+    dev = str(resolve_device(cfg.device)) if device is None else str(device)
+    tables, made_by = removed_tables([split.train, split.gallery], cfg.name, tuple(cfg.retrieval.bg_sizes), dev)
+    return (tables[0], tables[1]), made_by, None
+
+
+def sampling_encoder(models: dict, pool: pd.DataFrame | None) -> str:
+    """The encoder Table 2's k-means runs in: the authors' MiewID with their pools (the specialised
+    encoder, then the first, when it is not loaded), else the NearID head (ours) or the first."""
+    order = ("miewid", "nearid") if pool is not None else ("nearid",)
+    return next((e for e in order if e in models), next(iter(models)))
 
 
 def method_sources(generated: pd.DataFrame) -> pd.DataFrame:

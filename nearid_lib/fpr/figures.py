@@ -74,7 +74,8 @@ def plot_gallery_ablation(abl: pd.DataFrame, profile: str):
 
 
 def plot_background(bg: pd.DataFrame, profile: str):
-    """Fig. 7: oracle sim and mAP with backgrounds kept vs removed."""
+    """Fig. 7: oracle sim and mAP with backgrounds kept vs removed (the rows over all queries)."""
+    bg = bg[bg.group == "all"] if "group" in bg.columns else bg
     encs = list(dict.fromkeys(bg.encoder))
     fig, axes = plt.subplots(1, 2, figsize=(8, 3.2))
     w = 0.38

@@ -27,12 +27,15 @@ __all__ = ["specialised_seed_runs"]
 
 def specialised_seed_runs(spec: EncoderSpec, seed_dirs: Mapping[int, str | Path], split: FPRSplit,
                           generated: pd.DataFrame | None, cfg: Profile, cache, dataset: str,
-                          oracle: bool = True, background: bool = True) -> dict[int, dict[str, pd.DataFrame]]:
+                          oracle: bool = True, background: bool = True,
+                          removed: tuple[pd.DataFrame, pd.DataFrame] | None = None
+                          ) -> dict[int, dict[str, pd.DataFrame]]:
     """{seed: {"per_query", "agreement", "oracle_pq", "bg_pq"}} of the heads in ``seed_dirs``
     ({seed: checkpoint folder}, e.g. :func:`~nearid_lib.nearid.published.published_seeds`) other
     than the one ``spec`` loads (its ``checkpoint``), each loaded with ``spec``'s options and scored
     under ``spec.name`` exactly as :func:`~.experiments.run_fpr` and
-    :func:`~.ablations.background_ablation` score the published head. Empty when ``spec`` is
+    :func:`~.ablations.background_ablation` score the published head (``removed``: the
+    background-removed tables of the paper profile, as for the published head). Empty when ``spec`` is
     unavailable or loads something other than a local folder (a hub id: one seed)."""
     own = spec.kwargs.get("checkpoint")
     if not spec.available or own is None or not Path(own).is_dir():
@@ -44,7 +47,8 @@ def specialised_seed_runs(spec: EncoderSpec, seed_dirs: Mapping[int, str | Path]
         model = load_encoder(spec.name, cache=True, **{**spec.kwargs, "checkpoint": str(d)})[0]
         models = {spec.name: model}
         res = run_fpr(models, split, generated, cfg, cache, dataset, oracle=oracle, progress=False)
-        bg_pq = (background_ablation(models, split.train, split.gallery, cfg, cache, dataset, per_query=True)[1]
+        bg_pq = (background_ablation(models, split.train, split.gallery, cfg, cache, dataset, per_query=True,
+                                     removed=removed)[1]
                  if background else None)
         out[int(seed)] = {"per_query": res.per_query, "agreement": res.agreement,
                           "oracle_pq": res.oracle_per_query, "bg_pq": bg_pq}

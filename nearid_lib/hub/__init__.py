@@ -65,9 +65,20 @@ PAPER_REPOS: tuple[tuple[str, str, str], ...] = (
     ("chaenayo/id-sim_dinov3_vitl16_cls_patch", "model", "released ID-Sim: LoRA + heads over the DINOv3 below "
      "(Fig. 25, Tables 2a/2b rows)"),
     ("facebook/dinov3-vitl16-pretrain-lvd1689m", "model", "frozen DINOv3 row of the ID-Sim tables (gated: accept the licence)"),
+    # the authors' three other released backbones (rows of their own; LoRA + two heads each, sizes unknown)
+    ("chaenayo/id-sim_dinov3_vitb16_cls_patch", "model", "released ID-Sim over DINOv3 ViT-B/16 (an extra row)"),
+    ("facebook/dinov3-vitb16-pretrain-lvd1689m", "model", "its DINOv3 ViT-B/16 base (gated: accept the licence)"),
+    ("chaenayo/id-sim_dinov2_vitl14_cls_patch", "model", "released ID-Sim over DINOv2 ViT-L/14 (facebook/dinov2-large)"),
+    ("chaenayo/id-sim_dinov2_vitb14_cls_patch", "model", "released ID-Sim over DINOv2 ViT-B/14 (facebook/dinov2-base)"),
     ("Donghyun99/Stanford-Cars", "dataset", "FPR Stanford Cars gallery (FPR Table 13), the hub copy the authors use"),
     ("imageomics/bioclip-2", "model", "FPR specialised encoder for CUB (FPR Tables 10-12)"),
-    ("conservationxlabs/miewid-msv3", "model", "FPR specialised Re-ID encoder (remote code: opt in, README)"),
+    ("conservationxlabs/miewid-msv2", "model", "FPR MiewID as the authors run it, the paper's row (remote code: opt "
+     "in, README; model.safetensors 206 MB)"),
+    ("conservationxlabs/miewid-msv3", "model", "FPR MiewID msv3, an extra row beside msv2 (remote code: opt in)"),
+    # FPR Table 14's background removal (carvekit 4.1.2's HiInterface networks; their files, not carvekit's downloader)
+    ("Carve/tracer_b7", "model", "FPR background removal: TRACER-B7 tracer_b7.pth, 267 MB (carvekit pins commit "
+     "d8a8fd9e; main also holds a 267 MB fine-tuned variant the authors did not use)"),
+    ("Carve/fba", "model", "FPR background removal: FBA matting fba_matting.pth, 139 MB (carvekit pins a5d3457d)"),
     # FPR's generation step (nearid_lib.generate.personalize.METHODS; FLUX.1 and SD3 are gated: accept
     # the licences first); a method with a user folder under $NEARID_DOWNLOADS/fpr_generated needs none
     ("stabilityai/stable-diffusion-3-medium-diffusers", "model", "FPR DreamBooth (fine-tuned per subject)"),

@@ -13,6 +13,18 @@ DINOv3 row), ``idsim``, ``nearid`` and ``<measure>``:
   not a sum over units, the per-anchor one is, so it can be bootstrapped;
 * ``sens.<factor>``: the selective-sensitivity slope of Fig. 6 (unit = grid anchor).
 
+In ``paper`` (no training set, no edit grids: :mod:`.released`) the claims compare the *released*
+ID-Sim with the frozen DINOv3 on the public benchmarks (:data:`RELEASED_CLAIMS`,
+:func:`public_evidence`):
+
+* ``s2k.prec``: Subjects2k, per same-identity pair (unit = its ``pair_id``) the precision at its
+  rank among all pairs (the share of same pairs among the pairs scored at least as high): their mean
+  is the AP (scikit-learn's, ties as one threshold), so the estimate is Figure 25's metric; the
+  bootstrap resamples the same pairs and holds the different pairs fixed;
+* ``dbpp.rho``: DreamBench++, per subject the Spearman correlation of the similarity with the mean
+  human rating over its generated images (unit = subject), averaged over subjects (not Figure 25's
+  pooled Spearman, which is not a sum over units).
+
 Both sides of every comparison are scored on the same units, so intervals are paired.
 """
 from __future__ import annotations
@@ -27,7 +39,8 @@ from .. import metrics as M
 from ..claims import ClaimSpec, Evidence, Greater, PaperRef
 from .eval_suite import _sim as pair_cosine  # the cosine evaluate_sets uses: evidence matches it exactly
 
-__all__ = ["IDSIM_CLAIMS", "CLAIMS_BY_NOTEBOOK", "benchmark_evidence", "sensitivity_evidence"]
+__all__ = ["IDSIM_CLAIMS", "RELEASED_CLAIMS", "CLAIMS_BY_NOTEBOOK", "benchmark_evidence", "sensitivity_evidence",
+           "public_evidence", "released_evidence"]
 
 F25, F6 = "idsim_fig25_full_results", "idsim_fig6_sensitivity_claims"
 
@@ -71,6 +84,16 @@ IDSIM_CLAIMS: tuple[ClaimSpec, ...] = tuple(
               evidence_note="per-anchor regression slopes over the edit grids (paired over anchors)",
               own_question=OWN_FIG6),
 )
+
+RELEASED_CLAIMS: tuple[ClaimSpec, ...] = tuple(
+    ClaimSpec(f"idsim.{k}", "ID-Sim", f"{k}. The released ID-Sim beats frozen DINOv3 on {what}",
+              Greater(f"idsim.{q}", f"frozen.{q}", 0.0), "DINOv3 {0:.3f} -> ID-Sim {1:.3f}",
+              (_f25("DINOv3", mid), _f25("ID-Sim", mid)), evidence_note=note)
+    for k, q, what, mid, note in (
+        ("1e", "s2k.prec", "Subjects2k (AP)", "subjects2k_ap",
+         "released checkpoint vs frozen backbone, the same Subjects2k pairs (paired over same-identity pairs)"),
+        ("1f", "dbpp.rho", "DreamBench++ (per-subject Spearman with the human ratings)", "dreambench_spearman",
+         "released checkpoint vs frozen backbone, the same DreamBench++ images (paired over subjects)")))
 
 CLAIMS_BY_NOTEBOOK = {"09_train_idsim": ("idsim.1a", "idsim.1b", "idsim.1c", "idsim.1d"),
                       "10_sensitivity_regression": ("idsim.2a", "idsim.2b", "idsim.2c", "idsim.2d")}
@@ -133,3 +156,44 @@ def sensitivity_evidence(wide: pd.DataFrame, factors: Sequence[str] = ("identity
                 out[f"{enc}.sens.{f}"] = Evidence("mean:sens", t, f"{enc} {f} sensitivity")
     return out
 
+
+
+def public_evidence(pair_scores: Mapping[str, Mapping[str, np.ndarray]], s2k_labels=None, s2k_ids=None,
+                    dbpp_pairs: pd.DataFrame | None = None) -> dict[str, Evidence]:
+    """``<encoder>.s2k.prec`` and ``<encoder>.dbpp.rho`` (module docstring) from each encoder's
+    per-pair similarities (``{"s2k": [n], "dbpp": [m]}``, :func:`~.public_eval.public_scores`),
+    Subjects2k's ``binary_label`` / ``pair_id`` and the DreamBench++ rating rows (``subject``,
+    ``rating``) they were scored on, row-aligned."""
+    out: dict[str, Evidence] = {}
+    for enc, sc in pair_scores.items():
+        if sc.get("s2k") is not None and s2k_labels is not None:
+            s, y = np.asarray(sc["s2k"], float), np.asarray(s2k_labels, int)
+            pos = np.flatnonzero(y == 1)
+            if len(pos) and len(pos) < len(y):
+                prec = [float(y[s >= s[i]].sum()) / float((s >= s[i]).sum()) for i in pos]
+                units = [str(np.asarray(s2k_ids)[i]) if s2k_ids is not None else str(i) for i in pos]
+                out[f"{enc}.s2k.prec"] = Evidence("mean:prec", pd.DataFrame({"unit": units, "prec": prec}),
+                                                  f"{enc} Subjects2k precision at each same pair", bounds=(0.0, 1.0))
+        if sc.get("dbpp") is not None and dbpp_pairs is not None:
+            sim, rating = np.asarray(sc["dbpp"], float), dbpp_pairs["rating"].to_numpy(float)
+            rows = []
+            for subj, idx in dbpp_pairs.groupby("subject", sort=True).indices.items():
+                if len(idx) > 2 and np.ptp(rating[idx]) > 0 and np.ptp(sim[idx]) > 0:
+                    rows.append({"unit": str(subj), "rho": float(spearmanr(sim[idx], rating[idx]).statistic)})
+            if rows:
+                out[f"{enc}.dbpp.rho"] = Evidence("mean:rho", pd.DataFrame(rows), f"{enc} per-subject Spearman",
+                                                  chance=0.0, bounds=(-1.0, 1.0))
+    return out
+
+
+def released_evidence(scores, backbone: str, release: str = "idsim-release") -> dict[str, Evidence]:
+    """The evidence of :data:`RELEASED_CLAIMS` from notebook 09's
+    :class:`~nearid_lib.idsim.released.ReleasedScores`: ``idsim`` = the paper's released checkpoint
+    (``release``), ``frozen`` = the frozen ``backbone`` row; empty when either was not scored."""
+    a, b = scores.pair_scores.get(release), scores.pair_scores.get(backbone)
+    if not a or not b:
+        return {}
+    s2k = scores.s2k
+    labels = np.asarray(s2k["binary_label"]) if s2k is not None else None
+    ids = list(s2k["pair_id"]) if s2k is not None else None
+    return public_evidence({"idsim": a, "frozen": b}, labels, ids, scores.pairs)

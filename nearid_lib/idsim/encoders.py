@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from ..models.registry import register_encoder
 from .model import idsim_encoder
-from .release_model import RELEASE_REPO, release_encoder
+from .release_backbones import RELEASES
+from .release_model import release_encoder
 
 __all__ = ["register"]
 
@@ -19,13 +20,15 @@ def _idsim(name, hub_id, tiny=False, **kw):
 
 
 def _idsim_release(name, hub_id, tiny=False, **kw):
-    return release_encoder(tiny=tiny, hub_id=hub_id, **kw)
+    return release_encoder(tiny=tiny, hub_id=hub_id, name=name, **kw)
 
 
 def register() -> None:
-    """Add ``idsim`` and ``idsim-release`` to the encoder registry."""
+    """Add ``idsim`` and the released checkpoints (``idsim-release`` and its three other backbones,
+    :data:`~.release_backbones.RELEASES`) to the encoder registry."""
     register_encoder("idsim", _idsim, None, doc="ID-Sim: frozen backbone + LoRA + CLS/patch heads "
                      "(nearid_lib.idsim.model)")
-    register_encoder("idsim-release", _idsim_release, RELEASE_REPO,
-                     doc="the released ID-Sim: DINOv3 ViT-L/16 + its LoRA (merged) + mlp_cls / mlp_patch, 448 px "
-                         "(nearid_lib.idsim.release_model; checkpoint=, base=, image_size=)")
+    for spec in RELEASES.values():
+        register_encoder(spec.name, _idsim_release, spec.repo,
+                         doc=f"the released {spec.label}: its LoRA merged into {spec.base} + mlp_cls / mlp_patch, "
+                             f"448 px (nearid_lib.idsim.release_model; checkpoint=, base=, image_size=)")

@@ -17,8 +17,14 @@ from ..data.eval_datasets import DreamBenchPP
 from ..data.schema import DataError
 from ..imageio import load_images
 
-__all__ = ["SUBJECTS2K_COLUMNS", "load_subjects2k", "pair_scores", "subjects2k_metrics", "subjects2k_gpt_metrics",
-           "dbpp_metrics", "dbpp_gpt_metrics", "judge_pairs", "judge_metrics"]
+__all__ = ["SUBJECTS2K_COLUMNS", "PUBLIC_METRICS", "load_subjects2k", "pair_scores", "subjects2k_metrics",
+           "subjects2k_gpt_metrics", "dbpp_metrics", "dbpp_gpt_metrics", "judge_pairs", "judge_metrics", "public_scores"]
+
+# our metric ids of the public benchmarks (nearid_lib.idsim.eval_suite.BENCH_INFO keys) -> what was scored
+PUBLIC_METRICS = {"subjects2k_ap": "Subjects2k (chaenayo/Subjects2k), binary_label",
+                  "subjects2k_auc": "Subjects2k (chaenayo/Subjects2k), binary_label",
+                  "dreambench_spearman": "DreamBench++ generated images, mean human concept-preservation score",
+                  "dreambench_kendall": "DreamBench++ generated images, mean human concept-preservation score"}
 
 SUBJECTS2K_COLUMNS = ("reference_image", "test_image", "pair_id", "human_votes", "human_agreement",
                       "binary_label", "num_human_votes", "gpt_score")
@@ -179,3 +185,23 @@ def judge_metrics(judge, s2k=None, dbpp_pairs: pd.DataFrame | None = None, max_p
     res["n_pairs"] = int(len(per))
     res["coverage"] = float(np.isfinite(per["similarity"].to_numpy(float)).mean()) if len(per) else float("nan")
     return res, per
+
+
+def public_scores(enc, s2k, pairs: pd.DataFrame | None, batch_size: int, kind: str = "pooled",
+                  scores: dict | None = None) -> dict[str, float]:
+    """ID-Sim's public benchmark metrics of one encoder (``kind``: its pooled or its mean-patch
+    embedding): Subjects2k AP / ROC-AUC and DreamBench++ Spearman / Kendall, for the benchmarks
+    that are there (``s2k`` / ``pairs`` None: absent). ``scores``: a dict that receives the per-pair
+    similarities (``"s2k"``, ``"dbpp"``), the evidence of the claims."""
+    res = {}
+    if s2k is not None:
+        m, s = subjects2k_metrics(enc, s2k, batch_size, kind)
+        res.update(m)
+        if scores is not None:
+            scores["s2k"] = s
+    if pairs is not None:
+        m, s = dbpp_metrics(enc, pairs, batch_size, kind)
+        res.update({k: v for k, v in m.items() if k.startswith("dreambench")})
+        if scores is not None:
+            scores["dbpp"] = s
+    return {k: v for k, v in res.items() if k in PUBLIC_METRICS}

@@ -1,10 +1,12 @@
 """The released ID-Sim's LoRA adapter (``adapter_config.json`` + ``adapter_model.safetensors``) in
-Meta's native DINOv3 key space, merged into a ``transformers`` ``DINOv3ViTModel``: per block, the
-fused ``[3D, D]`` qkv is rebuilt from ``q_proj`` / ``k_proj`` / ``v_proj``, ``scale * B @ A`` is
-added (``lora_alpha / r``, or ``/ sqrt(r)`` with rsLoRA) and the result split back; ``attn.proj``
-/ ``mlp.fc1`` / ``mlp.fc2`` deltas go to ``o_proj`` / ``up_proj`` / ``down_proj``. Every adapter
-tensor must be consumed; a setting the merge cannot honour is refused by name. The model around it
-is :mod:`nearid_lib.idsim.release_model`."""
+Meta's native DINOv3 / DINOv2 key space, merged into a ``transformers`` ``DINOv3ViTModel`` or
+``Dinov2Model``: per block, the fused ``[3D, D]`` qkv is rebuilt from the three projections
+(``q_proj`` / ``k_proj`` / ``v_proj``; a 4.x ``Dinov2Model``'s ``attention.attention.query`` / ``key``
+/ ``value``), ``scale * B @ A`` is added (``lora_alpha / r``, or ``/ sqrt(r)`` with rsLoRA) and the
+result split back; ``attn.proj`` / ``mlp.fc1`` / ``mlp.fc2`` deltas go to ``o_proj`` and to
+``up_proj`` / ``down_proj`` (DINOv3) or ``fc1`` / ``fc2`` (DINOv2). Every
+adapter tensor must be consumed; a setting the merge cannot honour is refused by name. The model
+around it is :mod:`nearid_lib.idsim.release_model`."""
 from __future__ import annotations
 
 import json
@@ -20,9 +22,28 @@ from torch import nn
 
 __all__ = ["ReleaseFormatError", "AdapterConfig", "read_adapter", "merge_adapter", "encoder_layers", "Delta"]
 
-# Meta module (inside a block) -> the transformers Linear(s) it became. qkv is fused in Meta's code.
-_META_TO_HF = {"attn.qkv": ("attention.q_proj", "attention.k_proj", "attention.v_proj"),
-               "attn.proj": ("attention.o_proj",), "mlp.fc1": ("mlp.up_proj",), "mlp.fc2": ("mlp.down_proj",)}
+# Meta module (inside a block) -> the transformers Linear(s) it became: the first candidate the
+# layer has (DINOv3 and transformers 5.x DINOv2: q/k/v/o_proj; DINOv3 up/down_proj, DINOv2 fc1/fc2;
+# transformers 4.x DINOv2: attention.attention.query ..., attention.output.dense). qkv is fused in Meta's code.
+_META_TO_HF = {"attn.qkv": (("attention.q_proj", "attention.k_proj", "attention.v_proj"),
+                            ("attention.attention.query", "attention.attention.key", "attention.attention.value")),
+               "attn.proj": (("attention.o_proj",), ("attention.output.dense",)),
+               "mlp.fc1": (("mlp.up_proj",), ("mlp.fc1",)), "mlp.fc2": (("mlp.down_proj",), ("mlp.fc2",))}
+
+
+def _has(layer: nn.Module, name: str) -> bool:
+    try:
+        return isinstance(layer.get_submodule(name), nn.Linear)
+    except AttributeError:
+        return False
+
+
+def _module_map(layer: nn.Module) -> dict[str, tuple[str, ...]]:
+    """The transformers names of one block's Meta modules (the first candidate it has; an empty
+    tuple when none: the merge then refuses the key by name)."""
+    return {m: next((c for c in cands if all(_has(layer, n) for n in c)), ()) for m, cands in _META_TO_HF.items()}
+
+
 # base_model.model (PEFT's wrapper) . extractor.model (id_sim's ViTExtractor -> Meta's ViT) . blocks.N.<module>
 # .lora_{A,B} [.<adapter name>] .weight; PEFT drops the adapter name when saving, older files may keep it
 _KEY = re.compile(r"^(?:base_model\.model\.)?extractor\.model\.blocks\.(?P<block>\d+)\."
@@ -147,9 +168,13 @@ def read_adapter(folder: str | os.PathLike) -> tuple[AdapterConfig, dict[str, to
 
 def encoder_layers(model: nn.Module) -> nn.ModuleList:
     """The transformer blocks of a ``DINOv3ViTModel`` (``model.layer`` in transformers 5.x,
-    ``layer`` in 4.5x)."""
-    inner = getattr(model, "model", None)
-    layers = getattr(inner, "layer", None) if inner is not None else None
+    ``layer`` in 4.5x) or a ``Dinov2Model`` (``encoder.layer``)."""
+    layers = None
+    for owner in ("model", "encoder"):
+        inner = getattr(model, owner, None)
+        layers = getattr(inner, "layer", None) if inner is not None else None
+        if layers is not None:
+            break
     if layers is None:
         layers = getattr(model, "layer", None)
     if not isinstance(layers, nn.ModuleList):
@@ -174,7 +199,7 @@ class Delta:
 @torch.no_grad()
 def merge_adapter(model: nn.Module, cfg: AdapterConfig, tensors: Mapping[str, torch.Tensor],
                   file: str = "adapter_model.safetensors") -> list[Delta]:
-    """Merge every LoRA tensor of ``tensors`` (Meta key space) into the ``DINOv3ViTModel`` ``model``
+    """Merge every LoRA tensor of ``tensors`` (Meta key space) into the ``DINOv3ViTModel`` / ``Dinov2Model`` ``model``
     in place; returns the merged deltas (what :meth:`IDSimRelease.adapters_disabled` takes back out).
 
     Fused qkv: ``W = cat(q, k, v)`` [3D, D]; ``W += scale * B @ A``; split into ``q, k, v`` again.
@@ -207,10 +232,14 @@ def merge_adapter(model: nn.Module, cfg: AdapterConfig, tensors: Mapping[str, to
                 raise ReleaseFormatError(f"{file}: key {slot[other][0]!r} has no lora_{ab} partner for "
                                          f"block {block} {module}")
         layer = layers[block]
-        if module == "mlp.fc1" and hasattr(layer.mlp, "gate_proj"):
+        if module == "mlp.fc1" and (hasattr(layer.mlp, "gate_proj") or hasattr(layer.mlp, "weights_in")):
             raise ReleaseFormatError(f"{file}: key {slot['A'][0]!r}: the base has a gated MLP; Meta's mlp.fc1 "
                                      f"has no single counterpart")
-        linears = [layer.get_submodule(name) for name in _META_TO_HF[module]]
+        names = _module_map(layer)[module]
+        if not names:
+            raise ReleaseFormatError(f"{file}: key {slot['A'][0]!r}: block {block} of the base has no counterpart "
+                                     f"of Meta's {module} ({type(layer).__name__})")
+        linears = [layer.get_submodule(name) for name in names]
         out_dim = sum(lin.out_features for lin in linears)
         in_dim = linears[0].in_features
         (ka, A), (kb, B) = slot["A"], slot["B"]

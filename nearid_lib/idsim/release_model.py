@@ -1,4 +1,5 @@
-"""The released ID-Sim model (``chaenayo/id-sim_dinov3_vitl16_cls_patch``) loaded into ``transformers``.
+"""The released ID-Sim models (``chaenayo/id-sim_dinov3_vitl16_cls_patch``, the paper's, and the three
+other backbones' checkpoints of :mod:`.release_backbones`) loaded into ``transformers``.
 
 What the release is (facts read from the authors' ``id_sim`` package; see ``docs/library.md``):
 
@@ -46,6 +47,9 @@ normalised tokens = the release's patch embedding) reads the release's own quant
 ``load_encoder("idsim-release")`` builds it through :mod:`nearid_lib.hub` (both repos from the
 local mirror when ``NEARID_HUB_DIR`` is set); ``tiny=True`` reads the tiny release that the dry-run
 mirror holds (:func:`nearid_lib.paper_fixtures.idsim.write_idsim_backbones`) and needs ``NEARID_HUB_DIR``.
+The DINOv3 ViT-B/16 and DINOv2 ViT-L/14 / ViT-B/14 checkpoints load the same way over their own
+bases (``idsim-release-dinov3-vitb16``, ...; :mod:`.release_backbones`: a DINOv2 base is a
+``Dinov2Model``, its fused qkv rows split into ``query`` / ``key`` / ``value``).
 """
 from __future__ import annotations
 
@@ -63,10 +67,10 @@ from torch import nn
 
 from .. import hub
 from ..models import load_encoder, resolve_device
-from ..models.backbones import _from_pretrained
 from ..models.encoder_base import IMAGENET_MEAN, IMAGENET_STD, Encoder, EncoderOutput, Preprocess
 from ..runmeta import code_fingerprint
 from .release_adapter import AdapterConfig, Delta, ReleaseFormatError, encoder_layers, merge_adapter, read_adapter  # noqa: F401
+from .release_backbones import RELEASES, load_base, spec_for
 
 __all__ = ["RELEASE_REPO", "BASE_REPO", "RELEASE_FILES", "RELEASE_IMAGE_SIZE", "HEAD_KEYS", "ReleaseFormatError",
            "AdapterConfig", "ResidualHead", "IDSimRelease", "read_adapter", "merge_adapter", "load_head",
@@ -319,18 +323,13 @@ def load_idsim_release(repo_or_dir: str | os.PathLike = RELEASE_REPO, base: str 
     Raises :class:`~nearid_lib.hub.HubError` (a repo missing from the mirror, with its download
     command), FileNotFoundError naming a missing release file, :class:`ReleaseFormatError` naming
     the file and key that does not map."""
-    from transformers import DINOv3ViTModel
-
     folder, rev = _release_folder(str(repo_or_dir))
     for f in RELEASE_FILES:
         if not (folder / f).is_file():
             raise FileNotFoundError(f"idsim-release: {f} missing in {folder} (the release holds "
                                     f"{', '.join(RELEASE_FILES)}); {_hf_hint(str(repo_or_dir))}")
     cfg, tensors = read_adapter(folder)
-    base_model = _from_pretrained(DINOv3ViTModel, name, str(base), None, str(base))
-    if not isinstance(base_model, DINOv3ViTModel):
-        raise TypeError(f"{name}: base {base!r} is a {type(base_model).__name__}, not a DINOv3ViTModel")
-    base_model = base_model.float().eval()
+    base_model = load_base(str(base), name)
     dim = int(base_model.config.hidden_size)
     deltas = merge_adapter(base_model, cfg, tensors, str(folder / "adapter_model.safetensors"))
     mlp_cls = load_head(folder / "mlp_cls.pth", dim)
@@ -379,14 +378,18 @@ def release_encoder(tiny: bool = False, checkpoint: str | os.PathLike | None = N
                       f"{hub.HUB_DIR_ENV} is not set. Write one with `python -m nearid_lib.paper_fixtures HUB_DIR "
                       f"DOWNLOADS_DIR` (nearid_lib.paper_fixtures.idsim.write_idsim_backbones) and set "
                       f"{hub.HUB_DIR_ENV}=HUB_DIR, or load the real release with tiny=False")
-    return load_idsim_release(checkpoint or hub_id or RELEASE_REPO, base or BASE_REPO, device="cpu",
-                              dtype=kw.get("dtype"), image_size=kw.get("image_size"), tiny=tiny)
+    repo = checkpoint or hub_id or RELEASE_REPO
+    spec = spec_for(str(repo))
+    return load_idsim_release(repo, base or (spec.base if spec else BASE_REPO), device="cpu", dtype=kw.get("dtype"),
+                              image_size=kw.get("image_size"), tiny=tiny, name=kw.get("name") or "idsim-release")
 
 
-def load_release_row(cfg, device=None) -> "IDSimRelease":
-    """The released ID-Sim of a profile (``idsim.released_model``, the registered encoder
-    ``idsim-release``) at ``idsim.image_size`` (448 in ``paper``), on ``device`` (default: the
-    profile's): the ID-Sim row of notebooks 09 and 12."""
+def load_release_row(cfg, device=None, name: str | None = None) -> "IDSimRelease":
+    """A released ID-Sim of a profile at ``idsim.image_size`` (448 in ``paper``), on ``device``
+    (default: the profile's): ``name`` one of :data:`RELEASES` (default: the profile's
+    ``idsim.released_model`` as the registered ``idsim-release``, the paper's row of notebooks 09 and 12)."""
     kw = {"image_size": cfg.idsim.image_size} if cfg.idsim.image_size else {}
-    return load_encoder("idsim-release", device=resolve_device(cfg.device) if device is None else device,
-                        checkpoint=cfg.idsim.released_model, **kw)[0]
+    dev = resolve_device(cfg.device) if device is None else device
+    if name is None or name == "idsim-release":
+        return load_encoder("idsim-release", device=dev, checkpoint=cfg.idsim.released_model, **kw)[0]
+    return load_encoder(RELEASES[name].name, device=dev, **kw)[0]

@@ -51,6 +51,7 @@ import pandas as pd
 
 from ..data.schema import DataError
 from .public_eval import (
+    PUBLIC_METRICS,
     SUBJECTS2K_COLUMNS,
     dbpp_gpt_metrics,
     dbpp_metrics,
@@ -58,10 +59,12 @@ from .public_eval import (
     judge_pairs,
     load_subjects2k,
     pair_scores,
+    public_scores,
     subjects2k_gpt_metrics,
     subjects2k_metrics,
 )
 from .release_model import RELEASE_FILES, load_release_row
+from .release_rows import RELEASE_LABELS, patch_column, release_rows, row_name, table2a_row
 
 if TYPE_CHECKING:
     from ..config import Profile
@@ -103,11 +106,7 @@ RELEASE_ROW = "idsim-release"                  # the released ID-Sim's scorer ke
 RELEASE_KEY = "ID-Sim (released checkpoint)"   # its entry in not_scored()
 _RELEASE_2A_ROW = "Ours (ViT-L)"               # its row of paper_values/idsim_table2a_mllm
 
-# our metric ids of the public benchmarks (nearid_lib.idsim.eval_suite.BENCH_INFO keys)
-_DATA = {"subjects2k_ap": "Subjects2k (chaenayo/Subjects2k), binary_label", 
-         "subjects2k_auc": "Subjects2k (chaenayo/Subjects2k), binary_label",
-         "dreambench_spearman": "DreamBench++ generated images, mean human concept-preservation score",
-         "dreambench_kendall": "DreamBench++ generated images, mean human concept-preservation score"}
+_DATA = PUBLIC_METRICS
 
 
 def released_idsim_reason(repo_id: str) -> str | None:
@@ -148,7 +147,10 @@ class ReleasedScores:
     ``release_patch``: the released ID-Sim's (Table 2b's ``ours``); ``gpt``: the datasets' own
     GPT-4o annotations (Table 2a MLLM*);
     ``judge``: the open MLLM judge (``idsim.mllm_judge``) and its per-pair ``answers``;
-    ``missing``: benchmark or scorer -> why it is absent."""
+    ``missing``: benchmark or scorer -> why it is absent. The other released checkpoints are
+    ``results`` rows under their registry names (:mod:`.release_rows`), their patch embeddings in
+    ``extra_patch`` (name -> (metrics, label)); ``pair_scores`` (scorer -> {"s2k", "dbpp"} per-pair
+    similarities), ``s2k`` and ``pairs`` (the benchmarks) are the claims' evidence."""
 
     results: dict[str, dict[str, float]] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
@@ -164,6 +166,10 @@ class ReleasedScores:
     n_s2k: int = 0
     n_dbpp: int = 0
     n_dbpp_subjects: int = 0
+    extra_patch: dict[str, tuple[dict, str]] = field(default_factory=dict)
+    pair_scores: dict[str, dict] = field(default_factory=dict)
+    s2k: Any = None
+    pairs: pd.DataFrame | None = None
 
     @property
     def any_benchmark(self) -> bool:
@@ -196,19 +202,6 @@ def load_benchmarks(cfg: Profile) -> tuple[Any, DreamBenchPP | None, pd.DataFram
     return s2k, db, pairs, missing
 
 
-def public_scores(enc, s2k, pairs: pd.DataFrame | None, batch_size: int, kind: str = "pooled") -> dict[str, float]:
-    """ID-Sim's public benchmark metrics of one encoder (``kind``: its pooled or its mean-patch
-    embedding): Subjects2k AP / ROC-AUC and DreamBench++ Spearman / Kendall, for the benchmarks
-    that are there (``s2k`` / ``pairs`` None: absent)."""
-    res = {}
-    if s2k is not None:
-        res.update(subjects2k_metrics(enc, s2k, batch_size, kind)[0])
-    if pairs is not None:
-        m = dbpp_metrics(enc, pairs, batch_size, kind)[0]
-        res.update({k: v for k, v in m.items() if k.startswith("dreambench")})
-    return {k: v for k, v in res.items() if k in _DATA}
-
-
 def score_released(cfg: Profile, nearid=None, log=print) -> ReleasedScores:
     """Score every public ID-Sim benchmark (:func:`load_benchmarks`) with every scorer that can be
     had without ID-Sim's unpublished training set: the frozen rows (``idsim.frozen_rows``, one
@@ -224,6 +217,7 @@ def score_released(cfg: Profile, nearid=None, log=print) -> ReleasedScores:
                          n_dbpp_subjects=int(pairs["subject"].nunique()) if pairs is not None else 0)
     if not out.any_benchmark:
         return out
+    out.s2k, out.pairs = s2k, pairs
     backbone = resolve_name(cfg.idsim.backbone)
 
     for name in cfg.idsim.frozen_rows:
@@ -233,28 +227,21 @@ def score_released(cfg: Profile, nearid=None, log=print) -> ReleasedScores:
             out.missing[name] = f"frozen row {name} not loaded: {err}"
             log(out.missing[name])
             continue
-        out.results[name] = public_scores(enc, s2k, pairs, bs)
+        out.results[name] = public_scores(enc, s2k, pairs, bs, scores=out.pair_scores.setdefault(name, {}))
         out.labels[name] = f"{name} pooled embedding (frozen; {enc.weights}, {enc.preprocess.image_size} px)"
         if resolve_name(name) == backbone:
             out.patch = public_scores(enc, s2k, pairs, bs, "patch")
             out.patch_label = f"{name} mean of L2-normalised patch tokens (frozen; {enc.weights})"
         del enc
-    rel, why = None, released_idsim_reason(cfg.idsim.released_model)
-    if why is None:
-        try:
-            rel = load_release_row(cfg)
-        except (OSError, ValueError, KeyError, TypeError) as err:     # HubError is an OSError
-            why = f"released ID-Sim checkpoint {cfg.idsim.released_model} not loaded: {err}"
-    if rel is None:
-        out.missing[RELEASE_KEY] = why
-        log(why)
-    else:
-        where = f"{cfg.idsim.released_model} over {rel.info['base']}, {rel.preprocess.image_size} px"
-        out.results[RELEASE_ROW] = public_scores(rel, s2k, pairs, bs)
-        out.labels[RELEASE_ROW] = f"released ID-Sim, CLS embedding ({where}; LoRA merged into transformers DINOv3)"
-        out.release_patch = public_scores(rel, s2k, pairs, bs, "patch")
-        out.release_patch_label = f"released ID-Sim, mean of its L2-normalised mlp_patch embeddings ({where})"
-        del rel
+    for name, r in release_rows(cfg, s2k, pairs, bs, log).items():        # the four released checkpoints
+        if "missing" in r:
+            out.missing[RELEASE_KEY if name == RELEASE_ROW else RELEASE_LABELS[name][2]] = r["missing"]
+            continue
+        out.results[name], out.labels[name], out.pair_scores[name] = r["pooled"], r["label"], r["scores"]
+        if name == RELEASE_ROW:
+            out.release_patch, out.release_patch_label = r["patch"], r["patch_label"]
+        else:
+            out.extra_patch[name] = (r["patch"], r["patch_label"])
     if nearid is not None:
         nearid = nearid.to(resolve_device(cfg.device))
         out.results["nearid"] = public_scores(nearid, s2k, pairs, bs)
@@ -300,7 +287,9 @@ def released_table(sc: ReleasedScores, profile: str) -> pd.DataFrame:
         for mid, v in res.items():
             bench, metric, _ = BENCH_INFO[mid]
             data, n = _data_note(mid, sc)
-            rows.append({"model": PAPER_MODEL_KEYS.get(enc, "NearID head" if enc == "nearid" else enc),
+            model = (row_name(enc) if enc in RELEASE_LABELS
+                     else PAPER_MODEL_KEYS.get(enc, "NearID head" if enc == "nearid" else enc))
+            rows.append({"model": model,
                          "metric_id": mid, "benchmark": bench, "metric": metric, "value": float(v),
                          "ours_label": sc.labels[enc], "data": data, "n": n, "profile": profile})
     return pd.DataFrame(rows)
@@ -311,7 +300,7 @@ def released_mllm_table(sc: ReleasedScores, profile: str) -> pd.DataFrame:
     GPT-4o annotations (Subjects2k ``gpt_score``, DreamBench++ GPT ratings) and the open judge; a
     NaN cell says why in ``note``."""
     results = {k: {**v, "n_pairs": None} for k, v in sc.results.items()}
-    labels = {k: (_RELEASE_2A_ROW if k == RELEASE_ROW else "", sc.labels[k]) for k in sc.results}
+    labels = {k: (table2a_row(k) if k in RELEASE_LABELS else "", sc.labels[k]) for k in sc.results}
     notes = {k: "" for k in sc.results}
     if sc.gpt:
         results["gpt_annotations"] = {**sc.gpt, "n_pairs": None}
@@ -342,7 +331,8 @@ def released_patch_table(sc: ReleasedScores, profile: str) -> pd.DataFrame | Non
     it was scored); ``ours_no_patch`` needs an ID-Sim trained with the CLS loss only (not released).
     None when neither was scored."""
     cols = [(c, v, lab) for c, v, lab in (("dinov3", sc.patch, sc.patch_label),
-                                         ("ours", sc.release_patch, sc.release_patch_label)) if v]
+                                         ("ours", sc.release_patch, sc.release_patch_label),
+                                         *((patch_column(n), v, lab) for n, (v, lab) in sc.extra_patch.items())) if v]
     if not cols:
         return None
     rows = []
@@ -392,8 +382,4 @@ def world_only_tables(cfg: Profile) -> dict[str, str]:
     rel = released_idsim_reason(cfg.idsim.released_model)
     tail = f"; {rel}" if rel else ""
     out["09_idsim_persam"] = f"Table 2c runs PerSAM on PODS: {UNPUBLISHED_BENCHMARKS['PODS']}{tail}"
-    out["claims_09_idsim"] = ("the claims are decided on per-unit evidence of ID-Sim's PODS, CUTE and graded-edit "
-                              "benchmarks, whose evaluation subsets are not published (the released ID-Sim is set "
-                              "beside its frozen backbone on Subjects2k and DreamBench++ in 09_idsim_benchmarks)"
-                              + tail)
     return out

@@ -53,7 +53,11 @@ class Preprocess:
 
     ``resize="squash"`` resizes the whole image to a square (SigLIP, DINOv3, EfficientNet on our
     square renders); ``"shorter_crop"`` resizes the shorter side to ``image_size / crop_pct`` and
-    centre-crops (CLIP, DINOv2)."""
+    centre-crops (CLIP, DINOv2) exactly as the ``transformers`` image processors of those models
+    (``CLIPImageProcessor``, ``BitImageProcessor``) do: the longer side becomes
+    ``int(short_target * long / short)`` (truncated, as torchvision's ``Resize(int)`` too), the
+    crop's offsets are floored (torchvision's ``CenterCrop`` rounds them instead:
+    :class:`nearid_lib.models.authors_preprocess.ShortestEdgeCrop`)."""
 
     image_size: int
     mean: tuple[float, float, float] = IMAGENET_MEAN
@@ -82,8 +86,9 @@ class Preprocess:
             return image.resize((s, s), _RESAMPLE[self.resample]) if image.size != (s, s) else image
         short = int(math.floor(s / self.crop_pct))
         w, h = image.size
-        scale = short / min(w, h)
-        nw, nh = max(short, round(w * scale)), max(short, round(h * scale))
+        # the processors' own arithmetic (same order of operations): rounding instead of truncating
+        # moved the crop window by a pixel on some aspect ratios (e.g. 301 x 250 -> 270 vs 269 wide)
+        nw, nh = (short, int(short * h / w)) if w <= h else (int(short * w / h), short)
         if (nw, nh) != (w, h):
             image = image.resize((nw, nh), _RESAMPLE[self.resample])
         left, top = (nw - s) // 2, (nh - s) // 2

@@ -41,6 +41,7 @@ from .user import EncoderOutputError, UserEncoder, callable_label, hub_encoder, 
 __all__ = ["load_encoder", "resolve_encoder", "ResolvedEncoder", "clear_encoder_cache", "encoder_kind"]
 
 _HUB_ID_RE = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
+REMOTE_CODE = ("miewid", "miewid-msv3")      # registered encoders whose class is remote code (opt-in)
 _CACHE: dict[tuple, tuple[str, str | None, Any, Any]] = {}
 
 
@@ -140,7 +141,7 @@ def load_encoder(spec: Any, tiny: bool = False, device: str | torch.device | Non
     the model constructor, e.g. ``pretrained=False``); ``profile``: a registered name loaded the way
     that profile loads encoders (:func:`~.registry.load_backbone`: its tiny flag, its image size for
     CNNs, its device when ``device`` is None). ``allow_remote_code`` reaches only
-    ``miewid``, the one registered encoder that runs code from the hub."""
+    ``miewid`` / ``miewid-msv3``, the registered encoders that run code from the hub."""
     _, _, model, pre = _load(spec, tiny, device, name, cache, profile, kw)
     return model, pre
 
@@ -149,7 +150,7 @@ def _load(spec: Any, tiny: bool, device: Any, name: str | None, cache: bool, pro
           kw: dict) -> tuple[str, str | None, Any, Any]:
     """:func:`_build` behind the per-process cache (``cache=True``): ``(how, canon, model, preprocess)``."""
     kw = dict(kw)
-    if isinstance(spec, str) and _is_registered(spec) and resolve_name(split_weights(spec)[0]) != "miewid":
+    if isinstance(spec, str) and _is_registered(spec) and resolve_name(split_weights(spec)[0]) not in REMOTE_CODE:
         kw.pop("allow_remote_code", None)
     if not cache:
         return _build(spec, tiny, device, name, kw, profile)

@@ -2,10 +2,16 @@
 
 - ``bioclip2``: BioCLIP 2 through open_clip, hub id ``hf-hub:imageomics/bioclip-2`` (CUB), read
   through :mod:`nearid_lib.hub` (a local mirror folder is given to open_clip as ``local-dir:``);
-  weights are never downloaded in ``smoke``/``mini``.
-- ``miewid``: MiewID (``conservationxlabs/miewid-msv3``) through transformers ``AutoModel`` with
-  ``trust_remote_code=True``, read through :mod:`nearid_lib.hub` -- remote code runs only when the caller opts in
-  (``allow_remote_code=True``, i.e. ``RetrievalConfig.allow_remote_code``); otherwise a clear error.
+  weights are never downloaded in ``smoke``/``mini``. Its input is open_clip's own evaluation
+  transform of the model (:class:`~.authors_preprocess.ShortestEdgeCrop` from the model's
+  ``preprocess_cfg``), as the FPR authors feed it.
+- ``miewid``: MiewID ``conservationxlabs/miewid-msv2``, the model of the FPR authors' code (the
+  paper's MiewID row), and ``miewid-msv3``, its successor (an extra row, labelled as such), through
+  transformers ``AutoModel`` with ``trust_remote_code=True``, read through :mod:`nearid_lib.hub` --
+  remote code runs only when the caller opts in (``allow_remote_code=True``, i.e.
+  ``RetrievalConfig.allow_remote_code``); otherwise a clear error. Embeddings are the model's
+  ``extract_feat`` (the authors' call) of the authors' input: 440 x 440, albumentations'
+  ``Normalize`` (:class:`~.authors_preprocess.ResizeNormalize`).
 - ``classifier``: the pooled features of a fine-grained classifier (the paper's SP-Cars is an
   EfficientNetV2 trained on all of Stanford Cars): a frozen backbone followed by a
   :class:`~nearid_lib.models.classifier.FeatureClassifier`, embedding with its penultimate features
@@ -23,14 +29,17 @@ import torch
 from torch import nn
 
 from ..hub import model_source, resolve
-from .backbones import CLIP_MEAN, CLIP_STD, IMAGENET_MEAN, IMAGENET_STD, Encoder, EncoderOutput, Preprocess
+from .authors_preprocess import MIEWID_SIZE, ResizeNormalize, ShortestEdgeCrop
+from .backbones import Encoder, EncoderOutput, Preprocess
 from .classifier import FeatureClassifier
 from .registry import StackedEncoder, build_registered, register_encoder
 
 __all__ = ["OpenClipEncoder", "RemoteCodeEncoder", "ClassifierEncoder", "RemoteCodeError",
-           "MIEWID_HUB_ID", "BIOCLIP2_HUB_ID", "open_clip_source", "TINY_OPEN_CLIP"]
+           "MIEWID_HUB_ID", "MIEWID_MSV3_HUB_ID", "BIOCLIP2_HUB_ID", "open_clip_source", "open_clip_preprocess",
+           "TINY_OPEN_CLIP"]
 
-MIEWID_HUB_ID = "conservationxlabs/miewid-msv3"
+MIEWID_HUB_ID = "conservationxlabs/miewid-msv2"          # the FPR authors' (evaluation/embeds_extractors.py)
+MIEWID_MSV3_HUB_ID = "conservationxlabs/miewid-msv3"     # its successor: an extra row, never the paper's
 BIOCLIP2_HUB_ID = "hf-hub:imageomics/bioclip-2"
 
 # Random-init tiny ViT of open_clip's own class (offline), for tests only.
@@ -57,20 +66,42 @@ class RemoteCodeError(PermissionError):
     """An encoder needs ``trust_remote_code`` and the caller did not opt in."""
 
 
+def open_clip_preprocess(model) -> Preprocess:
+    """The evaluation transform open_clip builds for ``model`` (``create_model_and_transforms``'
+    third value: the FPR authors' BioCLIP 2 input) as a :class:`Preprocess`: its ``preprocess_cfg``
+    (image size, mean, std, interpolation; ``resize_mode`` "shortest": :class:`ShortestEdgeCrop`,
+    "squash": a plain squash). "longest" (resize and pad) is not reproduced: an error says so."""
+    import open_clip
+    from open_clip.transform import PreprocessCfg
+
+    # what create_model_and_transforms reads: the model's cfg over open_clip's defaults
+    pc = PreprocessCfg(**open_clip.get_model_preprocess_cfg(model))
+    size = pc.size
+    if isinstance(size, (tuple, list)):
+        if size[0] != size[1]:
+            raise ValueError(f"open_clip model: non-square input {tuple(size)} is not supported")
+        size = size[0]
+    mean, std = tuple(float(v) for v in pc.mean), tuple(float(v) for v in pc.std)
+    interp, mode = pc.interpolation, pc.resize_mode
+    if mode == "shortest":
+        return ShortestEdgeCrop(int(size), mean, std, "shorter_crop", 1.0, interp, crop="round")
+    if mode == "squash":
+        return Preprocess(int(size), mean, std, "squash", 1.0, interp)
+    raise ValueError(f"open_clip model: resize_mode {mode!r} (resize and pad) is not reproduced here")
+
+
 class OpenClipEncoder(Encoder):
-    """open_clip image tower (BioCLIP 2); pooled = the image embedding, no tokens."""
+    """open_clip image tower (BioCLIP 2); pooled = the image embedding, no tokens; input = open_clip's
+    own evaluation transform of the model (:func:`open_clip_preprocess`)."""
 
     def __init__(self, name, hub_id, tiny=False, frozen=True, weights=None, **kw):
         import open_clip
 
         if tiny:
             model = open_clip.CLIP(**copy.deepcopy(TINY_OPEN_CLIP))
-            size = 32
         else:
             model, _, _ = open_clip.create_model_and_transforms(open_clip_source(weights or hub_id))
-            size = model.visual.image_size
-            size = size[0] if isinstance(size, (tuple, list)) else int(size)
-        super().__init__(name, Preprocess(size, CLIP_MEAN, CLIP_STD, "shorter_crop", 1.0, "bicubic"),
+        super().__init__(name, open_clip_preprocess(model),
                          tiny=tiny, frozen=frozen, weights="random" if tiny else (weights or hub_id))
         self.visual = model.visual
         self._finish()
@@ -80,10 +111,12 @@ class OpenClipEncoder(Encoder):
 
 
 class RemoteCodeEncoder(Encoder):
-    """transformers ``AutoModel`` with remote code (MiewID): pooled = the model's output."""
+    """transformers ``AutoModel`` with remote code (MiewID): pooled = the model's ``extract_feat``
+    (the FPR authors' call; its plain output where it has none) of the authors' 440 x 440
+    albumentations input (:class:`ResizeNormalize`)."""
 
     def __init__(self, name, hub_id, tiny=False, frozen=True, weights=None,
-                 allow_remote_code=False, image_size=440, **kw):
+                 allow_remote_code=False, image_size=MIEWID_SIZE, **kw):
         if not allow_remote_code:
             raise RemoteCodeError(
                 f"encoder {name!r} ({weights or hub_id}) runs code from the Hugging Face hub "
@@ -93,13 +126,13 @@ class RemoteCodeEncoder(Encoder):
 
         path, kw_src = model_source(weights or hub_id)      # the local mirror (NEARID_HUB_DIR) or the hub
         model = AutoModel.from_pretrained(path, trust_remote_code=True, **kw_src)
-        super().__init__(name, Preprocess(image_size, IMAGENET_MEAN, IMAGENET_STD, "squash", 1.0, "bilinear"),
-                         tiny=False, frozen=frozen, weights=weights or hub_id)
+        super().__init__(name, ResizeNormalize(int(image_size)), tiny=False, frozen=frozen, weights=weights or hub_id)
         self.model = model
         self._finish()
 
     def _forward(self, pixel_values):
-        out = self.model(pixel_values)
+        extract = getattr(self.model, "extract_feat", None)
+        out = extract(pixel_values) if callable(extract) else self.model(pixel_values)
         pooled = out if isinstance(out, torch.Tensor) else getattr(out, "pooler_output", out[0])
         return EncoderOutput(None, pooled)
 
@@ -140,7 +173,9 @@ def _classifier(name, hub_id, tiny=False, checkpoint=None, backbone="efficientne
 
 register_encoder("bioclip2", OpenClipEncoder, BIOCLIP2_HUB_ID, aliases=("bioclip-2", "bioclip"),
                  doc="BioCLIP 2 (open_clip), the paper's CUB specialist")
-register_encoder("miewid", RemoteCodeEncoder, MIEWID_HUB_ID, aliases=("miewid-msv3",),
-                 doc="MiewID (remote code, opt-in), the paper's Re-ID specialist")
+register_encoder("miewid", RemoteCodeEncoder, MIEWID_HUB_ID, aliases=("miewid-msv2",),
+                 doc="MiewID msv2 (remote code, opt-in), the FPR authors' Re-ID specialist")
+register_encoder("miewid-msv3", RemoteCodeEncoder, MIEWID_MSV3_HUB_ID,
+                 doc="MiewID msv3 (remote code, opt-in): an extra row beside the authors' msv2")
 register_encoder("classifier", _classifier, None, aliases=("sp-cars",),
                  doc="frozen backbone + trained feature classifier (SP-Cars substitute)")

@@ -76,6 +76,10 @@ SIZE_OVERRIDES: dict[str, str] = {
     "retrieval.dreambooth_steps": "2",
     "retrieval.dreambooth_px": "32",
     "retrieval.dreambooth_class_images": "2",
+    # the FPR authors' Re-ID rule at the fixture's 5-6 images per identity; carvekit's inputs at 64 px
+    "retrieval.reid_refs": "[1,2]",
+    "retrieval.reid_gallery": "[2,3]",
+    "retrieval.bg_sizes": "[64,64]",
 }
 
 

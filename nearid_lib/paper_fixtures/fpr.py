@@ -13,6 +13,12 @@ images) and tiny random-init models of the FPR encoders' classes under the paper
   the repo's ``open_clip_config.json`` + ``open_clip_model.safetensors`` layout). MiewID is not
   written: its class is remote code of its hub repo (the paper profile does not opt into remote
   code by default, so its rows are skipped with that reason).
+- :func:`write_carvekit_standin` writes stand-in weights of carvekit's two background-removal
+  networks under ``Carve/tracer_b7/tracer_b7.pth`` and ``Carve/fba/fba_matting.pth``: every key
+  and shape of the real classes (TRACER-B7, FBA matting), so the background-removal step loads them
+  exactly as it loads the release, but each tensor a stride-0 view of a few thousand seeded values
+  (a file of a few hundred kB instead of 267 + 139 MB). Its masks are meaningless, its code path the
+  real one; the step records that these are not carvekit's weights (their SHA-512 differs).
 
 Sizes fit the dry run's overrides (``retrieval.gallery_per_id=3``, ``refs_per_id=[1,2]``,
 ``ids_per_species=2``): five or six images per identity, 40 px.
@@ -26,13 +32,14 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
+from ..fpr.bg_removal import FBA_FILE, FBA_REPO, TRACER_FILE, TRACER_REPO
 from ..fpr.datasets import CUB_GROUP_IDS, CUB_GROUPS
 from ..fpr.downloads import CARS_LABELS, CARS_REPO, CUB_DIRNAME, GENERATED_DIRNAME, WILDLIFE_DIRNAME
 from ..models.specialised import TINY_OPEN_CLIP
 from .nearid import _TEXT, _VISION, _png, write_dataset_repo
 
-__all__ = ["write_fpr_downloads", "write_fpr_models", "write_cars_dataset", "CARS_CLASS_NAMES",
-           "WILDLIFE_SOURCES", "GENERATED_METHODS"]
+__all__ = ["write_fpr_downloads", "write_fpr_models", "write_cars_dataset", "write_carvekit_standin",
+           "CARS_CLASS_NAMES", "WILDLIFE_SOURCES", "GENERATED_METHODS"]
 
 PX = 40
 # the user's own folders: Emu2 (not in diffusers: only ever from a user folder) and IP-Adapter (a
@@ -220,4 +227,46 @@ def write_fpr_models(hub_dir: str | Path) -> list[str]:
                              image_size=32, patch_size=8)).save_pretrained(hub / "facebook" / "dinov2-base")
     _save_bioclip(hub / "imageomics" / "bioclip-2")
     write_cars_dataset(hub)
-    return ["openai/clip-vit-base-patch32", "facebook/dinov2-base", "imageomics/bioclip-2", CARS_REPO]
+    return ["openai/clip-vit-base-patch32", "facebook/dinov2-base", "imageomics/bioclip-2", CARS_REPO,
+            *write_carvekit_standin(hub)]
+
+
+def _standin_state(module, seed: int, scale: float = 0.05) -> dict:
+    """``module``'s state dict with every float tensor a stride-0 view of one shared pool of seeded
+    values (per output channel along the first dimension), BatchNorm variances 1: torch.save stores
+    the pool once."""
+    import torch
+
+    pool = (torch.rand(4096, generator=torch.Generator().manual_seed(seed)) * 2 - 1) * scale
+    out = {}
+    for k, v in module.state_dict().items():
+        if not v.is_floating_point():
+            out[k] = v.clone()
+        elif "running_var" in k:
+            out[k] = torch.ones(1).expand(v.shape)
+        elif v.ndim == 0:
+            out[k] = pool[0].clone()
+        else:
+            n = v.shape[0] if v.shape[0] <= pool.numel() else 1
+            out[k] = pool[:n].as_strided(tuple(v.shape), ((1 if n > 1 else 0),) + (0,) * (v.ndim - 1))
+    return out
+
+
+def write_carvekit_standin(hub_dir: str | Path) -> list[str]:
+    """Stand-in weights of carvekit's TRACER-B7 and FBA matting networks in the mirror (module
+    docstring); nothing when carvekit is not installed (the step then says so)."""
+    try:
+        from carvekit.ml.wrap.fba_matting import FBAMatting
+        from carvekit.ml.wrap.tracer_b7 import TracerUniversalB7
+    except ImportError:
+        return []
+    import torch
+
+    hub = Path(hub_dir)
+    seg = TracerUniversalB7(device="cpu", input_image_size=64, batch_size=1, load_pretrained=False,
+                            model_path=str(hub / TRACER_REPO / TRACER_FILE))
+    fba = FBAMatting(device="cpu", input_tensor_size=64, batch_size=1, load_pretrained=False)
+    for repo, fname, module, seed in ((TRACER_REPO, TRACER_FILE, seg, 31), (FBA_REPO, FBA_FILE, fba, 32)):
+        (hub / repo).mkdir(parents=True, exist_ok=True)
+        torch.save(_standin_state(module, seed), hub / repo / fname)
+    return [TRACER_REPO, FBA_REPO]

@@ -32,12 +32,13 @@ import numpy as np
 from PIL import Image
 
 from ..data.eval_datasets import DBPP_DIRNAME, DBPP_METHOD_DIRS, dbpp_collection_id
+from ..idsim.release_backbones import PRIMARY, RELEASES
 from ..idsim.release_model import BASE_REPO, RELEASE_REPO
 from .nearid import _COLOURS, _SHAPES, _background, _draw, _png, _view_box, write_dataset_repo
 
 __all__ = ["DBPP_FIXTURE_SUBJECTS", "DBPP_FIXTURE_METHODS", "subjects2k_features", "write_dreambenchpp",
            "write_idsim_downloads", "write_subjects2k", "write_idsim_models", "write_idsim_backbones",
-           "write_idsim_release", "TINY_DINOV3"]
+           "write_idsim_release", "write_idsim_other_releases", "TINY_DINOV3"]
 
 PX = 48
 # (category folder, NN, subject name) of the fixture's reference images
@@ -100,6 +101,15 @@ def write_dreambenchpp(root: Path, seed: int = 0) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     for method, rows in gpt.items():
         (d / f"{method}.json").write_text(json.dumps(dict(sorted(rows.items())), indent=4))
+    # the GPT score's two subject prompts where the repository keeps them: stand-in text of our own
+    # (DreamBench++'s wording is theirs and is read from a real download only), same roles and format
+    prompts = root / "dreambench_plus" / "prompts"
+    prompts.mkdir(parents=True, exist_ok=True)
+    (prompts / "user_prompt_subject_full.txt").write_text(
+        "Stand-in rubric (dry run). Two images follow: a reference, then a generated image. Rate how well the "
+        "generated subject keeps the reference subject's look, 0 (unrelated) to 4 (the same). Reply as: Score: N\n")
+    (prompts / "gpt_prompt_subject_full.txt").write_text(
+        "Understood: I will compare the two subjects and answer only with Score: N, N from 0 to 4.\n")
     return root
 
 
@@ -227,9 +237,32 @@ def write_idsim_backbones(hub_dir: str | Path) -> list[str]:
     return [BASE_REPO, RELEASE_REPO]
 
 
+def write_idsim_other_releases(hub_dir: str | Path) -> list[str]:
+    """The authors' three other released checkpoints (:data:`~nearid_lib.idsim.release_backbones.RELEASES`)
+    in the release layout over tiny bases: a tiny DINOv3 under ``facebook/dinov3-vitb16-pretrain-lvd1689m``
+    (written here) and the tiny DINOv2 models the mirror holds under ``facebook/dinov2-large`` /
+    ``facebook/dinov2-base`` (:mod:`.nearid`, :mod:`.fpr`: width 32, 2 blocks). Returns the repo ids."""
+    import torch
+    from transformers import DINOv3ViTConfig, DINOv3ViTModel
+
+    hub_dir = Path(hub_dir)
+    out = []
+    for i, (name, spec) in enumerate(RELEASES.items()):
+        if name == PRIMARY:
+            continue
+        if spec.family == "dinov3" and not (hub_dir / spec.base / "config.json").exists():
+            torch.manual_seed(16 + i)
+            DINOv3ViTModel(DINOv3ViTConfig(**TINY_DINOV3)).save_pretrained(hub_dir / spec.base)
+            out.append(spec.base)
+        write_idsim_release(hub_dir / spec.repo, 32, 2, seed=20 + i)
+        out.append(spec.repo)
+    return out
+
+
 def write_idsim_models(hub_dir: str | Path) -> list[str]:
-    """The Subjects2k dataset repo, a tiny random-init DINOv3 and the tiny released ID-Sim over it
-    under the paper's ids in ``hub_dir``."""
+    """The Subjects2k dataset repo, a tiny random-init DINOv3 and the tiny released ID-Sim over it,
+    and the three other released checkpoints (:func:`write_idsim_other_releases`), under the paper's
+    ids in ``hub_dir``."""
     hub_dir = Path(hub_dir)
     write_subjects2k(hub_dir / "chaenayo" / "Subjects2k")
-    return ["chaenayo/Subjects2k", *write_idsim_backbones(hub_dir)]
+    return ["chaenayo/Subjects2k", *write_idsim_backbones(hub_dir), *write_idsim_other_releases(hub_dir)]
