@@ -24,22 +24,38 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 endif
 export PYTHONHASHSEED := 0
-# torch's CPU thread count changes float summation order, hence the last bits of a trained head:
-# one fixed count makes every machine regenerate the committed tables exactly (override for speed,
-# e.g. NEARID_THREADS=8 make reproduce, at the price of last-digit differences).
+# Portable numerics (nearid_lib/runtime.py, docs/mini.md "Portable numerics"): the CPU libraries pick
+# their code path by processor and split sums by thread count, so the last bits of a trained head
+# depend on the machine. On a machine without a GPU every process runs one fixed path (ATen and
+# oneDNN at AVX2, MKL's COMPATIBLE branch, OpenBLAS Haswell, numpy without AVX-512 loops) on one
+# thread, and any x86-64 CPU with AVX2 regenerates the committed tables bit for bit.
+# NEARID_PORTABLE=0 gives each library its fastest path and NEARID_THREADS threads (for speed, e.g.
+# NEARID_PORTABLE=0 NEARID_THREADS=8 make reproduce, at the price of last-digit differences).
 # PROFILE=paper runs on GPUs: one sweep worker per visible GPU and the node's cores shared among them.
 N_GPUS := $(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 N_CORES := $(shell nproc 2>/dev/null || echo 2)
+ifeq ($(N_GPUS),0)
+NEARID_PORTABLE ?= 1
+else
+NEARID_PORTABLE ?= 0
+endif
+export NEARID_PORTABLE
 ifeq ($(PROFILE),paper)
 ifneq ($(N_GPUS),0)
 NEARID_WORKERS ?= $(N_GPUS)
+ifeq ($(NEARID_PORTABLE),0)
 NEARID_THREADS ?= $(shell echo $$(( $(N_CORES) / $(N_GPUS) > 0 ? $(N_CORES) / $(N_GPUS) : 1 )))
 endif
 endif
+endif
+ifeq ($(NEARID_PORTABLE),0)
 NEARID_THREADS ?= 1
 export NEARID_THREADS
+else ifneq ($(filter-out 1,$(NEARID_THREADS)),)
+$(error NEARID_THREADS=$(NEARID_THREADS): portable numerics run one thread per process; set NEARID_PORTABLE=0 as well to run $(NEARID_THREADS))
+endif
 # Independent head trainings of a sweep (notebooks 03-07) run in this many processes, each with
-# NEARID_THREADS threads; results do not depend on it (nearid_lib/nearid/sweep.py). 2 = this 2-core
+# one thread (NEARID_THREADS where portable numerics are off); results do not depend on it (nearid_lib/nearid/sweep.py). 2 = this 2-core
 # machine; raise it on a bigger one.
 NEARID_WORKERS ?= 2
 export NEARID_WORKERS
@@ -92,7 +108,10 @@ reproduce: $(STAMP)
 # e.g. LAB_ARGS="--no-browser --port 8899". The profile is the notebook's PROFILE parameter.
 # As root (uid 0, how most containers run) Jupyter refuses to start without --allow-root.
 LAB_ROOT = $(if $(filter 0,$(shell id -u)),--allow-root)
+# Its kernels inherit the server's environment: the variables of portable numerics are exported
+# first, since a notebook imports numpy and torch before nearid_lib (nearid_lib/runtime.py).
 lab: $(STAMP)
+	eval "$$($(PY) -c 'from nearid_lib.runtime import shell_exports; print(shell_exports())')" && \
 	$(VENV)/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" --LabApp.default_url=/lab/tree/notebooks $(LAB_ROOT) $(LAB_ARGS)
 
 # ID-Sim's notebook (09) is the longest that runs on one core, and 10 and 12 wait for it: listed early,
