@@ -1,6 +1,7 @@
 # NearID / ID-Sim / FPR reproduction.
 #   make reproduce               # PROFILE=mini (offline default): every notebook, figures/ and tables
 #   make reproduce PROFILE=paper # GPU nodes with the Hugging Face hub reachable
+#   make reproduce-full          # mini with every ID-Sim ablation table and five seeds per trained row (build/full-mini)
 #   make test                    # import layers, pytest, every notebook in PROFILE=smoke, the paper dry run
 #   make dryrun-paper            # every notebook in PROFILE=paper on a fixture hub mirror (build/dryrun)
 #   make lab                     # JupyterLab on the notebooks with the repository's kernel
@@ -61,11 +62,12 @@ NEARID_WORKERS ?= 2
 export NEARID_WORKERS
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: reproduce notebooks test pytest lint-imports smoke dryrun-paper install lock lab clean clean-build help judge curate prefill
+.PHONY: reproduce reproduce-full notebooks test pytest lint-imports smoke dryrun-paper install lock lab clean clean-build help judge curate prefill
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make reproduce [PROFILE=mini|paper]  - run every notebook (only stale ones rerun)"
+	@echo "make reproduce-full [PROFILE=mini]    - the same with ID-Sim Supp. Tables 5-7, 9 and five seeds per trained row, into $(FULL_DIR)"
 	@echo "make test                            - import layers + pytest + every notebook with PROFILE=smoke + make dryrun-paper"
 	@echo "make dryrun-paper [DRYRUN_HUB=dir]    - every notebook with PROFILE=paper on a local hub mirror"
 	@echo "make install                         - create/refresh the virtual environment only"
@@ -100,6 +102,20 @@ endif
 NEARID_JOBS ?= 2
 reproduce: $(STAMP)
 	$(MAKE) --no-print-directory -j$(NEARID_JOBS) --output-sync=target -o $(STAMP) notebooks
+
+# Everything else on request: every notebook of PROFILE (default mini) with ID-Sim's Supp. Tables 5-7
+# and 9 beside Table 3 and Supp. Table 8, and five training seeds of every trained row (NearID heads,
+# the ID-Sim model, its ablations). Its notebooks, results, checkpoints, figures, tables and report
+# (figures/README.md) go to $(FULL_DIR), never into the committed figures/ of `make reproduce`; the
+# world and the feature caches (data/, cache/) are shared with it (keyed by content and code).
+# A NEARID_SET of your own applies after these. Wall time: docs/paper-profile.md#timings.
+FULL_DIR ?= build/full-$(PROFILE)
+FULL_SET := idsim.ablation_tables=idsim_table3_data_ablation,idsim_supp_table5_scale,idsim_supp_table6_composition,idsim_supp_table7_backbone,idsim_supp_table8_cls_patch,idsim_supp_table9_loss; idsim.ablation_seeds=5; idsim.n_seeds=5; eval.n_seeds=5
+# (command-line variables of the sub-make: they win over a NEARID_SET given on make's command line)
+reproduce-full: $(STAMP)
+	$(MAKE) --no-print-directory -j$(NEARID_JOBS) --output-sync=target -o $(STAMP) notebooks \
+	  NB_OUT=$(FULL_DIR)/notebooks NEARID_OUT="$(abspath $(FULL_DIR))" NEARID_FIGURES="$(abspath $(FULL_DIR))/figures" \
+	  NEARID_SET="$(FULL_SET)$(if $(strip $(NEARID_SET)),; $(NEARID_SET))"
 
 # JupyterLab with the repository's kernel ("Python 3 (nearid)", installed into the venv by the
 # bootstrap). A double click opens a percent source notebooks/NN_name.py as a notebook (the

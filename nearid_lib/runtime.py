@@ -272,7 +272,8 @@ def set_torch_threads(n: int | None = None, tune_malloc: bool = True) -> int:
     thresholds for large tensors (:func:`nearid_lib.allocator.tune_allocator`); returns the count.
 
     Under portable numerics ``n`` None means :data:`PORTABLE_THREADS` (the profile's count is that
-    already: :func:`nearid_lib.config.runtime_env`), every OpenBLAS pool is limited to it too, and
+    already: :func:`nearid_lib.config.runtime_env`), every OpenBLAS and OpenMP pool loaded is limited
+    to it too (one loaded before the variables were set included), and
     each escape :func:`check_portable` finds (another count asked for by name among them) is a
     warning; ``run.json`` records them."""
     import torch
@@ -280,14 +281,15 @@ def set_torch_threads(n: int | None = None, tune_malloc: bool = True) -> int:
     tune_allocator(tune_malloc)
     portable = portable_active()
     n = thread_count(PORTABLE_THREADS if portable and n is None else n)
-    torch.set_num_threads(n)
     if portable:
         try:
             from threadpoolctl import threadpool_limits
 
-            threadpool_limits(limits=PORTABLE_THREADS, user_api="blas")
+            threadpool_limits(limits=PORTABLE_THREADS)     # OpenBLAS, and scikit-learn's OpenMP
         except ImportError:     # pragma: no cover - scikit-learn brings it
             pass
+    torch.set_num_threads(n)    # after the pools: torch's own OpenMP runtime is one of them
+    if portable:
         for escape in check_portable():
             warnings.warn(f"portable numerics: {escape}; results may differ from the committed ones in the "
                           f"last bits", RuntimeWarning, stacklevel=2)
