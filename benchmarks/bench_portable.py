@@ -6,7 +6,9 @@ thread) and ``NEARID_PORTABLE=0`` with ``NEARID_THREADS=1`` (each library's own 
 Makefile's thread count before portable numerics), alternating, ``--repeats`` times each:
 
 1. a frozen EfficientNet-Lite0 forward (the mini backbone, real weights) over 32 photographs at
-   224 px, batch 32 (after one warm-up batch);
+   224 px, in batches of 32 (oneDNN convolutions) and of 8 (torch runs the 1x1 convolutions as MKL
+   products below 16), and a forward + backward of the unfolded network at batch 24 (weights with
+   grad: what ID-Sim's LoRA training runs);
 2. the mini backbone's token cache of a smoke world at 224 px (the stride-16 tokens the mini head
    reads), then the NearID head with the mini head's shape trained ``--steps`` steps on it by the
    real trainer;
@@ -15,9 +17,10 @@ Makefile's thread count before portable numerics), alternating, ``--repeats`` ti
 and digests of each result and of four single ops (float32 softmax, GELU, a 3x3 convolution, a
 matrix product), which say whether the pinned paths give other bits than this machine's own.
 
-Usage: ``python benchmarks/bench_portable.py [--repeats 3] [--steps 30]``. Wall-clock times on this
-machine: the load average is recorded (a shared machine's timings are noisy; the ratios are
-measured side by side in one run).
+Usage: ``python benchmarks/bench_portable.py [--repeats 3] [--steps 30]``. Each workload is timed in
+CPU seconds of its one-thread process (its work: other jobs on a shared machine slow it much less
+than its wall time) and in wall seconds; the load average is recorded, and the ratios are measured
+side by side in one run.
 """
 from __future__ import annotations
 
@@ -41,17 +44,27 @@ PINNED = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR", "OPENBLAS_COR
           "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
+def _timed(fn):
+    """``(result, CPU seconds, wall seconds)`` of ``fn()``. The CPU time of a one-thread process is its
+    work, which other jobs on a shared machine slow much less than its wall time."""
+    c0, w0 = time.process_time(), time.perf_counter()
+    res = fn()
+    return res, time.process_time() - c0, time.perf_counter() - w0
+
+
 def child(world: Path, steps: int) -> dict:
-    """One arm's measurements, in this (fresh) process."""
+    """One arm's measurements, in this (fresh) process: CPU seconds (``*_cpu``) and wall seconds."""
     import _portable_digests as D  # noqa: E402  (imports nearid_lib first: the setting applies)
     import torch
     from PIL import ImageOps
 
+    from nearid_lib.claims import CLAIM_REPLICATES, claim_rng, evaluate_claim
     from nearid_lib.config import get_profile
     from nearid_lib.data import load_nearid
     from nearid_lib.models import load_backbone
     from nearid_lib.nearid.train import train_head
     from nearid_lib.runtime import numerics_record, set_torch_threads
+    from nearid_lib.seeding import make_rng
 
     set_torch_threads(get_profile("mini").runtime.threads)    # one thread in both arms
     out: dict = {"numerics": numerics_record()}
@@ -62,43 +75,53 @@ def child(world: Path, steps: int) -> dict:
     out["ops"] = {"softmax": D.sha(torch.softmax(torch.randn(64, 1000, generator=g), dim=1)),
                   "gelu": D.sha(torch.nn.functional.gelu(torch.randn(1 << 20, generator=g))),
                   "conv3x3": D.sha(torch.nn.functional.conv2d(x, w, padding=1)), "matmul": D.sha(a @ b)}
-    # 1. the frozen backbone
+
+    def record(key: str, fn, per: int = 1):
+        res, cpu, wall = _timed(fn)
+        out[f"{key}_cpu"], out[f"{key}_wall"] = cpu / per, wall / per
+        return res
+
+    # 1. the frozen backbone, in batches of 32 (oneDNN) and of 8 (1x1 convolutions as MKL products)
     enc = load_backbone(get_profile("mini"))[0]
     photos = D.fixed_images(8, 256)
     images = photos + [ImageOps.mirror(p) for p in photos] + [p.rotate(90) for p in photos] + \
         [ImageOps.flip(p) for p in photos]
     enc.encode(images[:8], batch_size=8)
-    t0 = time.perf_counter()
-    tok = enc.encode(images, batch_size=32)
-    out["forward_s_per_image"] = (time.perf_counter() - t0) / len(images)
+    tok = record("forward_b32", lambda: enc.encode(images, batch_size=32), per=len(images))
     out["forward_digest"] = D.sha(tok.tokens, tok.pooled)
-    # 2. token cache + head training (mini head shape, smoke world at 224 px)
+    record("forward_b8", lambda: enc.encode(images, batch_size=8), per=len(images))
+    # a training-like pass (ID-Sim adapts Lite0's last stages on micro-batches of 3 x 8 images):
+    # forward and backward of the unfolded network, weights requiring grad, batch 24
+    net = enc.model
+    for prm in net.parameters():
+        prm.requires_grad_(True)
+    px = torch.stack([enc.preprocess(im) for im in images[:24]])
+    net(px[:8]).float().sum().backward()
+    net.zero_grad()
+    record("fwd_bwd_b24", lambda: net(px).float().sum().backward())
+    out["fwd_bwd_digest"] = D.sha(*(prm.grad for prm in net.parameters() if prm.grad is not None))
+    # 2. the token cache of a smoke world at 224 px (with one training step), then the head with the
+    #    mini head's shape trained `steps` steps on the cached tokens
     mini = get_profile("mini")
-    cfg = get_profile("smoke", {"backbone.tiny": False, "backbone.token_layer": "blocks.4", "backbone.image_size": 224,
-                                "head.num_heads": mini.head.num_heads, "head.mlp_ratio": mini.head.mlp_ratio,
-                                "head.token_dropout": mini.head.token_dropout, "train.token_crop": mini.train.token_crop,
-                                "train.max_steps": steps, "train.checkpoint_every": steps, "train.eval_every": 0})
-    enc = load_backbone(cfg)[0]
+    over = {"backbone.tiny": False, "backbone.token_layer": "blocks.4", "backbone.image_size": 224,
+            "head.num_heads": mini.head.num_heads, "head.mlp_ratio": mini.head.mlp_ratio,
+            "head.token_dropout": mini.head.token_dropout, "train.token_crop": mini.train.token_crop,
+            "train.checkpoint_every": steps, "train.eval_every": 0}
+    enc = load_backbone(get_profile("smoke", over))[0]
     data = load_nearid(world, splits=("train",))
     with tempfile.TemporaryDirectory() as cache:
-        t0 = time.perf_counter()
-        res = train_head(cfg, data, enc, progress=False, eval_split=None, cache_root=Path(cache))
-        total = time.perf_counter() - t0
-    step_s = [h["seconds"] for h in res.history]
-    out["train_s_per_step"] = statistics.median(step_s)
-    out["cache_and_setup_s"] = total - sum(step_s)
+        def train(n):
+            return train_head(get_profile("smoke", {**over, "train.max_steps": n}), data, enc, progress=False,
+                              eval_split=None, cache_root=Path(cache))
+        record("cache", lambda: train(1))
+        res = record("train", lambda: train(steps), per=steps)
     out["train_digest"] = D.sha(*res.head.state_dict().values())
-    # 3. one claim's bootstrap
-    from nearid_lib.claims import CLAIM_REPLICATES, claim_rng, evaluate_claim
-    from nearid_lib.seeding import make_rng
-
+    # 3. one claim's bootstrap (the fastest of 5)
     spec, ev = D.claim_4c()
-    times = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        row = evaluate_claim(spec, ev, claim_rng(make_rng(0), spec.key), n_boot=CLAIM_REPLICATES)
-        times.append(time.perf_counter() - t0)
-    out["bootstrap_s"] = min(times)
+    runs = [_timed(lambda: evaluate_claim(spec, ev, claim_rng(make_rng(0), spec.key), n_boot=CLAIM_REPLICATES))
+            for _ in range(5)]
+    out["bootstrap_cpu"], out["bootstrap_wall"] = min(r[1] for r in runs), min(r[2] for r in runs)
+    row = runs[0][0]
     out["bootstrap_digest"] = D.sha(float(row["ci_low"]).hex(), float(row["ci_high"]).hex())
     return out
 
@@ -123,16 +146,23 @@ def markdown(res: dict) -> str:
              f"torch's default CPU capability here {m['default_capability']}; {m['platform']}; load average "
              f"{m['loadavg_before']} before, {m['loadavg_after']} after ({'shared machine: other jobs ran beside it' if m['loadavg_before'][0] > 1.5 else 'quiet'}).",
              f"Child processes alternate `NEARID_PORTABLE=1` and `NEARID_PORTABLE=0 NEARID_THREADS=1`, "
-             f"{res['repeats']} each; medians, and the ratio portable / native of the medians.", "",
-             "| workload | portable | native | portable / native |", "|---|---|---|---|"]
-    for key, label, unit in (("forward_s_per_image", "Lite0 forward, 224 px, batch 32", "ms / image"),
-                             ("cache_and_setup_s", "token cache of the smoke world at 224 px (+ setup)", "s"),
-                             ("train_s_per_step", f"NearID head, mini shape, {res['steps']} steps", "ms / step"),
-                             ("bootstrap_s", "claim 4c bootstrap, 10,000 replicates", "ms"),
-                             ("wall_s", "whole child process", "s")):
+             f"{res['repeats']} each, one thread each; medians over the repeats. CPU seconds are the "
+             f"measure (a one-thread process's work, which other jobs slow much less than its wall time); "
+             f"wall seconds beside them.", "",
+             "| workload | CPU: portable / native | ratio | wall: portable / native | ratio |", "|---|---|---|---|---|"]
+    for key, label, unit in (("forward_b32", "Lite0 forward, 224 px, batches of 32 (oneDNN)", "ms / image"),
+                             ("forward_b8", "Lite0 forward, 224 px, batches of 8 (1x1 convolutions in MKL)",
+                              "ms / image"),
+                             ("fwd_bwd_b24", "Lite0 forward + backward, batch 24, weights with grad", "ms"),
+                             ("cache", "token cache of the smoke world at 224 px, and one head step", "s"),
+                             ("train", f"NearID head, mini shape, on cached tokens ({res['steps']} steps)", "ms / step"),
+                             ("bootstrap", "claim 4c bootstrap, 10,000 replicates (fastest of 5)", "ms")):
         scale = 1000 if unit.startswith("ms") else 1
-        p, n = s[key]["portable"] * scale, s[key]["native"] * scale
-        lines.append(f"| {label} | {p:.1f} {unit} | {n:.1f} {unit} | {p / n:.2f} |")
+        cells = []
+        for kind in ("cpu", "wall"):
+            p, n = s[f"{key}_{kind}"]["portable"] * scale, s[f"{key}_{kind}"]["native"] * scale
+            cells.append(f"{p:.1f} / {n:.1f} {unit} | {p / n:.2f}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines += ["", "Bits: the same result under both settings here?", "", "| result | same bits |", "|---|---|"]
     lines += [f"| {k} | {'yes' if v else 'no'} |" for k, v in res["same_bits"].items()]
     lines += ["", "Each arm gave the same digests in every repeat: "
@@ -168,9 +198,10 @@ def main(argv=None) -> int:
             for arm in (("portable", "native") if r % 2 == 0 else ("native", "portable")):
                 runs[arm].append(run_child(arm, world, args.steps))
                 print(f"repeat {r + 1} {arm}: {runs[arm][-1]['wall_s']:.1f} s", flush=True)
-    keys = ("forward_s_per_image", "cache_and_setup_s", "train_s_per_step", "bootstrap_s", "wall_s")
+    keys = [f"{k}_{kind}" for k in ("forward_b32", "forward_b8", "fwd_bwd_b24", "cache", "train", "bootstrap")
+            for kind in ("cpu", "wall")] + ["wall_s"]
     summary = {k: {arm: statistics.median(x[k] for x in runs[arm]) for arm in runs} for k in keys}
-    digests = ("forward_digest", "train_digest", "bootstrap_digest")
+    digests = ("forward_digest", "fwd_bwd_digest", "train_digest", "bootstrap_digest")
     first = {arm: runs[arm][0] for arm in runs}
     same = {k.replace("_digest", ""): first["portable"][k] == first["native"][k] for k in digests}
     same.update({f"op {k}": first["portable"]["ops"][k] == first["native"]["ops"][k] for k in first["portable"]["ops"]})

@@ -77,8 +77,8 @@ PINNED_PATHS: tuple[tuple[str, str], ...] = (
     # names it does not know are ignored, a baseline feature is an error (set by _numpy_features)
     ("NPY_DISABLE_CPU_FEATURES", ""),
 )
-# thread pools read when their library loads (torch's OpenMP, MKL, OpenBLAS); torch's own count is
-# set again by set_torch_threads, OpenBLAS's by threadpoolctl where it loaded before them
+# thread pools read when their library loads (torch's OpenMP, MKL, OpenBLAS); set_torch_threads sets
+# torch's count again, and every pool's through threadpoolctl where one loaded before them
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 _ON, _OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
