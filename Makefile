@@ -1,6 +1,7 @@
 # NearID / ID-Sim / FPR reproduction.
 #   make reproduce               # PROFILE=mini (offline default): every notebook, figures/ and tables
 #   make reproduce PROFILE=paper # GPU nodes with the Hugging Face hub reachable
+#   make reproduce-full          # mini with every ID-Sim ablation table and five seeds per trained row (build/full-mini)
 #   make test                    # import layers, pytest, every notebook in PROFILE=smoke, the paper dry run
 #   make dryrun-paper            # every notebook in PROFILE=paper on a fixture hub mirror (build/dryrun)
 #   make preflight               # PROFILE=paper: everything the run reads or needs, checked in seconds
@@ -26,32 +27,49 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 endif
 export PYTHONHASHSEED := 0
-# torch's CPU thread count changes float summation order, hence the last bits of a trained head:
-# one fixed count makes every machine regenerate the committed tables exactly (override for speed,
-# e.g. NEARID_THREADS=8 make reproduce, at the price of last-digit differences).
+# Portable numerics (nearid_lib/runtime.py, docs/mini.md "Portable numerics"): the CPU libraries pick
+# their code path by processor and split sums by thread count, so the last bits of a trained head
+# depend on the machine. On a machine without a GPU every process runs one fixed path (ATen and
+# oneDNN at AVX2, MKL's COMPATIBLE branch, OpenBLAS Haswell, numpy without AVX-512 loops) on one
+# thread, and any x86-64 CPU with AVX2 regenerates the committed tables bit for bit.
+# NEARID_PORTABLE=0 gives each library its fastest path and NEARID_THREADS threads (for speed, e.g.
+# NEARID_PORTABLE=0 NEARID_THREADS=8 make reproduce, at the price of last-digit differences).
 # PROFILE=paper runs on GPUs: one sweep worker per visible GPU and the node's cores shared among them.
 N_GPUS := $(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 N_CORES := $(shell nproc 2>/dev/null || echo 2)
+ifeq ($(N_GPUS),0)
+NEARID_PORTABLE ?= 1
+else
+NEARID_PORTABLE ?= 0
+endif
+export NEARID_PORTABLE
 ifeq ($(PROFILE),paper)
 ifneq ($(N_GPUS),0)
 NEARID_WORKERS ?= $(N_GPUS)
+ifeq ($(NEARID_PORTABLE),0)
 NEARID_THREADS ?= $(shell echo $$(( $(N_CORES) / $(N_GPUS) > 0 ? $(N_CORES) / $(N_GPUS) : 1 )))
 endif
 endif
+endif
+ifeq ($(NEARID_PORTABLE),0)
 NEARID_THREADS ?= 1
 export NEARID_THREADS
+else ifneq ($(filter-out 1,$(NEARID_THREADS)),)
+$(error NEARID_THREADS=$(NEARID_THREADS): portable numerics run one thread per process; set NEARID_PORTABLE=0 as well to run $(NEARID_THREADS))
+endif
 # Independent head trainings of a sweep (notebooks 03-07) run in this many processes, each with
-# NEARID_THREADS threads; results do not depend on it (nearid_lib/nearid/sweep.py). 2 = this 2-core
+# one thread (NEARID_THREADS where portable numerics are off); results do not depend on it (nearid_lib/nearid/sweep.py). 2 = this 2-core
 # machine; raise it on a bigger one.
 NEARID_WORKERS ?= 2
 export NEARID_WORKERS
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: reproduce notebooks test pytest lint-imports smoke dryrun-paper install lock lab clean clean-build help judge curate prefill preflight wheelhouse gpu-wheels bgremove
+.PHONY: reproduce reproduce-full notebooks test pytest lint-imports smoke dryrun-paper install lock lab clean clean-build help judge curate prefill preflight wheelhouse gpu-wheels bgremove
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make reproduce [PROFILE=mini|paper]  - run every notebook (only stale ones rerun)"
+	@echo "make reproduce-full [PROFILE=mini]    - the same with ID-Sim Supp. Tables 5-7, 9 and five seeds per trained row, into $(FULL_DIR)"
 	@echo "make test                            - import layers + pytest + every notebook with PROFILE=smoke + make dryrun-paper"
 	@echo "make dryrun-paper [DRYRUN_HUB=dir]    - every notebook with PROFILE=paper on a local hub mirror"
 	@echo "make install [WHEELHOUSE=dir]        - create/refresh the virtual environment only (offline from a wheelhouse)"
@@ -118,6 +136,20 @@ preflight: $(STAMP)
 	$(PY) -m nearid_lib preflight --profile $(if $(filter command line,$(origin PROFILE)),$(PROFILE),paper) \
 	  $(if $(PREFLIGHT_ALLOW),--allow-missing $(PREFLIGHT_ALLOW))
 
+# Everything else on request: every notebook of PROFILE (default mini) with ID-Sim's Supp. Tables 5-7
+# and 9 beside Table 3 and Supp. Table 8, and five training seeds of every trained row (NearID heads,
+# the ID-Sim model, its ablations). Its notebooks, results, checkpoints, figures, tables and report
+# (figures/README.md) go to $(FULL_DIR), never into the committed figures/ of `make reproduce`; the
+# world and the feature caches (data/, cache/) are shared with it (keyed by content and code).
+# A NEARID_SET of your own applies after these. Wall time: docs/paper-profile.md#timings.
+FULL_DIR ?= build/full-$(PROFILE)
+FULL_SET := idsim.ablation_tables=idsim_table3_data_ablation,idsim_supp_table5_scale,idsim_supp_table6_composition,idsim_supp_table7_backbone,idsim_supp_table8_cls_patch,idsim_supp_table9_loss; idsim.ablation_seeds=5; idsim.n_seeds=5; eval.n_seeds=5
+# (command-line variables of the sub-make: they win over a NEARID_SET given on make's command line)
+reproduce-full: $(STAMP)
+	$(MAKE) --no-print-directory -j$(NEARID_JOBS) --output-sync=target -o $(STAMP) notebooks \
+	  NB_OUT=$(FULL_DIR)/notebooks NEARID_OUT="$(abspath $(FULL_DIR))" NEARID_FIGURES="$(abspath $(FULL_DIR))/figures" \
+	  NEARID_SET="$(FULL_SET)$(if $(strip $(NEARID_SET)),; $(NEARID_SET))"
+
 # JupyterLab with the repository's kernel ("Python 3 (nearid)", installed into the venv by the
 # bootstrap). A double click opens a percent source notebooks/NN_name.py as a notebook (the
 # bootstrap sets JupyterLab's default viewer for Python files to "Jupytext Notebook"); jupytext.toml
@@ -125,7 +157,10 @@ preflight: $(STAMP)
 # e.g. LAB_ARGS="--no-browser --port 8899". The profile is the notebook's PROFILE parameter.
 # As root (uid 0, how most containers run) Jupyter refuses to start without --allow-root.
 LAB_ROOT = $(if $(filter 0,$(shell id -u)),--allow-root)
+# Its kernels inherit the server's environment: the variables of portable numerics are exported
+# first, since a notebook imports numpy and torch before nearid_lib (nearid_lib/runtime.py).
 lab: $(STAMP)
+	eval "$$($(PY) -c 'from nearid_lib.runtime import shell_exports; print(shell_exports())')" && \
 	$(VENV)/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" --LabApp.default_url=/lab/tree/notebooks $(LAB_ROOT) $(LAB_ARGS)
 
 # ID-Sim's notebook (09) is the longest that runs on one core, and 10 and 12 wait for it: listed early,

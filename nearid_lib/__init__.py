@@ -26,8 +26,16 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from .config import Profile, get_profile
-from .seeding import derive_seed, make_rng, seed_everything
+# Portable numerics first: numpy (imported by .seeding below) and torch read their code paths and
+# thread pools once, when they load or first run, so the variables must be set before either
+# starts (nearid_lib.runtime; NEARID_PORTABLE=0 turns it off). The runtime module imports nothing
+# heavy at import time.
+from .runtime import apply_portable
+
+apply_portable()
+
+from .config import Profile, get_profile  # noqa: E402
+from .seeding import derive_seed, make_rng, seed_everything  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -11,8 +11,9 @@ Overrides use dotted keys and fail loudly on anything unknown::
 and, for papermill runs, from the environment: ``NEARID_SET="world.source=released;train.lr=3e-4"``
 (applied first; explicit overrides win). The machine's share of a run is read from the environment
 here too, once, into the ``runtime`` section (:func:`runtime_env`: ``NEARID_WORKERS``,
-``NEARID_THREADS`` / ``OMP_NUM_THREADS``, which the Makefile exports); the library reads
-``cfg.runtime.workers`` and ``cfg.runtime.threads``, never the variables.
+``NEARID_THREADS`` / ``OMP_NUM_THREADS``, which the Makefile exports; one thread under portable
+numerics, :mod:`nearid_lib.runtime`); the library reads ``cfg.runtime.workers`` and
+``cfg.runtime.threads``, never the variables.
 
 Each section is a dataclass owned by one concept of the library (world, backbone, head, train,
 eval, generate, retrieval, idsim, runtime). Lists and dicts live here, never in notebook parameters.
@@ -24,6 +25,7 @@ from dataclasses import fields, is_dataclass, replace
 from typing import Any, Mapping
 
 from .config_values import ConfigError, ConfigValueError, coerce as _coerce  # noqa: F401
+from .runtime import PORTABLE_THREADS, PORTABLE_VAR, portable_active
 
 __all__ = [
     "PROFILES", "Profile", "WorldConfig", "BackboneConfig", "HeadConfig", "TrainConfig",
@@ -257,7 +259,11 @@ def runtime_env(env: Mapping[str, str] | None = None) -> dict[str, int | bool]:
     """The ``runtime`` overrides the environment sets (``env``: default ``os.environ``):
     ``runtime.workers`` from ``NEARID_WORKERS``, ``runtime.threads`` from ``NEARID_THREADS``, else
     ``OMP_NUM_THREADS``, ``runtime.tune_malloc`` from ``NEARID_TUNE_MALLOC`` (0 or 1). Unset or empty variables set nothing (the section's defaults: one worker,
-    every core); a value that is not a positive whole number raises naming the variable."""
+    every core); a value that is not a positive whole number raises naming the variable.
+
+    Under portable numerics (``NEARID_PORTABLE``, :mod:`nearid_lib.runtime`) the thread count is
+    theirs, :data:`~nearid_lib.runtime.PORTABLE_THREADS`: ``OMP_NUM_THREADS`` is not read, and a
+    ``NEARID_THREADS`` asking for another count raises naming the switch."""
 
     env = os.environ if env is None else env
     out: dict[str, int | bool] = {}
@@ -274,6 +280,13 @@ def runtime_env(env: Mapping[str, str] | None = None) -> dict[str, int | bool]:
                     raise ConfigValueError(f"{var}={value!r}: expected a positive whole number ({key})")
                 out[key] = int(value)
                 break
+    if portable_active(env):
+        asked = str(env.get("NEARID_THREADS", "")).strip()
+        if asked and int(asked) != PORTABLE_THREADS:
+            raise ConfigValueError(f"NEARID_THREADS={asked!r}, but portable numerics ({PORTABLE_VAR}) run "
+                                   f"{PORTABLE_THREADS} thread per process so that every machine gives the same "
+                                   f"bits: set {PORTABLE_VAR}=0 to run {asked} threads")
+        out["runtime.threads"] = PORTABLE_THREADS
     return out
 
 

@@ -22,7 +22,8 @@ when asked, the profile's frozen backbone::
 
 Provenance convention: a table is written clean (only the columns its builder made) with a JSON
 sidecar ``<name>.meta.json`` beside it holding ``notebook``, ``profile``, ``seed``, ``commit``,
-``dirty`` and ``date``; the report reads the profile from there.
+``dirty``, ``date`` and ``numerics`` (portable or native, :mod:`nearid_lib.runtime`); the report
+reads the profile from there.
 """
 from __future__ import annotations
 
@@ -81,6 +82,10 @@ class Run:
         out = {"notebook": self.notebook, "profile": self.profile, "seed": self.seed,
                "commit": git.get("sha"), "dirty": git.get("dirty"),
                "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+        numerics = self.meta.get("numerics")
+        if numerics:    # portable or native kernel paths (run.json has the details)
+            out["numerics"] = numerics["setting"] + (" (escaped: " + "; ".join(numerics["escapes"]) + ")"
+                                                     if numerics.get("escapes") else "")
         read = hub.reads()
         if read:    # the hub repositories this notebook read so far, where from, at which revision
             out["hub"] = read

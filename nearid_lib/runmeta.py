@@ -1,5 +1,7 @@
 """Run metadata written beside every notebook's outputs: resolved parameters, git SHA, dirty
-flag, package versions, host and profile. ``write_run_metadata`` writes ``run.json`` atomically."""
+flag, package versions, host, profile and numerics (portable or native, the CPU, every library that
+escaped the pinned code paths: :func:`nearid_lib.runtime.numerics_record`). ``write_run_metadata``
+writes ``run.json`` atomically."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -15,6 +17,7 @@ from typing import Any, Mapping
 
 from .io_utils import atomic_write_text
 from .paths import repo_root
+from .runtime import numerics_record
 
 __all__ = ["git_state", "package_versions", "run_metadata", "write_run_metadata", "code_fingerprint"]
 
@@ -94,6 +97,7 @@ def run_metadata(params: Mapping[str, Any], profile: Any = None) -> dict[str, An
         "devices": devices,
         "packages": package_versions(),
         "env": {k: v for k, v in os.environ.items() if k.startswith(("NEARID_", "HF_"))},
+        "numerics": numerics_record(),
     }
 
 

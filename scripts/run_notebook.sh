@@ -11,8 +11,14 @@ SRC_NB="$(dirname "$OUT")/.${NAME}.src.ipynb"
 PARTIAL="$(dirname "$OUT")/.${NAME}.partial.ipynb"
 LOG="${OUT%.ipynb}.log"
 "$VENV/bin/jupytext" --quiet --to ipynb --set-kernel python3 -o "$SRC_NB" "$SRC"
+# Portable numerics (nearid_lib/runtime.py; NEARID_PORTABLE, which the Makefile exports): the kernel
+# must start with the pinned code paths and thread counts, since a notebook imports numpy and torch
+# before nearid_lib and each reads its variables once, when it loads.
+EXPORTS="$(PYTHONPATH="$(pwd)${PYTHONPATH:+:$PYTHONPATH}" "$VENV/bin/python" -c \
+  'from nearid_lib.runtime import shell_exports; print(shell_exports())')"
+eval "$EXPORTS"
 START=$(date +%s)
-echo "[notebook] $NAME (PROFILE=$PROFILE)"
+echo "[notebook] $NAME (PROFILE=$PROFILE, NEARID_PORTABLE=$NEARID_PORTABLE)"
 if "$VENV/bin/papermill" "$SRC_NB" "$PARTIAL" -k python3 -p PROFILE "$PROFILE" -p SEED "$SEED" \
      --cwd "$(pwd)" --log-output --progress-bar >"$LOG" 2>&1; then
   mv "$PARTIAL" "$OUT"

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import os
 
-import pytest
+# Portable numerics (nearid_lib.runtime) in every test process, whatever machine runs it: numpy and
+# torch read their code paths when they load, so they are set here, before any test module imports
+# them (a GPU machine's `make test` exports NEARID_PORTABLE=0: kept). The digests of
+# tests/test_portable_numerics.py are computed in a process of their own, portable whatever this is.
+os.environ.setdefault("NEARID_PORTABLE", "1")
+import nearid_lib  # noqa: E402,F401  (its import applies the setting)
+
+import pytest  # noqa: E402
 
 # cuBLAS reads its workspace setting when a process first uses it: set before any test touches CUDA,
 # so tests that switch nearid_lib.runtime.deterministic on are exact on a GPU too (no effect on CPU)

@@ -58,9 +58,10 @@ def test_idempotent():
 
 
 def test_runtime_switch_from_environment_and_overrides():
-    assert runtime_env({"NEARID_TUNE_MALLOC": "0"}) == {"runtime.tune_malloc": False}
-    assert runtime_env({"NEARID_TUNE_MALLOC": "1"}) == {"runtime.tune_malloc": True}
-    assert runtime_env({}) == {}
+    native = {"NEARID_PORTABLE": "0"}       # (portable numerics add runtime.threads = 1)
+    assert runtime_env({**native, "NEARID_TUNE_MALLOC": "0"}) == {"runtime.tune_malloc": False}
+    assert runtime_env({**native, "NEARID_TUNE_MALLOC": "1"}) == {"runtime.tune_malloc": True}
+    assert runtime_env(native) == {}
     with pytest.raises(ConfigValueError, match="NEARID_TUNE_MALLOC"):
         runtime_env({"NEARID_TUNE_MALLOC": "yes"})
     assert get_profile("smoke").runtime.tune_malloc is True

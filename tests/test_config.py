@@ -58,15 +58,19 @@ def test_profiles_differ_in_size_not_shape():
 
 def test_runtime_section_is_set_by_the_environment_when_the_profile_is_built(monkeypatch):
     """NEARID_WORKERS / NEARID_THREADS (else OMP_NUM_THREADS) set ``runtime`` once, in get_profile;
-    NEARID_SET and explicit overrides win; without them: one worker, every core (threads None)."""
+    NEARID_SET and explicit overrides win; without them: one worker, every core (threads None).
+    Without portable numerics, that is (NEARID_PORTABLE=0; under them one thread:
+    tests/test_portable_numerics.py)."""
     for var in ("NEARID_WORKERS", "NEARID_THREADS", "OMP_NUM_THREADS", "NEARID_SET"):
         monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("NEARID_PORTABLE", "0")
+    native = {"NEARID_PORTABLE": "0"}
     prof = C.get_profile("smoke")
     assert prof.runtime.workers == 1 and prof.runtime.threads is None
     assert prof.to_dict()["runtime"] == {"workers": 1, "threads": None, "tune_malloc": True}
-    assert C.runtime_env({}) == {} and C.runtime_env({"NEARID_THREADS": " "}) == {}
-    assert C.runtime_env({"OMP_NUM_THREADS": "3"}) == {"runtime.threads": 3}
-    assert C.runtime_env({"NEARID_THREADS": "1", "OMP_NUM_THREADS": "3", "NEARID_WORKERS": "2"}) == {
+    assert C.runtime_env(native) == {} and C.runtime_env({**native, "NEARID_THREADS": " "}) == {}
+    assert C.runtime_env({**native, "OMP_NUM_THREADS": "3"}) == {"runtime.threads": 3}
+    assert C.runtime_env({**native, "NEARID_THREADS": "1", "OMP_NUM_THREADS": "3", "NEARID_WORKERS": "2"}) == {
         "runtime.workers": 2, "runtime.threads": 1}
     for bad in ({"NEARID_THREADS": "many"}, {"NEARID_WORKERS": "0"}):
         with pytest.raises(ValueError, match=next(iter(bad))):

@@ -54,6 +54,7 @@ def test_start_run_sets_everything_up(monkeypatch, tmp_path):
     monkeypatch.setenv("NEARID_OUT", str(tmp_path / "out"))
     monkeypatch.setenv("NEARID_FIGURES", str(tmp_path / "figs"))
     monkeypatch.setenv("NEARID_THREADS", "2")
+    monkeypatch.setenv("NEARID_PORTABLE", "0")      # threads of one's choosing (portable numerics run one)
     before = torch.get_num_threads()
     try:
         over = {"eval.vlm_judge": None, "runtime.threads": 1}      # the override wins over NEARID_THREADS
