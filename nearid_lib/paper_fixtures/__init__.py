@@ -28,13 +28,12 @@ from .. import mirror as M
 from ..gates import closed_gates, gates_for
 from ..io_utils import read_table_meta, skip_reason
 from ..paper_specs import load_specs
-from ..paths import downloads_dir
 from .fpr import write_fpr_downloads, write_fpr_models
 from .personalize import write_personalize_models
 from .idsim import write_idsim_downloads, write_idsim_models
 from .nearid import write_authors_release, write_nearid_datasets, write_nearid_models
 
-__all__ = ["SIZE_OVERRIDES", "write_mirror", "overrides_text", "check_tables", "readme_settings", "record_mirror"]
+__all__ = ["SIZE_OVERRIDES", "write_mirror", "overrides_text", "check_tables", "record_mirror"]
 
 # Sizes and steps only: the same code paths as a GPU run of the paper profile, on tiny data and
 # tiny models (their native 32 px input, 2 val / 4 test identities, a few training steps).
@@ -86,15 +85,6 @@ SIZE_OVERRIDES: dict[str, str] = {
 def overrides_text(extra: dict[str, str] | None = None) -> str:
     """:data:`SIZE_OVERRIDES` (plus ``extra``) as a ``NEARID_SET`` value."""
     return "; ".join(f"{k}={v}" for k, v in {**SIZE_OVERRIDES, **(extra or {})}.items())
-
-
-def readme_settings() -> dict[str, str]:
-    """The settings the README's paper section tells a user to make, wherever the authors' release is
-    in ``$NEARID_DOWNLOADS`` (so the dry run takes the documented path, not a shortcut): their judge
-    template (``judge.prompt_file``), named whether or not the file is there, as the README names it
-    (a clone without it is what the preflight must catch)."""
-    rel = downloads_dir() / "NearID"
-    return {"judge.prompt_file": str(rel / "evaluation" / "vl_template_v2.txt")} if rel.is_dir() else {}
 
 
 def record_mirror(hub_dir: str | Path, downloads_dir: str | Path | None = None) -> list[str]:

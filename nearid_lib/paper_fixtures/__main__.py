@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import check_tables, overrides_text, readme_settings, write_mirror
+from . import check_tables, overrides_text, write_mirror
 from .damage import DEFECTS, damage
 
 
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{kind}: {', '.join(names)}")
         return 0
     if a.cmd == "overrides":
-        print(overrides_text(readme_settings()))
+        print(overrides_text())
         return 0
     problems = check_tables(a.figures_dir)
     for line in problems:
