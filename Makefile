@@ -222,10 +222,13 @@ dryrun-paper: $(STAMP) $(if $(DRYRUN_HUB),,$(DRYRUN_MIRROR))
 # Every figure a notebook writes is shown in the cell that writes it: tests/test_notebook_figures.py
 # reads the executed notebooks of smoke and of the dry run (papermill's cell times against each PNG's
 # date), so it runs after them, not in the pytest run before them.
+# Each of the two runs is checked when its executed notebooks exist (make test makes both first).
 SMOKE_FIGURES = $(or $(NEARID_FIGURES),$(or $(NEARID_OUT),build)/smoke/figures)
+EXECUTED_RUNS = $(if $(wildcard build/smoke/notebooks),$(abspath build/smoke/notebooks):$(abspath $(SMOKE_FIGURES))) \
+	$(if $(wildcard $(DRYRUN_DIR)/notebooks),$(abspath $(DRYRUN_DIR)/notebooks):$(abspath $(DRYRUN_DIR)/figures))
 notebook-figures: $(STAMP)
-	NEARID_EXECUTED="$(abspath build/smoke/notebooks):$(abspath $(SMOKE_FIGURES));$(abspath $(DRYRUN_DIR)/notebooks):$(abspath $(DRYRUN_DIR)/figures)" \
-	  $(PY) -m pytest -q tests/test_notebook_figures.py -k executed
+	@test -n "$(strip $(EXECUTED_RUNS))" || { echo "notebook-figures: no executed notebooks (make smoke first)" >&2; exit 1; }
+	NEARID_EXECUTED="$(subst $(eval) ,;,$(strip $(EXECUTED_RUNS)))" $(PY) -m pytest -q tests/test_notebook_figures.py -k executed
 
 # pytest keeps about one of CI's two cores busy, so the dry run (its own folders under $(DRYRUN_DIR),
 # its notebooks one at a time) runs beside it; smoke comes after them, two notebooks at a time (the
