@@ -204,9 +204,7 @@ def plot_sensitivity_bars(summary: pd.DataFrame, labels: Mapping[str, str] | Non
         ax.set_xticks(x, [labels.get(e, e) for e in encs], rotation=30, ha="right", fontsize=8)
         ax.set_title(f"{f}\n({BETTER.get(f, '')})", fontsize=9)
         ax.axhline(0, color="grey", lw=0.8, ls="--")
-    axes[0].text(0.01, 0.0, "0 = chance", transform=axes[0].get_yaxis_transform(), fontsize=6, color="grey",
-                 va="bottom")
-    return _finish(fig, axes[0], "sensitivity (-slope), one scale", title)
+    return _finish(fig, axes[0], "sensitivity (-slope), one scale\n(dashed 0: chance)", title)
 
 
 def plot_similarity_curves(curves: pd.DataFrame, labels: Mapping[str, str] | None = None, title: str = ""):
