@@ -252,12 +252,12 @@ def _nearid_bars(t: pd.DataFrame, cols: Mapping[str, str], profile: str, colours
                 ax.plot([0], [yi], marker="|", markersize=9, markeredgewidth=2.5, color=col, clip_on=False)
             ax.text(vi + 1.5, yi, f"{vi:.1f}", va="center", fontsize=6)
         level = (chance or {}).get(c)
-        if level is not None and np.isfinite(level):
+        has_chance = level is not None and np.isfinite(level)
+        if has_chance:
             ax.axvline(level, color="k", ls="--", lw=0.9)
-            ax.text(level, y.max() + 0.6, f"chance {level:.0f}", fontsize=6, ha="center", va="bottom")
         ax.set_xlim(0, 100)
         ax.set_title(f"{title}: higher is better", fontsize=9)
-        ax.set_xlabel("percent")
+        ax.set_xlabel(f"percent; dashed: chance {level:.1f}" if has_chance else "percent", fontsize=8)
     axes[0, 0].set_yticks(y, list(t.row), fontsize=7)
     fig.suptitle(f"NearID-bench ({profile}): this run (coloured) beside the papers (grey); dashed: chance",
                  fontsize=9)
