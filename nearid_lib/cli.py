@@ -115,7 +115,8 @@ def _common(p: argparse.ArgumentParser, profile_default: str = "mini") -> None:
     p.add_argument("--profile", choices=_PROFILES, default=profile_default,
                    help=f"smoke (seconds), mini (offline reproduction), paper (GPU + hub); default {profile_default}")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="dotted config override, e.g. train.lr=3e-4 (repeatable)")
+                   help="dotted config override, e.g. train.lr=3e-4 (repeatable; the environment's "
+                   "NEARID_SET takes several separated by ';')")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -130,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--protocols", default="nearid,idsim,fpr", help="comma-separated subset (default all)")
     s.add_argument("--name", default=None, help="label of your row (default: the encoder)")
     s.add_argument("--out", default=None, help="folder of the table and report card (default build/<profile>/score/<name>)")
-    s.add_argument("--batch-size", type=int, default=32)
+    s.add_argument("--batch-size", type=int, default=32, help="images per encoder forward (default %(default)s); "
+                   "memory, not results")
     s.add_argument("--no-baselines", action="store_true", help="score only ENCODER")
     s.add_argument("--no-cache", action="store_true", help="do not cache a callable's embeddings")
     s.add_argument("--checkpoint", default=None, help="checkpoint of a named encoder (nearid, idsim, classifier)")
@@ -140,15 +142,16 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("sim", help="cosine similarity of two images, two folders of same-named files, or a CSV "
                        "of pairs", description="Cosine similarity of each pair, printed with the encoder that "
                        "answered and, for two pairs or more, the unpaired (chance) level of these images.")
-    m.add_argument("a", help="an image, a folder, or a CSV of pairs (columns a, b) when B is left out")
-    m.add_argument("b", nargs="?", default=None, help="an image or a folder (same file names as A)")
+    m.add_argument("a", metavar="A", help="an image, a folder, or a CSV of pairs (columns a, b) when B is left out")
+    m.add_argument("b", metavar="B", nargs="?", default=None, help="an image or a folder (same file names as A)")
     m.add_argument("--encoder", default=None, help="registered name, module:function, file.py:function or hub id "
                    "(default: the released NearID model in paper, the trained NearID head or else the frozen "
                    "backbone offline)")
     m.add_argument("--checkpoint", default=None, help="checkpoint of a named encoder (e.g. a NearID head folder)")
     m.add_argument("--out", default=None, help="write the pairs and their similarity here (CSV), with a "
                    "provenance sidecar <name>.meta.json (encoder, profile, inputs, chance level, commit, date)")
-    m.add_argument("--batch-size", type=int, default=32)
+    m.add_argument("--batch-size", type=int, default=32, help="images per encoder forward (default %(default)s); "
+                   "memory, not results")
     _common(m)
 
     r = sub.add_parser("rank", help="Finer-Personalization Rank of generated images against a gallery",
