@@ -18,10 +18,15 @@ VENV = Path(sys.prefix)
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="no make")
 
 
+# what a make that runs pytest (make test) passes down: its flags, command-line variables and jobserver
+_MAKE_ENV = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "CUDA_VISIBLE_DEVICES", "N_GPUS")
+
+
 def _make(args: list[str], cwd: Path = ROOT, env: dict | None = None) -> str:
     # -o: the venv's install stamp counts as old, so no rule reinstalls the shared venv
+    base = {k: v for k, v in os.environ.items() if k not in _MAKE_ENV}
     res = subprocess.run(["make", "--no-print-directory", f"VENV={VENV}", "-o", str(VENV / ".nearid-installed"),
-                          *args], cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True, text=True,
+                          *args], cwd=cwd, env={**base, **(env or {})}, capture_output=True, text=True,
                          timeout=120)
     assert res.returncode == 0, res.stderr
     return res.stdout
