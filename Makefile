@@ -3,6 +3,8 @@
 #   make reproduce PROFILE=paper # GPU nodes with the Hugging Face hub reachable
 #   make test                    # import layers, pytest, every notebook in PROFILE=smoke, the paper dry run
 #   make dryrun-paper            # every notebook in PROFILE=paper on a fixture hub mirror (build/dryrun)
+#   make preflight               # PROFILE=paper: everything the run reads or needs, checked in seconds
+#   make wheelhouse [TORCH=cu128]  # with network: every wheel make install needs, into wheelhouse/
 #   make lab                     # JupyterLab on the notebooks with the repository's kernel
 # Executed notebooks and logs: build/$(PROFILE)/notebooks/. Figures/tables: figures/ (smoke: build/smoke/figures).
 SHELL := /bin/bash
@@ -52,33 +54,51 @@ NEARID_WORKERS ?= 2
 export NEARID_WORKERS
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: reproduce notebooks test pytest lint-imports smoke dryrun-paper install lock lab clean clean-build help judge curate prefill fpr-generate notebook-figures
+.PHONY: reproduce notebooks test pytest lint-imports smoke dryrun-paper install lock lab clean clean-build help judge curate prefill preflight wheelhouse gpu-wheels fpr-generate notebook-figures
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make reproduce [PROFILE=mini|paper]  - run every notebook (only stale ones rerun)"
 	@echo "make test                            - import layers + pytest + every notebook with PROFILE=smoke + make dryrun-paper"
 	@echo "make dryrun-paper [DRYRUN_HUB=dir]    - every notebook with PROFILE=paper on a local hub mirror"
-	@echo "make install                         - create/refresh the virtual environment only"
+	@echo "make install [WHEELHOUSE=dir]        - create/refresh the virtual environment only (offline from a wheelhouse)"
+	@echo "make wheelhouse [TORCH=cu128]        - on a machine with network: the lock's wheels into wheelhouse/"
+	@echo "make preflight [PROFILE=paper]       - check the mirror, data, splits, release, environment, disk, GPUs"
 	@echo "make lock [LOCK_UPGRADE=1]           - rebuild scripts/requirements.lock from .venv (or newest versions)"
 	@echo "make lab                             - JupyterLab on the notebooks (jupytext-paired, repo kernel)"
+	@echo "make gpu-wheels                      - .whl/: the wheels benchmarks/gpu_suite.py needs on the lent GPU machine"
 	@echo "make $(NB_OUT)/NN_name.ipynb           - one notebook (and what it depends on)"
 	@echo "make curate|prefill|judge|fpr-generate PROFILE=paper - one step over every GPU (N_GPUS=$(N_GPUS)), before its notebook"
 
 # TORCH=cpu | cu128 | ... picks the torch build (the wheel index https://download.pytorch.org/whl/$(TORCH));
 # default: cu128 where `nvidia-smi` lists a GPU, else the registry's default (CPU) build.
 # `make install TORCH=cu128` reinstalls torch as asked even when the venv exists.
+# WHEELHOUSE=<dir> installs from a folder `make wheelhouse` filled on a machine with network (pip
+# --no-index --find-links: a compute node without internet); TORCH must name the build it holds.
 TORCH ?=
+WHEELHOUSE ?=
 install:
-	PYTHON=$(PYTHON) TORCH=$(TORCH) bash scripts/bootstrap.sh $(VENV)
+	PYTHON=$(PYTHON) TORCH=$(TORCH) WHEELHOUSE=$(WHEELHOUSE) bash scripts/bootstrap.sh $(VENV)
 	@touch $(STAMP)
 
-$(STAMP): pyproject.toml scripts/bootstrap.sh scripts/torchvision_cpu_fix.py scripts/constraints.txt scripts/jupyterlab_overrides.json scripts/requirements.lock
-	PYTHON=$(PYTHON) TORCH=$(TORCH) bash scripts/bootstrap.sh $(VENV)
+$(STAMP): pyproject.toml scripts/bootstrap.sh scripts/lock_entries.sh scripts/install_lock.sh scripts/torchvision_cpu_fix.py scripts/constraints.txt scripts/jupyterlab_overrides.json scripts/requirements.lock
+	PYTHON=$(PYTHON) TORCH=$(TORCH) WHEELHOUSE=$(WHEELHOUSE) bash scripts/bootstrap.sh $(VENV)
 	@touch $@
+
+# The other half of the two-machine setup: on a machine with network and the lock's Python
+# (scripts/requirements.lock, "# target:"), every file `make install` installs -- the lock's
+# packages (hash-checked), pip and the build backends, torch/torchvision of the TORCH build (cu128:
+# with their CUDA packages) -- into $(or $(WHEELHOUSE),wheelhouse)/; carry it to the node and run
+# `make install WHEELHOUSE=<that folder> TORCH=<the same build>` there.
+wheelhouse:
+	PYTHON=$(PYTHON) TORCH=$(TORCH) bash scripts/wheelhouse.sh $(or $(WHEELHOUSE),wheelhouse)
 
 # scripts/requirements.lock (what make install installs, hash-checked; NEARID_LOCK=0 skips it):
 # uv pip compile --generate-hashes pinned to the versions installed in $(VENV); LOCK_UPGRADE=1: newest.
+# The wheels the GPU suite needs on the lent GPU machine (benchmarks/README.md, "On the lent GPU").
+gpu-wheels:
+	PY=$(PY) bash scripts/gpu_wheels.sh
+
 lock:
 	PYTHON=$(PYTHON) bash scripts/lock.sh $(VENV)
 
@@ -90,8 +110,21 @@ ifeq ($(PROFILE),paper)
 NEARID_JOBS ?= 1
 endif
 NEARID_JOBS ?= 2
+# PROFILE=paper checks everything the run reads or needs first (make preflight): a defect it can see
+# stops the run in seconds, not hours in.
 reproduce: $(STAMP)
+	$(if $(filter paper,$(PROFILE)),$(MAKE) --no-print-directory -o $(STAMP) preflight)
 	$(MAKE) --no-print-directory -j$(NEARID_JOBS) --output-sync=target -o $(STAMP) notebooks
+
+# The preflight (nearid_lib/preflight): the mirror against its download records, the datasets'
+# layouts and row alignment, the splits, the authors' release, the environment, free disk against
+# the projected outputs, GPUs against the judge and the trainer; one line per problem with its fix.
+# PREFLIGHT_ALLOW="repo ..." accepts those repositories absent (their tables are then skipped).
+# `make preflight` checks the paper profile unless PROFILE is given on the command line.
+PREFLIGHT_ALLOW ?=
+preflight: $(STAMP)
+	$(PY) -m nearid_lib preflight --profile $(if $(filter command line,$(origin PROFILE)),$(PROFILE),paper) \
+	  $(if $(PREFLIGHT_ALLOW),--allow-missing $(PREFLIGHT_ALLOW))
 
 # JupyterLab with the repository's kernel ("Python 3 (nearid)", installed into the venv by the
 # bootstrap). A double click opens a percent source notebooks/NN_name.py as a notebook (the
@@ -208,12 +241,16 @@ DRYRUN_ENV = NEARID_HUB_DIR=$(abspath $(or $(DRYRUN_HUB),$(DRYRUN_DIR)/hub)) \
 	NEARID_FIGURES=$(abspath $(DRYRUN_DIR)/figures) HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
 	TRANSFORMERS_OFFLINE=1 NEARID_WORKERS=1 NEARID_ALLOW_CPU=1
 
-$(DRYRUN_MIRROR): $(wildcard nearid_lib/paper_fixtures/*.py) nearid_lib/data/released.py $(STAMP)
+$(DRYRUN_MIRROR): $(wildcard nearid_lib/paper_fixtures/*.py) nearid_lib/data/released.py nearid_lib/data/released_schema.py nearid_lib/mirror.py $(STAMP)
 	rm -rf $(DRYRUN_DIR)/hub $(DRYRUN_DIR)/downloads
 	HF_HUB_OFFLINE=1 $(PY) -m nearid_lib.paper_fixtures write $(DRYRUN_DIR)/hub $(DRYRUN_DIR)/downloads
 	@touch $@
 
+# The preflight runs first, with the run's settings: a damaged mirror (python -m
+# nearid_lib.paper_fixtures damage HUB DOWNLOADS) fails here, before any notebook, naming each defect.
 dryrun-paper: $(STAMP) $(if $(DRYRUN_HUB),,$(DRYRUN_MIRROR))
+	env $(DRYRUN_ENV) NEARID_SET="$$(env $(DRYRUN_ENV) $(PY) -m nearid_lib.paper_fixtures overrides)" \
+	  $(PY) -m nearid_lib preflight --profile paper $(if $(PREFLIGHT_ALLOW),--allow-missing $(PREFLIGHT_ALLOW))
 	env $(DRYRUN_ENV) NEARID_SET="$$(env $(DRYRUN_ENV) $(PY) -m nearid_lib.paper_fixtures overrides)" \
 	  $(MAKE) --no-print-directory -j$(DRYRUN_JOBS) --output-sync=target -o $(STAMP) notebooks PROFILE=paper \
 	  NB_OUT=$(DRYRUN_DIR)/notebooks

@@ -1,13 +1,15 @@
 """The criteria of a claim (:class:`nearid_lib.claims.ClaimSpec`): what a quantity, or two on the
 same units, must satisfy, and the verdict an interval gives (``holds`` / ``does not hold`` /
-``inconclusive``); a :class:`Precondition` makes a claim testable in a profile at all."""
+``inconclusive``); a :class:`Precondition` makes a claim testable in a profile at all, and
+:func:`criterion_from_text` rebuilds a criterion from the text a claims table keeps."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["AtLeast", "AtMost", "Greater", "Within", "RatioAtLeast", "Precondition"]
+__all__ = ["AtLeast", "AtMost", "Greater", "Within", "RatioAtLeast", "Precondition", "criterion_from_text"]
 
 
 @dataclass(frozen=True)
@@ -106,3 +108,30 @@ class Precondition:
 
     def ok(self, value: float) -> bool:
         return value >= self.threshold if self.op == ">=" else value <= self.threshold
+
+
+_NUM = r"(-?\d+(?:\.\d+)?)(%?)"
+# the texts each criterion's ``criterion(fmt)`` writes, most specific first (quantity names have no spaces)
+_PATTERNS = (
+    (re.compile(rf"^\|(\S+) - (\S+)\| <= {_NUM}$"), lambda a, b, v: Within(a, b, v)),
+    (re.compile(rf"^(\S+) / (\S+) >= {_NUM}$"), lambda a, b, v: RatioAtLeast(a, b, v)),
+    (re.compile(rf"^(\S+) - (\S+) > {_NUM}$"), lambda a, b, v: Greater(a, b, v)),
+    (re.compile(rf"^(\S+) >= {_NUM}$"), lambda a, v: AtLeast(a, v)),
+    (re.compile(rf"^(\S+) <= {_NUM}$"), lambda a, v: AtMost(a, v)),
+)
+
+
+def criterion_from_text(text: str) -> AtLeast | AtMost | Greater | Within | RatioAtLeast:
+    """The criterion a claims table's ``criterion`` cell states, rebuilt from its text (the inverse
+    of each criterion's ``criterion(fmt)``; a percent value is read back as a fraction). Claims
+    tables keep the text only, and the report re-decides a verdict with moved interval ends
+    (:func:`nearid_lib.report_claims.leaning`). The thresholds are printed to 0.1 points or 3
+    decimals, so a declared threshold must be round to that precision to come back exactly
+    (``tests/test_claims.py`` checks every declared claim). Raises ValueError on any other text."""
+    s = " ".join(str(text).split())
+    for pat, make in _PATTERNS:
+        m = pat.match(s)
+        if m:
+            *names, num, pct = m.groups()
+            return make(*names, float(num) / (100.0 if pct else 1.0))
+    raise ValueError(f"criterion_from_text: not a criterion this module writes: {text!r}")

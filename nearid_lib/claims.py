@@ -37,14 +37,14 @@ from __future__ import annotations
 
 import hashlib
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from .claim_criteria import AtLeast, AtMost, Greater, Precondition, RatioAtLeast, Within
+from .claim_criteria import AtLeast, AtMost, Greater, Precondition, RatioAtLeast, Within, criterion_from_text
 from .claim_stats import (  # noqa: F401
     _MTG_PAIRS,
     STATISTICS,
@@ -57,7 +57,7 @@ from .io_utils import write_csv
 from .paper_specs import paper_values_dir
 
 __all__ = ["Evidence", "Statistic", "STATISTICS", "AtLeast", "AtMost", "Greater", "Within", "RatioAtLeast",
-           "Precondition", "PaperRef", "ClaimSpec", "evaluate_claim", "evaluate_claims",
+           "Precondition", "criterion_from_text", "PaperRef", "ClaimSpec", "evaluate_claim", "evaluate_claims",
            "paper_value", "VERDICTS", "claim", "write_claims", "with_earlier", "at_bound", "below_chance",
            "FLOOR_TOL", "grouped_pearson_columns", "pool_seeds", "seeds_paired", "claim_rng", "CLAIM_REPLICATES"]
 
@@ -204,6 +204,11 @@ class ClaimSpec:
     # holds it by construction: {profile: the calibration target}; the report lists the claim as
     # "calibrated, not tested" there and does not count it
     calibrated: tuple[tuple[str, str], ...] = ()
+    # a profile in which the claim is true by how the data is made, whatever the model knows
+    # ({profile: why}); listed with the reason, not counted as a test
+    by_construction: tuple[tuple[str, str], ...] = ()
+    # a question of this project's, no paper's claim (why); judged like the claims, shown apart
+    own_question: str = ""
 
 
 def _fmt_for(evs: Sequence[Evidence]) -> Callable[[float], str]:
@@ -224,7 +229,8 @@ def evaluate_claim(spec: ClaimSpec, evidence: Mapping[str, Evidence], rng: np.ra
         paper = f"{spec.paper_text} (paper value unavailable: {err})"
     row = {"key": spec.key, "paper_name": spec.paper, "claim": spec.statement, "paper": paper,
            "profile": profile, "evidence": spec.evidence_note,
-           "calibrated": dict(spec.calibrated).get(profile, "")}
+           "calibrated": dict(spec.calibrated).get(profile, ""),
+           "by_construction": dict(spec.by_construction).get(profile, ""), "own_question": spec.own_question}
     qs = spec.test.quantities
     missing = [q for q in qs if q not in evidence]
     if missing:
@@ -236,11 +242,18 @@ def evaluate_claim(spec: ClaimSpec, evidence: Mapping[str, Evidence], rng: np.ra
     points = {q: evidence[q].point() for q in set(qs) | {p.q for p in spec.preconditions if p.q in evidence}}
     for pre in spec.preconditions:
         if pre.q not in evidence or not pre.ok(points[pre.q]):
-            got = fmt(points[pre.q]) if pre.q in points else "no evidence"
+            pfmt = _fmt_for([evidence[pre.q]]) if pre.q in evidence else fmt     # the precondition's own units
+            got = pfmt(points[pre.q]) if pre.q in points else "no evidence"
+            why = (f"precondition {pre.q} {pre.op} {pfmt(pre.threshold)} fails ({got})"
+                   + (f": {pre.why}" if pre.why else ""))
+            if spec.earlier:
+                # a precondition declared after a result: the interval is still computed, so the
+                # verdict the claim had without it stays beside "not testable" (its history)
+                judged = evaluate_claim(replace(spec, preconditions=()), evidence, rng, n_boot, ci, profile,
+                                        paper_folder, pair_seeds)
+                return {**judged, "verdict": "not testable", "detail": f"{why}; {judged.get('detail', '')}"}
             return {**row, "ours": ", ".join(f"{q} = {fmt(points[q])}" for q in qs),
-                    "verdict": "not testable",
-                    "detail": f"precondition {pre.q} {pre.op} {fmt(pre.threshold)} fails ({got})"
-                              + (f": {pre.why}" if pre.why else "")}
+                    "verdict": "not testable", "detail": why}
     flags = below_chance(qs, evs, [points[q] for q in qs], fmt)
     row["flags"] = flags
     bound = at_bound(evs, [points[q] for q in qs])

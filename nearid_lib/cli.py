@@ -8,6 +8,7 @@
     nearid train [--profile mini] [--set train.lr=3e-4 ...]          # the NearID head (notebook 03)
     nearid report [--profile mini]                                   # figures/README.md (notebook 99)
     nearid dbpp-mh RATINGS_DIR [--scores NAME=DIR ...] --out FILE.csv  # DreamBench++ M-H from per-image scores
+    nearid preflight [--profile paper] [--allow-missing REPO ...]    # everything a run reads, in seconds
 
 ``ENCODER`` is, in this order of precedence, ``package.module:function`` or ``file.py:function``
 naming your callable ``list[PIL.Image] -> [N, D]``, a registered name, a ``timm:...`` /
@@ -123,7 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     ap = argparse.ArgumentParser(prog="nearid", description="NearID / ID-Sim / FPR: score your encoder or "
                                  "generator, train the NearID head, render the report.")
-    sub = ap.add_subparsers(dest="command", required=True, metavar="{score,sim,rank,train,report,dbpp-mh}")
+    sub = ap.add_subparsers(dest="command", required=True,
+                            metavar="{score,sim,rank,train,report,dbpp-mh,preflight}")
 
     s = sub.add_parser("score", help="score an encoder on NearID, ID-Sim and FPR beside the baselines and papers")
     s.add_argument("encoder", help="module:function, file.py:function, registered name, timm:/open_clip: "
@@ -207,6 +209,12 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", required=True, help="CSV with one row per (scorer, category, method): scorer, "
                    "category, method, r, r_spread, n")
     _common(d)
+
+    f = sub.add_parser("preflight", help="check everything a run reads or needs (mirror, datasets, splits, the "
+                       "authors' release, environment, disk, GPUs) in seconds; exit 1 on any problem")
+    f.add_argument("--allow-missing", nargs="+", default=[], metavar="REPO",
+                   help="hub repositories you accept to be absent from the mirror (their tables are skipped)")
+    _common(f, profile_default="paper")
     return ap
 
 
@@ -328,6 +336,16 @@ def _dbpp_mh(args, over) -> int:
     return 0
 
 
+def _preflight(args, over) -> int:
+    from .config import get_profile
+    from .preflight import run_preflight
+
+    rep = run_preflight(get_profile(args.profile, over), args.allow_missing)
+    for line in rep.lines():
+        print(line)
+    return 0 if rep.ok else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``nearid`` / ``python -m nearid_lib``; returns the exit status."""
     ap = build_parser()
@@ -345,7 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rt = get_profile(args.profile, over).runtime
         set_torch_threads(rt.threads, rt.tune_malloc)
         commands = {"score": _score, "sim": _sim, "rank": _rank, "train": _train, "report": _report,
-                    "dbpp-mh": _dbpp_mh}
+                    "dbpp-mh": _dbpp_mh, "preflight": _preflight}
         return commands[args.command](args, over)
     except (ConfigError, FileNotFoundError, ValueError, OSError, KeyError) as err:
         msg = " ".join(str(err).split())        # one line, as the README promises (no traceback)

@@ -80,9 +80,12 @@ class WorldConfig:
         "SDXL_1024",
     )
     mtg_repo: str = "abdo-eldesokey/mtg-dataset"
-    # released data only: the model that computes the object masks the release does not ship
-    # (nearid_lib.data.masks), and a folder holding the authors' split files (val.json / test.json,
-    # row indices); None = the deterministic split rule (nearid_lib.data.released.assign_splits)
+    # released data only: how the release's own foreground masks (masks1..3 of today's card) become
+    # a view's foreground ("authors": their clean-up then > 0; "binary": > 0; "clipseg": ignore them,
+    # nearid_lib.data.released_masks); the model that masks a view the release has no mask for
+    # (nearid_lib.data.masks; loaded only then), and a folder holding the authors' split files
+    # (val.json / test.json, row indices); None = the deterministic split rule (data.splits)
+    released_masks: str = "authors"
     mask_model: str = "CIDAS/clipseg-rd64-refined"
     split_dir: str | None = None
 
@@ -136,6 +139,7 @@ class TrainConfig:
     epochs: int = 11
     max_steps: int | None = None        # caps epochs (mini/smoke budgets)
     mixed_precision: str = "no"         # "no" | "fp16" | "bf16"
+    recipe: str = "paper"               # the preset this section came from (nearid_lib.config.TRAIN_PRESETS)
     mask_p_anchor: float = 0.5          # role-aware foreground masking
     mask_p_positive: float = 0.2
     mask_p_distractor: float = 0.6
@@ -144,11 +148,12 @@ class TrainConfig:
     mtg_repeat: int = 4
     use_nearid: bool = True             # NearID rows (False: MTG only, paper Table 6)
     sources: tuple[str, ...] = ()       # training distractor sources; () = the dataset's train_sources
+    # "per_source": the anchor view's distractor of every training source; "per_view": the authors' script
+    distractor_slots: str = "per_source"
     token_crop: float = 0.0             # cached mode: p of a random (g-1)x(g-1) token-window crop
     use_cache: bool = True
-    # where training reads backbone tokens from (with use_cache): "cache" = the float16 TokenCache
-    # built up front (smoke, mini); "int8" / "fp8" = the sharded store filled lazily by the ranks
-    # that need a grid (nearid_lib.nearid.stream; paper: ~400 GB instead of ~800 GB)
+    # tokens read from (use_cache): "cache" = float16 TokenCaches built up front (smoke, mini); "int8" /
+    # "fp8" = the sharded store filled lazily (nearid_lib.nearid.stream; paper: ~400 GB, not ~800 GB)
     token_store: str = "cache"
     checkpoint_every: int = 200
     eval_every: int = 0
@@ -165,16 +170,14 @@ class EvalConfig:
     vlm_batch_size: int = 4
     vlm_max_new_tokens: int = 512       # paper E.11: ~250-token JSON answers; shorter budgets truncate
     vlm_max_ids: int | None = None      # judge only the first K identities / MTG pairs (cost cap)
-    dbpp_root: str | None = None        # DreamBench++ folder in its publishers' layout (nearid_lib.data.eval_datasets);
-                                        #   None: downloads_dir()/"dreambenchpp" when dbpp_human, else no ratings
+    vlm_scales: tuple[str, ...] = ()    # Table 7's other judge scales (E.7): NearID + MTG, full and FG, no DB++
+    dbpp_root: str | None = None        # DreamBench++ in its publishers' layout (None: downloads_dir()/"dreambenchpp")
     dbpp_human: bool = False            # read DreamBench++ human ratings (nearid.dbpp.dbpp_for_profile; paper)
     dbpp_standin: bool = True           #   the procedural-oracle stand-in from grids.csv (not human)
     kpca_ids: int = 7                   # identities in the KernelPCA figure (paper Figure 5: n=7)
     qualitative_rows: int = 5           # rows of the qualitative grids (Figures 7/8)
     alphas: tuple[float, ...] = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0)   # paper Table 8
-    # Training seeds of every trained row (main head and ablations), from the notebook's SEED on:
-    # tables report the mean and spread, claims bootstrap the outcomes of all seeds.
-    n_seeds: int = 3
+    n_seeds: int = 3                    # training seeds of every trained row from SEED on (mean and spread)
     betas: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3)   # paper Table 9
     ablation_losses: tuple[str, ...] = (
         "infonce", "infonce_rneg", "infonce_oracle", "infonce_rneg_oracle", "siglip", "circle",
@@ -341,10 +344,10 @@ class IDSimConfig:
 class JudgeConfig:
     """The VLM judge's instruction (NearID Table 1's Qwen3-VL row; the model is ``eval.vlm_judge``)."""
 
-    # a text file with the judge's instruction, sent after the two images as the authors do (their
-    # evaluation/vl_template_v2.txt, a 0-10 JSON "score" rubric: set this to reproduce their Qwen3-VL
-    # rows); None: our prompt (nearid_lib.judge.JUDGE_PROMPT), sent before the images
+    # the instruction's text file, sent after the two images as the authors do (paper: their
+    # evaluation/vl_template_v2.txt; "{downloads}" = $NEARID_DOWNLOADS); None: ours, first
     prompt_file: str | None = None
+    parsing: str = "authors"            # "authors": score, else similarity, clipped to [0, 10]; "strict"
 
 
 @dataclass(frozen=True)

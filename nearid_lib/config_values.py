@@ -20,6 +20,9 @@ class ConfigError(KeyError):
 def _coerce(value: Any, current: Any, key: str) -> Any:
     """Coerce strings from the command line to the type of the current value; check the type of
     other values (a bool is no int, a fraction no int) and the field's range (:func:`_check_range`)."""
+    if isinstance(value, str) and key.rpartition(".")[2] in _OPTIONAL_TEXT and \
+            value.strip().lower() in ("none", "null", ""):
+        return None
     return _check_range(key, _coerce_type(value, current, key))
 
 
@@ -103,7 +106,11 @@ _FRACTION = {"gallery_dup_p", "token_dropout", "lora_dropout", "token_crop", "p_
              "mask_p_positive", "mask_p_distractor", "reject_unchanged_below", "reject_drift_above"}
 _CHOICES = {"mixed_precision": ("no", "fp16", "bf16"), "dtype": ("float32", "float16", "bfloat16"),
             "disc_average": ("per_index", "flat"), "source": ("procedural", "released"),
-            "split": ("train", "val", "test")}
+            "split": ("train", "val", "test"), "parsing": ("authors", "strict"),
+            "distractor_slots": ("per_source", "per_view")}
+# Optional text fields (None by default in some profile) that "none" / "null" / "" reset to None
+# even where a profile sets text: e.g. eval.vlm_judge=none turns the paper profile's judge off
+_OPTIONAL_TEXT = {"vlm_judge", "mllm_judge", "prompt_file", "persam_sam", "dbpp_root", "split_dir"}
 
 
 def _check_range(key: str, value: Any) -> Any:

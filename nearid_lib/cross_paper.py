@@ -20,16 +20,19 @@ the mirror, not trained yet) is left out with its reason in ``notes``.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
+from .idsim.model import CONFIG_FILE as IDSIM_CONFIG
 from .idsim.release_model import load_release_row
 from .idsim.released import load_benchmarks, load_frozen_row, public_scores
 from .models import load_encoder, resolve_device, resolve_name
 from .nearid.embedder import Embedder
+from .nearid.published import published_seeds
 from .nearid.scorers import EmbeddingBenchEncoder, load_bench_encoders
 from .paths import checkpoint_dir
 from .score import Participant
@@ -61,10 +64,32 @@ CROSS_COLUMNS = (
 @dataclass
 class CrossPaper:
     """``table``: one row per encoder (``row`` label, ``kind``, ``key``) with the columns of
-    :data:`CROSS_COLUMNS` that were scored; ``notes``: encoders or benchmarks left out, and why."""
+    :data:`CROSS_COLUMNS` that were scored; ``notes``: encoders or benchmarks left out, and why, and
+    ``seed_note`` (also among the notes): which training seed the trained rows are."""
 
     table: pd.DataFrame
     notes: list[str] = field(default_factory=list)
+    seed_note: str = ""
+
+
+def seed_note(cfg: Profile) -> str:
+    """Which training seed each trained row of the table is: the published checkpoint's (one seed),
+    where the claims average every seed (issue 53: the figure showed seed 0's numbers beside claims
+    on the three-seed means, unsaid). "" when no trained model is published."""
+    ck, parts = checkpoint_dir(cfg.name), []
+    if (ck / "nearid").exists():
+        seeds = list(published_seeds(ck / "nearid"))
+        parts.append(f"the NearID head is seed {seeds[0]} of {len(seeds)} ({', '.join(map(str, sorted(seeds)))})")
+    meta = ck / "idsim" / IDSIM_CONFIG
+    if meta.exists():
+        m = json.loads(meta.read_text())
+        seeds = [int(x) for x in m.get("seeds", [m.get("seed", 0)])]
+        parts.append(f"ID-Sim is seed {m.get('seed', 0)} of {len(seeds)} ({', '.join(map(str, sorted(seeds)))})")
+    if not parts:
+        return ""
+    return ("Trained rows are one training seed, the published checkpoint's: " + "; ".join(parts) + ". The claims "
+            "average every seed (NearID Tables 1 and 7, the Fig. 6 regression, the FPR claims), so a cell here may "
+            "differ from theirs by about the seeds' spread.")
 
 
 def _bench(model, key: str, label: str, cfg: Profile, data: NearIDData, progress: bool) -> EmbeddingBenchEncoder:
@@ -141,13 +166,15 @@ def cross_paper(cfg: Profile, data: NearIDData, seed: int = 0, progress: bool = 
         for col in ("idsim_subjects2k_ap", "idsim_dreambench_spearman"):
             table[col] = [pub.get(k, {}).get(col, np.nan) for k in table["key"]]
     keep = ["row", "kind", "key"] + [c for c, *_ in CROSS_COLUMNS if c in table.columns and table[c].notna().any()]
-    return CrossPaper(table[keep].assign(profile=cfg.name), notes)
+    seeds = seed_note(cfg)
+    return CrossPaper(table[keep].assign(profile=cfg.name), notes + ([seeds] if seeds else []), seeds)
 
 
-def plot_cross_paper(table: pd.DataFrame, title: str = ""):
+def plot_cross_paper(table: pd.DataFrame, title: str = "", footnote: str = ""):
     """A heatmap: encoders as rows, the benchmarks of all three papers as columns (grouped by paper),
-    each cell coloured by its rank in its column (green = best, respecting lower-is-better
-    columns) and printed with its value."""
+    each cell coloured by its place between its column's worst (0) and best (1) value, lower-is-better
+    columns reversed, with a colour bar saying so, and printed with its value; ``footnote`` (e.g.
+    :attr:`CrossPaper.seed_note`) under the axes."""
     import matplotlib.pyplot as plt
 
     cols = [(c, paper, what, better) for c, paper, what, better in CROSS_COLUMNS if c in table.columns]
@@ -160,8 +187,12 @@ def plot_cross_paper(table: pd.DataFrame, title: str = ""):
             lo, hi = np.nanmin(v), np.nanmax(v)
             s = (v - lo) / (hi - lo) if hi > lo else np.full_like(v, 0.5)
             score[:, j] = s if better == "higher" else 1 - s
-    fig, ax = plt.subplots(figsize=(1.15 * len(cols) + 3.5, 0.55 * len(table) + 2.2))
-    ax.imshow(np.ma.masked_invalid(score), cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
+    fig, ax = plt.subplots(figsize=(1.15 * len(cols) + 4.5, 0.55 * len(table) + 2.2 + 0.4 * bool(footnote)))
+    im = ax.imshow(np.ma.masked_invalid(score), cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
+    ax.grid(False)
+    bar = fig.colorbar(im, ax=ax, fraction=0.03, pad=0.01, ticks=[0, 0.5, 1])
+    bar.ax.set_yticklabels(["worst", "", "best"], fontsize=7)
+    bar.set_label("place in its column\n(min to max; lower-better reversed)", fontsize=7)
     for i in range(vals.shape[0]):
         for j in range(vals.shape[1]):
             if np.isfinite(vals[i, j]):
@@ -171,7 +202,8 @@ def plot_cross_paper(table: pd.DataFrame, title: str = ""):
                         for _, paper, what, better in cols], rotation=35, ha="right", fontsize=8)
     ax.set_yticks(range(len(table)))
     ax.set_yticklabels(table["row"].tolist(), fontsize=8)
-    ax.set_title(title or "Every identity encoder on every paper's benchmark (colour: rank within the column)",
-                 fontsize=10)
-    fig.tight_layout()
+    ax.set_title(title or "Every identity encoder on every paper's benchmark", fontsize=10)
+    if footnote:
+        fig.text(0.01, 0.01, footnote, ha="left", va="bottom", fontsize=7, wrap=True)
+    fig.tight_layout(rect=(0, 0.06 if footnote else 0, 1, 1))
     return fig

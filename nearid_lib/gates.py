@@ -72,6 +72,19 @@ GATES: dict[str, Gate] = {g.key: g for g in (
          "scores) at $NEARID_DOWNLOADS/NearID", "python -m nearid_lib.hub download $MIRROR --downloads "
          "$NEARID_DOWNLOADS (a git clone of Gorluxor/NearID)", ("04_dbpp_released_*",),
          _downloads("NearID", "dreambench_plus", "ratings")),
+    # the VLM judges (nearid.judges): a closed one is skipped where it would run, its rows of Tables 1
+    # and 7 kept empty with the reason, and 04_vlm_judges says which and why (judge.plan.judge_gate)
+    Gate("vlm_judge", "the Qwen3-VL-30B-A3B judge (Qwen/Qwen3-VL-30B-A3B-Instruct) in the mirror: Table 1's and "
+         "Table 7's Qwen3-VL 30B rows", "python -m nearid_lib.hub download $MIRROR --only "
+         "Qwen/Qwen3-VL-30B-A3B-Instruct", ("04_vlm_judges",), _hub("Qwen/Qwen3-VL-30B-A3B-Instruct", "model")),
+    Gate("vlm_judge_scales", "Table 7's other judge scales (Qwen/Qwen3-VL-4B-Instruct, Qwen/Qwen3-VL-8B-Instruct) "
+         "in the mirror", "python -m nearid_lib.hub download $MIRROR --only Qwen/Qwen3-VL-4B-Instruct "
+         "(and -8B-Instruct)", ("04_vlm_judges",),
+         lambda: any(_hub(f"Qwen/Qwen3-VL-{b}-Instruct", "model")() for b in ("4B", "8B"))),
+    Gate("judge_template", "the authors' judge template evaluation/vl_template_v2.txt (their GitHub release at "
+         "$NEARID_DOWNLOADS/NearID; judge.prompt_file) for their Qwen3-VL rows", "python -m nearid_lib.hub download "
+         "$MIRROR --downloads $NEARID_DOWNLOADS (a git clone of Gorluxor/NearID)", ("04_vlm_judges",),
+         _downloads("NearID", "evaluation", "vl_template_v2.txt")),
     Gate("subjects2k", "the hub dataset chaenayo/Subjects2k", "python -m nearid_lib.hub download $MIRROR "
          "--only chaenayo/Subjects2k", ("09_idsim_mllm:subjects2k_ap", "09_idsim_patch:subjects2k_ap"),
          _hub("chaenayo/Subjects2k", "dataset")),

@@ -142,12 +142,16 @@ def attention_overlay_grid(images: Sequence, attn: Mapping[str, Sequence[np.ndar
 
 
 def ecdf_plot(series: Mapping[str, np.ndarray], title: str = "", xlabel: str = "score",
-              panels: Sequence[Sequence[str]] | None = None, panel_titles: Sequence[str] = ()):
+              panels: Sequence[Sequence[str]] | None = None, panel_titles: Sequence[str] = (),
+              notes: Mapping[str, str] | None = None, footnote: str = ""):
     """NearID Figure 9: empirical CDFs of scores. ``series`` name -> values (NaN ignored); a name
     containing "oracle" is drawn black and dashed. ``panels`` groups names into subplots (each
-    panel also shows the oracle)."""
-    panels = panels or [list(series)]
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.0 * len(panels), 3.8), squeeze=False, sharey=True)
+    panel also shows the oracle). ``notes`` (name -> text) follow a series' legend entry, e.g. its
+    M-O: the curves compare distributions, not how each pair is ordered; ``footnote`` goes under
+    the panels."""
+    panels, notes = panels or [list(series)], notes or {}
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.0 * len(panels), 3.8 + 0.3 * bool(footnote)), squeeze=False,
+                             sharey=True)
     oracle = [k for k in series if "oracle" in k.lower()]
     for p, (ax, names) in enumerate(zip(axes[0], panels)):
         for name in list(names) + [o for o in oracle if o not in names]:
@@ -157,15 +161,17 @@ def ecdf_plot(series: Mapping[str, np.ndarray], title: str = "", xlabel: str = "
                 continue
             y = np.arange(1, len(v) + 1) / len(v)
             is_or = "oracle" in name.lower()
-            ax.step(v, y, where="post", label=name, color=method_color(name),
-                    lw=2.2 if is_or else 1.8, ls="--" if is_or else "-")
+            ax.step(v, y, where="post", label=f"{name}: {notes[name]}" if notes.get(name) else name,
+                    color=method_color(name), lw=2.2 if is_or else 1.8, ls="--" if is_or else "-")
         ax.set_xlabel(xlabel)
         ax.set_title(panel_titles[p] if p < len(panel_titles) else "")
         ax.legend(loc="upper left")
     axes[0, 0].set_ylabel("empirical CDF")
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
+    if footnote:
+        fig.text(0.5, 0.01, footnote, ha="center", va="bottom", fontsize=8, wrap=True)
+    fig.tight_layout(rect=(0, 0.07 if footnote else 0, 1, 1))
     return fig
 
 
@@ -285,56 +291,58 @@ def metric_bars(df, metric: str, model: str, value: str, labels: Mapping[str, st
     return fig
 
 
+def _sd(t, col: str) -> list[float]:
+    """``t[col]`` (the seeds' sd beside a mean) as floats, NaN where absent (one seed: no error bar)."""
+    return list(np.asarray(t[col], dtype=float)) if col in t else [np.nan] * len(t)
+
+
 def bench_overview(t1, t5, t7, profile: str = ""):
-    """NearID-bench at a glance (notebook 04): Table 1's SSR and PA per encoder, Table 5's SSR per
-    distractor source (training sources marked), Table 7's full-image vs foreground-only SSR. Rows
-    are labelled by what was scored (``ours_label``), percent axes, legends under the panels."""
-    colours = plt.get_cmap("tab10").colors
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4.4), gridspec_kw={"width_ratios": [1, 2.2, 1.2]})
+    """NearID-bench at a glance (notebook 04): Table 1's SSR and PA per encoder, Table 5's SSR per source
+    (``*``: a training source; the average rows left out), Table 7's full-image vs foreground-only SSR.
+    Rows are labelled by what was scored (``ours_label``); trained rows are seed means with the seeds'
+    sd (``<metric>_sd``) as error bars; percent axes; one legend under the panels, clear of labels."""
+    colours, err = plt.get_cmap("tab10").colors, {"capsize": 2, "error_kw": {"elinewidth": 0.8, "ecolor": "0.15"}}
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.8), gridspec_kw={"width_ratios": [1, 2.2, 1.2]})
     labels = list(dict.fromkeys(t1["ours_label"]))
-    short = {lab: (lab if len(lab) <= 38 else lab[:36] + "…") for lab in labels}
-    ax = axes[0]
-    x = np.arange(2)
     w = 0.8 / max(1, len(labels))
     for k, lab in enumerate(labels):
-        r = t1[t1["ours_label"] == lab].iloc[0]
-        ax.bar(x + (k - (len(labels) - 1) / 2) * w, [r["nearid_ssr"], r["nearid_pa"]], w, color=colours[k % 10],
-               label=short[lab])
-    ax.set_xticks(x, ["SSR", "PA"])
-    ax.set_ylim(0, 100)
-    ax.set_ylabel("percent (test identities)")
-    ax.set_title("Table 1: main sources", fontsize=9)
+        r = t1[t1["ours_label"] == lab].iloc[:1]
+        axes[0].bar(np.arange(2) + (k - (len(labels) - 1) / 2) * w, [r["nearid_ssr"].iloc[0], r["nearid_pa"].iloc[0]],
+                    w, yerr=_sd(r, "nearid_ssr_sd") + _sd(r, "nearid_pa_sd"), color=colours[k % 10],
+                    label=lab if len(lab) <= 38 else lab[:36] + "…", **err)
+    axes[0].set_xticks(np.arange(2), ["SSR", "PA"])
+    axes[0].set(ylim=(0, 100), ylabel="percent (test identities)")
+    axes[0].set_title("Table 1: main sources", fontsize=9)
     ax = axes[1]
-    t5 = t5[~t5["source"].astype(str).str.startswith("Avg")]         # the sources; averages are Table 1's
-    srcs = list(dict.fromkeys(t5["source"]))
-    meths = [m for m in dict.fromkeys(t5["ours_label"])]
+    avg = (t5["group"].astype(str).str.startswith("avg") if "group" in t5
+           else t5["source"].astype(str).str.startswith(("Avg", "Reported apart")))
+    t5 = t5[~avg]
+    srcs, meths = list(dict.fromkeys(t5["source"])), list(dict.fromkeys(t5["ours_label"]))
     w = 0.8 / max(1, len(meths))
     for k, m in enumerate(meths):
-        sub = t5[t5["ours_label"] == m].set_index("source")["ssr"]
-        ax.bar(np.arange(len(srcs)) + (k - (len(meths) - 1) / 2) * w, [float(sub.get(s, np.nan)) for s in srcs], w,
-               color=colours[labels.index(m) % 10] if m in labels else colours[(k + 3) % 10])
-    train = set(t5.loc[t5["training_source"].astype(bool), "source"]) if "training_source" in t5 else set()
+        sub = t5[t5["ours_label"] == m].drop_duplicates("source").set_index("source").reindex(srcs)
+        ax.bar(np.arange(len(srcs)) + (k - (len(meths) - 1) / 2) * w, sub["ssr"].to_numpy(float), w,
+               yerr=_sd(sub, "ssr_sd"), color=colours[labels.index(m) % 10] if m in labels else colours[(k + 3) % 10],
+               **err)
+    train = (set(t5.loc[t5["training_source"].astype(str).str.lower().isin(["true", "1", "1.0"]), "source"])
+             if "training_source" in t5 else set())
     ax.set_xticks(np.arange(len(srcs)), [f"{s}*" if s in train else s for s in srcs], rotation=30, ha="right",
                   fontsize=8)
-    ax.set_ylim(0, 100)
-    ax.set_ylabel("SSR (%)")
+    ax.set(ylim=(0, 100), ylabel="SSR (%)")
     ax.set_title("Table 5: per distractor source (* = seen in training)", fontsize=9)
     ax = axes[2]
     rows = list(dict.fromkeys(t7["ours_label"]))
-    w = 0.38
+    sel = t7.drop_duplicates("ours_label").set_index("ours_label").reindex(rows)
     for k, (col, name) in enumerate((("full_ssr", "full image"), ("fg_ssr", "foreground only"))):
-        ax.barh(np.arange(len(rows)) + (k - 0.5) * w, [float(t7.loc[t7["ours_label"] == r, col].iloc[0]) for r in rows],
-                w, label=name, color=("0.55", "tab:green")[k])
+        ax.barh(np.arange(len(rows)) + (k - 0.5) * 0.38, sel[col].to_numpy(float), 0.38, xerr=_sd(sel, f"{col}_sd"),
+                label=f"Table 7: {name}", color=("0.55", "tab:purple")[k], **err)
     ax.set_yticks(np.arange(len(rows)), [r if len(r) <= 30 else r[:28] + "…" for r in rows], fontsize=7)
-    ax.set_ylim(len(rows) - 0.5, -0.5)
-    ax.set_xlim(0, 100)
-    ax.set_xlabel("SSR (%)")
+    ax.set(ylim=(len(rows) - 0.5, -0.5), xlim=(0, 100), xlabel="SSR (%)")
     ax.set_title("Table 7: background removed", fontsize=9)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=min(3, len(labels)), fontsize=7,
-               frameon=False)
-    fig.suptitle(f"NearID-bench ({profile})", fontsize=10)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    hs, ls = (sum(x, []) for x in zip(*(a.get_legend_handles_labels() for a in (axes[0], axes[2]))))
+    fig.legend(hs, ls, loc="lower center", ncol=min(3, len(ls)), fontsize=7, frameon=False)
+    fig.suptitle(f"NearID-bench ({profile}): trained rows are seed means, error bars the seeds' sd", fontsize=10)
+    fig.tight_layout(rect=(0, 0.04 + 0.035 * ((len(ls) + 2) // 3), 1, 1))
     return fig
 
 

@@ -19,12 +19,28 @@ import pandas as pd
 
 from .io_utils import read_table_meta, skip_reason
 from .paper_specs import TableSpec, load_specs, paper_values_dir
-from .report_claims import calibrated_rows, point_claims, seeds_line, summary_lines, why_links
+from .report_claims import (  # noqa: F401  (re-exported: the report's claims API)
+    FLOAT_ROUNDING_MARGIN,
+    claims_section,
+    leaning,
+    leaning_detail,
+    not_counted,
+    point_claims,
+    seeds_line,
+    summary_lines,
+    why_links,
+)
 
 __all__ = ["TableSpec", "load_specs", "side_by_side", "render_markdown_table", "render_report", "paper_values_dir",
            "profile_note"]
 
 MISSING = "–"
+# a column of ours that stands in for a paper metric the profile cannot measure (mini: M-H against the
+# procedural DreamBench++ stand-in, not human ratings), and its label beside the metric's columns
+STANDIN = ("_procedural", "(ours, stand-in)")
+STANDIN_NOTE = ("`(ours, stand-in)`: the procedural stand-in of the metric (column `<metric>_procedural`; "
+                "M-H of the edit grids against 1 - identity change, not human ratings), the number the claims on "
+                "it use; the paper's metric itself needs data this profile does not have (human ratings).")
 
 
 def _fmt(v) -> str:
@@ -41,7 +57,10 @@ def _fmt(v) -> str:
 def side_by_side(paper: pd.DataFrame, ours: pd.DataFrame | None, key_columns: Iterable[str],
                  metrics: Iterable[str]) -> pd.DataFrame:
     """One row per key (paper rows first, then rows only we have); for every metric a
-    ``<metric> (paper)`` and ``<metric> (ours)`` column. Metrics absent on one side are blank."""
+    ``<metric> (paper)`` and ``<metric> (ours)`` column. Metrics absent on one side are blank.
+    Where our table also has the metric's stand-in (``<metric>_procedural``, e.g. the M-H of the
+    procedural DreamBench++ stand-in that the claims use), it follows as ``<metric> (ours, stand-in)``
+    (:data:`STANDIN`), in place of an ``(ours)`` column that no row fills."""
     keys = list(key_columns)
     metrics = list(metrics)
     for k in keys:
@@ -58,13 +77,15 @@ def side_by_side(paper: pd.DataFrame, ours: pd.DataFrame | None, key_columns: It
         # ``ours_label`` says what *our* row is when it stands in for a paper row (e.g. our frozen
         # EfficientNet-Lite0 beside the paper's frozen SigLIP2); it is shown, never joined on.
         label = ["ours_label"] if "ours_label" in ours.columns else []
-        o = ours[keys + label + [m for m in metrics if m in ours.columns]].copy()
-        for m in metrics:   # trained rows: the mean over seeds +- their spread (``<metric>_sd``)
+        stand = [m + STANDIN[0] for m in metrics if m + STANDIN[0] in ours.columns and ours[m + STANDIN[0]].notna().any()]
+        o = ours[keys + label + [m for m in metrics if m in ours.columns] + stand].copy()
+        for m in [*metrics, *stand]:   # trained rows: the mean over seeds +- their spread (``<metric>_sd``)
             if m in o.columns and f"{m}_sd" in ours.columns:
                 sd = ours[f"{m}_sd"]
                 o[m] = [(f"{_fmt(v)} ± {_fmt(e)}" if pd.notna(e) and pd.notna(v) else v)
                         for v, e in zip(o[m], sd)]
-        o = o.rename(columns={m: f"{m} (ours)" for m in metrics})
+        o = o.rename(columns={**{m: f"{m} (ours)" for m in metrics},
+                              **{m + STANDIN[0]: f"{m} {STANDIN[1]}" for m in metrics}})
         for k in keys:  # join on strings: CSV readers may type the same key differently
             p[k] = p[k].astype(str)
             o[k] = o[k].astype(str)
@@ -82,6 +103,10 @@ def side_by_side(paper: pd.DataFrame, ours: pd.DataFrame | None, key_columns: It
             if c not in merged.columns:
                 merged[c] = float("nan")
             cols.append(c)
+        if f"{m} {STANDIN[1]}" in merged.columns:    # the stand-in replaces an (ours) column we cannot fill
+            if merged[f"{m} (ours)"].isna().all():
+                cols.remove(f"{m} (ours)")
+            cols.append(f"{m} {STANDIN[1]}")
     return merged[cols].reset_index(drop=True)
 
 
@@ -236,6 +261,22 @@ def _placement_section(tables: Path) -> list[str]:
             render_markdown_table(t[cols]), ""]
 
 
+# the first paragraph of "Claims checked": how a claim is judged and what its verdicts mean
+_CLAIMS_INTRO = (
+    "Each claim is declared once with a criterion fixed before any result (`nearid_lib/*/claims.py`) and judged "
+    "on a 95% percentile bootstrap interval over test units (identities, MTG pairs, anchors; paired when both "
+    "sides are scored on the same units), with every training-dependent quantity averaged over the training "
+    "seeds (their spread is shown, and enters the interval as a Student t term with S - 1 degrees of freedom: "
+    "with 3 seeds the spread is itself poorly known; where both sides were trained with the same seeds, the "
+    "term is drawn once on the per-seed differences, a paired t). Verdicts: **holds** (the interval lies on the "
+    "claim's side), **does not hold** (it lies on the other side), **inconclusive** (it straddles the "
+    "criterion), **not testable** (a declared precondition fails in this profile, e.g. the paper's effect is "
+    "between heads near the ceiling and ours are far below it; every side of a comparison sits at the metric's "
+    "floor or ceiling, within 2% of its range; or there is no evidence). Only tests of the papers' claims are "
+    "counted; the others are listed with the reason, and the project's own questions apart. A quantity below "
+    "its metric's chance level (PA 50%, a correlation 0, a triplet accuracy 50%) is named in the column `flags`.")
+
+
 # what a profile's numbers are, under the report's title (paper: the papers' own scale, nothing to add)
 _PROFILE_SCOPE = {
     "mini": "`mini` reproduces the papers' claims at small scale on a procedural world, not their absolute numbers.",
@@ -267,19 +308,6 @@ def render_report(figures: Path, specs: list[TableSpec] | None = None, title: st
 
     claims = sorted((figures / "tables").glob("claims_*.csv"))
     if claims:
-        out += ["## Claims checked", "",
-                "Each claim is declared once with a criterion fixed before any result "
-                "(`nearid_lib/*/claims.py`) and judged on a 95% percentile bootstrap interval over test "
-                "units (identities, MTG pairs, anchors; paired when both sides are scored on the same "
-                "units), with every training-dependent quantity averaged over the training seeds (their "
-                "spread is shown, and enters the interval as a Student t term with S - 1 degrees of "
-                "freedom: with 3 seeds the spread is itself poorly known; where both sides were trained "
-                "with the same seeds, the term is drawn once on the per-seed differences, a paired t). Verdicts: **holds** (the interval lies on the claim's side), **does not "
-                "hold** (it lies on the other side), **inconclusive** (it straddles the criterion), **not "
-                "testable** (a declared precondition fails in this profile, e.g. both sides far from the "
-                "paper's regime; every side of a comparison sits at the metric's floor or ceiling, within "
-                "2% of its range; or there is no evidence). A quantity below its metric's chance level "
-                "(PA 50%, a correlation 0, a triplet accuracy 50%) is named in the column `flags`.", ""]
         frame = pd.concat([pd.read_csv(c).assign(source=f"tables/{c.name}") for c in claims],
                           ignore_index=True)
         if "verdict" not in frame and "holds" in frame:
@@ -288,38 +316,9 @@ def render_report(figures: Path, specs: list[TableSpec] | None = None, title: st
             legacy = frame["verdict"].isna() & frame["holds"].notna()
             frame.loc[legacy, "verdict"] = frame.loc[legacy, "holds"].map({True: "holds", False: "does not hold"})
         frame["chance"] = chance_notes(frame, figures / "tables")
-        out += summary_lines(frame)
-        seeds = seeds_line(frame)
-        if seeds:
-            out += [seeds, ""]
-        if "earlier_verdicts" in frame:
-            revised = frame["earlier_verdicts"].fillna("").astype(str).str.len() > 0
-            out += [f"{int(revised.sum())} claim(s) had their criterion revised after a result was seen: "
-                    "the verdict of every earlier criterion, judged on this run's numbers, stays beside "
-                    "the current one (column `earlier_verdicts`, reason in `revision`).", ""]
-        if "flags" in frame:
-            flagged = frame["flags"].fillna("").astype(str).str.len() > 0
-            out += [f"{int(flagged.sum())} claim(s) compare a quantity that lies below its metric's chance "
-                    "level (column `flags`): such a number measures what the benchmark rewards, not identity.", ""]
-        reached = frame["chance"].str.len() > 0
-        if reached.any():
-            out += [f"{int(reached.sum())} claim(s) compare a metric on which a network at random init reaches the "
-                    "pretrained frozen encoder (column `chance`, from the chance references below): their "
-                    "numbers say what the analogue rewards in pixels, not what the encoder knows about identity.",
-                    ""]
         frame["why"] = why_links(frame)
-        cal = calibrated_rows(frame)
-        frame.loc[cal, "verdict"] = "calibrated, not tested (" + frame.loc[cal, "verdict"].astype(str) + ")"
-        cols = [c for c in ("claim", "paper", "ours", "verdict", "why", "flags", "chance", "calibrated", "earlier_verdicts",
-                            "criterion", "detail", "revision", "profile", "source") if c in frame]
-        point = point_claims(frame)
-        out += [render_markdown_table(frame.loc[~point, cols]), ""]
-        if point.any():
-            out += ["### Point comparisons", "",
-                    f"{int(point.sum())} claim(s) are judged on point values, without an interval (a rank "
-                    "correlation over a handful of methods, a count of metrics won, the best of a few "
-                    "rows): their verdict describes this run, it does not test the claim.", "",
-                    render_markdown_table(frame.loc[point, cols]), ""]
+        out += [render_markdown_table(x) if isinstance(x, pd.DataFrame) else x
+                for x in claims_section(frame, [_CLAIMS_INTRO, ""])]
 
     out += _chance_section(figures / "tables")
     out += _cross_section(figures / "tables")
@@ -357,6 +356,8 @@ def render_report(figures: Path, specs: list[TableSpec] | None = None, title: st
         else:
             table = side_by_side(paper, ours, s.key_columns, list(s.metrics))
             out += [render_markdown_table(table), ""]
+            if any(str(c).endswith(STANDIN[1]) for c in table.columns):
+                out += [STANDIN_NOTE, ""]
         for path, what in s.also:
             extra = figures / path
             if extra.exists():

@@ -84,9 +84,12 @@ class Run:
         read = hub.reads()
         if read:    # the hub repositories this notebook read so far, where from, at which revision
             out["hub"] = read
-        split = _dataset_split(self.profile)
+        split = _dataset_record(self.profile, "split")
         if split:   # which train/val/test partition the dataset holds (official, or our rule)
             out["split"] = split
+        masks = _dataset_record(self.profile, "masks")
+        if masks:   # where the foreground masks of FG-only rows came from (the release's, or CLIPSeg)
+            out["masks"] = {k: masks.get(k) for k in ("source", "rule", "layout", "model") if k in masks}
         return out
 
     def write_table(self, df: pd.DataFrame, name: str, **extra: Any) -> Path:
@@ -123,12 +126,13 @@ class Run:
         return save(fig, self.figures / f"{name}.png", dpi=dpi)
 
 
-def _dataset_split(profile: str) -> dict | None:
-    """The ``split`` record of the profile's NearID dataset manifest (source, sha256, counts), when
-    the dataset exists and records one (the released data does: :mod:`nearid_lib.data.splits`)."""
+def _dataset_record(profile: str, key: str) -> dict | None:
+    """A record of the profile's NearID dataset manifest, when the dataset exists and records one
+    (the released data does): ``split`` (source, sha256, counts: :mod:`nearid_lib.data.splits`),
+    ``masks`` (each view's ``mask_source`` counted, the rule: :mod:`nearid_lib.data.released_masks`)."""
     man = data_dir(profile) / "nearid" / "manifest.json"
     try:
-        rec = json.loads(man.read_text()).get("split")
+        rec = json.loads(man.read_text()).get(key)
     except (OSError, ValueError):
         return None
     return rec if isinstance(rec, dict) else None

@@ -89,10 +89,12 @@ for col in ("loss", "disc", "rank"):
     if col in hist:
         ax[0].plot(hist["step"], hist[col].rolling(roll, min_periods=1).mean(), label=col)
 ax[0].set_xlabel("step")
+ax[0].set_ylabel("loss (rolling mean)")
 ax[0].set_title(f"NearID loss ({cfg.train.loss}, alpha={cfg.train.alpha}), seed {SEED}, rolling mean {roll}")
 ax[0].legend()
 ax[1].plot(hist["step"], hist["lr"])
 ax[1].set_xlabel("step")
+ax[1].set_ylabel("learning rate")
 ax[1].set_title("learning rate (warmup + cosine)")
 fig.tight_layout()
 display(run.figure(fig, "03_loss_curves"))

@@ -39,7 +39,7 @@ from nearid_lib.seeding import make_rng
 nb = setup_notebook(PROFILE, SEED, "05_loss_ablation", backbone=True)
 run, cfg, data, backbone, seeds = nb.run, nb.cfg, nb.data, nb.backbone, nb.seeds
 rows = loss_rows(cfg)
-cols = ["nearid_ssr", "nearid_pa", "mtg_mo", "mtg_mopair", "mtg_ssr", "mtg_pa", "dbpp_mh"]
+cols = ["nearid_ssr", "nearid_pa", "nearid_pa_strict", "mtg_mo", "mtg_mopair", "mtg_ssr", "mtg_pa", "dbpp_mh"]
 
 # %%
 sweep = run_rows(cfg, data, backbone, rows, seeds)

@@ -31,7 +31,7 @@ from nearid_lib.seeding import make_rng
 
 nb = setup_notebook(PROFILE, SEED, "06_alpha_beta_sweep", backbone=True)
 run, cfg, data, backbone, seeds = nb.run, nb.cfg, nb.data, nb.backbone, nb.seeds
-cols = ["nearid_ssr", "nearid_pa", "mtg_mo", "mtg_mopair", "mtg_ssr", "mtg_pa", "dbpp_mh"]
+cols = ["nearid_ssr", "nearid_pa", "nearid_pa_strict", "mtg_mo", "mtg_mopair", "mtg_ssr", "mtg_pa", "dbpp_mh"]
 
 # %%
 dbpp_fn, dbpp_why = dbpp_for_profile(cfg)       # DreamBench++ human ratings (paper) or why not

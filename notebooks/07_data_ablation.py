@@ -43,7 +43,7 @@ t6 = sweep.summary().assign(nearid_src=[v[2] for v in variants], mtg_used=[v[3] 
 t6 = pd.concat([pd.DataFrame([frozen]), t6], ignore_index=True)
 paper6 = pd.read_csv(paper_values_dir() / "nearid_table6_data_ablation.csv")
 t6 = t6.merge(paper6[["row", "row_id", "role"]], on="row_id", how="left")
-metric_cols = ["nearid_ssr", "nearid_pa", "mtg_mo", "mtg_mopair", "mtg_ssr", "mtg_pa"]
+metric_cols = ["nearid_ssr", "nearid_pa", "nearid_pa_strict", "mtg_mo", "mtg_mopair", "mtg_ssr", "mtg_pa"]
 sd = [c for c in t6.columns if c.endswith("_sd") and c[:-3] in metric_cols]
 t6 = t6[["row", "row_id", "ours_label", "nearid_src", "mtg_used"] + metric_cols + sd
         + ["train_ssr", "unseen_ssr", "unseen_pa", "n_seeds"]]

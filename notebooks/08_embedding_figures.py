@@ -28,7 +28,7 @@ from IPython.display import display
 
 from nearid_lib import plots
 from nearid_lib.nearid.dbpp import PROCEDURAL_NOTE, dbpp_for_profile, dbpp_standin
-from nearid_lib.nearid.figures import kpca_panels, mtg_qualitative, nearid_qualitative
+from nearid_lib.nearid.figures import ECDF_NOTE, kpca_panels, mtg_ecdf_series, mtg_qualitative, nearid_qualitative
 from nearid_lib.nearid.pairs import grid_pairs
 from nearid_lib.nearid.scorers import load_bench_encoders
 from nearid_lib.run import setup_notebook
@@ -86,19 +86,14 @@ display(run.figure(fig, "08_fig3_attention"))
 # ## Figure 9 - MTG score distributions against the oracle
 
 # %%
-series, rows = {}, []
-for b in (frozen, head):
-    mt, sc = b.mtg(data, split, "full")
-    if sc:
-        series[NAMES[b.name]] = np.r_[sc["s_1_1p"], sc["s_2_2p"]]
-        oracle = np.r_[sc["oracle_1"], sc["oracle_2"]]
+series, notes, n_edited = mtg_ecdf_series({NAMES[b.name]: b for b in (frozen, head)}, data, split)
 if series:
-    series = {"Oracle (1 - |part|/|object|)": oracle, **series}
-    print({k: float(np.nanmedian(v)) for k, v in series.items()})
-    fig = plots.ecdf_plot(series, title=f"MTG-like part edits ({len(oracle)} edited images, split '{split}')",
+    print({k: float(np.nanmedian(v)) for k, v in series.items()}, notes)
+    fig = plots.ecdf_plot(series, title=f"MTG-like part edits ({n_edited} edited images, split '{split}', "
+                                        f"profile {PROFILE}; NearID: the published head, one training seed)",
                           xlabel="identity-preservation score s(original, part-edited)",
                           panels=[[NAMES[frozen.name]], ["NearID (Ours)"]],
-                          panel_titles=["(a) frozen backbone", "(b) NearID head"])
+                          panel_titles=["(a) frozen backbone", "(b) NearID head"], notes=notes, footnote=ECDF_NOTE)
     display(run.figure(fig, "08_fig9_mtg_ecdf"))
 
 # %% [markdown]

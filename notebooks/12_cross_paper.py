@@ -40,5 +40,5 @@ run.write_table(cp.table, "12_cross_paper", notes=cp.notes)
 cp.table.round(3)
 
 # %%
-display(run.figure(plot_cross_paper(cp.table, f"Every identity encoder on every paper's benchmark ({PROFILE})"),
-                   "12_cross_paper"))
+display(run.figure(plot_cross_paper(cp.table, f"Every identity encoder on every paper's benchmark ({PROFILE})",
+                                    footnote=cp.seed_note), "12_cross_paper"))

@@ -2,24 +2,37 @@
 # Create or reuse the virtual environment, install the pinned dependencies and, only where
 # `import torchvision` fails against the CPU torch, install the import fix as a .pth hook.
 # Usage: scripts/bootstrap.sh VENV_DIR
+# WHEELHOUSE=<dir>: every pip call reads that folder only (pip --no-index --find-links), as filled by
+# scripts/wheelhouse.sh (make wheelhouse) on a machine with network: a node without internet.
 set -euo pipefail
 VENV="${1:-.venv}"
 PYTHON="${PYTHON:-python3}"
+HERE="$(dirname "$0")"
+# scripts/requirements.lock (make lock): every package of the tested environment with == pins and
+# sha256 hashes, for one CPython minor version on Linux x86_64 (its "# target:" line).
+# NEARID_LOCK unset: the lock where the target matches, else the unlocked install (one line says
+# so); NEARID_LOCK=0: always unlocked; NEARID_LOCK=1: a target mismatch is an error.
+# shellcheck source=scripts/lock_entries.sh
+. "$HERE/lock_entries.sh"
+NEARID_LOCK="${NEARID_LOCK:-}"
+if [ -n "$WHEELHOUSE" ]; then
+  [ -d "$WHEELHOUSE" ] || { echo "[bootstrap] error: WHEELHOUSE=$WHEELHOUSE does not exist (make wheelhouse fills it on a machine with network)" >&2; exit 1; }
+  BUILT="$(sed -n 's/^torch: //p' "$WHEELHOUSE/wheelhouse.txt" 2>/dev/null || true)"
+  if [ -n "$BUILT" ] && [ -n "${TORCH:-}" ] && [ "$BUILT" != "$TORCH" ]; then
+    echo "[bootstrap] error: $WHEELHOUSE holds the torch build '$BUILT', TORCH=${TORCH:-cpu}; pass TORCH=$BUILT or rebuild it (make wheelhouse TORCH=...)" >&2
+    exit 1
+  fi
+  TORCH="${TORCH:-$BUILT}"            # the build the wheelhouse holds (no nvidia-smi guess)
+  echo "[bootstrap] WHEELHOUSE=$WHEELHOUSE: installing offline (pip --no-index --find-links), torch build ${TORCH:-cpu}"
+fi
 if [ ! -x "$VENV/bin/python" ]; then
   echo "[bootstrap] creating virtual environment in $VENV"
   "$PYTHON" -m venv "$VENV"
 fi
 PY="$VENV/bin/python"
-HERE="$(dirname "$0")"
 # The exact CPU torch/torchvision pins live in scripts/constraints.txt (pyproject.toml has lower
 # bounds only); every unlocked pip call below gets them, so nothing can resolve to a CUDA build.
 CONSTRAINTS="$HERE/constraints.txt"
-# scripts/requirements.lock (make lock): every package of the tested environment with == pins and
-# sha256 hashes, for one CPython minor version on Linux x86_64 (its "# target:" line).
-# NEARID_LOCK unset: the lock where the target matches, else the unlocked install (one line says
-# so); NEARID_LOCK=0: always unlocked; NEARID_LOCK=1: a target mismatch is an error.
-LOCK="$HERE/requirements.lock"
-NEARID_LOCK="${NEARID_LOCK:-}"
 # TORCH=cu128 (or another wheel index name) installs that build of the same pinned versions;
 # unset: cu128 when nvidia-smi lists a GPU, else the CPU build (TORCH=cpu or default: the same).
 TORCH="${TORCH:-}"
@@ -34,8 +47,8 @@ if [ "$NEARID_LOCK" = 0 ]; then
   USE_LOCK=0
   echo "[bootstrap] NEARID_LOCK=0: unlocked install (pyproject.toml + $CONSTRAINTS)"
 else
-  WANT="$(sed -n 's/^# target: \([^ ]*\).*/\1/p' "$LOCK" | head -n 1)"
-  HAVE="$("$PY" -c 'import platform, sys; print("cp%d%d-%s-%s" % (*sys.version_info[:2], sys.platform, platform.machine().lower()) if sys.implementation.name == "cpython" else sys.implementation.name)')"
+  WANT="$(lock_target)"
+  HAVE="$(python_target "$PY")"
   if [ "$WANT" != "$HAVE" ]; then
     if [ "$NEARID_LOCK" = 1 ]; then
       V="${WANT%%-*}"; V="${V#cp}"
@@ -47,16 +60,6 @@ else
   fi
 fi
 
-# The lock's entries (requirement line and its --hash lines) of the named packages (-v: all others).
-lock_entries() {
-  local invert=0
-  if [ "$1" = -v ]; then invert=1; shift; fi
-  awk -v names=" $* " -v invert="$invert" '
-    /^[A-Za-z0-9]/ { n = tolower($1); sub(/[=<>!~;[].*/, "", n); gsub(/[-_.]+/, "-", n)
-                     keep = (index(names, " " n " ") > 0) != invert }
-    /^[A-Za-z0-9]/ || /^[ \t]+--hash=/ { if (keep) print }' "$LOCK"
-}
-
 if [ "$USE_LOCK" = 1 ]; then
   if [ -z "$CUDA" ]; then
     echo "[bootstrap] installing $LOCK (hash-checked; torch's +cpu build from https://download.pytorch.org/whl/cpu)"
@@ -65,44 +68,26 @@ if [ "$USE_LOCK" = 1 ]; then
     # the constraints.txt versions (with their CUDA dependencies), every other package from the lock.
     echo "[bootstrap] TORCH=$CUDA: torch/torchvision pinned by $CONSTRAINTS from the $CUDA wheel index (no hashes), every other package from $LOCK (hash-checked)"
   fi
-  TMP="$(mktemp -d)"
-  trap 'rm -rf "$TMP"' EXIT
-  # pip and the build backends first: the sdists of the lock and nearid_lib itself are built with
-  # these (--no-build-isolation), so no unpinned build dependency is fetched.
-  lock_entries pip setuptools wheel flit-core > "$TMP/tools.txt"
-  "$PY" -m pip install --quiet --require-hashes --no-deps -r "$TMP/tools.txt"
-  if [ -z "$CUDA" ]; then
-    # torch==X+cpu is on the PyTorch CPU index only; that index is given to this one call, the
-    # other packages come from the usual index.
-    lock_entries torch > "$TMP/torch.txt"
-    "$PY" -m pip install --quiet --require-hashes --no-deps -r "$TMP/torch.txt" \
-      --extra-index-url https://download.pytorch.org/whl/cpu
-    REST="$LOCK"
-  else
-    "$PY" -m pip install --quiet --force-reinstall --no-deps -c "$CONSTRAINTS" torch torchvision \
-      --index-url "https://download.pytorch.org/whl/$CUDA"
-    "$PY" -m pip install --quiet -c "$CONSTRAINTS" torch torchvision \
-      --index-url "https://download.pytorch.org/whl/$CUDA" --extra-index-url https://pypi.org/simple
-    lock_entries -v torch torchvision > "$TMP/rest.txt"
-    REST="$TMP/rest.txt"
-  fi
-  "$PY" -m pip install --quiet --require-hashes --no-build-isolation --check-build-dependencies -r "$REST"
+  bash "$HERE/install_lock.sh" "$PY" "$CUDA"
+  src
   echo "[bootstrap] installing nearid_lib (editable, --no-deps: its dependencies come from the lock)"
-  "$PY" -m pip install --quiet --no-deps --no-build-isolation --check-build-dependencies -e .
+  "$PY" -m pip install --quiet --no-deps --no-build-isolation --check-build-dependencies "${SRC[@]}" -e .
 else
-  "$PY" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
+  [ -n "$WHEELHOUSE" ] || "$PY" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
   if [ -n "$CUDA" ]; then
     echo "[bootstrap] installing torch and torchvision pinned by $CONSTRAINTS from the $CUDA wheel index"
-    "$PY" -m pip install --quiet --force-reinstall --no-deps -c "$CONSTRAINTS" torch torchvision \
-      --index-url "https://download.pytorch.org/whl/$CUDA"
-    "$PY" -m pip install --quiet -c "$CONSTRAINTS" torch torchvision \
-      --index-url "https://download.pytorch.org/whl/$CUDA" --extra-index-url https://pypi.org/simple
+    src --index-url "https://download.pytorch.org/whl/$CUDA"
+    "$PY" -m pip install --quiet --force-reinstall --no-deps -c "$CONSTRAINTS" "${SRC[@]}" torch torchvision
+    src --index-url "https://download.pytorch.org/whl/$CUDA" --extra-index-url https://pypi.org/simple
+    "$PY" -m pip install --quiet -c "$CONSTRAINTS" "${SRC[@]}" torch torchvision
   else
     echo "[bootstrap] installing torch and torchvision pinned by $CONSTRAINTS"
-    "$PY" -m pip install --quiet -c "$CONSTRAINTS" torch torchvision
+    src
+    "$PY" -m pip install --quiet -c "$CONSTRAINTS" "${SRC[@]}" torch torchvision
   fi
   echo "[bootstrap] installing nearid_lib[paper,dev] (editable)"
-  "$PY" -m pip install --quiet -c "$CONSTRAINTS" -e ".[paper,dev]"
+  src
+  "$PY" -m pip install --quiet -c "$CONSTRAINTS" "${SRC[@]}" -e ".[paper,dev]"
 fi
 SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 # Test the plain import with any hook from an earlier run removed first: with the hook in place the

@@ -9,9 +9,12 @@ measure time (throughput, seconds), which are listed but never fail the check.
 
 ``--verdicts``: only the claims tables, claim by claim: each claim whose verdict differs between
 the two runs, with both estimates and intervals, and the count of claims whose estimate moved
-without changing the verdict (exit status 1 when a verdict differs). It answers whether two runs
-that differ only in float rounding (docs/mini.md, "Verdicts under float rounding") decide the
-same.
+without changing the verdict. It answers whether two runs that differ only in float rounding
+(docs/mini.md, "Verdicts under float rounding") decide the same. A flip of a verdict that is
+**leaning** in either run (an interval end within the float-rounding margin of its criterion,
+:func:`nearid_lib.report_claims.leaning`; the report marks it) is what such a rerun is expected to
+do at times, and is listed apart from the flips outside the leaning ones; the exit status is 1 only
+for the latter (a claim present in one run only counts among them).
 
 ``--atol``: numeric columns that differ by at most that much are listed with their largest
 difference and do not fail the check (a change that reorders floating-point work, e.g. batches of
@@ -26,6 +29,9 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this repository's library
+from nearid_lib.report_claims import leaning  # noqa: E402
 
 TIMING = re.compile(r"(^|_)(s|seconds|sec)(_|$)|per_s$|_per_s_|^s_per|items_per|images_per|throughput|a100_hours")
 
@@ -89,36 +95,45 @@ def compare(a: Path, b: Path, atol: float | None = None) -> int:
 
 def compare_verdicts(a: Path, b: Path) -> int:
     """Print each claim whose verdict differs between the claims tables of ``a`` and ``b`` (and the
-    claims present in only one); return how many differ."""
-    flips = moved = same = 0
+    claims present in only one), the flips of verdicts leaning in either run apart; return how many
+    differ outside the leaning ones."""
+    flips: list[str] = []
+    leaning_flips: list[str] = []
+    moved = same = 0
     for fa in sorted((a / "tables").glob("claims_*.csv")):
         fb = b / "tables" / fa.name
         if not fb.exists():
-            print(f"{fa.name}: missing in {b}")
-            flips += 1
+            flips.append(f"{fa.name}: missing in {b}")
             continue
         # point-valued claims have no key: their claim text names them
         x, y = (d.assign(key=d["key"].fillna(d["claim"])).set_index("key")
                 for d in (pd.read_csv(f) for f in (fa, fb)))
         for key in x.index.union(y.index):
             if key not in x.index or key not in y.index:
-                print(f"{fa.name} {key}: only in {a if key in x.index else b}")
-                flips += 1
+                flips.append(f"{fa.name} {key}: only in {a if key in x.index else b}")
                 continue
             ra, rb = x.loc[key], y.loc[key]
             nums = [c for c in ("estimate", "ci_low", "ci_high") if c in x.columns and c in y.columns]
             fmt = lambda r: (f"{r['verdict']} (" + ", ".join(f"{c} {float(r[c]):.4g}" for c in nums)  # noqa: E731
                              + f"; ours: {r.get('ours', '')})")
             if ra["verdict"] != rb["verdict"]:
-                print(f"{fa.name} {key}: {fmt(ra)} -> {fmt(rb)}")
-                flips += 1
+                lean = [lab for lab in (leaning(ra), leaning(rb)) if lab]
+                line = f"{fa.name} {key}: {fmt(ra)} -> {fmt(rb)}"
+                (leaning_flips if lean else flips).append(line + (f" [{lean[0]}]" if lean else ""))
             elif (not (ra[nums].astype(float).fillna(0) == rb[nums].astype(float).fillna(0)).all()
                   or ra.get("ours") != rb.get("ours")):
                 moved += 1
             else:
                 same += 1
-    print(f"verdicts: {flips} differ, {moved} same verdict with moved numbers, {same} identical")
-    return flips
+    if leaning_flips:
+        print("flips of leaning verdicts (an interval end within the float-rounding margin of its criterion):")
+        print("\n".join(f"  {line}" for line in leaning_flips))
+    if flips:
+        print("flips outside the leaning verdicts:")
+        print("\n".join(f"  {line}" for line in flips))
+    print(f"verdicts: {len(flips) + len(leaning_flips)} differ ({len(leaning_flips)} leaning, {len(flips)} outside "
+          f"the leaning ones), {moved} same verdict with moved numbers, {same} identical")
+    return len(flips)
 
 
 if __name__ == "__main__":

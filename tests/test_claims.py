@@ -384,3 +384,79 @@ def test_seed_term_stays_within_a_bounded_metric():
     bounded = C.evaluate_claim(spec, {"q": C.Evidence("mean:ap", t, bounds=(0.0, 1.0))}, make_rng(0, "b"), n_boot=2000)
     assert free["ci_high"] > 1.0 and bounded["ci_high"] == 1.0
     assert bounded["ci_low"] == pytest.approx(free["ci_low"], abs=1e-12)      # the same draws below the bound
+
+
+def test_a_precondition_declared_after_a_result_keeps_the_verdict_it_replaced():
+    """A regime precondition added after a result (issue 53: 3d, 3f-3i) makes the claim "not
+    testable", and the interval is still computed so the verdict without it stays beside; a
+    precondition declared with the claim (no ``earlier``) stops before the interval, as before."""
+    z = pd.DataFrame({"unit": list("abcdefgh"), "x": [1.0, 1.1, 0.9, 1.0, 1.2, 1.0, 0.8, 1.1]})
+    ev = {"a": C.Evidence("mean:x", z.assign(x=z.x + 0.5)), "b": C.Evidence("mean:x", z),
+          "head": C.Evidence("mean:x", z.assign(x=0.85))}
+    regime = (C.Precondition("head", ">=", 0.9, "the paper's effect is near the ceiling"),)
+    test = C.Greater("a", "b", 0.0)
+    later = C.ClaimSpec("k", "P", "x", test, preconditions=regime,
+                        earlier=(("v1, without the regime precondition", test),), revision="issue 53")
+    row = C.evaluate_claim(later, ev, make_rng(0, "r"), n_boot=200)
+    assert row["verdict"] == "not testable"
+    assert row["detail"].startswith("precondition head >= 0.900 fails (0.850): the paper's effect is near the ceiling; ")
+    assert row["estimate"] == pytest.approx(0.5) and row["ci_low"] == pytest.approx(0.5)
+    assert row["earlier_verdicts"] == "v1, without the regime precondition: a - b > 0.000 -> holds"
+    assert row["revision"] == "issue 53"
+    first = C.evaluate_claim(C.ClaimSpec("k", "P", "x", test, preconditions=regime), ev, make_rng(0, "r"), n_boot=200)
+    assert first["verdict"] == "not testable" and "estimate" not in first and "earlier_verdicts" not in first
+    ok = C.evaluate_claim(later, {**ev, "head": C.Evidence("mean:x", z.assign(x=0.95))}, make_rng(0, "r"), n_boot=200)
+    assert ok["verdict"] == "holds" and ok["earlier_verdicts"].endswith("-> holds")
+    # a precondition is printed in its own quantity's units (an SSR in percent beside an M-H claim)
+    ssr = C.Evidence("ssr", pd.DataFrame({"unit": list("abcd"), "success": [1.0, 1.0, 0.0, 1.0]}))
+    pct = C.evaluate_claim(later, {**ev, "head": ssr}, make_rng(0, "r"), n_boot=50)
+    assert pct["detail"].startswith("precondition head >= 90.0% fails (75.0%)")
+
+
+def test_own_questions_and_truths_by_construction_are_written_per_profile():
+    z = pd.DataFrame({"unit": list("abcd"), "x": [1.0, 1.0, 1.0, 1.0]})
+    spec = C.ClaimSpec("k", "P", "x", C.AtLeast("q", 0.5), by_construction=(("mini", "made so"),),
+                       own_question="not the paper's")
+    ev = {"q": C.Evidence("mean:x", z)}
+    mini = C.evaluate_claim(spec, ev, make_rng(0, "c"), n_boot=20, profile="mini")
+    paper = C.evaluate_claim(spec, ev, make_rng(0, "c"), n_boot=20, profile="paper")
+    assert (mini["by_construction"], paper["by_construction"]) == ("made so", "")
+    assert mini["own_question"] == paper["own_question"] == "not the paper's"
+
+
+def _declared():
+    from nearid_lib.fpr.claims import FPR_CLAIMS, _FPR2_V2
+    from nearid_lib.idsim.claims import IDSIM_CLAIMS
+    from nearid_lib.nearid.claims import NEARID_CLAIMS
+
+    specs = (*NEARID_CLAIMS, *IDSIM_CLAIMS, *FPR_CLAIMS, _FPR2_V2)
+    return [(s.key, t) for s in specs for t in (s.test, *(e for _, e in s.earlier))]
+
+
+@pytest.mark.parametrize("fmt", [lambda v: f"{100 * v:.1f}%", lambda v: f"{v:.3f}"], ids=["percent", "decimals"])
+def test_every_declared_criterion_comes_back_from_its_text(fmt):
+    """The report re-decides verdicts from a claims table's ``criterion`` text (leaning verdicts):
+    every declared criterion, in both formats a claims table writes, must read back as itself."""
+    for key, test in _declared():
+        assert C.criterion_from_text(test.criterion(fmt)) == test, key
+    assert C.criterion_from_text("|a.b - c|  <= 5.0%") == C.Within("a.b", "c", 0.05)
+    assert C.criterion_from_text("a - b > -5.0%") == C.Greater("a", "b", -0.05)
+    with pytest.raises(ValueError, match="not a criterion"):
+        C.criterion_from_text("a == b")
+
+
+def test_claims_read_the_strict_pa_they_were_declared_on():
+    """Claims' ``pa`` statistic is the strict pairwise rate (wins / trials of the directed margins,
+    the rate claim 2c's criterion was declared on), not the authors' PA of the tables, which adds one
+    trial per identity (docs/protocol.md, "PA both ways")."""
+    from nearid_lib.nearid.evaluate import nearid_bench, units_from_bench
+
+    from _nearid_cases import A, B, _split
+
+    se = _split({"A": A, "B": B})
+    nb = nearid_bench(se, ["A"], per_identity=True)
+    units = units_from_bench(nb, se.ids)
+    pooled = nb["pooled"]["all"]
+    assert C.Evidence("pa", units).point() == pytest.approx(pooled["pa_strict"], abs=1e-12)
+    assert pooled["pa"] != pytest.approx(pooled["pa_strict"])
+    assert C.Evidence("ssr", units).point() == pytest.approx(pooled["ssr"], abs=1e-12)

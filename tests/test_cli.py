@@ -39,7 +39,7 @@ def test_python_dash_m_is_the_same_command():
     res = subprocess.run([sys.executable, "-m", "nearid_lib", "--help"], capture_output=True, text=True, cwd=ROOT,
                          timeout=120)
     assert res.returncode == 0 and res.stdout.startswith("usage: nearid ")
-    assert "{score,sim,rank,train,report,dbpp-mh}" in res.stdout
+    assert "{score,sim,rank,train,report,dbpp-mh,preflight}" in res.stdout
 
 
 def test_score_a_callable_from_a_file(fresh, capsys):

@@ -32,7 +32,7 @@ def test_same_verdicts_with_moved_numbers(tmp_path):
     b = _run(tmp_path / "b", {"1a": "holds", "2d": "inconclusive"}, 0.5000001, 76.03)
     out = _compare(a, b, "--verdicts")
     assert out.returncode == 0, out.stdout
-    assert "0 differ, 2 same verdict with moved numbers, 1 identical" in out.stdout
+    assert "0 differ (0 leaning, 0 outside the leaning ones), 2 same verdict with moved numbers, 1 identical" in out.stdout
     # the exact check sees the moved table value (the timing column alone would not fail it)
     exact = _compare(a, b)
     assert exact.returncode == 1 and "04_table1_main.csv: DIFFERENT in ['ssr']" in exact.stdout
@@ -46,4 +46,28 @@ def test_a_flipped_or_missing_verdict_fails_and_is_named(tmp_path):
     assert out.returncode == 1
     assert "2d: inconclusive (estimate 0.5, ci_low -0.5, ci_high 1.5; ours: ) -> does not hold" in out.stdout
     assert "2e: only in" in out.stdout
-    assert "verdicts: 2 differ, 0 same verdict with moved numbers, 2 identical" in out.stdout
+    assert ("verdicts: 2 differ (0 leaning, 2 outside the leaning ones), 0 same verdict with moved numbers, "
+            "2 identical") in out.stdout
+    assert "flips outside the leaning verdicts:" in out.stdout and "flips of leaning" not in out.stdout
+
+
+def test_a_flip_of_a_leaning_verdict_is_listed_apart_and_does_not_fail(tmp_path):
+    """2d-like: an interval of a trained comparison whose lower end sits near its criterion flips in
+    the twin; that is what the report's "leaning" mark warns of, so it is listed apart and the exit
+    status stays 0 (issue 53, item 3). The same flip of an untrained claim fails."""
+    def run(root, low, high, verdict, seeds):
+        (root / "tables").mkdir(parents=True)
+        pd.DataFrame([{"key": "2d", "claim": "c", "verdict": verdict, "estimate": (low + high) / 2, "ci_low": low,
+                       "ci_high": high, "criterion": "|a - b| <= 5.0%", "seeds": seeds}]).to_csv(
+            root / "tables" / "claims_04_eval.csv", index=False)
+        return root
+
+    a = run(tmp_path / "a", 0.028, 0.125, "inconclusive", "3/3")
+    b = run(tmp_path / "b", 0.054, 0.114, "does not hold", "3/3")
+    out = _compare(a, b, "--verdicts")
+    assert out.returncode == 0, out.stdout
+    assert "flips of leaning verdicts" in out.stdout and "[leaning does not hold]" in out.stdout
+    assert "verdicts: 1 differ (1 leaning, 0 outside the leaning ones)" in out.stdout
+    c = run(tmp_path / "c", 0.028, 0.125, "inconclusive", "1/1")
+    d = run(tmp_path / "d", 0.054, 0.114, "does not hold", "1/1")
+    assert _compare(c, d, "--verdicts").returncode == 1

@@ -193,14 +193,23 @@ def test_two_mirrors_with_the_same_repo_name_never_share_a_cache(tmp_path, monke
 def test_download_command_list_and_readme(capsys):
     from pathlib import Path
 
-    assert hub.main(["/mirror"]) == 0
+    from nearid_lib.hub.__main__ import main
+
+    assert main(["/mirror"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "set -e"                   # a failed download stops the script
     cmds = [ln for ln in out if ln.startswith("hf ")]
     assert len(cmds) == len(hub.PAPER_REPOS)
-    clones = [ln for ln in out if "git clone" in ln]
-    assert len(clones) == len(hub.GIT_REPOS) and "https://github.com/Gorluxor/NearID $NEARID_DOWNLOADS/NearID" in clones[0]
+    records = [ln for ln in out if "nearid_lib.hub record" in ln]
+    assert len(records) == len(hub.PAPER_REPOS)
+    clones = [ln for ln in out if "git -C" in ln]
+    assert len(clones) == len(hub.GIT_REPOS)
+    assert f"fetch -q --depth 1 https://github.com/Gorluxor/NearID {hub.GIT_COMMITS['Gorluxor/NearID']}" in clones[0]
+    assert "$NEARID_DOWNLOADS/NearID" in clones[0]
     assert "hf download Aleksandar/NearID --repo-type dataset --local-dir /mirror/Aleksandar/NearID" in cmds
+    # only the diffusers folders of FLUX.1 (the single-file copy beside them is not loaded)
+    flux = next(c for c in cmds if "FLUX.1-Fill-dev" in c)
+    assert "--include 'transformer/*'" in flux and "flux1-fill-dev" not in flux
     root = Path(__file__).resolve().parents[1]
     readme = (root / "README.md").read_text() + (root / "docs" / "paper-profile.md").read_text()
     import re
@@ -216,7 +225,8 @@ def test_every_printed_command_runs_an_executable_that_parses_its_flags(tmp_path
     """The printed download lines name executables that exist (``hf`` in the venv beside this
     python, ``git`` on PATH) and flags those executables accept: each ``hf download`` line runs with
     ``--dry-run`` offline and must fail *after* parsing (an offline dry-run error, never click's
-    usage error, exit status 2); each ``git clone`` line clones a local repository for real."""
+    usage error, exit status 2); each ``record`` line records a folder; each git line checks a local
+    repository out at its commit for real, and again when the clone is at another commit."""
     import os
     import shlex
     import shutil
@@ -228,10 +238,22 @@ def test_every_printed_command_runs_an_executable_that_parses_its_flags(tmp_path
     assert hf.exists(), f"{hf} missing: the locked huggingface-hub installs the `hf` client"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     seen_flags = set()
+    git = shutil.which("git")
+    assert git, "git is not on PATH"
+    src = tmp_path / "src"
+    subprocess.run([git, "init", "-q", str(src)], check=True)
+    heads = []
+    for text in ("x", "y"):
+        (src / "README.md").write_text(text)
+        subprocess.run([git, "-C", str(src), "add", "."], check=True)
+        subprocess.run([git, "-C", str(src), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", text],
+                       check=True)
+        heads.append(subprocess.run([git, "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                    check=True).stdout.strip())
     for _, cmd in hub.download_commands(tmp_path / "mirror", tmp_path / "downloads"):
         if cmd.startswith("hf "):
             argv = shlex.split(cmd)
-            flags = tuple(a for a in argv if a.startswith("--"))
+            flags = tuple(sorted({a for a in argv if a.startswith("--")}))
             if flags in seen_flags:              # one run per distinct flag set (each takes ~0.5 s)
                 continue
             seen_flags.add(flags)
@@ -240,51 +262,26 @@ def test_every_printed_command_runs_an_executable_that_parses_its_flags(tmp_path
             assert r.returncode not in (0, 2), (cmd, r.returncode, r.stderr[-2000:])
             assert "No such option" not in r.stderr and "Usage:" not in r.stderr, (cmd, r.stderr[-2000:])
             assert "offline" in r.stderr.lower() or "DryRunError" in r.stderr, r.stderr[-2000:]
+        elif "nearid_lib.hub record" in cmd:
+            if "Aleksandar/NearID " not in cmd + " ":
+                continue
+            folder = tmp_path / "mirror" / "Aleksandar" / "NearID"
+            folder.mkdir(parents=True)
+            (folder / "README.md").write_text("card")
+            argv = shlex.split(cmd)
+            r = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, timeout=120,
+                               env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+            assert r.returncode == 0, r.stderr
+            rec = json.loads((tmp_path / "mirror" / ".nearid-downloads" / "Aleksandar" / "NearID.json").read_text())
+            assert rec["files"] == {"README.md": 4} and rec["type"] == "dataset"
         else:
-            git = shutil.which("git")
-            assert git, "git is not on PATH"
-            src = tmp_path / "src"
-            subprocess.run([git, "init", "-q", str(src)], check=True)
-            (src / "README.md").write_text("x")
-            subprocess.run([git, "-C", str(src), "add", "."], check=True)
-            subprocess.run([git, "-C", str(src), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"],
-                           check=True)
-            local = cmd.replace("https://github.com/Gorluxor/NearID", f"file://{src}")
-            r = subprocess.run(["bash", "-ec", local], capture_output=True, text=True, timeout=120)
-            assert r.returncode == 0, (local, r.stderr)
-            assert (tmp_path / "downloads" / "NearID" / "README.md").exists()
-            r = subprocess.run(["bash", "-ec", local], capture_output=True, text=True, timeout=120)
-            assert r.returncode == 0, "a second run keeps the existing clone"
-    assert {("--repo-type", "--local-dir"), ("--local-dir",)} <= seen_flags
-
-
-def test_download_all_reports_each_repo_and_stops_at_the_first_failure(tmp_path):
-    calls, lines = [], []
-
-    def fetch(repo_id, repo_type, local_dir, revision):
-        calls.append((repo_id, repo_type))
-        if repo_id == "openai/clip-vit-large-patch14":
-            raise OSError("connection reset")
-        d = Path(local_dir)
-        (d / ".cache" / "huggingface" / "download").mkdir(parents=True)
-        (d / ".cache" / "huggingface" / "download" / "a.metadata").write_text("c0ffee\netag\n0\n")
-        (d / "a.bin").write_bytes(b"x" * 1000)
-
-    from pathlib import Path
-
-    only = ["Aleksandar/NearID", "google/siglip2-so400m-patch14-384"]
-    done = hub.download_all(tmp_path / "m", fetch=fetch, repos=only, log=lines.append)
-    assert [d["repo"] for d in done] == only and calls == [(only[0], "dataset"), (only[1], "model")]
-    assert all(d["bytes"] == 1000 and d["revision"] == "c0ffee" for d in done)
-    assert len(lines) == 2 and "c0ffee" in lines[0] and "Aleksandar/NearID" in lines[0]
-    with pytest.raises(hub.DownloadError, match="openai/clip-vit-large-patch14.*connection reset"):
-        hub.download_all(tmp_path / "m2", fetch=fetch, log=lines.append)
-    assert calls[-1][0] == "openai/clip-vit-large-patch14"
-    assert (tmp_path / "m2" / "Aleksandar" / "NearID" / "a.bin").exists()      # earlier downloads stay
-    with pytest.raises(hub.DownloadError, match="unknown repositories"):
-        hub.download_all(tmp_path / "m3", fetch=fetch, repos=["no/such"])
-    cloned = []
-    hub.download_all(tmp_path / "m4", tmp_path / "dl", repos=["Gorluxor/NearID"], fetch=fetch,
-                     clone=lambda url, where: (cloned.append(url), where.mkdir(parents=True)), log=lines.append)
-    assert cloned == ["https://github.com/Gorluxor/NearID"]
-    assert hub.main(["download", str(tmp_path / "m5"), "--only", "no/such"]) == 1
+            for want in heads:                   # a fresh clone at one commit, then moved to the other
+                local = cmd.replace("https://github.com/Gorluxor/NearID", f"file://{src}").replace(
+                    hub.GIT_COMMITS["Gorluxor/NearID"], want)
+                r = subprocess.run(["bash", "-ec", local], capture_output=True, text=True, timeout=120)
+                assert r.returncode == 0, (local, r.stderr)
+                got = subprocess.run([git, "-C", str(tmp_path / "downloads" / "NearID"), "rev-parse", "HEAD"],
+                                     capture_output=True, text=True).stdout.strip()
+                assert got == want
+    assert {("--local-dir", "--repo-type"), ("--exclude", "--local-dir"), ("--exclude", "--include", "--local-dir")} \
+        <= seen_flags

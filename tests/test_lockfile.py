@@ -136,17 +136,20 @@ def test_lock_target_matches_environment_yml():
 
 
 def test_bootstrap_installs_the_lock_with_require_hashes():
-    text = (ROOT / "scripts" / "bootstrap.sh").read_text()
+    scripts = ROOT / "scripts"
+    text = "\n".join((scripts / f).read_text() for f in ("bootstrap.sh", "install_lock.sh", "lock_entries.sh"))
     lines = [l.strip() for l in re.sub(r"\\\n", " ", text).splitlines()]
-    assert 'LOCK="$HERE/requirements.lock"' in lines
-    installs = [l for l in lines if "pip install" in l and " -r " in l]
+    assert any('LOCK="${NEARID_LOCK_FILE:-$(dirname "${BASH_SOURCE[0]}")/requirements.lock}"' == l for l in lines)
+    installs = [l for l in lines if l.startswith("install_r ")]
     assert len(installs) >= 3 and all("--require-hashes" in l for l in installs), installs
-    assert any(l.endswith('-r "$LOCK"') or '-r "$REST"' in l for l in installs)
-    assert 'REST="$LOCK"' in lines
+    assert any(l.startswith('install_r "$REST"') for l in installs) and 'REST="$LOCK"' in lines
+    assert any('"$PY" -m pip install --quiet "${@:2}" "${SRC[@]}" -r "$1"' in l for l in lines)
+    assert any('bash "$HERE/install_lock.sh" "$PY" "$CUDA"' == l for l in lines)
     assert any("pip install" in l and "--no-deps" in l and l.endswith("-e .") for l in lines)
     makefile = (ROOT / "Makefile").read_text()
     stamp = re.search(r"^\$\(STAMP\):(.*)$", makefile, re.M)
-    assert stamp and "scripts/requirements.lock" in stamp[1].split()
+    assert stamp and {"scripts/requirements.lock", "scripts/install_lock.sh", "scripts/lock_entries.sh"} <= \
+        set(stamp[1].split())
 
 
 @pytest.mark.skipif(

@@ -221,7 +221,7 @@ def test_missing_model_names_repo_and_download_command(tmp_path, monkeypatch):
         ObjectMasker.from_pretrained()
     msg = str(err.value)
     assert DEFAULT_REPO in msg
-    assert f"hf download {DEFAULT_REPO} --local-dir" in msg
+    assert f"hf download {DEFAULT_REPO} " in msg and f"--local-dir {tmp_path}/{DEFAULT_REPO}" in msg
     # A half-copied mirror folder (config only, no weights): same kind of error.
     folder = tmp_path / DEFAULT_REPO
     folder.mkdir(parents=True)

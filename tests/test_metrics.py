@@ -4,10 +4,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 from sklearn.metrics import average_precision_score
 
 from nearid_lib import metrics as M
+from nearid_lib.metrics.nearid import _ssr_pa_from_margins
 
 
 # ---------------------------------------------------------------------------------- retrieval mAP
@@ -97,11 +99,13 @@ def test_retrieval_map_accepts_torch():
 # ---------------------------------------------------------------------------------- SSR / PA
 
 def _brute_ssr_pa(pos_sim, dist_sim):
-    """Slow reference: literal loops over identities, pairs i<j, and the two directions."""
+    """Slow reference: literal loops over identities, pairs i<j, and the two directions. Returns
+    SSR, the strict PA, the authors' PA (one more trial per identity with a trial, won iff the mean of
+    its margins is > 0), identities and trials."""
     N, P, _ = pos_sim.shape
-    n_id = n_succ = n_tr = n_win = 0
+    n_id = n_succ = n_tr = n_win = n_overall = 0
     for n in range(N):
-        trials = []
+        margins = []
         for i in range(P):
             for j in range(i + 1, P):
                 s = pos_sim[n, i, j]
@@ -109,13 +113,15 @@ def _brute_ssr_pa(pos_sim, dist_sim):
                     continue
                 for d in (i, j):
                     if not math.isnan(dist_sim[n, d]):
-                        trials.append(s - dist_sim[n, d] > 0)
-        if trials:
+                        margins.append(s - dist_sim[n, d])
+        if margins:
+            trials = [m > 0 for m in margins]
             n_id += 1
             n_succ += all(trials)
             n_tr += len(trials)
             n_win += sum(trials)
-    return n_succ / n_id, n_win / n_tr, n_id, n_tr
+            n_overall += sum(margins) / len(margins) > 0
+    return n_succ / n_id, n_win / n_tr, (n_win + n_overall) / (n_tr + n_id), n_id, n_tr
 
 
 def test_ssr_pa_hand_computed():
@@ -134,7 +140,10 @@ def test_ssr_pa_hand_computed():
     r = M.ssr_pa(pos, dist, per_identity=True)
     assert r["n_identities"] == 3 and r["n_trials"] == 6 + 1 + 2
     assert r["ssr"] == pytest.approx(1 / 3)          # only identity 1 succeeds
-    assert r["pa"] == pytest.approx((5 + 1 + 0) / 9)
+    assert r["pa_strict"] == pytest.approx((5 + 1 + 0) / 9)
+    # the authors' PA adds one trial per identity: mean margins .15 (win), .2 (win), 0 (a tie: loss)
+    assert (r["n_overall_wins"], r["n_pa_trials"]) == (2, 9 + 3)
+    assert r["pa"] == pytest.approx((5 + 1 + 0 + 2) / (9 + 3))
     assert r["trials"].tolist() == [6, 1, 0, 2]
     assert r["wins"].tolist() == [5, 1, 0, 0]
     np.testing.assert_array_equal(r["success"], [0.0, 1.0, nan, 0.0])
@@ -154,10 +163,69 @@ def test_ssr_pa_vs_brute_force_random_missing():
     d = rng.uniform(-1, 1, size=(N, P))
     d[rng.random((N, P)) < 0.2] = np.nan
     r = M.ssr_pa(s, d)
-    ssr, pa, n_id, n_tr = _brute_ssr_pa(s, d)
+    ssr, pa_strict, pa, n_id, n_tr = _brute_ssr_pa(s, d)
     assert (r["n_identities"], r["n_trials"]) == (n_id, n_tr)
     assert r["ssr"] == pytest.approx(ssr, abs=1e-15)
+    assert r["pa_strict"] == pytest.approx(pa_strict, abs=1e-15)
     assert r["pa"] == pytest.approx(pa, abs=1e-15)
+
+
+def _authors_family_pa(margins: np.ndarray) -> tuple[float, float, float]:
+    """The authors' table recipe on a margin table, literally (evaluation/metrics.py of
+    Gorluxor/NearID, read, not copied): one ``*_margin`` / ``*_win`` column per term (win NA where the
+    margin is NaN), an ``overall_margin`` column = the row's mean margin (NaN without a term) with its
+    ``overall_win``; the summary counts every ``*_margin`` column of the family, the overall one
+    included: PA = non-NA wins / non-NA win cells; SSRm = rows whose every non-NA win is True."""
+    df = pd.DataFrame({f"t{k}_margin": margins[:, k] for k in range(margins.shape[1])})
+    terms = list(df.columns)
+    for c in terms:
+        df[c.replace("_margin", "_win")] = [None if math.isnan(v) else v > 0 for v in df[c]]
+    df["overall_margin"] = df[terms].mean(axis=1, skipna=True)
+    df["overall_win"] = [None if math.isnan(v) else v > 0 for v in df["overall_margin"]]
+    wins = [c.replace("_margin", "_win") for c in df.columns if c.endswith("_margin")]
+    w = df[wins].apply(pd.to_numeric, errors="coerce")
+    n_valid = w.notna().sum(axis=1)
+    all_won = (w.sum(axis=1, skipna=True) == n_valid)[n_valid > 0]
+    strict = df[[c.replace("_margin", "_win") for c in terms]].apply(pd.to_numeric, errors="coerce")
+    return (float(w.sum().sum() / w.notna().sum().sum()), float(strict.sum().sum() / strict.notna().sum().sum()),
+            float(all_won.mean()))
+
+
+def test_pa_both_ways_on_a_hand_made_margin_table():
+    """PA both ways on margins chosen by hand (the directed margins of 4 identities, NaN = no
+    trial), counted by hand and by the authors' column recipe (:func:`_authors_family_pa`).
+
+    row 0: +.2 +.1 -.05 +.3  nan nan -> 3 of 4 win; mean .1375 > 0 -> overall wins
+    row 1: +.01 +.01 -.5     nan nan nan -> 2 of 3 win; mean -.16 -> overall loses
+    row 2: -.01 -.01 +.5 -.02 -.02 -.02 -> 1 of 6 wins; mean .07 > 0 -> overall wins
+    row 3: all NaN -> no trial, no overall trial
+    row 4: +.4 +.4 +.4 +.4 +.4 +.4 -> 6 of 6; overall wins (the only SSR success)
+    strict PA = (3 + 2 + 1 + 6) / (4 + 3 + 6 + 6) = 12 / 19; authors' PA = (12 + 3) / (19 + 4) = 15 / 23;
+    SSR = 1 / 4 both ways (an all-won row has a positive mean)."""
+    nan = np.nan
+    m = np.array([[.2, .1, -.05, .3, nan, nan], [.01, .01, -.5, nan, nan, nan],
+                  [-.01, -.01, .5, -.02, -.02, -.02], [nan] * 6, [.4] * 6])
+    r = _ssr_pa_from_margins(m, per_identity=True)
+    assert (r["n_trials"], r["n_wins"], r["n_identities"], r["n_overall_wins"]) == (19, 12, 4, 3)
+    assert r["pa_strict"] == 12 / 19 and r["pa"] == 15 / 23 and r["ssr"] == 1 / 4
+    assert r["n_pa_trials"] == 23 and r["n_success"] == 1
+    pa, pa_strict, ssrm = _authors_family_pa(m)
+    assert pa == pytest.approx(15 / 23, abs=1e-15) and pa_strict == pytest.approx(12 / 19, abs=1e-15)
+    assert ssrm == 1 / 4
+    # a table without the overall trial (MTG's rule): both are the strict rate
+    r2 = _ssr_pa_from_margins(m, False, overall=False)
+    assert r2["pa"] == r2["pa_strict"] == 12 / 19 and r2["n_pa_trials"] == 19
+    # the same rule through ssr_pa on similarities: the authors' recipe on its directed margins
+    rng = np.random.default_rng(11)
+    s = rng.uniform(-1, 1, size=(60, 3, 3))
+    d = rng.uniform(-1, 1, size=(60, 3))
+    d[rng.random((60, 3)) < .25] = np.nan
+    iu, ju = np.triu_indices(3, k=1)
+    margins = np.concatenate([s[:, iu, ju] - d[:, iu], s[:, iu, ju] - d[:, ju]], axis=1)
+    got = M.ssr_pa(s, d)
+    pa, pa_strict, ssrm = _authors_family_pa(margins)
+    assert got["pa"] == pytest.approx(pa, abs=1e-12) and got["pa_strict"] == pytest.approx(pa_strict, abs=1e-12)
+    assert got["ssr"] == pytest.approx(ssrm, abs=1e-12)
 
 
 def test_ssr_pa_errors_and_empty():
@@ -213,6 +281,9 @@ def test_pool_sources_support_weighted():
     whole = M.ssr_pa(np.concatenate(allp), np.concatenate(alld))
     pooled = M.pool_sources(res)
     assert pooled["ssr"] == pytest.approx(whole["ssr"]) and pooled["pa"] == pytest.approx(whole["pa"])
+    # both PAs pool exactly: the authors' by its own trials (n_pa_trials), the strict one by n_trials
+    assert pooled["pa_strict"] == pytest.approx(whole["pa_strict"]) and pooled["pa"] != pooled["pa_strict"]
+    assert pooled["n_pa_trials"] == whole["n_pa_trials"] == whole["n_trials"] + whole["n_identities"]
     # paper Table 5, SigLIP2, seven main sources with n = 500 each -> 30.7 SSR, 48.8 PA
     t5 = {"FLUX.1-Fill-512": (35.8, 55.7), "FLUX.1-Fill-1024": (27.4, 44.8), "Qwen-512": (33.8, 51.4),
           "Qwen-1328": (16.2, 32.1), "PowerPaint-512": (34.0, 52.7), "SDXL-512": (42.0, 59.3),
@@ -281,8 +352,12 @@ def test_mtg_metrics_oracle_pairing_and_ssr():
           np.corrcoef(s["12p"], o2)[0, 1], np.corrcoef(s["21p"], o1)[0, 1]]
     assert r["m_o"] == pytest.approx(np.tanh(np.mean(np.arctanh(rs))))
     assert r["m_opair"] == pytest.approx(np.tanh(np.mean(np.arctanh(rs[:2]))))
-    with pytest.raises(ValueError, match="oracle outside"):
+    with pytest.raises(ValueError, match="oracle above 1"):
         M.mtg_metrics(s11p, s22p, s12p, s21p, s12, o1 + 1, o2)
+    # a negative oracle (a part mask larger than its object: the paper's formula as written) is a value
+    neg = o1.copy()
+    neg[0] = -0.25
+    assert np.isfinite(M.mtg_metrics(s11p, s22p, s12p, s21p, s12, neg, o2)["m_o"])
 
 
 def test_mtg_ssr_pa_hand():
@@ -290,6 +365,8 @@ def test_mtg_ssr_pa_hand():
     r = M.mtg_ssr_pa([.8, .8, .5], [.7, .9, .5], [.6, .1, np.nan])
     assert r["n_identities"] == 3 and r["n_trials"] == 5
     assert r["ssr"] == pytest.approx(1 / 3) and r["pa"] == pytest.approx(3 / 5)
+    # MTG's PA is the strict rate in the authors' code too (no per-pair overall trial)
+    assert r["pa_strict"] == r["pa"] and r["n_pa_trials"] == 5 and r["n_overall_wins"] == 0
 
 
 # ---------------------------------------------------------------------------------- DB++ M-H

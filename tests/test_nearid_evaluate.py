@@ -57,15 +57,21 @@ def test_nearid_bench_hand_built():
     nb = nearid_bench(_hand_built())
     a, b = nb["per_source"]["a"], nb["per_source"]["b"]
     assert (a["n_identities"], a["n_trials"], a["n_wins"]) == (3, 6 + 2 + 1, 6 + 1 + 1)
-    assert a["ssr"] == pytest.approx(2 / 3) and a["pa"] == pytest.approx(8 / 9)
-    assert (b["ssr"], b["pa"], b["n_trials"]) == (0.0, 0.0, 6 + 2 + 2)
+    assert a["ssr"] == pytest.approx(2 / 3) and a["pa_strict"] == pytest.approx(8 / 9)
+    # the authors' PA: one more trial per identity, won iff its mean margin is > 0 -- identity 1's
+    # margins are -0.04 and +0.96 (mean > 0), so every identity of a wins its overall trial
+    assert a["n_overall_wins"] == 3 and a["pa"] == pytest.approx((8 + 3) / (9 + 3))
+    assert (b["ssr"], b["pa"], b["pa_strict"], b["n_trials"]) == (0.0, 0.0, 0.0, 6 + 2 + 2)
     # pooled = micro over the union of trials; "train" = source a only, "unseen" = b
-    assert nb["pooled"]["all"]["pa"] == pytest.approx(8 / 19)
+    assert nb["pooled"]["all"]["pa_strict"] == pytest.approx(8 / 19)
+    assert nb["pooled"]["all"]["pa"] == pytest.approx(11 / 25)
     assert nb["pooled"]["all"]["ssr"] == pytest.approx(2 / 6)
     assert nb["pooled"]["train"]["ssr"] == pytest.approx(2 / 3)
     assert nb["pooled"]["unseen"]["pa"] == 0.0
     row = summary_row(nb, None)
-    assert row["nearid_pa"] == pytest.approx(100 * 8 / 19) and math.isnan(row["mtg_mo"])
+    assert row["nearid_pa"] == pytest.approx(100 * 11 / 25) and math.isnan(row["mtg_mo"])
+    assert row["nearid_pa_strict"] == pytest.approx(100 * 8 / 19)
+    assert row["pa_strict_a"] == pytest.approx(800 / 9) and row["pa_a"] == pytest.approx(1100 / 12)
     assert row["ssr_a"] == pytest.approx(200 / 3) and row["n_identities"] == 3
 
 
@@ -177,8 +183,12 @@ def test_known_ssr_pa_by_hand():
     # -> it fails; identities 2, 3 fail via view 0; identity 1 succeeds
     assert ssr_b == 25.0
     assert nb["per_source"]["B"]["ssr"] * 100 == pytest.approx(ssr_b)
-    assert nb["per_source"]["B"]["pa"] * 100 == pytest.approx(pa_b)
+    assert nb["per_source"]["B"]["pa_strict"] * 100 == pytest.approx(pa_b)
     assert nb["per_source"]["B"]["n_trials"] == tr_b == 6 + 2 + 6 + 2
+    # the authors' PA adds one trial per identity: every identity of B has a positive mean margin
+    # (one near distractor against 5 far ones at most), so 4 more wins over 4 more trials
+    assert nb["per_source"]["B"]["n_overall_wins"] == 4
+    assert nb["per_source"]["B"]["pa"] * 100 == pytest.approx(100 * (pa_b / 100 * tr_b + 4) / (tr_b + 4))
 
 
 def test_paper_source_groups():

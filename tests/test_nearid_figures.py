@@ -80,3 +80,37 @@ def test_mtg_qualitative_rows_scores_oracle_and_outlines():
     assert f.calls == [([("o1", "m1", "o2", "m1"), ("o1", "m1", "e1", "m1"), ("o1", "m1", "e2", "m1")], "full")]
     g, r = OBJECT_COLOUR, PART_COLOUR
     assert contours == [[[("MASK:m1", g)], [], [("MASK:m1", g), ("MASK:p1", r)], [("MASK:m2", g), ("MASK:p2", r)]]]
+
+
+def test_mtg_ecdf_series_carries_each_scorers_m_o_from_the_same_pairs():
+    """Figure 9 (issue 53): the oracle first, each scorer's two part-edit scores per pair, and in the
+    notes the M-O that metrics.mtg_metrics gives on those very pairs: a scorer whose scores follow
+    the oracle's distribution but not its order shows it there (M-O near 0 or below)."""
+    from nearid_lib.metrics import mtg_metrics
+    from nearid_lib.nearid.figures import ORACLE_LABEL, mtg_ecdf_series
+    from nearid_lib.nearid.pairs import mtg_from_scores
+
+    rng = np.random.default_rng(0)
+    m = pd.DataFrame({"oracle_1": rng.uniform(0.7, 1, 30), "oracle_2": rng.uniform(0.7, 1, 30)})
+
+    class _Mtg:
+        def __init__(self, order):
+            self.order = order
+
+        def mtg(self, data, split, variant):
+            o = np.r_[m.oracle_1, m.oracle_2]
+            s = o if self.order else rng.permutation(o)          # the same values, in order or shuffled
+            n = len(m)
+            return mtg_from_scores(m, {"s_1_1p": s[:n], "s_2_2p": s[n:], "s_1_2p": s[:n] - 0.05,
+                                       "s_2_1p": s[n:] - 0.05, "s_1_2": np.full(n, 0.9)})
+
+    series, notes, n = mtg_ecdf_series({"ordered": _Mtg(True), "shuffled": _Mtg(False)}, _Data(), "test")
+    assert list(series) == [ORACLE_LABEL, "ordered", "shuffled"] and n == 60
+    assert np.allclose(np.sort(series["shuffled"]), np.sort(series[ORACLE_LABEL]))    # one distribution
+    o1, o2 = m.oracle_1.to_numpy(), m.oracle_2.to_numpy()
+    want = mtg_metrics(series["shuffled"][:30], series["shuffled"][30:], series["shuffled"][:30] - 0.05,
+                       series["shuffled"][30:] - 0.05, np.full(30, 0.9), o1, o2)
+    assert notes["shuffled"] == f"M-O {want['m_o']:.3f}, M-Opair {want['m_opair']:.3f}"
+    assert notes["ordered"].endswith("M-Opair 0.999") and abs(want["m_opair"]) < 0.5   # r clipped at 0.999
+    none = SimpleNamespace(mtg=lambda data, split, variant: (None, {}))
+    assert mtg_ecdf_series({"x": none}, _Data(), "test") == ({}, {}, 0)

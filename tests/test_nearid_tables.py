@@ -17,9 +17,13 @@ def test_table_builders_keys_and_values():
            _result("nearid", "NearID head", fg_shift=1.0)]
     t1 = table1(res, groups, "mini")
     ssr_b, pa_b, tr_b = _expected_B()
-    # pooled over A and B, support-weighted: SSR by identities (4 + 4), PA by trials (16 + 16)
+    # pooled over A and B, support-weighted: SSR by identities (4 + 4), PA by trials (16 + 16);
+    # the authors' PA adds one trial per identity to each source (A: 4 won; B: 4 won, every mean
+    # margin of B is positive), the strict rate stays beside it
     assert t1["nearid_ssr"].iloc[0] == pytest.approx((100 + ssr_b) / 2)
-    assert t1["nearid_pa"].iloc[0] == pytest.approx((100 * 16 + pa_b * tr_b) / (16 + tr_b))
+    assert t1["nearid_pa_strict"].iloc[0] == pytest.approx((100 * 16 + pa_b * tr_b) / (16 + tr_b))
+    assert t1["nearid_pa"].iloc[0] == pytest.approx(100 * (16 + 4 + pa_b / 100 * tr_b + 4) / (16 + 4 + tr_b + 4))
+    assert t1["n_pa_trials"].iloc[0] == 16 + 4 + tr_b + 4
     assert list(t1["row"]) == ["SigLIP2", "NearID (Ours)"]
     assert (t1["profile"] == "mini").all() and t1["dbpp_mh"].isna().all()
     assert t1["mtg_pa"].iloc[0] == 50.0 and t1["mtg_mo"].iloc[0] == 0.2
@@ -34,6 +38,7 @@ def test_table_builders_keys_and_values():
     assert set(t5["method"]) <= set(paper5["method"])
     b = t5[(t5["source"] == "B") & (t5["method"] == "SigLIP2")].iloc[0]
     assert b["ssr"] == pytest.approx(ssr_b) and not b["training_source"] and b["group"] == "unseen_fill"
+    assert b["pa_strict"] == pytest.approx(pa_b) and b["pa"] == pytest.approx(100 * (pa_b / 100 * tr_b + 4) / (tr_b + 4))
     un = t5[(t5["group"] == "avg_unseen_fill") & (t5["method"] == "SigLIP2")].iloc[0]
     assert un["ssr"] == pytest.approx(ssr_b) and un["source"] == "Avg. (unseen fill, 3)"
 
@@ -42,6 +47,7 @@ def test_table_builders_keys_and_values():
     assert set(t7["method"]) <= set(paper7["method"])
     fro = t7.iloc[0]
     assert fro["fg_ssr"] == 100.0 and fro["delta_ssr"] == pytest.approx(100 - (100 + ssr_b) / 2)
+    assert fro["full_pa"] == t1["nearid_pa"].iloc[0] and fro["full_pa_strict"] == t1["nearid_pa_strict"].iloc[0]
     assert fro["delta_mo"] == pytest.approx(0.2)
     assert t7.iloc[1]["delta_ssr"] == pytest.approx(0.0)
 

@@ -105,6 +105,18 @@ def _texts(fig) -> set[str]:
     return out
 
 
+def _legend_clear_of_labels(fig):
+    """No legend covers an axis label or tick label (issue 53: Table 7's legend sat on "SSR (%)")."""
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    legends = fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
+    for ax in fig.axes:
+        for t in [ax.xaxis.label, ax.yaxis.label, *ax.get_xticklabels(), *ax.get_yticklabels()]:
+            if t.get_text():
+                for leg in legends:
+                    assert not leg.get_window_extent(r).overlaps(t.get_window_extent(r)), t.get_text()
+
+
 def _legend_clear_of_data(fig):
     """Every figure-level legend lies below the axes (never over a bar or a line)."""
     fig.canvas.draw()
@@ -135,12 +147,26 @@ def test_issue38_figures_carry_human_labels_and_keep_legends_off_the_data():
             "efficientnet-lite0, random init (chance)"} <= txt
     assert len(fig.legends[0].get_texts()) == 5                       # 3 encoders + 2 query kinds, not 12
     _legend_clear_of_data(fig)
-    t1 = pd.DataFrame({"ours_label": ["frozen", "head"], "nearid_ssr": [40.0, 80.0], "nearid_pa": [55.0, 90.0]})
-    t5 = pd.DataFrame({"source": ["a", "b", "Avg. (all)"] * 2, "ours_label": ["frozen"] * 3 + ["head"] * 3,
-                       "ssr": [30.0, 40, 35, 80, 85, 82], "training_source": [True, False, True] * 2})
-    t7 = pd.DataFrame({"ours_label": ["frozen", "head"], "full_ssr": [40.0, 80], "fg_ssr": [60.0, 85]})
+    t1 = pd.DataFrame({"ours_label": ["frozen", "head"], "nearid_ssr": [40.0, 80.0], "nearid_pa": [55.0, 90.0],
+                       "nearid_ssr_sd": [np.nan, 2.0], "nearid_pa_sd": [np.nan, 1.0]})
+    # issue 53: the average rows (a group "avg_*", the reported-apart one among them, whose
+    # training_source is empty) are Table 1's, not sources: neither drawn nor starred
+    t5 = pd.DataFrame({"source": ["a", "b", "hard", "Avg. (all)", "Reported apart"] * 2,
+                       "group": ["training", "unseen", "apart", "avg_all", "avg_apart"] * 2,
+                       "ours_label": ["frozen"] * 5 + ["head"] * 5, "ssr": [30.0, 40, 3, 35, 3, 80, 85, 25, 82, 25],
+                       "ssr_sd": [np.nan] * 5 + [1.0, 2.0, 1.5, 1.0, 1.5],
+                       "training_source": [True, False, False, np.nan, np.nan] * 2})
+    t7 = pd.DataFrame({"ours_label": ["frozen", "head"], "full_ssr": [40.0, 80], "fg_ssr": [60.0, 85],
+                       "full_ssr_sd": [np.nan, 1.8], "fg_ssr_sd": [np.nan, 1.0]})
     fig = plots.bench_overview(t1, t5, t7, "mini")
     txt = _texts(fig)
-    assert {"a*", "b", "SSR (%)", "percent (test identities)", "full image", "foreground only"} <= txt
-    assert "Avg. (all)" not in txt
+    assert {"a*", "b", "hard", "SSR (%)", "percent (test identities)", "Table 7: full image",
+            "Table 7: foreground only"} <= txt
+    assert not {"Avg. (all)", "Reported apart", "Reported apart*", "hard*"} & txt
+    # the seeds' sd as error bars on the trained rows only: Table 1 (2 bars), Table 5 (3 sources), Table 7 (2)
+    drawn = [sum(sum(len(seg) > 0 for seg in c.errorbar.lines[2][0].get_segments())    # NaN sd: an empty segment
+                 for c in ax.containers if getattr(c, "errorbar", None) is not None and c.errorbar.lines[2])
+             for ax in fig.axes]
+    assert drawn == [2, 3, 2]
     _legend_clear_of_data(fig)
+    _legend_clear_of_labels(fig)

@@ -16,6 +16,7 @@ from nearid_lib.data import load_nearid
 from nearid_lib.data.curate_step import io_workers_per_rank
 from nearid_lib.data.released import RELEASED_SOURCES, materialise_released
 from nearid_lib.data.released_identities import identity_blocks, progress_records
+from nearid_lib.data.released_schema import EARLIER
 from nearid_lib.paper_fixtures.nearid import write_nearid_datasets
 
 N_IDS = 37          # 3 blocks of 16: the last one short
@@ -49,7 +50,8 @@ class BlockMasker:
 @pytest.fixture(scope="module")
 def mirror(tmp_path_factory):
     d = tmp_path_factory.mktemp("hub")
-    write_nearid_datasets(d, n_ids=N_IDS)
+    # the earlier card (no released masks): every view goes through the masker, the case to test
+    write_nearid_datasets(d, n_ids=N_IDS, layout=EARLIER)
     return d
 
 

@@ -149,24 +149,127 @@ def test_point_valued_claims_are_listed_apart(tmp_path):
     assert report.point_claims(pd.DataFrame({"verdict": ["holds"]})).tolist() == [False]
 
 
-def test_summary_counts_only_tested_claims():
-    """Calibration targets, claims on a metric a random-init network also reaches, and point
-    comparisons are listed but never counted as evidence (issue 38)."""
+def test_summary_counts_only_tests_of_the_papers_claims():
+    """Calibration targets, truths by construction, revised criteria, untestable claims, claims on a
+    metric a random-init network also reaches and point comparisons are listed with their reasons but
+    never counted as tests; the project's own questions are apart (issues 38, 53)."""
     from nearid_lib.report import summary_lines
 
     frame = pd.DataFrame([
         {"verdict": "holds", "ci_low": 0.1, "calibrated": "world tuned to it", "chance": ""},
         {"verdict": "holds", "ci_low": 0.1, "calibrated": "", "chance": "random init reaches mtg_mo"},
         {"verdict": "holds", "ci_low": None, "calibrated": "", "chance": ""},          # point comparison
+        {"verdict": "holds", "ci_low": 0.1, "by_construction": "copy-paste is the reference", "chance": ""},
+        {"verdict": "holds", "ci_low": 0.1, "earlier_verdicts": "v1: ... -> holds", "by_construction": "edges"},
+        {"verdict": "not testable", "ci_low": None, "calibrated": "", "chance": ""},
+        {"verdict": "holds", "ci_low": 0.1, "own_question": "not in Fig. 6"},
         {"verdict": "holds", "ci_low": 0.2, "calibrated": "", "chance": ""},
         {"verdict": "does not hold", "ci_low": 0.0, "calibrated": "", "chance": ""},
         {"verdict": "inconclusive", "ci_low": 0.0, "calibrated": "", "chance": ""},
     ])
     line = summary_lines(frame)[0]
-    assert line.startswith("Summary over the 3 tested claims: 1 holds, 1 does not hold, 1 inconclusive, "
-                           "0 not testable.")
-    assert "1 calibrated, not tested" in line and "1 on a metric a random-init" in line
-    assert "1 point comparisons" in line
+    assert line.startswith("Summary over the 3 tests of the papers' claims: 1 holds, 1 does not hold, "
+                           "1 inconclusive.")
+    assert "Not counted as tests: 6 claim(s)" in line
+    assert ("1 calibrated, not tested (the world was tuned to the criterion); 2 true by construction in this "
+            "profile; 1 criterion revised after a result was seen (its history beside it); 1 not testable in this "
+            "profile; 1 on a metric a random-init network also reaches; 1 a point comparison") in line
+    assert "Our own questions, not the papers' claims: 1" in line
+    assert report.not_counted(frame).tolist()[3:6] == ["by construction", "by construction; revised",
+                                                                 "not testable"]
+
+
+def _row(verdict, low, high, criterion="a - b > 0.000", seeds="3/3", est=None):
+    return {"verdict": verdict, "ci_low": low, "ci_high": high, "estimate": (low + high) / 2 if est is None else est,
+            "criterion": criterion, "seeds": seeds}
+
+
+@pytest.mark.parametrize("row, expected", [
+    (_row("holds", 0.010, 0.170), "leaning holds"),                 # 8b-like: lower end 0.01 above 0
+    (_row("holds", 0.200, 0.300), ""),                              # far from the criterion: firm
+    (_row("does not hold", 0.789, 0.899, "q >= 95.0%", "3"), "leaning does not hold"),
+    (_row("does not hold", 0.500, 0.550, "q >= 95.0%", "3"), ""),
+    (_row("inconclusive", -0.076, 0.006), "leaning does not hold"),  # 6d-like: the upper end just above 0
+    (_row("inconclusive", -0.006, 0.076), "leaning holds"),
+    (_row("inconclusive", 0.028, 0.125, "|a - b| <= 5.0%"), "leaning does not hold"),   # 2d
+    (_row("holds", 0.010, 0.170, seeds="1/1"), ""),                 # frozen encoders: the twins did not move them
+    (_row("holds", 0.010, 0.170, seeds=None), ""),
+    (_row("not testable", 0.010, 0.170), ""),
+    (_row("holds", float("nan"), float("nan")), ""),
+])
+def test_leaning_verdicts_are_those_a_float_rounding_move_would_change(row, expected):
+    assert report.leaning(row) == expected
+
+
+def test_leaning_uses_the_margin_it_is_given_and_says_which_end():
+    row = _row("holds", 0.010, 0.170)
+    assert report.leaning(row, share=0.05) == ""                   # 0.05 x 0.16 = 0.008 < 0.010
+    assert report.leaning(row, share=0.07) == "leaning holds"      # 0.0112 > 0.010
+    assert report.leaning_detail(row, share=0.07) == ("lower end 0.010 is 0.010 from the criterion 0.000; margin "
+                                                      "0.011 (0.07 x the width 0.160)")
+    two_sided = _row("inconclusive", 0.028, 0.125, "|a - b| <= 5.0%")
+    assert report.leaning_detail(two_sided).startswith("lower end 2.8% is 2.2% from the criterion 5.0%; margin 5.7%")
+    assert report.leaning_detail(_row("holds", 0.2, 0.3)) == ""
+
+
+def test_the_float_rounding_margin_is_the_one_the_twins_measured():
+    """FLOAT_ROUNDING_MARGIN is what benchmarks/float_rounding_margin.py derives from the recorded
+    twins (the largest move of an interval end as a share of the width, rounded up), and that share
+    is a share of the width of the run read: a hand case."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "float_rounding_margin.py"
+    spec = importlib.util.spec_from_file_location("float_rounding_margin", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.margin(mod.end_moves(mod.twin_pairs())) == report.FLOAT_ROUNDING_MARGIN
+    hand = pd.DataFrame([{"twin": "t", "claim": "c", "seed_term": "paired", "low_a": 0.0, "high_a": 1.0,
+                          "low_b": 0.1, "high_b": 0.6}])
+    moves = mod.end_moves(hand)
+    assert sorted(moves.share_of_width.round(6)) == [0.1, 0.2, 0.4, 0.8]   # 0.1 and 0.4 over widths 1.0 and 0.5
+    assert mod.margin(moves) == 0.8
+
+
+def test_claims_section_puts_own_questions_and_uncounted_claims_apart(tmp_path):
+    (tmp_path / "tables").mkdir()
+    pd.DataFrame([
+        {"key": "k.1", "claim": "tested claim", "verdict": "holds", "ci_low": 0.01, "ci_high": 0.17,
+         "estimate": 0.09, "criterion": "a - b > 0.000", "seeds": "3/3", "profile": "mini"},
+        {"key": "k.2", "claim": "made claim", "verdict": "holds", "ci_low": 0.9, "ci_high": 1.0, "estimate": 0.95,
+         "criterion": "a >= 0.900", "seeds": "3", "profile": "mini", "by_construction": "pasted pixels"},
+        {"key": "k.3", "claim": "our claim", "verdict": "holds", "ci_low": 0.3, "ci_high": 0.4, "estimate": 0.35,
+         "criterion": "a - b > 0.000", "seeds": "3/1", "profile": "mini", "own_question": "not in Fig. 6"},
+    ]).to_csv(tmp_path / "tables" / "claims_x.csv", index=False)
+    text = report.render_report(tmp_path, specs=[])
+    tests, _, rest = text.partition("### Not counted as tests")
+    uncounted, _, own = rest.partition("### Our own questions")
+    assert "| tested claim |" in tests and "holds (**leaning holds**)" in tests and "| made claim |" not in tests
+    assert "| made claim |" in uncounted and "| by construction |" in uncounted and "| our claim |" not in uncounted
+    assert "| our claim |" in own and "not in Fig. 6" in own
+    assert ("Summary over the 1 tests of the papers' claims: 1 holds (1 leaning holds), 0 does not hold, "
+            "0 inconclusive.") in text
+    assert "**How firm a verdict is.**" in text and "Leaning in this run: k.1 (leaning holds), k.2 (leaning holds)." in text
+
+
+def test_the_stand_in_column_stands_beside_the_papers_metric():
+    """Where our table has ``<metric>_procedural`` (the M-H of the procedural DreamBench++ stand-in
+    the claims use), it is shown beside the paper's metric, labelled, with its seed spread; it replaces
+    an (ours) column no row fills, and Table 10's delta follows the same rule (issue 53, item 6)."""
+    paper = pd.DataFrame({"row": ["frozen", "ours"], "dbpp_mh": [0.516, 0.545], "delta_mh": [None, -0.010]})
+    ours = pd.DataFrame({"row": ["frozen", "ours"], "dbpp_mh": [None, None], "dbpp_mh_procedural": [0.647, 0.811],
+                         "dbpp_mh_procedural_sd": [None, 0.011], "delta_mh": [None, None],
+                         "delta_mh_procedural": [None, 0.020]})
+    t = report.side_by_side(paper, ours, ["row"], ["dbpp_mh", "delta_mh"])
+    assert list(t.columns) == ["row", "dbpp_mh (paper)", "dbpp_mh (ours, stand-in)", "delta_mh (paper)",
+                               "delta_mh (ours, stand-in)"]
+    assert t["dbpp_mh (ours, stand-in)"].tolist() == [0.647, "0.811 ± 0.011"]
+    assert t.loc[1, "delta_mh (ours, stand-in)"] == 0.020
+    both = report.side_by_side(paper, ours.assign(dbpp_mh=[0.5, 0.6]), ["row"], ["dbpp_mh"])
+    assert list(both.columns) == ["row", "dbpp_mh (paper)", "dbpp_mh (ours)", "dbpp_mh (ours, stand-in)"]
+    plain = report.side_by_side(paper, ours.drop(columns=["dbpp_mh_procedural", "delta_mh_procedural"]), ["row"],
+                                ["dbpp_mh"])
+    assert list(plain.columns) == ["row", "dbpp_mh (paper)", "dbpp_mh (ours)"]
 
 
 def test_failing_claims_link_to_the_paragraph_that_explains_them(tmp_path):

@@ -69,7 +69,7 @@ def world_fingerprint(cfg) -> dict[str, Any]:
     """What determines the bytes of the world (n_workers and compression excluded): seed, world
     config, schema version and the fingerprint of the code that renders it."""
     w = asdict(cfg.world)
-    for k in ("n_workers", "nearid_repo", "nearid_sources", "mtg_repo", "source"):
+    for k in ("n_workers", "nearid_repo", "nearid_sources", "mtg_repo", "source", "released_masks"):
         w.pop(k, None)
     return {"seed": int(cfg.seed), "world": json.loads(json.dumps(w)), "schema_version": SCHEMA_VERSION,
             "code": code_fingerprint(*WORLD_CODE)}

@@ -83,10 +83,25 @@ def gallery_sheet(data: NearIDData, n_ids: int = 4, n_gallery: int = 5, size: in
     return tile(rows, size)
 
 
+def _n_distractors(data: NearIDData, sources, split: str) -> int:
+    """Distractor images of ``sources`` in ``split`` that exist (a non-empty ``nimg<k>``)."""
+    n = 0
+    for src in sources:
+        d = data.distractors[src]
+        d = d[d["split"] == split]
+        n += int(sum((d[f"nimg{k}"].fillna("").astype(str) != "").sum() for k in (1, 2, 3) if f"nimg{k}" in d))
+    return n
+
+
 def dataset_stats(data: NearIDData, n_diff_rows: int = 50) -> pd.DataFrame:
     """Long table (section, name, split, value): sizes per split, views, classes, object size,
     and per distractor source the mean |difference| to the positive inside / outside the mask
-    (0..1; on the first ``n_diff_rows`` identities of each split)."""
+    (0..1; on the first ``n_diff_rows`` identities of each split).
+
+    Distractor images are counted where they exist: a source outside ``world.train_sources`` has
+    none in the train split (:func:`~nearid_lib.data.draws.source_splits`). Training reads the train
+    split of the training sources only, which ``distractor_images_training_sources`` counts (in the
+    train split: the distractors the head is trained on); ``distractor_images`` counts every source."""
     rows = []
     ids = data.identities
     for split in ("train", "val", "test"):
@@ -94,7 +109,9 @@ def dataset_stats(data: NearIDData, n_diff_rows: int = 50) -> pd.DataFrame:
         rows += [("size", "identities", split, len(s)),
                  ("size", "positive_images", split, int(s.n_views.sum())),
                  ("size", "three_view_identities", split, int((s.n_views == 3).sum())),
-                 ("size", "distractor_images", split, int(s.n_views.sum()) * len(data.sources))]
+                 ("size", "distractor_images", split, _n_distractors(data, data.sources, split)),
+                 ("size", "distractor_images_training_sources", split,
+                  _n_distractors(data, data.train_sources, split))]
         for c, n in s.class_name.value_counts().sort_index().items():
             rows.append(("class", str(c), split, int(n)))
     for src in data.sources:

@@ -2,27 +2,33 @@
 schema (``nearid_lib.data.schema``) so that every later notebook is profile-blind.
 
 Published schemas (read from the authors' dataset cards, ``scripts/upload_nearid_datasets.py`` of
-``Gorluxor/NearID``; :data:`POSITIVE_COLUMNS`, :data:`DISTRACTOR_COLUMNS`):
+``Gorluxor/NearID``; :mod:`~nearid_lib.data.released_schema`):
 
-- ``Aleksandar/NearID`` (positives, parquet): one ``train`` split of 19,386 rows; ``id`` (int64,
-  sparse, shared with every distractor repo), ``category``, ``category_description``, ``img1``,
-  ``img2``, ``img3`` (``img3`` empty for 2-view identities), ``n_images``, ``objaverse_id``,
-  ``prompts1..3``, ``quality``, and (the authors' guide says) a ``split`` column with the official
-  partition, read when present. No masks.
+- ``Aleksandar/NearID`` (positives, parquet): one ``train`` split of 19,386 rows, in one of two
+  published layouts recognised by their columns (:func:`positives_layout`): **today's card**
+  (1a2cc71: ``id`` (int64, sparse, shared with every distractor repo), ``category``,
+  ``category_description``, ``images1..3`` (``images3`` empty for 2-view identities), their
+  foreground masks ``masks1..3``, ``n_images``, ``objaverse_id``, ``dino_01/02/12``,
+  ``aesthetics1..3``, ``size1..3``, ``prompts1..3``, ``filenames1..3``, ``quality``, ``id_safe`` and
+  the official ``split``) or **the earlier card** (560b774: ``img1..3``, no masks, no split). Every
+  column that is not an image is kept, as published, in ``released_columns.csv``.
 - ``Aleksandar/NearID-<source>`` for the nine sources of :data:`RELEASED_SOURCES`: ``save_to_disk``
   folders (``train/data-0000k-of-0000n.arrow``), read memory-mapped
-  (:func:`nearid_lib.hub.load_hub_dataset`); the same columns with the distractors ``nimg1..3`` in
-  place of ``img1..3``, **row-aligned** with the positives (same ``id`` at every row: checked).
+  (:func:`nearid_lib.hub.load_hub_dataset`); ``id``, metadata and the distractors ``nimg1..3``,
+  **row-aligned** with the positives (same ``id`` at every row: checked).
 - ``abdo-eldesokey/mtg-dataset``: ``train`` and ``test`` splits of ``image_{1,2}_original``,
-  ``image_{1,2}_inpainted``, ``image_{1,2}_object_mask``, ``image_{1,2}_part_mask``; the oracle
-  ``1 - |part ∩ object| / |object|`` is computed from the masks.
+  ``image_{1,2}_inpainted``, ``image_{1,2}_object_mask``, ``image_{1,2}_part_mask``; the oracle is
+  the paper's ``1 - |Ωp| / |Ωo|`` over masks > 0 (:mod:`~nearid_lib.data.released_mtg`).
 
-What the release does not carry is made here, deterministically, and recorded in the manifest:
+Decided here, deterministically, and recorded in the manifest:
 
-- **Object masks** (FG-only evaluation, Table 7; role-aware masking): computed per view by a
-  segmentation model (:class:`nearid_lib.data.masks.ObjectMasker`, CLIPSeg prompted with the
-  identity's ``category_description``), cached with the dataset; the authors' own masks are not
-  published, so Table 7's foreground rows use ours (docs/paper-profile.md).
+- **Foreground masks** (FG-only evaluation, Table 7; the FG token store; the judge's FG pairs;
+  role-aware masking): the release's own mask of each view under the authors' rule
+  (:mod:`~nearid_lib.data.released_masks`, ``world.released_masks``); CLIPSeg
+  (:class:`nearid_lib.data.masks.ObjectMasker`, prompted with the identity's
+  ``category_description``) only for a view without one, loaded only then. ``positives.csv`` says
+  per view where its mask came from (``mask_source1..3``: ``released`` / ``clipseg``), the manifest
+  counts them, and every table's provenance names them.
 - **Splits** (:mod:`nearid_lib.data.splits`): the official partition -- the positives' ``split``
   column, else the authors' ``splits/{train,val,test}.json`` row positions (``world.split_dir``, or
   ``$NEARID_DOWNLOADS/NearID/splits`` from the GitHub release); only when neither exists
@@ -52,28 +58,26 @@ from ..io_utils import write_csv, write_json
 from ..models import resolve_device
 from ..paths import data_dir
 from .eval_datasets import load_fpr
-from .masks import ObjectMasker, masker_fingerprint
+from .masks import MASK_RULE, ObjectMasker, masker_fingerprint
 from .released_identities import BLOCK, Masker, progress_records, write_identities
+from .released_masks import RULES as MASK_RULES
+from .released_masks import LazyMasker, mask_cells
+from .released_mtg import _materialise_mtg, mtg_oracle
 from .released_schema import (
-    _SPLIT_NAMES,
     DISTRACTOR_COLUMNS,
-    MTG_COLUMNS,
     POSITIVE_COLUMNS,
+    POSITIVE_LAYOUTS,
     RELEASED_SOURCES,
     TABLE5_TRAIN_SOURCES,
+    PositivesLayout,
     _check_columns,
-    _first_col,
     _no_decode,
     _one_split,
-    _open_dataset,
-    _save,
-    _save_mask,
-    _to_mask,
-    _to_rgb,
     distractor_features,
     mtg_features,
     pil_from_value,
     positive_features,
+    positives_layout,
 )
 from .schema import SCHEMA_VERSION, DataError
 from .splits import (
@@ -90,7 +94,8 @@ if TYPE_CHECKING:
 
 __all__ = ["materialise_released", "load_released_from_hub", "assign_splits", "read_split_files",
            "pil_from_value", "POSITIVE_COLUMNS", "DISTRACTOR_COLUMNS", "RELEASED_SOURCES",
-           "TABLE5_TRAIN_SOURCES", "positive_features", "distractor_features", "mtg_features"]
+           "TABLE5_TRAIN_SOURCES", "positive_features", "distractor_features", "mtg_features",
+           "positives_layout", "POSITIVE_LAYOUTS", "mtg_oracle"]
 
 
 # --------------------------------------------------------------------------- NearID
@@ -121,10 +126,11 @@ def _aligned(pos, dist, name: str, pos_name: str) -> list[int]:
     return list(range(len(pid)))
 
 
-def _materialise_nearid(root: Path, positives: Any, distractors: Mapping[str, Any], masker: Masker,
+def _materialise_nearid(root: Path, positives: Any, distractors: Mapping[str, Any], masker: Masker | None,
                         pos_name: str, splits: pd.Series | None, split_rule: dict, progress: bool,
                         fingerprint: dict, shard: tuple[int, int] = (0, 1), barrier: Callable[[], None] | None = None,
-                        io_workers: int = 4) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, pd.DataFrame], dict] | None:
+                        io_workers: int = 4, mask_rule: str = "authors"
+                        ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, pd.DataFrame], dict] | None:
     """Write the identities (:func:`~nearid_lib.data.released_identities.write_identities`, this
     process's share ``shard = (rank, world)``) and return their tables; ``None`` on ranks other than 0,
     which only write. ``barrier()`` (a launch's) is met after rank 0 has checked the progress folder
@@ -132,7 +138,7 @@ def _materialise_nearid(root: Path, positives: Any, distractors: Mapping[str, An
     rank, world = shard
     barrier = barrier or (lambda: None)
     pos = _no_decode(_one_split(positives, pos_name))
-    _check_columns(pos, pos_name, POSITIVE_COLUMNS)
+    layout = positives_layout(pos.column_names, pos_name)
     _id_index(pos, pos_name)
     dists = {}
     for s, obj in distractors.items():
@@ -157,7 +163,7 @@ def _materialise_nearid(root: Path, positives: Any, distractors: Mapping[str, An
         raise DataError(f"{fp_path}: rank {rank} found another dataset's progress folder than rank 0 wrote "
                         f"(two launches on one output folder?)")
     write_identities(root, pos, dists, list(map(str, splits)), masker, pos_name, rank=rank, world=world,
-                     io_workers=io_workers, progress=progress)
+                     io_workers=io_workers, progress=progress, layout=layout, mask_rule=mask_rule)
     barrier()
     if rank != 0:
         return None
@@ -171,58 +177,52 @@ def _materialise_nearid(root: Path, positives: Any, distractors: Mapping[str, An
     prows = pd.DataFrame([recs[k]["positives"] for k in order])
     drows = {s: pd.DataFrame([recs[k]["distractors"][s] for k in order],
                              columns=["id", "split", "nimg1", "nimg2", "nimg3"]) for s in dists}
-    areas = np.array([a for k in order for a in recs[k]["mask_area"]], dtype=float)
-    fell = [f for k in order for f in recs[k].get("mask_fallback", [])]
-    mask_stats = {"views": int(areas.size), "mean_area": float(areas.mean()) if areas.size else None,
-                  "median_area": float(np.median(areas)) if areas.size else None,
-                  "fallbacks": {"images": int(areas.size), "fallback": int(sum(fell))}}
-    return ids, prows, drows, mask_stats
+    return ids, prows, drows, {**_mask_stats([recs[k] for k in order], masker, mask_rule, layout),
+                               "released_columns": _released_columns(pos, layout)}
 
 
-def _materialise_mtg(root: Path, mtg: Any, name: str = "mtg") -> pd.DataFrame:
-    rows = []
-    for split_key, ds in _open_dataset(mtg, name):
-        cols = list(ds.column_names)
-        missing = [c for c in MTG_COLUMNS if c not in cols]
-        if missing:
-            raise DataError(f"dataset {name}: missing column(s) {missing}; has {cols}")
-        id_col = _first_col(cols, ("pair_id", "id"))
-        cls_col = _first_col(cols, ("class_name", "category", "class"))
-        for i in range(len(ds)):
-            r = ds[i]
-            split = _SPLIT_NAMES.get(str(r["split"]), str(r["split"])) if "split" in cols else (split_key or "test")
-            pid = str(r[id_col]) if id_col else f"{split}_{i:06d}"
-            out = {"pair_id": pid, "split": split, "class_name": str(r[cls_col]) if cls_col else ""}
-            for k in (1, 2):
-                w = lambda f: f"dataset {name}, row {i}, field {f!r}"  # noqa: E731
-                orig = _to_rgb(pil_from_value(r[f"image_{k}_original"], w(f"image_{k}_original"))
-                               or _missing(w(f"image_{k}_original")), w(f"image_{k}_original"))
-                inp = _to_rgb(pil_from_value(r[f"image_{k}_inpainted"], w(f"image_{k}_inpainted"))
-                              or _missing(w(f"image_{k}_inpainted")), w(f"image_{k}_inpainted"))
-                if inp.size != orig.size:
-                    raise DataError(f"{w(f'image_{k}_inpainted')}: size {inp.size} differs from "
-                                    f"image_{k}_original {orig.size}")
-                om = _to_mask(pil_from_value(r[f"image_{k}_object_mask"], w(f"image_{k}_object_mask"))
-                              or _missing(w(f"image_{k}_object_mask")), w(f"image_{k}_object_mask"), orig.size)
-                pv = pil_from_value(r[f"image_{k}_part_mask"], w(f"image_{k}_part_mask")) or \
-                    _missing(w(f"image_{k}_part_mask"))
-                if pv.size != orig.size:
-                    raise DataError(f"{w(f'image_{k}_part_mask')}: mask size {pv.size} differs from "
-                                    f"its image size {orig.size}")
-                pm = np.asarray(pv.convert("L")) >= 128
-                base = f"mtg/{pid}_{k}"
-                out[f"image_{k}_original"] = _save(root, base + "_original.png", orig)
-                out[f"image_{k}_inpainted"] = _save(root, base + "_inpainted.png", inp)
-                out[f"image_{k}_object_mask"] = _save_mask(root, base + "_object_mask.png", om)
-                out[f"image_{k}_part_mask"] = _save_mask(root, base + "_part_mask.png", pm)
-                # Part pixels outside the object do not count (MTG oracle definition).
-                out[f"oracle_{k}"] = float(1.0 - (pm & om).sum() / om.sum())
-            rows.append(out)
-    return pd.DataFrame(rows)
+def _mask_stats(recs: Sequence[dict], masker: Masker | None, rule: str, layout: PositivesLayout) -> dict:
+    """The manifest's ``masks`` record: where every view's mask came from (``source``: released /
+    clipseg, with counts), why CLIPSeg was needed, the rule, and the CLIPSeg masks' statistics."""
+    areas = np.array([a for r in recs for a in r["mask_area"]], dtype=float)
+    src = [x for r in recs for x in r.get("mask_source", ["clipseg"] * len(r["mask_area"]))]
+    status = [st for r in recs for st in (r.get("mask_status") or {}).values()]
+    fell = [f for r in recs for f in r.get("mask_fallback", [])]
+    n_clip = src.count("clipseg")
+    return {"source": {"released": src.count("released"), "clipseg": n_clip},
+            "clipseg_reasons": {"no released mask": n_clip - status.count("empty"),
+                                "released mask empty after the rule": status.count("empty")},
+            "resized_released": status.count("released-resized"),
+            "rule": rule, "rule_text": MASK_RULES[rule], "layout": layout.name,
+            "model": _masker_id(masker) if n_clip else None,
+            "clipseg_rule": MASK_RULE if n_clip else None,
+            "views": int(areas.size), "mean_area": float(areas.mean()) if areas.size else None,
+            "median_area": float(np.median(areas)) if areas.size else None,
+            "fallbacks": {"images": n_clip, "fallback": int(sum(fell))}}
 
 
-def _missing(where: str):
-    raise DataError(f"{where}: missing image")
+def _released_columns(pos, layout: PositivesLayout) -> pd.DataFrame:
+    """Every column of the positives that is not an image (the card's metadata: ``dino_*``,
+    ``aesthetics*``, ``size*``, ``filenames*``, ``id_safe``, the published ``split``, and whatever
+    else the repository carries), as published, one row per identity; lists as JSON."""
+    import datasets
+
+    cols = [c for c, f in pos.features.items() if not isinstance(f, datasets.Image)]
+    df = pos.select_columns(cols).to_pandas()
+    for c in df.columns:
+        if df[c].map(lambda v: isinstance(v, (list, tuple, np.ndarray))).any():
+            df[c] = [json.dumps(np.asarray(v).tolist()) if v is not None else "" for v in df[c]]
+    return df
+
+
+def _masker_id(masker: Masker | None) -> str | None:
+    """What keys a masker: an :class:`ObjectMasker`'s weights and rule, or a user masker's
+    ``fingerprint`` attribute (a :class:`LazyMasker` says what it would load), else its class."""
+    if masker is None:
+        return None
+    if isinstance(masker, ObjectMasker):
+        return masker_fingerprint(masker)
+    return str(getattr(masker, "fingerprint", type(masker).__qualname__))
 
 
 def materialise_released(out_root: str | os.PathLike, positives: Any = None,
@@ -232,13 +232,16 @@ def materialise_released(out_root: str | os.PathLike, positives: Any = None,
                          masker: Masker | None = None, split_dir: str | os.PathLike | None = None,
                          n_val: int = 100, n_test: int = 500, progress: bool = False,
                          provenance: Mapping[str, Any] | None = None, shard: tuple[int, int] = (0, 1),
-                         barrier: Callable[[], None] | None = None, io_workers: int = 4) -> Path:
+                         barrier: Callable[[], None] | None = None, io_workers: int = 4,
+                         mask_rule: str = "authors") -> Path:
     """Write the released data into the NearID schema at ``out_root`` (``manifest.json`` last).
 
     ``positives`` / ``distractors[source]`` / ``mtg``: ``datasets.Dataset`` / ``DatasetDict``
-    objects or ``save_to_disk`` folders in the published schemas (module docstring); ``fpr``: a
-    folder of FPR CSVs (:func:`~nearid_lib.data.eval_datasets.load_fpr`). ``masker(images, prompts)``
-    returns one bool mask per image (required with ``positives``: the release has no masks).
+    objects or ``save_to_disk`` folders in the published schemas (module docstring; the positives in
+    either published layout, :func:`positives_layout`); ``fpr``: a folder of FPR CSVs
+    (:func:`~nearid_lib.data.eval_datasets.load_fpr`). A view's foreground mask is the release's own
+    under ``mask_rule`` (:mod:`~nearid_lib.data.released_masks`); ``masker(images, prompts)``
+    returns one bool mask per image for the views without one (required when some view has none).
     Splits (:mod:`~nearid_lib.data.splits`): the positives' ``split`` column, else the split files
     of ``split_dir`` (the authors' ``{train,val,test}.json`` row positions; checked against the column
     when both exist), else :func:`assign_splits` with ``n_val``/``n_test``, flagged as not official. ``train_sources`` defaults to NearID Table 5's (those present).
@@ -261,22 +264,31 @@ def materialise_released(out_root: str | os.PathLike, positives: Any = None,
                         f"{sorted(distractors)}")
     if distractors and positives is None:
         raise DataError("distractor datasets given without their positives dataset")
-    if positives is not None and masker is None:
-        raise DataError(f"dataset {positives_name}: the release has no object masks; pass masker= "
-                        f"(nearid_lib.data.masks.ObjectMasker) to compute them")
+    if mask_rule not in MASK_RULES:
+        raise DataError(f"world.released_masks={mask_rule!r}: valid rules are {sorted(MASK_RULES)}")
+    layout = None
+    if positives is not None:
+        pos1 = _no_decode(_one_split(positives, positives_name))
+        layout = positives_layout(pos1.column_names, positives_name)
+        cells = mask_cells(pos1, layout)
+        unmasked = cells["views"] if mask_rule == "clipseg" else cells["without_mask"]
+        if unmasked and masker is None:
+            why = ("the rule 'clipseg' ignores the release's masks" if mask_rule == "clipseg" else
+                   f"the {layout.name} layout has no mask column" if layout.mask_prefix is None else
+                   "their mask cells are empty")
+            raise DataError(f"dataset {positives_name}: {unmasked} of {cells['views']} views have no released "
+                            f"object mask ({why}); pass masker= (nearid_lib.data.masks.ObjectMasker) to compute them")
     splits, split_info = (None, None) if positives is None else resolve_official_splits(
         _one_split(positives, positives_name), positives_name, split_dir)
     if split_info is None:
         split_info = {"source": "rule", "official": False, "rule": "assign_splits (objaverse_id/description "
                       "groups, sha256 order)", "n_val": int(n_val), "n_test": int(n_test), "seed": int(seed),
                       "note": RULE_NOTE}
-    masker_fp = None
-    if masker is not None:
-        # a user's own masker (any callable) is keyed by its ``fingerprint`` attribute or its class
-        masker_fp = (masker_fingerprint(masker) if isinstance(masker, ObjectMasker)
-                     else str(getattr(masker, "fingerprint", type(masker).__qualname__)))
+    # a user's own masker (any callable) is keyed by its ``fingerprint`` attribute or its class
+    masker_fp = _masker_id(masker)
     fingerprint = {"schema_version": SCHEMA_VERSION, "positives": positives_name,
-                   "sources": sorted(distractors), "split": split_info, "masker": masker_fp,
+                   "layout": layout.name if layout else None, "sources": sorted(distractors),
+                   "split": split_info, "masker": masker_fp, "mask_rule": mask_rule,
                    "mask_batch": f"blocks of {BLOCK} identities"}
     man = root / "manifest.json"
     if man.exists():
@@ -294,24 +306,29 @@ def materialise_released(out_root: str | os.PathLike, positives: Any = None,
     if positives is not None:
         tables = _materialise_nearid(
             root, positives, distractors, masker, positives_name, splits,
-            {"n_val": n_val, "n_test": n_test, "seed": seed}, progress, fingerprint, shard, barrier, io_workers)
+            {"n_val": n_val, "n_test": n_test, "seed": seed}, progress, fingerprint, shard, barrier, io_workers,
+            mask_rule)
         if tables is None:                              # another rank writes the tables
             return root
         ids, pos, dists, mask_stats = tables
         write_csv(ids, root / "identities.csv")
         write_csv(pos, root / "positives.csv")
+        # the release's own metadata columns, as published (beside identities.csv, row for row)
+        write_csv(mask_stats.pop("released_columns"), root / "released_columns.csv")
         for s, d in dists.items():
             write_csv(d, root / "distractors" / f"{s}.csv")
         counts["identities"] = {s: int((ids.split == s).sum()) for s in ("train", "val", "test")}
         split_info = {**split_info, "sha256": split_digest(ids["split"]), "counts": counts["identities"]}
         counts["positive_images"] = int(ids.n_views.sum())
         counts["distractor_images"] = int(ids.n_views.sum()) * len(dists)
-        extra["masks"] = {"model": masker_fp, **mask_stats}
+        extra["masks"] = mask_stats
+        extra["positives_layout"] = {"name": layout.name, "card_commit": layout.commit,
+                                     "columns": list(pos1.column_names)}
     if shard[0] != 0:
         return root
     write_json({"sources": list(distractors), "train_sources": ts}, root / "sources.json")
     if mtg is not None:
-        m = _materialise_mtg(root, mtg)
+        m, extra["mtg_oracle"] = _materialise_mtg(root, mtg)
         write_csv(m, root / "mtg.csv")
         counts["mtg_pairs"] = {s: int((m.split == s).sum()) for s in sorted(set(m.split))}
     if fpr is not None:
@@ -337,24 +354,27 @@ def load_released_from_hub(cfg: Profile, out_root: str | os.PathLike | None = No
     """Paper profile: read ``cfg.world.nearid_repo``, one distractor repo per source of
     ``cfg.world.nearid_sources`` and ``cfg.world.mtg_repo`` through :mod:`nearid_lib.hub` (the local
     mirror when ``NEARID_HUB_DIR`` is set) and materialise them at ``out_root`` (default
-    ``data_dir(profile)/"nearid"``). Masks come from ``masker`` (default: the profile's
-    ``world.mask_model`` through :class:`~nearid_lib.data.masks.ObjectMasker`, on ``device`` or the
-    profile's). ``shard``/``barrier``/``io_workers``: :func:`materialise_released` over several
-    processes (:mod:`~nearid_lib.data.curate_step`)."""
+    ``data_dir(profile)/"nearid"``). Masks: the release's own (``world.released_masks``), and for
+    the views without one ``masker`` (default: the profile's ``world.mask_model`` through
+    :class:`~nearid_lib.data.masks.ObjectMasker` on ``device`` or the profile's, loaded on the first
+    view that needs it: never when the release masks every view). ``shard``/``barrier``/``io_workers``:
+    :func:`materialise_released` over several processes (:mod:`~nearid_lib.data.curate_step`)."""
     w = cfg.world
     out_root = Path(out_root) if out_root is not None else data_dir(cfg.name) / "nearid"
     pos = hub.load_hub_dataset(w.nearid_repo)
     dists = {s: hub.load_hub_dataset(f"{w.nearid_repo}-{s}") for s in w.nearid_sources}
     mtg = hub.load_hub_dataset(w.mtg_repo) if w.mtg_repo else None
     if masker is None:
-        masker = ObjectMasker.from_pretrained(w.mask_model, device=device or _device(cfg))
+        dev = device or _device(cfg)
+        masker = LazyMasker(lambda: ObjectMasker.from_pretrained(w.mask_model, device=dev),
+                            f"ObjectMasker({w.mask_model}@{hub.peek_revision(w.mask_model)}; {MASK_RULE})")
     train = [s for s in w.train_sources if s in dists]
     return materialise_released(out_root, pos, dists, mtg, train_sources=train, positives_name=w.nearid_repo,
                                 profile=cfg.name, seed=cfg.seed, masker=masker,
                                 split_dir=official_split_dir(w.split_dir),
                                 n_val=w.n_val_ids, n_test=w.n_test_ids, progress=progress,
                                 provenance={"hub": hub.reads()}, shard=shard, barrier=barrier,
-                                io_workers=io_workers)
+                                io_workers=io_workers, mask_rule=w.released_masks)
 
 
 def _device(cfg: Profile) -> str:

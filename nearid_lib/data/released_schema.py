@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -17,39 +18,117 @@ from ..io_utils import atomic_write
 from .schema import DataError, read_rgb
 
 __all__ = ["RELEASED_SOURCES", "TABLE5_TRAIN_SOURCES", "POSITIVE_COLUMNS", "DISTRACTOR_COLUMNS", "MTG_COLUMNS",
+           "PositivesLayout", "TODAY", "EARLIER", "POSITIVE_LAYOUTS", "positives_layout",
            "positive_features", "distractor_features", "mtg_features", "pil_from_value"]
 
 RELEASED_SOURCES = ("Flux", "Flux_1024", "FluxC", "FluxC_1024", "PowerPaint", "Qwen", "Qwen_1328",
                     "SDXL", "SDXL_1024")
 TABLE5_TRAIN_SOURCES = ("Flux", "Flux_1024", "Qwen", "Qwen_1328")
-_META = ["id", "category", "category_description", "n_images", "objaverse_id",
-         "prompts1", "prompts2", "prompts3", "quality"]
-POSITIVE_COLUMNS = ["id", "category", "category_description", "img1", "img2", "img3", "n_images",
-                    "objaverse_id", "prompts1", "prompts2", "prompts3", "quality"]
+
+
+@dataclass(frozen=True)
+class PositivesLayout:
+    """One published layout of ``Aleksandar/NearID``: the card's columns (name -> dtype, in the
+    card's order) as read from the authors' repository at ``commit``, the image (and mask) column
+    prefix, and the columns the pipeline reads (``required``: what recognises the layout)."""
+
+    name: str
+    commit: str
+    card: tuple[tuple[str, str], ...]
+    image_prefix: str
+    mask_prefix: str | None
+    required: tuple[str, ...]
+
+    @property
+    def columns(self) -> list[str]:
+        return [c for c, _ in self.card]
+
+    def image_columns(self) -> list[str]:
+        """Every image-valued column (views and masks)."""
+        return [c for c, t in self.card if t == "image"]
+
+
+def _views(prefix: str) -> tuple[str, ...]:
+    return tuple(f"{prefix}{k}" for k in (1, 2, 3))
+
+
+_META_REQUIRED = ("id", "category", "category_description", "n_images", "objaverse_id")
+# The card the authors publish today: the positives' feature list of make_positives_card() in
+# scripts/upload_nearid_datasets.py of Gorluxor/NearID at commit 1a2cc71 (whose comment says the live
+# card is authoritative and must match the parquet columns exactly); examples/load_splits.py at the
+# same commit reads images1..3 and masks1..3 by these names.
+TODAY = PositivesLayout(
+    "images+masks", "1a2cc718b28d8da763bd35cbe75b0ce5f0e2c73a",
+    (("id", "int64"), ("category", "string"), ("category_description", "string"),
+     ("images1", "image"), ("images2", "image"), ("images3", "image"),
+     ("masks1", "image"), ("masks2", "image"), ("masks3", "image"),
+     ("n_images", "int64"), ("objaverse_id", "string"),
+     ("dino_01", "float64"), ("dino_02", "float64"), ("dino_12", "float64"),
+     ("aesthetics1", "float64"), ("aesthetics2", "float64"), ("aesthetics3", "float64"),
+     ("size1", "sequence:int64"), ("size2", "sequence:int64"), ("size3", "sequence:int64"),
+     ("prompts1", "string"), ("prompts2", "string"), ("prompts3", "string"),
+     ("filenames1", "string"), ("filenames2", "string"), ("filenames3", "string"),
+     ("quality", "string"), ("id_safe", "bool"), ("split", "string")),
+    "images", "masks", (*_META_REQUIRED, *_views("images"), *_views("masks")))
+# The earlier card (scripts/dataset_cards/NearID_README.md at commit 560b774): img1..3, no masks,
+# no split column (the split then comes from the authors' split files or our rule).
+EARLIER = PositivesLayout(
+    "img", "560b774cad4a96cfaf735a9606646f5334bb43b8",
+    (("id", "int64"), ("category", "string"), ("category_description", "string"),
+     ("img1", "image"), ("img2", "image"), ("img3", "image"), ("n_images", "int64"),
+     ("objaverse_id", "string"), ("prompts1", "string"), ("prompts2", "string"), ("prompts3", "string"),
+     ("quality", "string")),
+    "img", None, (*_META_REQUIRED, *_views("img")))
+POSITIVE_LAYOUTS = (TODAY, EARLIER)
+POSITIVE_COLUMNS = TODAY.columns
 DISTRACTOR_COLUMNS = ["id", "category", "category_description", "nimg1", "nimg2", "nimg3", "n_images",
                       "objaverse_id", "prompts1", "prompts2", "prompts3", "quality"]
 MTG_COLUMNS = [f"image_{k}_{f}" for k in (1, 2) for f in ("original", "inpainted", "object_mask", "part_mask")]
 _SPLIT_NAMES = {"train": "train", "validation": "val", "valid": "val", "val": "val", "test": "test"}
 
 
-def _features(image_prefix: str):
+def positives_layout(columns: Sequence[str], name: str = "Aleksandar/NearID") -> PositivesLayout:
+    """The published layout of the positives whose columns are ``columns`` (:data:`POSITIVE_LAYOUTS`:
+    today's ``images*``/``masks*`` card, the earlier ``img*`` card), recognised by the columns the
+    pipeline reads; columns beyond those are kept, whatever they are. A repository in neither layout
+    (or in both) is a :class:`DataError` naming the columns it has and those each layout expects."""
+    cols = set(columns)
+    hits = [lay for lay in POSITIVE_LAYOUTS if set(lay.required) <= cols]
+    if len(hits) == 1:
+        return hits[0]
+    expect = "; ".join(f"{lay.name} (card at {lay.commit[:7]}): {list(lay.required)}" for lay in POSITIVE_LAYOUTS)
+    why = "matches both published layouts" if hits else "matches no published layout"
+    missing = "; ".join(f"{lay.name} lacks {[c for c in lay.required if c not in cols]}" for lay in POSITIVE_LAYOUTS)
+    raise DataError(f"dataset {name}: {why} (has {list(columns)}; {missing}). Expected the columns of "
+                    f"{expect}")
+
+
+def _feature(dtype: str):
     import datasets
 
-    v = datasets.Value
-    cols = POSITIVE_COLUMNS if image_prefix == "img" else DISTRACTOR_COLUMNS
-    types = {"id": v("int64"), "n_images": v("int64")}
-    return datasets.Features({c: (datasets.Image() if c.startswith(image_prefix) and c[-1].isdigit()
-                                  else types.get(c, v("string"))) for c in cols})
+    if dtype == "image":
+        return datasets.Image()
+    if dtype.startswith("sequence:"):
+        return datasets.Sequence(datasets.Value(dtype.split(":", 1)[1]))
+    return datasets.Value(dtype)
 
 
-def positive_features():
-    """The ``datasets.Features`` of ``Aleksandar/NearID`` as its dataset card declares them."""
-    return _features("img")
+def positive_features(layout: PositivesLayout = TODAY):
+    """The ``datasets.Features`` of ``Aleksandar/NearID`` as the card of ``layout`` declares them
+    (default: today's card, with ``split``)."""
+    import datasets
+
+    return datasets.Features({c: _feature(t) for c, t in layout.card})
 
 
 def distractor_features():
     """The ``datasets.Features`` of every ``Aleksandar/NearID-<source>`` repo (dataset card)."""
-    return _features("nimg")
+    import datasets
+
+    v = datasets.Value
+    types = {"id": v("int64"), "n_images": v("int64")}
+    return datasets.Features({c: (datasets.Image() if c.startswith("nimg") else types.get(c, v("string")))
+                              for c in DISTRACTOR_COLUMNS})
 
 
 def mtg_features():
@@ -97,17 +176,6 @@ def _to_rgb(im: Image.Image, where: str) -> Image.Image:
     """The schema's documented mode rule (the one of ``read_rgb``, :mod:`nearid_lib.imageio`),
     applied to an open image: 16-bit and float modes scaled to 8 bit, alpha onto black."""
     return im if im.mode == "RGB" else read_rgb(im, where)
-
-
-def _to_mask(im: Image.Image, where: str, size: tuple[int, int]) -> np.ndarray:
-    if im.size != size:
-        raise DataError(f"{where}: mask size {im.size} differs from its image size {size}")
-    arr = (np.asarray(im).astype(np.float64) / 257.0 if im.mode in ("I;16", "I;16B", "I;16L", "I")
-           else np.asarray(im.convert("L")))
-    m = arr >= 128
-    if not m.any():
-        raise DataError(f"{where}: mask is empty (no pixel >= 128)")
-    return m
 
 
 def _save(root: Path, rel: str, im: Image.Image) -> str:

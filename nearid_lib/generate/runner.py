@@ -275,7 +275,7 @@ def main(argv: Iterable[str] | None = None) -> dict[str, Any]:
         if not args.no_merge:
             _, report = merge_source(root, args.source, items, profile=cfg.name, backend=backend_name)
             print(report.to_string(index=False))
-    end_launch()                            # no rank exits before the table is written
+    end_launch()                            # every rank leaves the group; rank 0 merged outside it
     return summary
 
 

@@ -8,7 +8,8 @@ and answers with a JSON object holding a 0-10 ``score``; the score is mapped to 
 
 Coverage is first-class: an answer that cannot be parsed (free text, JSON cut off by the token budget,
 no score, a score outside the rubric) gets ``s = NaN`` and a status saying why; nothing is silently
-dropped or clipped. Metrics are then computed on the covered pairs (``metrics.ssr_pa`` drops trials with
+dropped or clipped. The NearID authors' reading (``parsing="authors"``, NearID's default) clips a
+score outside 0-10 into it, with its own status ``clipped``. Metrics are then computed on the covered pairs (``metrics.ssr_pa`` drops trials with
 a NaN similarity) and the coverage is reported beside them.
 
 - :mod:`.model`: :class:`VLMJudge`, the NearID prompt, the tiny offline Qwen3-VL
@@ -16,6 +17,7 @@ a NaN similarity) and the coverage is reported beside them.
 - :mod:`.shards`: :func:`score_pairs_sharded`, the judge over every process of a launch
 - :mod:`.prompts`: ID-Sim's standardised prompt (:data:`~.prompts.IDSIM_JUDGE_PROMPT`)
 - :mod:`.cli`: ``python -m nearid_lib.judge``, a CSV of pairs judged
+- :mod:`.plan`: the judge's gate, its replicas over the GPUs, its projected cost (no model needed)
 
 Public API::
 

@@ -13,10 +13,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["ParsedAnswer", "JudgeScores", "parse_judge_answer", "PARSED_STATUSES", "STATUSES"]
+__all__ = ["ParsedAnswer", "JudgeScores", "parse_judge_answer", "PARSED_STATUSES", "STATUSES", "AUTHORS_KEYS"]
 
-PARSED_STATUSES = ("ok", "recovered")
-STATUSES = ("ok", "recovered", "truncated", "no_score", "bad_score", "out_of_range", "unparseable", "empty")
+PARSED_STATUSES = ("ok", "recovered", "clipped")
+STATUSES = ("ok", "recovered", "clipped", "truncated", "no_score", "bad_score", "out_of_range", "unparseable",
+            "empty")
+# The NearID authors' reading of their judge (evaluation/sim_test.py, Qwen3VLJudgeCalculator): the
+# score under one of these keys (ours: case-insensitive), else a regex "score": N, clipped to [0, 10]
+AUTHORS_KEYS = ("score", "similarity")
 
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 # a "score" key with a number that is *finished*: followed by a delimiter, so a truncated "1" of "10"
@@ -126,20 +130,25 @@ def _loads_lenient(obj: str) -> dict | None:
         return None
 
 
-def _score_key(d: dict, key: str = "score") -> Any:
-    for k, v in d.items():
-        if isinstance(k, str) and k.strip().lower() == key:
-            return v
+def _score_key(d: dict, key: str = "score", fallback: tuple[str, ...] = ()) -> Any:
+    for want in (key, *fallback):
+        for k, v in d.items():
+            if isinstance(k, str) and k.strip().lower() == want:
+                return v
     return _MISSING
 
 
 _MISSING = object()
 
 
-def parse_judge_answer(text: str | None, key: str = "score", hi: float = 10.0) -> ParsedAnswer:
+def parse_judge_answer(text: str | None, key: str = "score", hi: float = 10.0, clip: bool = False,
+                       fallback_keys: tuple[str, ...] = ()) -> ParsedAnswer:
     """Read the 0-10 score from a judge answer, robustly, and say how it was read. ``key`` and
     ``hi`` name another numeric field and its range ``[0, hi]`` (ID-Sim's judge answers a 0-1
-    ``similarity``: ``key="similarity", hi=1``); the reading rules are the same.
+    ``similarity``: ``key="similarity", hi=1``); the reading rules are the same. ``fallback_keys``:
+    further keys read when ``key`` is absent; ``clip``: a number outside ``[0, hi]`` is clipped into
+    it with status ``clipped`` (covered) instead of ``out_of_range``, the NearID authors' reading
+    (``clip=True, fallback_keys=AUTHORS_KEYS[1:]``: :data:`AUTHORS_KEYS`).
 
     Handles markdown code fences, text before/after the object, several objects (the first with a
     ``score`` wins), trailing commas, single quotes / Python literals, numbers as strings ("7",
@@ -148,8 +157,10 @@ def parse_judge_answer(text: str | None, key: str = "score", hi: float = 10.0) -
     ``truncated`` (an object opened but never closed, no complete score), ``no_score`` (an object
     without a score key), ``bad_score`` (a score that is not a number), ``out_of_range`` (outside
     0-10: not clipped, since an answer off the rubric is not a reading of it), ``unparseable``,
-    ``empty``. Only ``ok`` and ``recovered`` are covered."""
+    ``empty``. Only ``ok``, ``recovered`` and ``clipped`` are covered."""
     def P(*a) -> ParsedAnswer:
+        if clip and a[1] == "out_of_range" and a[0] is not None:      # the authors clip, and say so
+            return ParsedAnswer(min(max(a[0], 0.0), float(hi)), "clipped", *a[2:], scale=float(hi))
         return ParsedAnswer(*a, scale=float(hi))
 
     if text is None or not str(text).strip():
@@ -165,7 +176,7 @@ def parse_judge_answer(text: str | None, key: str = "score", hi: float = 10.0) -
         d = _loads_lenient(o)
         if d is None:
             continue
-        v = _score_key(d, key.lower())
+        v = _score_key(d, key.lower(), tuple(k.lower() for k in fallback_keys))
         if v is _MISSING:
             first_bad = first_bad or P(None, "no_score", d, ";".join(notes))
             continue
@@ -235,9 +246,10 @@ class JudgeScores:
 
     @classmethod
     def from_answers(cls, answers: Sequence[str], hit_limit: Sequence[bool] | None = None,
-                     key: str = "score", hi: float = 10.0) -> "JudgeScores":
-        """Parse every answer (``key``/``hi``: the field read, see :func:`parse_judge_answer`)."""
-        parsed = [parse_judge_answer(a, key=key, hi=hi) for a in answers]
+                     key: str = "score", hi: float = 10.0, clip: bool = False,
+                     fallback_keys: tuple[str, ...] = ()) -> "JudgeScores":
+        """Parse every answer (``key``/``hi``/``clip``/``fallback_keys``: :func:`parse_judge_answer`)."""
+        parsed = [parse_judge_answer(a, key=key, hi=hi, clip=clip, fallback_keys=fallback_keys) for a in answers]
         return cls(scores=np.array([p.similarity for p in parsed], dtype=np.float64),
                    status=[p.status for p in parsed], raw=list(answers),
                    hit_limit=np.asarray(hit_limit if hit_limit is not None else [False] * len(parsed), bool))

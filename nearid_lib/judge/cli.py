@@ -37,6 +37,9 @@ def _parse(argv: Iterable[str] | None):
                    help="NearID's 0-10 score rubric or ID-Sim's 0-1 similarity")
     p.add_argument("--prompt-file", default=None, help="the judge's instruction from a text file, sent after the "
                    "two images (the NearID authors' evaluation/vl_template_v2.txt); overrides --prompt")
+    p.add_argument("--parsing", choices=("authors", "strict"), default=None,
+                   help="how answers are read: the NearID authors' (score, else similarity, clipped to the rubric; "
+                        "default for the NearID rubric) or strict (off-rubric answers not covered; default for idsim)")
     p.add_argument("--max-new-tokens", type=int, default=None)
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--dtype", default="bfloat16")
@@ -61,6 +64,7 @@ def main(argv: Iterable[str] | None = None):
     if args.prompt_file:
         kw.update(prompt=read_prompt_file(args.prompt_file), prompt_after_images=True, answer_key="score",
                   answer_max=10.0)
+    kw["parsing"] = args.parsing or ("strict" if args.prompt == "idsim" and not args.prompt_file else "authors")
     if args.judge == "tiny":
         judge = VLMJudge.tiny(**kw)
     else:
@@ -86,6 +90,6 @@ def main(argv: Iterable[str] | None = None):
         write_csv(table, args.out)
         print(json.dumps({"out": str(args.out), "n": int(len(table)), **{
             k: v for k, v in res.summary().items() if k in ("n_covered", "coverage", "n_hit_limit")}}))
-    end_launch()                    # every rank waits for the table, then leaves the group
+    end_launch()                    # every rank leaves the group (rank 0 wrote the table outside it)
     return table
 

@@ -14,7 +14,8 @@ import torch
 
 from .. import hub
 from ..compat import ensure_torchvision
-from .answers import JudgeScores
+from .answers import AUTHORS_KEYS, JudgeScores
+from .plan import prompt_path
 
 __all__ = ["JUDGE_PROMPT", "VLMJudge", "build_tiny_qwen3vl", "read_prompt_file"]
 
@@ -100,7 +101,7 @@ def read_prompt_file(path: str | os.PathLike) -> str:
     """A judge instruction from a text file (``judge.prompt_file``; e.g. the NearID authors'
     ``evaluation/vl_template_v2.txt``), stripped as their code reads it; a missing or empty file is
     an error naming it."""
-    p = Path(path).expanduser()
+    p = prompt_path(path)
     try:
         text = p.read_text(encoding="utf-8").strip()
     except OSError as err:
@@ -128,15 +129,22 @@ class VLMJudge:
         answer_key, answer_max: the numeric field of the JSON answer that is read and its range
             ``[0, answer_max]`` (default: NearID's 0-10 ``score``; ID-Sim's judge reads a 0-1
             ``similarity``, :mod:`nearid_lib.idsim.mllm`).
+        parsing: ``"strict"`` (an answer off the rubric is not covered) or ``"authors"`` (the NearID
+            authors' reading: ``score``, else ``similarity``, clipped to ``[0, answer_max]`` with
+            status ``clipped``; :func:`~nearid_lib.judge.answers.parse_judge_answer`).
     """
 
     def __init__(self, model, processor, max_new_tokens: int = 512, batch_size: int = 4,
                  prompt: str = JUDGE_PROMPT, image_size: int | None = None, name: str = "qwen3-vl",
-                 answer_key: str = "score", answer_max: float = 10.0, prompt_after_images: bool = False):
+                 answer_key: str = "score", answer_max: float = 10.0, prompt_after_images: bool = False,
+                 parsing: str = "strict"):
         self.model, self.processor = model, processor
         # the authors' template (evaluation/vl_template_v2.txt) is sent after image A and image B
         self.prompt_after_images = bool(prompt_after_images)
         self.answer_key, self.answer_max = answer_key, float(answer_max)
+        if parsing not in ("strict", "authors"):
+            raise ValueError(f"VLMJudge: parsing must be 'strict' or 'authors', got {parsing!r}")
+        self.parsing = parsing
         self.max_new_tokens, self.batch_size = int(max_new_tokens), int(batch_size)
         self.prompt, self.image_size, self.name = prompt, image_size, name
         tok = getattr(processor, "tokenizer", None)
@@ -147,10 +155,13 @@ class VLMJudge:
     @classmethod
     def from_pretrained(cls, name_or_path: str, device: str = "cpu", dtype: str = "bfloat16",
                         trust_remote_code: bool = False, attn_implementation: str | None = None,
+                        device_map: str | dict | None = None, max_memory: dict | None = None,
                         **kw) -> "VLMJudge":
         """Load a Qwen3-VL checkpoint (hub id or local folder, through :func:`nearid_lib.hub.model_source`)
-        with ``AutoModelForImageTextToText``.
-        ``trust_remote_code`` stays off unless explicitly requested (Qwen3-VL is native in transformers)."""
+        with ``AutoModelForImageTextToText``: on ``device``, or spread with ``device_map`` (the
+        authors' ``"auto"``) over the GPUs ``max_memory`` allows (one replica of
+        :func:`~nearid_lib.judge.plan.device_kwargs`). ``trust_remote_code`` stays off unless
+        explicitly requested (Qwen3-VL is native in transformers)."""
         ensure_torchvision()
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
@@ -158,7 +169,11 @@ class VLMJudge:
         mk = {"dtype": getattr(torch, dtype), "trust_remote_code": trust_remote_code, **hk}
         if attn_implementation:
             mk["attn_implementation"] = attn_implementation
-        model = AutoModelForImageTextToText.from_pretrained(path, **mk).to(device).eval()
+        if device_map is not None:
+            model = AutoModelForImageTextToText.from_pretrained(path, device_map=device_map, max_memory=max_memory,
+                                                                **mk).eval()
+        else:
+            model = AutoModelForImageTextToText.from_pretrained(path, **mk).to(device).eval()
         proc = AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code, **hk)
         return cls(model, proc, name=name_or_path.split("/")[-1], **kw)
 
@@ -190,7 +205,7 @@ class VLMJudge:
         if len(images_a) != len(images_b):
             raise ValueError(f"VLMJudge: {len(images_a)} images A but {len(images_b)} images B")
         text = self.processor.apply_chat_template(self._messages(), add_generation_prompt=True, tokenize=False)
-        dev = next(self.model.parameters()).device
+        dev = next(self.model.parameters()).device       # the first shard's under a device_map
         eos = self.model.generation_config.eos_token_id
         eos = set(eos if isinstance(eos, (list, tuple)) else [eos])
         answers, hit = [], []
@@ -213,7 +228,10 @@ class VLMJudge:
         """Judge every pair (A_k, B_k): scores s = score/10 with NaN (and a status) where no score
         could be read."""
         answers, hit = self.generate(images_a, images_b)
-        return JudgeScores.from_answers(answers, hit, key=self.answer_key, hi=self.answer_max)
+        authors = self.parsing == "authors"
+        return JudgeScores.from_answers(answers, hit, key=self.answer_key, hi=self.answer_max, clip=authors,
+                                        fallback_keys=tuple(k for k in AUTHORS_KEYS if k != self.answer_key)
+                                        if authors else ())
 
     def fingerprint(self) -> dict[str, Any]:
         """What decides its answers besides the images: an answers folder is only reused by the
@@ -221,7 +239,8 @@ class VLMJudge:
         return {"name": self.name, "max_new_tokens": self.max_new_tokens, "image_size": self.image_size,
                 "answer_key": self.answer_key, "answer_max": self.answer_max,
                 "prompt_sha1": hashlib.sha1(self.prompt.encode()).hexdigest()[:12],
-                **({"prompt_after_images": True} if self.prompt_after_images else {})}
+                **({"prompt_after_images": True} if self.prompt_after_images else {}),
+                **({"parsing": self.parsing} if self.parsing != "strict" else {})}
 
     def __repr__(self) -> str:
         return f"VLMJudge({self.name!r}, max_new_tokens={self.max_new_tokens}, batch_size={self.batch_size})"

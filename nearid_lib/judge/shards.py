@@ -1,7 +1,9 @@
 """The VLM judge over every process of a launch, resumable (:func:`score_pairs_sharded`).
 
-Whole batches of pairs are dealt to the processes with accelerate's
-``PartialState().split_between_processes`` (diffusers' distributed-inference pattern); each process
+Whole batches of pairs are dealt to the processes in contiguous blocks, as accelerate's
+``PartialState().split_between_processes`` deals them (diffusers' distributed-inference pattern), or
+to the judging ranks only (``workers``: one per replica of a judge that spans several GPUs,
+:func:`~nearid_lib.judge.plan.judge_plan`); each process
 appends its answers to its own ``answers_rank<r>.jsonl`` (a killed run resumes from them, whatever
 its number of processes) and the answers are gathered to every process. A batch holds the same
 pairs whatever the number of processes, so the scores equal one process's; on one process without
@@ -10,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -68,6 +69,20 @@ def _check_fingerprint(answers_dir: Path, fp: dict | None, is_main: bool) -> Non
         atomic_write_text(path, json.dumps(fp, sort_keys=True))
 
 
+def _share(items: list, rank: int, world: int, workers: Sequence[int] | None) -> list:
+    """This rank's contiguous block of ``items`` among the judging ranks ``workers`` (default all
+    ``world``): ``divmod`` blocks, the first ranks one longer (accelerate's rule); [] for a rank that
+    does not judge."""
+    # ranks beyond the launch (a plan for more GPUs than processes, or one process) do not exist
+    ws = sorted({int(w) for w in workers if int(w) < world}) if workers is not None else []
+    ws = ws or list(range(world))
+    if rank not in ws:
+        return []
+    i, (per, extra) = ws.index(rank), divmod(len(items), len(ws))
+    start = i * per + min(i, extra)
+    return items[start:start + per + (1 if i < extra else 0)]
+
+
 def _records(keys: Sequence[str], res) -> list[dict]:
     """One JSON record per pair of a ``score_pairs`` result (JudgeScores or a plain array)."""
     sc = np.asarray(getattr(res, "scores", res), dtype=np.float64)
@@ -83,7 +98,7 @@ def _records(keys: Sequence[str], res) -> list[dict]:
 
 def score_pairs_sharded(scorer, keys: Sequence[str], load: Callable[[Sequence[int]], tuple[list, list]],
                         answers_dir: str | os.PathLike | None = None, batch_size: int | None = None,
-                        state: Any = "auto", progress: bool = False):
+                        state: Any = "auto", progress: bool = False, workers: Sequence[int] | None = None):
     """Score pairs ``0..len(keys)-1`` with ``scorer.score_pairs`` over every process of a launch.
 
     Args:
@@ -97,6 +112,7 @@ def score_pairs_sharded(scorer, keys: Sequence[str], load: Callable[[Sequence[in
             from the full list of pairs and dealt whole to processes, so a pair meets the same batch
             companions (the same padding) whatever the number of processes.
         state: ``"auto"`` (:func:`launched_state`), ``None`` (one process) or a ``PartialState``.
+        workers: the ranks that judge (default: every rank); the others only gather the answers.
 
     Returns the scorer's kind of result over all pairs, on every process: a :class:`JudgeScores`
     when the scorer answers with statuses, else a float array. On one process without
@@ -125,15 +141,14 @@ def score_pairs_sharded(scorer, keys: Sequence[str], load: Callable[[Sequence[in
         if adir is not None:
             _check_fingerprint(adir, fp, False)
     new: list[dict] = []
-    mine_ctx = state.split_between_processes(pending) if state is not None else nullcontext(pending)
-    with mine_ctx as mine:
-        from tqdm.auto import tqdm
+    from tqdm.auto import tqdm
 
-        for idx in tqdm(mine, desc=f"judge rank {rank}/{world}", disable=not progress, position=rank):
-            recs = _records([keys[i] for i in idx], scorer.score_pairs(*load(idx)))
-            if adir is not None:
-                _append_answers(adir / f"answers_rank{rank}.jsonl", recs)
-            new += recs
+    for idx in tqdm(_share(pending, rank, world, workers), desc=f"judge rank {rank}/{world}", disable=not progress,
+                    position=rank):
+        recs = _records([keys[i] for i in idx], scorer.score_pairs(*load(idx)))
+        if adir is not None:
+            _append_answers(adir / f"answers_rank{rank}.jsonl", recs)
+        new += recs
     if state is not None and world > 1:
         from accelerate.utils import gather_object
 

@@ -1,4 +1,14 @@
-"""NearID SSR / PA (NearID Section 3.4, Eq. 4-5) and their support-weighted pooling over sources."""
+"""NearID SSR / PA (NearID Section 3.4, Eq. 4-5) and their support-weighted pooling over sources.
+
+PA is computed both ways (docs/protocol.md, "PA both ways"): ``pa`` is the authors' definition, the
+number the paper's tables and their reproduction guide print (their ``evaluation/metrics.py``:
+``summarize_margin_family`` counts every column of the margin family ending in ``_margin``, the
+per-sample ``_overall_margin`` among them, so each identity with a trial adds one more trial, won iff
+the mean of its margins is positive; their ``docs/EVALUATION.md``, "Note on PA", a01532e: typically
+under 1 point above the strict rate, up to ~4 for VLM scorers); ``pa_strict`` is the strict pairwise
+rate, wins / trials over the directed margins alone. SSR (every margin wins) is the same under both:
+a row whose every margin wins has a positive mean.
+"""
 from __future__ import annotations
 
 from typing import Iterable, Mapping, Sequence
@@ -11,25 +21,38 @@ from ._arrays import _to_np
 __all__ = ["ssr_pa", "nearid_similarities", "pool_sources", "source_breakdown"]
 
 
-def _ssr_pa_from_margins(margins: np.ndarray, per_identity: bool) -> dict:
+def _ssr_pa_from_margins(margins: np.ndarray, per_identity: bool, overall: bool = True) -> dict:
     """SSR/PA from a [N, K] margin table with NaN where a trial does not exist.
 
     A trial wins iff margin > 0 (a tie is a loss: the identity must *beat* the confounder).
-    SSR = mean over rows with >= 1 trial of [all trials win]; PA = total wins / total trials.
+    SSR = mean over rows with >= 1 trial of [all trials win]; ``pa_strict`` = total wins / total
+    trials. With ``overall`` (the NearID tables' definition) every row with >= 1 trial adds one
+    trial, won iff the mean of its margins is > 0, and ``pa`` = (wins + overall wins) / (trials +
+    rows with a trial); without it (MTG, whose authors count only the two margins) ``pa`` is the
+    strict rate.
     """
     valid = np.isfinite(margins)                          # [N, K]
-    wins_t = valid & (np.where(valid, margins, 0.0) > 0)  # NaN > 0 is False anyway; be explicit
+    m0 = np.where(valid, margins, 0.0)                    # NaN > 0 is False anyway; be explicit
+    wins_t = valid & (m0 > 0)
     trials = valid.sum(axis=1)                            # [N]
     wins = wins_t.sum(axis=1)                             # [N]
     has = trials > 0
     success = has & (wins == trials)
-    n_id, n_tr = int(has.sum()), int(trials.sum())
+    # the per-row "overall" trial of the authors' tables: mean of the row's valid margins > 0
+    mean_margin = np.where(has, m0.sum(axis=1) / np.maximum(trials, 1), np.nan)
+    overall_win = has & (np.nan_to_num(mean_margin, nan=0.0) > 0)
+    n_id, n_tr, n_w = int(has.sum()), int(trials.sum()), int(wins.sum())
+    n_ow = int(overall_win.sum()) if overall else 0
+    n_pa = n_tr + (n_id if overall else 0)
     out = {
         "ssr": float(success[has].mean()) if n_id else float("nan"),
-        "pa": float(wins.sum() / n_tr) if n_tr else float("nan"),
+        "pa": float((n_w + n_ow) / n_pa) if n_pa else float("nan"),
+        "pa_strict": float(n_w / n_tr) if n_tr else float("nan"),
         "n_identities": n_id,
         "n_trials": n_tr,
-        "n_wins": int(wins.sum()),
+        "n_wins": n_w,
+        "n_overall_wins": n_ow,
+        "n_pa_trials": n_pa,
         "n_success": int(success.sum()),
     }
     if per_identity:
@@ -37,6 +60,7 @@ def _ssr_pa_from_margins(margins: np.ndarray, per_identity: bool) -> dict:
         out["trials"] = trials
         # float so identities without any trial can be NaN, not a fake failure
         out["success"] = np.where(has, success.astype(np.float64), np.nan)
+        out["margins"] = np.where(valid, margins, np.nan)
     return out
 
 
@@ -55,13 +79,16 @@ def ssr_pa(pos_sim, dist_sim, per_identity: bool = False) -> dict:
     For every existing pair i < j the directed margins are
     d_{i->j} = s(p_i,p_j) - s(p_i,n_i) (if n_i exists) and d_{j->i} = s(p_i,p_j) - s(p_j,n_j)
     (if n_j exists): up to 2*C(P,2) trials per identity (6 for P = 3). A trial wins iff its margin
-    is > 0. SSR = share of identities *with at least one trial* whose every trial wins; PA = wins /
-    trials over all identities (micro-pooled). Unlike the authors' table code, no extra trial per
-    row is counted.
+    is > 0. SSR = share of identities *with at least one trial* whose every trial wins.
+    ``pa_strict`` = wins / trials over all identities (micro-pooled); ``pa`` = the authors' PA, which
+    adds one trial per identity with a trial (won iff the mean of its margins is > 0; module
+    docstring): (wins + overall wins) / (trials + identities with a trial).
 
     Returns:
-        dict with ``ssr``, ``pa`` (NaN when nothing can be scored), ``n_identities`` (with >= 1
-        trial), ``n_trials``, ``n_wins``, ``n_success`` (+ per-identity arrays).
+        dict with ``ssr``, ``pa``, ``pa_strict`` (NaN when nothing can be scored), ``n_identities``
+        (with >= 1 trial), ``n_trials`` (directed margins), ``n_wins``, ``n_overall_wins``,
+        ``n_pa_trials`` (``pa``'s denominator), ``n_success`` (+ per-identity ``wins``, ``trials``
+        of the directed margins, ``success`` and ``margins`` [N, 2C]).
     """
     ps = _to_np(pos_sim, "pos_sim")
     ds = _to_np(dist_sim, "dist_sim")
@@ -127,9 +154,12 @@ def pool_sources(results: Mapping[str, Mapping], sources: Iterable[str] | None =
                  pa_weight: str = "trials") -> dict:
     """Support-weighted pooling of per-source :func:`ssr_pa` results (NearID Table 1 / Table 5).
 
-    SSR is weighted by each source's ``n_identities`` and PA by its ``n_trials`` (default), which is
-    exactly the micro-pooled SSR/PA over the union of all trials; ``pa_weight="identities"``
-    weights PA by ``n_identities`` instead (what a table-of-averages with per-source ``n`` does).
+    SSR is weighted by each source's ``n_identities`` and PA by its trials (default): ``pa`` by
+    ``n_pa_trials`` (its own denominator; ``n_trials`` for a result without it, e.g. a table of
+    values) and ``pa_strict`` by ``n_trials``, which is exactly the micro-pooled SSR/PA over the
+    union of all trials, as the authors pool their table (support-weighted by ``PA_trials``);
+    ``pa_weight="identities"`` weights PA by ``n_identities`` instead (what a table-of-averages with
+    per-source ``n`` does).
     With equal support per source (the released test split: 500 identities each) both reduce to the
     plain mean the paper's "Avg." rows show. Sources with zero support contribute nothing.
 
@@ -137,7 +167,8 @@ def pool_sources(results: Mapping[str, Mapping], sources: Iterable[str] | None =
         results: {source: dict from ssr_pa}.
         sources: the subset to pool (default: all); an unknown name is an error.
     Returns:
-        dict ``ssr``, ``pa``, ``n_identities``, ``n_trials``, ``n_sources``.
+        dict ``ssr``, ``pa``, ``n_identities``, ``n_trials``, ``n_pa_trials``, ``n_sources``, and
+        ``pa_strict`` when every pooled result has it.
     """
     names = list(results) if sources is None else list(sources)
     missing = [s for s in names if s not in results]
@@ -147,26 +178,37 @@ def pool_sources(results: Mapping[str, Mapping], sources: Iterable[str] | None =
         raise ValueError("pool_sources: no sources to pool")
     if pa_weight not in ("trials", "identities"):
         raise ValueError(f"pool_sources: pa_weight must be 'trials' or 'identities', got {pa_weight!r}")
-    ssr_num = pa_num = w_id = w_pa = 0.0
-    n_tr = 0
+    strict = all("pa_strict" in results[s] for s in names)
+    ssr_num = pa_num = st_num = w_id = w_pa = w_st = 0.0
+    n_tr = n_pa = 0
     for s in names:
         r = results[s]
         ni, nt = int(r["n_identities"]), int(r["n_trials"])
+        npa = int(r.get("n_pa_trials", nt))
         if ni > 0:
             ssr_num += ni * float(r["ssr"])
             w_id += ni
-        if nt > 0:
-            w = nt if pa_weight == "trials" else ni
+        if npa > 0:
+            w = npa if pa_weight == "trials" else ni
             pa_num += w * float(r["pa"])
             w_pa += w
+        if strict and nt > 0:
+            w = nt if pa_weight == "trials" else ni
+            st_num += w * float(r["pa_strict"])
+            w_st += w
         n_tr += nt
-    return {
+        n_pa += npa
+    out = {
         "ssr": ssr_num / w_id if w_id else float("nan"),
         "pa": pa_num / w_pa if w_pa else float("nan"),
         "n_identities": int(w_id),
         "n_trials": n_tr,
+        "n_pa_trials": n_pa,
         "n_sources": len(names),
     }
+    if strict:
+        out["pa_strict"] = st_num / w_st if w_st else float("nan")
+    return out
 
 
 def source_breakdown(results: Mapping[str, Mapping], groups: Mapping[str, Sequence[str]] | None = None,
@@ -175,13 +217,15 @@ def source_breakdown(results: Mapping[str, Mapping], groups: Mapping[str, Sequen
 
     ``groups`` maps a row label (e.g. "Avg. (training, 4)", "Avg. (unseen fill, 3)",
     "Avg. (all 7, main)") to the sources it pools; columns: ``row``, ``kind`` (source|group),
-    ``ssr``, ``pa``, ``n_identities``, ``n_trials``, ``n_sources``.
+    ``ssr``, ``pa``, ``pa_strict`` (NaN for a result without it), ``n_identities``, ``n_trials``,
+    ``n_pa_trials``, ``n_sources``.
     """
     rows = []
     for s, r in results.items():
         rows.append({"row": s, "kind": "source", "ssr": float(r["ssr"]), "pa": float(r["pa"]),
+                     "pa_strict": float(r.get("pa_strict", np.nan)),
                      "n_identities": int(r["n_identities"]), "n_trials": int(r["n_trials"]),
-                     "n_sources": 1})
+                     "n_pa_trials": int(r.get("n_pa_trials", r["n_trials"])), "n_sources": 1})
     for g, members in (groups or {}).items():
         rows.append({"row": g, "kind": "group", **pool_sources(results, members, pa_weight)})
     return pd.DataFrame(rows)

@@ -100,7 +100,9 @@ def run_bench(encoders: Sequence[Any], data: NearIDData, cfg: Profile,
     results = []
     for b in encoders:
         t0 = clock()
-        r = evaluate_encoder(b, data, split, variants, grid=grid, dbpp=dbpp)
+        # Table 7's extra judge scales score NearID and MTG only (no DB++ column there)
+        skip = getattr(b, "skip_dbpp", False)
+        r = evaluate_encoder(b, data, split, variants, grid=None if skip else grid, dbpp=None if skip else dbpp)
         r.seconds["total"] = clock() - t0
         results.append(r)
     return BenchRun(results, source_groups(data.sources, data.train_sources), variants, split, grid, cache_seconds)

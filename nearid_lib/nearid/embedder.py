@@ -75,7 +75,9 @@ class Embedder:
                  workers: int | None = None):
         self.encoder = encoder
         self.backbone = getattr(encoder, "backbone", encoder)
-        if head is None and hasattr(encoder, "head") and hasattr(encoder, "backbone"):
+        # a NearIDEncoder's head runs on cached tokens; without tokens (store_tokens=False: its
+        # embeddings come whole from its own forward, e.g. the released model's float path) it is not taken
+        if head is None and store_tokens is not False and hasattr(encoder, "head") and hasattr(encoder, "backbone"):
             head = encoder.head
         self.head = head
         if isinstance(profile, str):

@@ -11,7 +11,8 @@ Public API (notebooks 03-08 build on it)::
 
 (``emb``: an :class:`~nearid_lib.nearid.embedder.Embedder`.) Missing views are NaN embeddings with
 a False mask: they never count as trials. Similarities are cosine (embeddings are L2-normalised).
-SSR/PA follow :func:`nearid_lib.metrics.ssr_pa` exactly; pooled rows are support-weighted
+SSR/PA follow :func:`nearid_lib.metrics.ssr_pa` exactly (PA as the authors' tables define it,
+the strict pairwise rate beside it as ``*_pa_strict``); pooled rows are support-weighted
 (:func:`nearid_lib.metrics.pool_sources`). Table 1's NearID SSR/PA pool the *main* sources (training
 + unseen fill-based, no structure-conditioned source; :func:`source_groups`), here and in
 :func:`nearid_lib.nearid.tables.table1` alike.
@@ -212,20 +213,24 @@ def mtg_bench(se: SplitEmbeddings) -> dict[str, Any] | None:
 
 def summary_row(nb: dict[str, Any], mt: dict[str, Any] | None) -> dict[str, Any]:
     """One flat row with the paper's column names and units: ``nearid_ssr``/``nearid_pa`` (percent,
-    pooled over the Table 1 sources, :func:`main_sources`), ``mtg_mo``, ``mtg_mopair`` (r),
-    ``mtg_ssr``/``mtg_pa`` (percent), plus ``train_ssr/pa`` and ``unseen_ssr/pa`` (percent) and
-    ``ssr_<source>``/``pa_<source>``."""
+    pooled over the Table 1 sources, :func:`main_sources`; PA as the authors define it, with
+    ``nearid_pa_strict`` beside it: :mod:`nearid_lib.metrics.nearid`), ``mtg_mo``, ``mtg_mopair``
+    (r), ``mtg_ssr``/``mtg_pa`` (percent), plus ``train_ssr/pa(_strict)`` and
+    ``unseen_ssr/pa(_strict)`` (percent) and ``ssr_<source>``/``pa_<source>``/``pa_strict_<source>``."""
+    nan = float("nan")
     p = nb["pooled"]
     main = p.get("main", p["all"])
-    row: dict[str, Any] = {"nearid_ssr": 100 * main["ssr"], "nearid_pa": 100 * main["pa"]}
+    row: dict[str, Any] = {"nearid_ssr": 100 * main["ssr"], "nearid_pa": 100 * main["pa"],
+                           "nearid_pa_strict": 100 * main.get("pa_strict", nan)}
     for k in ("train", "unseen"):
         if k in p:
             row[f"{k}_ssr"], row[f"{k}_pa"] = 100 * p[k]["ssr"], 100 * p[k]["pa"]
-    nan = float("nan")
+            row[f"{k}_pa_strict"] = 100 * p[k].get("pa_strict", nan)
     row.update({"mtg_mo": mt["m_o"] if mt else nan, "mtg_mopair": mt["m_opair"] if mt else nan,
                 "mtg_ssr": 100 * mt["ssr"] if mt else nan, "mtg_pa": 100 * mt["pa"] if mt else nan})
     for s, r in nb["per_source"].items():
         row[f"ssr_{s}"], row[f"pa_{s}"] = 100 * r["ssr"], 100 * r["pa"]
+        row[f"pa_strict_{s}"] = 100 * r.get("pa_strict", nan)
     row["n_identities"] = main["n_identities"] // max(1, main["n_sources"])
     return row
 
@@ -242,8 +247,10 @@ def units_from_bench(nb: dict[str, Any], ids: Sequence[str]) -> pd.DataFrame:
     """Per (identity, source) NearID-bench outcomes from a :func:`nearid_bench` result computed with
     ``per_identity=True`` over identities ``ids`` (the split's row order): ``unit`` (identity id),
     ``source``, ``wins``, ``trials``, ``success`` (identities without a trial of a source are left out).
-    These are the rows claims bootstrap over identities (:mod:`nearid_lib.claims`): pooled SSR / PA
-    of a set of sources are exactly the statistics ``ssr`` / ``pa`` of its rows."""
+    These are the rows claims bootstrap over identities (:mod:`nearid_lib.claims`): pooled SSR and
+    the strict PA (``pa_strict``, wins / trials of the directed margins) of a set of sources are
+    exactly the statistics ``ssr`` / ``pa`` of its rows; claims read the strict PA, the rate their
+    criteria were declared on (docs/protocol.md, "PA both ways")."""
     frames = []
     for s, r in nb["per_source"].items():
         if "trials" not in r:

@@ -3,7 +3,9 @@
 
 - :func:`kpca_panels`: Figure 5, embeddings of positives and their matched-context distractors;
 - :func:`nearid_qualitative`: Figure 7, NearID rows with every image's scores against the anchor;
-- :func:`mtg_qualitative`: Figure 8, MTG rows with scores, the oracle and the object / part outlines.
+- :func:`mtg_qualitative`: Figure 8, MTG rows with scores, the oracle and the object / part outlines;
+- :func:`mtg_ecdf_series`: Figure 9, every scorer's MTG part-edit scores and the oracle, with each
+  scorer's M-O (the curves compare distributions; M-O says how each pair is ordered).
 
 Scores under an image read one line per scorer, ``{letter: bench encoder}`` in order (:func:`score_label`),
 e.g. ``{"F": frozen, "N": nearid}`` gives ``"F=0.93\\nN=0.71"``.
@@ -21,10 +23,16 @@ if TYPE_CHECKING:
     from ..data import NearIDData
 
 __all__ = ["OBJECT_COLOUR", "PART_COLOUR", "score_label", "kpca_views", "kpca_panels", "nearid_qualitative",
-           "mtg_qualitative"]
+           "mtg_qualitative", "mtg_ecdf_series", "ORACLE_LABEL", "ECDF_NOTE"]
 
 OBJECT_COLOUR = "#009E73"       # Okabe-Ito green: the object's outline in Figure 8
 PART_COLOUR = "#D55E00"         # Okabe-Ito vermillion: the edited part's outline
+ORACLE_LABEL = "Oracle (1 - |part|/|object|)"
+# under Figure 9: two curves that look alike say nothing about whether a scorer orders the edits as
+# the oracle does (issue 53: the head's curve hugs the oracle's while its M-O is near 0)
+ECDF_NOTE = ("The curves compare score distributions only. M-O and M-Opair (legend) measure agreement pair by "
+             "pair (Fisher-z means of the Pearson r of score and oracle over the same pairs): a curve near the "
+             "oracle's with M-O near 0 ranks the edits unlike the oracle.")
 
 
 def score_label(values: Mapping[str, float]) -> str:
@@ -108,3 +116,23 @@ def mtg_qualitative(data: NearIDData, rows: pd.DataFrame, scorers: Mapping[str, 
                          [(data.mask(r["image_2_object_mask"]), OBJECT_COLOUR),
                           (data.mask(r["image_2_part_mask"]), PART_COLOUR)]])
     return images, labels, contours
+
+
+def mtg_ecdf_series(scorers: Mapping[str, Any], data: NearIDData, split: str = "test", variant: str = "full"
+                    ) -> tuple[dict[str, np.ndarray], dict[str, str], int]:
+    """Figure 9's series (:func:`nearid_lib.plots.ecdf_plot`): the oracle (:data:`ORACLE_LABEL`) and,
+    per scorer (legend label -> bench encoder), its scores of each MTG pair's two part edits against
+    their originals (``s_1_1p``, ``s_2_2p``); the notes give each scorer's M-O and M-Opair
+    (:func:`nearid_lib.metrics.mtg_metrics` on the same pairs). Returns ``(series, notes,
+    n_edited_images)``; empty without MTG pairs in ``split``."""
+    oracle, series, notes = None, {}, {}
+    for label, b in scorers.items():
+        mt, sc = b.mtg(data, split, variant)
+        if not sc:
+            continue
+        oracle = np.r_[sc["oracle_1"], sc["oracle_2"]]           # the same pairs for every scorer
+        series[label] = np.r_[sc["s_1_1p"], sc["s_2_2p"]]
+        notes[label] = f"M-O {mt['m_o']:.3f}, M-Opair {mt['m_opair']:.3f}"
+    if oracle is None:
+        return {}, {}, 0
+    return {ORACLE_LABEL: oracle, **series}, notes, len(oracle)

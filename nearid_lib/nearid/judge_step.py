@@ -1,14 +1,19 @@
-"""The VLM judge of NearID-bench on every GPU, before notebook 04 and outside its kernel.
+"""The VLM judges of NearID-bench on every GPU, before notebook 04 and outside its kernel.
 
 ``torchrun --nproc_per_node N -m nearid_lib.nearid.judge_step --profile paper`` (``make judge
-PROFILE=paper``) judges every pair notebook 04 will ask the judge about -- NearID (every source,
-full and FG-only), MTG and the DreamBench++ stand-in where the profile has one -- with the judge of
-:func:`~nearid_lib.nearid.scorers.judge_encoder` (same model, prompt, cost cap ``eval.vlm_max_ids``
-and answers folder): whole batches of pairs are dealt to the processes
-(:func:`~nearid_lib.judge.score_pairs_sharded`), each appends its answers to its own file, a killed
-step resumes, and notebook 04 then reads every answer instead of judging (hours for a 30B judge on
-one GPU inside a kernel otherwise). It prints the pairs judged, the coverage and the seconds per
-1,000 pairs. Without ``eval.vlm_judge`` it does nothing.
+PROFILE=paper``) judges every pair notebook 04 will ask the judges about -- NearID (every source,
+full and FG-only), MTG and the DreamBench++ stand-in where the profile has one -- with every judge of
+:func:`~nearid_lib.nearid.judges.judge_encoders` (``eval.vlm_judge`` and Table 7's
+``eval.vlm_scales``; same model, prompt, answer reading, cost cap ``eval.vlm_max_ids`` and answers
+folder as notebook 04). Each judge runs as replicas sized to the GPUs' memory
+(:func:`~nearid_lib.judge.plan.judge_plan`: one GPU each when the model fits one, else one replica
+over several GPUs with ``device_map="auto"``, its first rank judging); whole batches of pairs are
+dealt to the judging ranks (:func:`~nearid_lib.judge.score_pairs_sharded`), each appends its answers
+to its own file, a killed step resumes, and notebook 04 then reads every answer instead of judging.
+A judge behind its gate (no judge configured, weights not in the mirror, its template missing, a
+model no GPU group holds) is skipped with the reason printed; the step still succeeds and the
+tables say why its rows are empty. It prints each judge's plan, the pairs judged, the coverage and
+the seconds per 1,000 pairs.
 """
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ from ..runtime import set_torch_threads
 from .bench import bench_variants
 from .evaluate import evaluate_encoder
 from .pairs import grid_pairs
-from .scorers import judge_encoder
+from .judges import judge_encoders, judge_models, placement_plan, visible_gpu_bytes
 
 __all__ = ["judge_bench", "main"]
 
@@ -42,7 +47,8 @@ def judge_bench(cfg, data, benc) -> dict:
     return {"pairs": n, "covered": covered, "coverage": covered / n if n else float("nan"), "seconds": sec,
             "seconds_per_1000_pairs": 1000 * sec / n if n else float("nan"),
             "per_benchmark": {k: {"n": v["n"], "n_covered": v["n_covered"]} for k, v in benc.coverage.items()},
-            "answers_dir": str(benc.answers_dir) if benc.answers_dir else None}
+            "answers_dir": str(benc.answers_dir) if benc.answers_dir else None,
+            "judging_ranks": list(benc.workers) if benc.workers is not None else "all"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -55,15 +61,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = get_profile(args.profile, overrides=over)
     set_torch_threads(cfg.runtime.threads, cfg.runtime.tune_malloc)
     state = launched_state()
-    device = str(state.device) if state is not None else None
-    benc = judge_encoder(cfg, device=device)
-    if benc is None:
-        print("judge step: the profile has no eval.vlm_judge; nothing to judge")
-        end_launch()
-        return 0
-    out = judge_bench(cfg, load_nearid(nearid_root(cfg.name)), benc)
-    if state is None or state.is_main_process:
-        print(json.dumps(out, indent=1, default=str))
+    rank = state.process_index if state is not None else 0
+    main = state is None or state.is_main_process
+    gpus = visible_gpu_bytes()
+    if main:
+        for model in judge_models(cfg):
+            plan = placement_plan(model, gpus) if model != "tiny" else None
+            print(f"{model}: {plan.describe() if plan is not None else 'placement: one device'}")
+    encoders, gated = judge_encoders(cfg, rank=rank, gpu_bytes=gpus)
+    if main:
+        for model, why in gated.items():
+            print(f"judge step: {model} skipped: {why}")
+    data = load_nearid(nearid_root(cfg.name)) if encoders else None
+    for benc in encoders:
+        out = judge_bench(cfg, data, benc)
+        if main:
+            print(json.dumps({"model": benc.model, **out}, indent=1, default=str))
     end_launch()
     return 0
 

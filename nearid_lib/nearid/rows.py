@@ -2,7 +2,10 @@
 
 One training row = one anchor image a, its positives (the identity's other views, up to 2 slots) and
 its distractors (one slot per training source: the distractor inpainted into the *anchor's* view, so
-it shares the anchor's background). MTG part-edit pairs are interleaved as extra rows, repeated
+it shares the anchor's background). ``train.distractor_slots="per_view"`` builds rows as the
+authors' training script does (their ``NearIDDataset`` in aligned mode, the "r7" preset of
+:data:`nearid_lib.config.TRAIN_PRESETS`): one distractor slot per view, the one inpainted into that
+view's background, its source drawn once per (identity, view) and kept over epochs. MTG part-edit pairs are interleaved as extra rows, repeated
 ``train.mtg_repeat`` times per epoch (paper Sec. 4.1: 4x): anchor = image_1_original (image_2 on
 every other repeat), positive = the other original, distractors = the anchor's own part edit (same
 background: a part-level near-identity distractor) and, given a second slot, the positive's part
@@ -69,9 +72,12 @@ def train_sources(data: NearIDData, cfg: Profile) -> list[str]:
     return src
 
 
-def _nearid_rows(data: NearIDData, sources: list[str], K: int, epoch: int, split: str, seed: int) -> list[tuple]:
+def _nearid_rows(data: NearIDData, sources: list[str], K: int, epoch: int, split: str, seed: int,
+                 per_view: bool = False) -> list[tuple]:
     """One row per identity of ``split``: a random anchor view (``make_rng(seed, "anchor-view", epoch)``),
-    the other views as positives, the anchor view's distractor of every training source."""
+    the other views as positives, the anchor view's distractor of every training source; with
+    ``per_view``, one distractor per view instead (its source from ``make_rng(seed, "view-source")``,
+    the same every epoch: the authors key that draw on the row, not the epoch)."""
     sel = (data.positives["split"] == split).to_numpy()
     views_cols = [f"img{k}" for k in (1, 2, 3)]
     img = data.positives.loc[sel, views_cols].to_numpy(dtype=object)                    # [n, 3]
@@ -79,6 +85,7 @@ def _nearid_rows(data: NearIDData, sources: list[str], K: int, epoch: int, split
     dst = np.stack([data.distractors[s].loc[sel, [f"nimg{k}" for k in (1, 2, 3)]].to_numpy(dtype=object)
                     for s in sources], axis=1) if sources else np.zeros((len(img), 0, 3), object)  # [n, S, 3]
     rng = make_rng(seed, "anchor-view", epoch)
+    pick = make_rng(seed, "view-source").integers(max(1, len(sources)), size=(len(img), 3)) if per_view else None
     rows = []
     for j in range(len(img)):           # numpy rows: a pandas .iloc per row costs ~seconds per epoch
         views = [v for v in range(3) if img[j, v]]
@@ -86,8 +93,12 @@ def _nearid_rows(data: NearIDData, sources: list[str], K: int, epoch: int, split
         others = [v for v in views if v != k]
         p = [img[j, v] for v in others] + [""] * (P_SLOTS - len(others))
         pm = [msk[j, v] for v in others] + [""] * (P_SLOTS - len(others))
-        d = list(dst[j, :, k]) + [""] * (K - len(sources))
-        dm = [msk[j, k] if x else "" for x in d]
+        if per_view:            # slot v: view v's distractor, so the anchor meets every view's background
+            d = [dst[j, pick[j, v], v] if img[j, v] and sources else "" for v in range(3)] + [""] * (K - 3)
+            dm = [msk[j, v] if x else "" for v, x in enumerate(d)]
+        else:
+            d = list(dst[j, :, k]) + [""] * (K - len(sources))
+            dm = [msk[j, k] if x else "" for x in d]
         rows.append((img[j, k], msk[j, k], p, pm, d, dm, [np.nan] * K, False))
     return rows
 
@@ -121,10 +132,11 @@ def epoch_rows(data: NearIDData, cfg: Profile, epoch: int, split: str = "train")
     """The rows of ``epoch`` in training order (deterministic in ``(cfg.seed, epoch)``)."""
     tc = cfg.train
     sources = train_sources(data, cfg)
-    K = max(1, len(sources))
+    per_view = tc.distractor_slots == "per_view"
+    K = 3 if per_view else max(1, len(sources))
     rows: list[tuple] = []
     if tc.use_nearid:
-        rows += _nearid_rows(data, sources, K, epoch, split, cfg.seed)
+        rows += _nearid_rows(data, sources, K, epoch, split, cfg.seed, per_view)
     if tc.use_mtg and data.mtg is not None:
         rows += _mtg_rows(data, K, tc.mtg_repeat, split)
     if not rows:

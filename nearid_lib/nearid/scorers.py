@@ -11,9 +11,6 @@ embeds images (frozen backbones, the NearID head: :class:`EmbeddingBenchEncoder`
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
@@ -23,119 +20,24 @@ import torch
 
 from .. import hub
 from ..data.groups import group_items
-from ..features import FeatureStore, apply_variant, dataset_refs, dataset_scope, embed
-from ..judge import VLMJudge, read_prompt_file, score_pairs_sharded
+from ..features import FeatureStore, dataset_refs, dataset_scope, embed
 from ..models import RANDOM_INIT, NearIDEncoder, load_backbone, load_encoder, resolve_name, split_weights
 from ..models.registry import RELEASE_REPO
 from ..paths import cache_dir, checkpoint_dir
 from .embedder import Embedder
 from .evaluate import embed_split, nearid_bench
-from .pairs import mtg_from_scores, mtg_pairs, nearid_from_pair_scores, nearid_pairs
+from ..judge.plan import JUDGE_MODELS, judge_gate
+from .judges import judge_answers_dir, judge_encoder, judge_encoders, judge_models, judge_name
+from .pair_encoder import CosinePairScorer, PairBenchEncoder
+from .pairs import mtg_from_scores, mtg_pairs
+from .release import RELEASE_FLOAT, RELEASE_INT8, release_why, same_tower
 
 if TYPE_CHECKING:
     from ..config import Profile
     from ..data import NearIDData
 
-__all__ = ["CosinePairScorer", "PairBenchEncoder", "EmbeddingBenchEncoder", "StoreEmbedder", "StoreBenchEncoder", "load_bench_encoders", "judge_encoder",
-           "judge_answers_dir"]
-
-
-class CosinePairScorer:
-    """Pair scores as cosine similarities of precomputed embeddings (``lookup[relpath] -> [E]``);
-    the pair-based path of an embedding encoder, e.g. to check it against the embedding path."""
-
-    def __init__(self, lookup: Mapping[str, np.ndarray], name: str = "cosine"):
-        self.lookup, self.name = lookup, name
-
-    def score_pairs(self, images_a: Sequence[str], images_b: Sequence[str]):
-        a = np.stack([np.asarray(self.lookup[x], float) for x in images_a]) if images_a else np.zeros((0, 1))
-        b = np.stack([np.asarray(self.lookup[x], float) for x in images_b]) if images_b else np.zeros((0, 1))
-        a = a / np.linalg.norm(a, axis=1, keepdims=True)
-        b = b / np.linalg.norm(b, axis=1, keepdims=True)
-        return (a * b).sum(1)
-
-
-class PairBenchEncoder:
-    """A bench encoder that scores image pairs directly (the VLM judge).
-
-    ``scorer.score_pairs(images_a, images_b)`` returns a :class:`~nearid_lib.judge.JudgeScores` or a
-    plain array; with ``load_images=True`` it receives PIL images (after the full/FG variant), else
-    the relpaths. Judge answers with no score are NaN, their trials are dropped, and ``coverage``
-    keeps, per (benchmark, variant), how many pairs were scored.
-
-    Under ``torchrun`` / ``accelerate launch`` the pairs are judged by every process
-    (:func:`~nearid_lib.judge.score_pairs_sharded`: whole batches per process, answers gathered to
-    every process, so the tables rank 0 writes equal one process's); ``answers_dir`` keeps every
-    answer (one file per rank) so that a killed run resumes and a rerun over the same pairs reads
-    them instead of judging again (:func:`load_bench_encoders` gives a real judge one under the
-    profile's cache, keyed by the judge's fingerprint)."""
-
-    kind = "pairs"
-
-    def __init__(self, scorer, name: str = "vlm", label: str | None = None, load_images: bool = True,
-                 max_ids: int | None = None, answers_dir: str | Path | None = None):
-        self.scorer, self.name, self.label = scorer, name, label or getattr(scorer, "name", name)
-        self.load_images, self.max_ids = load_images, max_ids
-        self.answers_dir = answers_dir
-        self.coverage: dict[str, dict] = {}
-        self._memo: dict[tuple, float] = {}
-
-    def _prep(self, data: NearIDData, rel, mask, variant):
-        if not self.load_images:
-            return rel
-        mk = data.mask(mask) if variant != "full" else None
-        return apply_variant(data.image(rel), mk, variant)
-
-    def pair_scores(self, data: NearIDData, pairs: Sequence[tuple], variant: str = "full", tag: str = "pairs") -> np.ndarray:
-        """Scores of (img_a, mask_a, img_b, mask_b) pairs; repeated pairs are scored once."""
-        todo = [p for p in dict.fromkeys((p[0], p[1], p[2], p[3], variant) for p in pairs) if p not in self._memo]
-        if todo:
-            def load(idx):     # only the pairs of this process's batches are read
-                return ([self._prep(data, todo[i][0], todo[i][1], variant) for i in idx],
-                        [self._prep(data, todo[i][2], todo[i][3], variant) for i in idx])
-
-            res = score_pairs_sharded(self.scorer, ["|".join(map(str, p)) for p in todo], load,
-                                      answers_dir=self.answers_dir)
-            sc = np.asarray(getattr(res, "scores", res), dtype=np.float64)
-            for p, s in zip(todo, sc):
-                self._memo[p] = float(s)
-            cov = self.coverage.setdefault(f"{tag}:{variant}", {"n": 0, "n_covered": 0, "status": {}})
-            cov["n"] += len(todo)
-            cov["n_covered"] += int(np.isfinite(sc).sum())
-            for st in getattr(res, "status", []):
-                cov["status"][st] = cov["status"].get(st, 0) + 1
-        return np.array([self._memo[(p[0], p[1], p[2], p[3], variant)] for p in pairs], dtype=np.float64)
-
-    def nearid(self, data: NearIDData, split: str = "test", variant: str = "full", sources: Sequence[str] | None = None):
-        srcs = list(data.sources if sources is None else sources)
-        pr = nearid_pairs(data, split, srcs, self.max_ids)
-        pos_s = self.pair_scores(data, [p[3:] for p in pr["pos"]], variant, "nearid")
-        dist_s = {s: self.pair_scores(data, [p[2:] for p in pr["dist"][s]], variant, "nearid") for s in srcs}
-        return nearid_from_pair_scores(len(pr["ids"]), pr["pos"], pos_s, pr["dist"], dist_s, data.train_sources)
-
-    def mtg(self, data: NearIDData, split: str = "test", variant: str = "full"):
-        m, sets = mtg_pairs(data, split, self.max_ids)
-        return mtg_from_scores(m, {k: self.pair_scores(data, v, variant, "mtg") for k, v in sets.items()})
-
-    def grid_scores(self, data: NearIDData, gp: pd.DataFrame, variant: str = "full") -> np.ndarray:
-        out = np.full(len(gp), np.nan)
-        keep = np.ones(len(gp), bool)
-        if self.max_ids is not None and len(gp):
-            # the cost cap applies here too: only the first max_ids anchors are judged
-            keep = gp["anchor_id"].isin(list(dict.fromkeys(gp["anchor_id"]))[:self.max_ids]).to_numpy()
-        sub = gp[keep]
-        out[keep] = self.pair_scores(data, list(zip(sub["ref"], sub["ref_mask"], sub["img"], sub["mask"])),
-                                     variant, "dbpp")
-        return out
-
-    def coverage_summary(self) -> dict[str, float]:
-        """``coverage_<benchmark>_<variant>`` = scored / judged pairs, plus overall ``coverage``."""
-        out = {f"coverage_{k.replace(':', '_')}": v["n_covered"] / v["n"] if v["n"] else float("nan")
-               for k, v in self.coverage.items()}
-        n = sum(v["n"] for v in self.coverage.values())
-        out["coverage"] = sum(v["n_covered"] for v in self.coverage.values()) / n if n else float("nan")
-        out["n_judged"] = n
-        return out
+__all__ = ["CosinePairScorer", "PairBenchEncoder", "EmbeddingBenchEncoder", "StoreEmbedder", "StoreBenchEncoder",
+           "BenchEncoders", "load_bench_encoders", "release_encoders", "judge_encoder", "judge_answers_dir"]
 
 
 class EmbeddingBenchEncoder:
@@ -269,63 +171,57 @@ def _frozen_label(name: str, tiny: bool, random_init: bool = False) -> str:
     return ("tiny random-init " + base) if tiny else base
 
 
-def _release_encoder(cfg: Profile, data: NearIDData):
-    """The authors' released NearID model (``Aleksandar/nearid-siglip2``: their SigLIP2 tower and
-    trained MAP head, through the hub resolver) as a bench encoder, or None with the reason printed
-    when the local mirror lacks it."""
-    if not hub.is_available(RELEASE_REPO):
-        print(f"nearid-release: row skipped, {RELEASE_REPO} is not in the local hub mirror; fetch it with\n  "
-              + hub.download_command(RELEASE_REPO, "model", hub.hub_dir()))
-        return None
-    enc, _ = load_encoder("nearid", checkpoint=RELEASE_REPO)
+def release_encoders(cfg: Profile, data: NearIDData, backbone=None) -> tuple[list, str | None]:
+    """The authors' released model (:mod:`.release`) as bench encoders: ``nearid-release`` through
+    the float32 forward on the images (the guide's precision), and, when ``cfg.train.token_store`` is
+    a quantised store and ``backbone`` (the profile's frozen backbone, whose store our heads are
+    scored from) is given, ``nearid-release-int8``: the released head on that store. Returns
+    ``(encoders, why)``, ``why`` saying why there are none."""
+    why = release_why()
+    if why:
+        return [], why
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    enc, _ = load_encoder("nearid", checkpoint=RELEASE_REPO, device=dev, dtype="float32")
     enc.eval()
-    label = f"NearID released weights ({RELEASE_REPO}: tower {enc.backbone.weights or enc.backbone.name} + head)"
-    return EmbeddingBenchEncoder(Embedder(enc, data, profile=cfg, progress=False), "nearid-release", label)
+    tower = enc.backbone.weights or enc.backbone.name
+    emb = StoreEmbedder(enc, data, folder=cache_dir(cfg.name) / "release_float", batch_size=cfg.backbone.batch_size,
+                        progress=False)
+    out = [StoreBenchEncoder(emb, RELEASE_FLOAT, f"NearID released weights ({RELEASE_REPO}: tower {tower} + head), "
+                                                 f"float32 forward on the images (the guide's precision)")]
+    if backbone is not None and cfg.train.token_store != "cache" and getattr(backbone, "n_tokens", 0):
+        twin = NearIDEncoder(backbone, enc.head.to(backbone.device), name="nearid")
+        twin.eval()
+        same = same_tower(enc.backbone.model, backbone.model) if hasattr(backbone, "model") else False
+        label = (f"NearID released head on the {cfg.train.token_store} token store of the profile's {backbone.name} "
+                 f"({'the same tower weights' if same else 'NOT the released tower'}), as our heads are scored")
+        bench = EmbeddingBenchEncoder(Embedder(twin, data, profile=cfg, progress=False), RELEASE_INT8, label)
+        bench.same_tower = same
+        out.append(bench)
+    return out, None
 
 
-def judge_answers_dir(cfg: Profile, judge) -> Path | None:
-    """Where a real judge's answers are kept (per pair, per judge fingerprint): a killed evaluation
-    resumes, a rerun -- or notebook 04 after the launched judge step (:mod:`.judge_step`) -- reads
-    them instead of judging again. None for the tiny test judge."""
-    if cfg.eval.vlm_judge in (None, "tiny") or not hasattr(judge, "fingerprint"):
-        return None
-    fp = hashlib.sha1(json.dumps(judge.fingerprint(), sort_keys=True).encode()).hexdigest()[:10]
-    return cache_dir(cfg.name) / "judge_answers" / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', judge.name)}-{fp}"
+class BenchEncoders(list):
+    """The bench encoders of a profile (a list), with ``gated``: ``{encoder name: reason}`` for the
+    encoders the profile asks for that cannot be scored now (a judge behind its gate, the released
+    weights absent), whose rows the tables show empty with that reason (:mod:`.unscored`)."""
 
-
-def judge_encoder(cfg: Profile, judge=None, device: str | None = None) -> PairBenchEncoder | None:
-    """The VLM judge of ``cfg.eval.vlm_judge`` as a bench encoder (None without one): its prompt
-    (``judge.prompt_file``, the authors' template after the two images, or ours), its cost cap
-    ``eval.vlm_max_ids`` and its answers folder (:func:`judge_answers_dir`). ``judge`` overrides the
-    judge object (tests)."""
-    if judge is None and not cfg.eval.vlm_judge:
-        return None
-    pk = ({"prompt": read_prompt_file(cfg.judge.prompt_file), "prompt_after_images": True}
-          if cfg.judge.prompt_file else {})
-    if judge is None:
-        if cfg.eval.vlm_judge == "tiny":
-            judge = VLMJudge.tiny(max_new_tokens=cfg.eval.vlm_max_new_tokens, batch_size=cfg.eval.vlm_batch_size, **pk)
-        else:
-            dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
-            judge = VLMJudge.from_pretrained(cfg.eval.vlm_judge, device=dev, max_new_tokens=cfg.eval.vlm_max_new_tokens,
-                                             batch_size=cfg.eval.vlm_batch_size, **pk)
-    label = f"VLM judge {judge.name} (score/10)" + (f", prompt {Path(cfg.judge.prompt_file).name}"
-                                                    if cfg.judge.prompt_file else "")
-    if cfg.eval.vlm_max_ids:
-        label += f", first {cfg.eval.vlm_max_ids} ids/pairs only"
-    return PairBenchEncoder(judge, "vlm", label, max_ids=cfg.eval.vlm_max_ids, answers_dir=judge_answers_dir(cfg, judge))
+    def __init__(self, items=(), gated: Mapping[str, str] | None = None):
+        super().__init__(items)
+        self.gated: dict[str, str] = dict(gated or {})
 
 
 def load_bench_encoders(cfg: Profile, data: NearIDData, checkpoint=None, judge=None,
-                        checkpoints: Sequence[tuple[int, str | Path]] | None = None) -> list:
-    """The bench encoders of ``cfg.eval.encoders`` (+ the VLM judge of ``cfg.eval.vlm_judge``).
+                        checkpoints: Sequence[tuple[int, str | Path]] | None = None) -> BenchEncoders:
+    """The bench encoders of ``cfg.eval.encoders`` (+ the VLM judges of ``cfg.eval.vlm_judge`` and
+    ``cfg.eval.vlm_scales``, :func:`~nearid_lib.nearid.judges.judge_encoders`), as a
+    :class:`BenchEncoders` whose ``gated`` says which asked-for rows cannot be scored and why.
 
     ``nearid`` loads the trained head of every ``(seed, folder)`` in ``checkpoints`` (one bench
     encoder per seed, ``.seed`` set; default: the single ``checkpoint``, else ``checkpoint_dir(profile)
     / "nearid"``); the heads share one backbone object, and a frozen encoder with the same backbone
     reuses it too, so all read the same feature caches. ``nearid-release`` is the authors' released
-    model (their tower and head, :func:`_release_encoder`). ``judge`` overrides the judge object (tests)."""
-    out = []
+    model (their tower and head, :func:`release_encoders`). ``judge`` overrides the judge object (tests)."""
+    out = BenchEncoders()
     heads = []
     if "nearid" in cfg.eval.encoders:
         ckpts = list(checkpoints) if checkpoints else [(cfg.seed, checkpoint or (checkpoint_dir(cfg.name) / "nearid"))]
@@ -340,10 +236,12 @@ def load_bench_encoders(cfg: Profile, data: NearIDData, checkpoint=None, judge=N
             heads.append((seed, enc))
     nearid_enc = heads[0][1] if heads else None
     for name in cfg.eval.encoders:
-        if name == "nearid-release":
-            rel = _release_encoder(cfg, data)
-            if rel is not None:
-                out.append(rel)
+        if name == RELEASE_FLOAT:
+            rel, why = release_encoders(cfg, data, nearid_enc.backbone if nearid_enc is not None else None)
+            out.extend(rel)
+            if why:
+                print(f"{RELEASE_FLOAT}: row skipped, {why}")
+                out.gated[RELEASE_FLOAT] = why
             continue
         if name == "nearid":
             bb = nearid_enc.backbone
@@ -371,7 +269,15 @@ def load_bench_encoders(cfg: Profile, data: NearIDData, checkpoint=None, judge=N
         # only need their pooled output (CLIP-L tokens of the paper test set would be ~8 GB)
         emb = Embedder(enc, data, profile=cfg, progress=False, store_tokens=None if shared else False)
         out.append(EmbeddingBenchEncoder(emb, canon, _frozen_label(canon, getattr(enc, "tiny", False))))
-    bj = judge_encoder(cfg, judge)
-    if bj is not None:
-        out.append(bj)
+    judges, gated = judge_encoders(cfg, judge)
+    out.extend(judges)
+    for model, why in gated.items():
+        print(f"VLM judge {model}: rows skipped, {why}")
+        out.gated[judge_name(model)] = why
+    scored = {b.name for b in out if b.kind == "pairs"}
+    if not judge_models(cfg) and "vlm" not in scored:
+        out.gated["vlm"] = judge_gate(None, None, hub.is_available) or ""
+    for model in JUDGE_MODELS:          # Table 7's judge scales this profile does not ask for
+        if judge_name(model) not in scored | set(out.gated):
+            out.gated[judge_name(model)] = f"{model} is not among this profile's judges (eval.vlm_scales)"
     return out

@@ -63,8 +63,8 @@ if TYPE_CHECKING:
 __all__ = ["RowSpec", "RunResult", "Sweep", "seeds_of", "train_and_score", "train_missing", "train_grouped", "run_rows",
            "METRICS", "worker_devices", "run_dir"]
 
-METRICS = ("nearid_ssr", "nearid_pa", "mtg_mo", "mtg_mopair", "mtg_ssr", "mtg_pa", "train_ssr", "train_pa",
-           "unseen_ssr", "unseen_pa")
+METRICS = ("nearid_ssr", "nearid_pa", "nearid_pa_strict", "mtg_mo", "mtg_mopair", "mtg_ssr", "mtg_pa",
+           "train_ssr", "train_pa", "unseen_ssr", "unseen_pa")
 
 
 @dataclass(frozen=True)

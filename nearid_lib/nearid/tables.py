@@ -42,7 +42,12 @@ PAPER_KEYS: dict[str, tuple[str, str, str, str | None]] = {
     # the authors' released head (Aleksandar/nearid-siglip2) scored by our protocol: an ours-only
     # row to read beside the paper's "NearID (Ours)" numbers
     "nearid-release": ("NearID, released weights", "NearID, released weights", "NearID, released weights", None),
+    # the same released head scored as our heads are (the int8 token store): nearid.release
+    "nearid-release-int8": ("NearID, released weights (int8 token store)",) * 3 + (None,),
     "vlm": ("Qwen3VL30B", "Qwen3-VL", "Qwen3-VL 30B", None),
+    # Table 7's smaller judge scales (App. E.7; nearid.judges): ours-only rows in Tables 1 and 5
+    "vlm-8b": ("Qwen3VL8B", "Qwen3-VL 8B", "Qwen3-VL 8B", None),
+    "vlm-4b": ("Qwen3VL4B", "Qwen3-VL 4B", "Qwen3-VL 4B", None),
 }
 
 
@@ -88,7 +93,8 @@ def _pool(nb: dict, members: Sequence[str]) -> dict:
 def table1(results: Sequence[EncoderResult], groups: Mapping[str, Sequence[str]], profile: str,
            variant: str = "full", split: Mapping | None = None) -> pd.DataFrame:
     """NearID Table 1: ``row`` (paper key), ``ours_label``, ``nearid_ssr``/``nearid_pa`` (%, pooled
-    over the ``main`` group), ``mtg_mo``, ``mtg_mopair``, ``mtg_ssr``/``mtg_pa`` (%), ``dbpp_mh``
+    over the ``main`` group; PA as the authors define it, ``nearid_pa_strict`` the strict pairwise
+    rate beside it: :mod:`nearid_lib.metrics.nearid`), ``mtg_mo``, ``mtg_mopair``, ``mtg_ssr``/``mtg_pa`` (%), ``dbpp_mh``
     (human ratings, the ``object`` category as the authors report it; ``dbpp_mh_all4`` the Fisher-z
     mean over the four categories) or ``dbpp_mh_procedural`` (the labelled stand-in), support and
     coverage.
@@ -105,11 +111,12 @@ def table1(results: Sequence[EncoderResult], groups: Mapping[str, Sequence[str]]
         mt = r.mtg.get(variant) or {}
         row = {"row": paper_keys(r.name)[0], "ours_label": r.label, "profile": profile, "seed": r.seed,
                "nearid_ssr": _pct(p["ssr"]), "nearid_pa": _pct(p["pa"]),
+               "nearid_pa_strict": _pct(p.get("pa_strict", np.nan)),
                "mtg_mo": mt.get("m_o", np.nan), "mtg_mopair": mt.get("m_opair", np.nan),
                "mtg_ssr": _pct(mt.get("ssr", np.nan)), "mtg_pa": _pct(mt.get("pa", np.nan)),
                "dbpp_mh": np.nan, "dbpp_mh_procedural": np.nan, "dbpp_note": "",
                "n_identities": p["n_identities"] // max(1, p["n_sources"]), "n_trials": p["n_trials"],
-               "n_mtg_pairs": mt.get("n_pairs", 0), "sources_pooled": ";".join(s for s in main)}
+               "n_pa_trials": p.get("n_pa_trials", p["n_trials"]), "n_mtg_pairs": mt.get("n_pairs", 0), "sources_pooled": ";".join(s for s in main)}
         if r.dbpp is not None:
             if r.dbpp.get("kind") == "human":
                 row["dbpp_mh"] = r.dbpp["m_h"]
@@ -159,7 +166,8 @@ def _siglip2_composite(t: pd.DataFrame) -> pd.DataFrame:
 def table5(results: Sequence[EncoderResult], groups: Mapping[str, Sequence[str]], profile: str,
            variant: str = "full") -> pd.DataFrame:
     """NearID Table 5 (long format): one row per (source, method) plus the group-average rows
-    (keys as printed, e.g. "Avg. (training, 4)"; ``source_label`` lists what our group pools)."""
+    (keys as printed, e.g. "Avg. (training, 4)"; ``source_label`` lists what our group pools);
+    ``pa`` as the authors define it, ``pa_strict`` beside it."""
     train = set(groups.get("training", []))
     canny = set(groups.get("unseen_canny", []))
     apart = set(groups.get("apart", []))
@@ -174,7 +182,7 @@ def table5(results: Sequence[EncoderResult], groups: Mapping[str, Sequence[str]]
                          "seed": r.seed,
                          "source_label": s, "group": grp, "training_source": s in train,
                          "n": v["n_identities"], "ssr": _pct(v["ssr"]), "pa": _pct(v["pa"]),
-                         "n_trials": v["n_trials"]})
+                         "pa_strict": _pct(v.get("pa_strict", np.nan)), "n_trials": v["n_trials"]})
         for g, members in groups.items():
             p = _pool(nb, members)
             rows.append({"source": _GROUP_KEYS[g], "method": method, "ours_label": r.label, "profile": profile,
@@ -182,7 +190,7 @@ def table5(results: Sequence[EncoderResult], groups: Mapping[str, Sequence[str]]
                          "source_label": f"avg of {len(members)}: " + ", ".join(members),
                          "group": f"avg_{g}" if g != "main" else "avg_all7_main", "training_source": np.nan,
                          "n": p["n_identities"], "ssr": _pct(p["ssr"]), "pa": _pct(p["pa"]),
-                         "n_trials": p["n_trials"]})
+                         "pa_strict": _pct(p.get("pa_strict", np.nan)), "n_trials": p["n_trials"]})
     return pd.DataFrame(rows)
 
 
@@ -210,7 +218,8 @@ def source_range_check(t5: pd.DataFrame, method: str = "SigLIP2",
 
 def table7(results: Sequence[EncoderResult], groups: Mapping[str, Sequence[str]], profile: str) -> pd.DataFrame:
     """NearID Table 7: full image vs foreground only (background blacked out by the mask):
-    ``full_ssr``, ``full_pa``, ``full_mo``, ``fg_*``, ``delta_ssr`` (points), ``delta_mo``."""
+    ``full_ssr``, ``full_pa`` (the authors' PA; ``full_pa_strict`` beside it), ``full_mo``, ``fg_*``,
+    ``delta_ssr`` (points), ``delta_mo``."""
     main = main_sources(groups)
     rows = []
     for r in results:
@@ -221,6 +230,7 @@ def table7(results: Sequence[EncoderResult], groups: Mapping[str, Sequence[str]]
             p = _pool(r.nearid[v], main)
             mt = r.mtg.get(v) or {}
             row[f"{v}_ssr"], row[f"{v}_pa"] = _pct(p["ssr"]), _pct(p["pa"])
+            row[f"{v}_pa_strict"] = _pct(p.get("pa_strict", np.nan))
             row[f"{v}_mo"] = mt.get("m_o", np.nan)
         row["delta_ssr"] = row["fg_ssr"] - row["full_ssr"]
         row["delta_mo"] = row["fg_mo"] - row["full_mo"]
@@ -341,7 +351,8 @@ def table7_sweep_row(sweep, key: str, method: str) -> pd.DataFrame:
     row: dict = {"method": method, "ours_label": label, "n_seeds": len(runs)}
     for v, split in (("full", "test"), ("fg", "test_fg")):
         per = pd.DataFrame([r.scores[split] for r in runs])
-        for m, col in (("nearid_ssr", "ssr"), ("nearid_pa", "pa"), ("mtg_mo", "mo")):
+        for m, col in (("nearid_ssr", "ssr"), ("nearid_pa", "pa"), ("nearid_pa_strict", "pa_strict"),
+                       ("mtg_mo", "mo")):
             row[f"{v}_{col}"] = float(per[m].mean())
             row[f"{v}_{col}_sd"] = float(per[m].std(ddof=1)) if len(per) > 1 else float("nan")
     row["delta_ssr"] = row["fg_ssr"] - row["full_ssr"]

@@ -41,7 +41,7 @@ from ..config import Profile, get_profile, profile_to_dict
 from ..data import load_nearid, nearid_root
 from ..paths import checkpoint_dir
 from ..io_utils import write_json
-from ..launch import end_launch
+from ..launch import collective_timeout, end_launch
 from ..models import MAPHead, load_backbone, resolve_device, save_head
 from ..runtime import set_torch_threads
 from ..seeding import make_rng
@@ -130,11 +130,14 @@ def _accelerator(cfg: Profile):
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return None
     from accelerate import Accelerator
+    from accelerate.utils import InitProcessGroupKwargs
 
     cuda = torch.cuda.is_available()
     # cpu=True on CPU-only ranks: otherwise accelerate sees no multi-CPU launcher variables under
-    # torchrun, reports DistributedType.NO and never wraps the head in DDP (ranks silently diverge)
-    accel = Accelerator(mixed_precision=cfg.train.mixed_precision if cuda else "no", cpu=not cuda)
+    # torchrun, reports DistributedType.NO and never wraps the head in DDP (ranks silently diverge);
+    # the group waits collective_timeout() (rank 0 validates while the others wait: launch docstring)
+    accel = Accelerator(mixed_precision=cfg.train.mixed_precision if cuda else "no", cpu=not cuda,
+                        kwargs_handlers=[InitProcessGroupKwargs(timeout=collective_timeout())])
     if accel.num_processes <= 1 or accel.distributed_type.name == "NO":
         raise RuntimeError(f"WORLD_SIZE={os.environ.get('WORLD_SIZE')} but accelerate set up no distributed "
                            f"training ({accel.distributed_type}); launch with `accelerate launch` or `torchrun`")
@@ -318,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutil.rmtree(ck, ignore_errors=True)
         shutil.copytree(out, ck, ignore=shutil.ignore_patterns("resume", "units_*", "mtg_*"))
         print(f"published the head to {ck}")
-    end_launch()   # every rank leaves the process group before exit (a torchrun rank can abort otherwise)
+    end_launch()   # every rank leaves the group (no barrier: rank 0 publishes outside it)
     return 0
 
 

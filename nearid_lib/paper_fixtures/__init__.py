@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from .. import hub
+from .. import mirror as M
 from ..gates import closed_gates, gates_for
 from ..io_utils import read_table_meta, skip_reason
 from ..paper_specs import load_specs
@@ -32,7 +34,7 @@ from .personalize import write_personalize_models
 from .idsim import write_idsim_downloads, write_idsim_models
 from .nearid import write_authors_release, write_nearid_datasets, write_nearid_models
 
-__all__ = ["SIZE_OVERRIDES", "write_mirror", "overrides_text", "check_tables", "readme_settings"]
+__all__ = ["SIZE_OVERRIDES", "write_mirror", "overrides_text", "check_tables", "readme_settings", "record_mirror"]
 
 # Sizes and steps only: the same code paths as a GPU run of the paper profile, on tiny data and
 # tiny models (their native 32 px input, 2 val / 4 test identities, a few training steps).
@@ -83,11 +85,33 @@ def overrides_text(extra: dict[str, str] | None = None) -> str:
 
 
 def readme_settings() -> dict[str, str]:
-    """The settings the README's paper section tells a user to make, where their input exists in
-    ``$NEARID_DOWNLOADS`` (so the dry run takes the documented path, not a shortcut): the authors'
-    judge template (``judge.prompt_file``)."""
-    tpl = downloads_dir() / "NearID" / "evaluation" / "vl_template_v2.txt"
-    return {"judge.prompt_file": str(tpl)} if tpl.is_file() else {}
+    """The settings the README's paper section tells a user to make, wherever the authors' release is
+    in ``$NEARID_DOWNLOADS`` (so the dry run takes the documented path, not a shortcut): their judge
+    template (``judge.prompt_file``), named whether or not the file is there, as the README names it
+    (a clone without it is what the preflight must catch)."""
+    rel = downloads_dir() / "NearID"
+    return {"judge.prompt_file": str(rel / "evaluation" / "vl_template_v2.txt")} if rel.is_dir() else {}
+
+
+def record_mirror(hub_dir: str | Path, downloads_dir: str | Path | None = None) -> list[str]:
+    """Write the download record of every repository of ``hub.PAPER_REPOS`` in the fixture mirror
+    (and of the authors' release in ``downloads_dir``), as ``python -m nearid_lib.hub download``
+    leaves them: what the preflight checks the folders against. Returns the repositories recorded."""
+    hub_dir = Path(hub_dir)
+    done = []
+    for repo, rtype, _ in hub.PAPER_REPOS:
+        folder = hub_dir / repo
+        if folder.is_dir():
+            M.write_record(hub_dir, repo, rtype, hub.mirror_revision(folder) or "dryrun-fixture",
+                           M.scan_files(folder), M.fetch_policy(repo, rtype), recorded_by="paper_fixtures")
+            done.append(repo)
+    for repo, folder, _ in hub.GIT_REPOS:
+        where = Path(downloads_dir) / folder if downloads_dir is not None else None
+        if where is not None and where.is_dir():
+            M.write_record(downloads_dir, repo, "git", "dryrun-fixture", M.scan_files(where), None,
+                           recorded_by="paper_fixtures")
+            done.append(repo)
+    return done
 
 
 def write_mirror(hub_dir: str | Path, downloads_dir: str | Path, seed: int = 0) -> dict[str, list[str]]:
@@ -101,6 +125,7 @@ def write_mirror(hub_dir: str | Path, downloads_dir: str | Path, seed: int = 0) 
     write_idsim_downloads(downloads_dir, seed=seed)
     write_idsim_models(hub_dir)
     written["idsim"] = ["downloads"]
+    written["records"] = record_mirror(hub_dir, downloads_dir)
     return written
 
 

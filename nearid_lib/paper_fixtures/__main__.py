@@ -1,10 +1,12 @@
-"""``python -m nearid_lib.paper_fixtures write HUB_DIR DOWNLOADS_DIR`` | ``overrides`` | ``check FIGURES_DIR``."""
+"""``python -m nearid_lib.paper_fixtures write HUB_DIR DOWNLOADS_DIR`` | ``overrides`` | ``check FIGURES_DIR``
+| ``damage HUB_DIR DOWNLOADS_DIR [--defects column truncated template ...]``."""
 from __future__ import annotations
 
 import argparse
 import sys
 
 from . import check_tables, overrides_text, readme_settings, write_mirror
+from .damage import DEFECTS, damage
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,7 +19,15 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("overrides", help="print the size-only NEARID_SET of the dry run")
     c = sub.add_parser("check", help="every paper table written or skipped with a reason")
     c.add_argument("figures_dir")
+    d = sub.add_parser("damage", help="apply a real mirror's defects to a fixture mirror (for the preflight)")
+    d.add_argument("hub_dir")
+    d.add_argument("downloads_dir")
+    d.add_argument("--defects", nargs="+", default=["column", "truncated", "template"], choices=sorted(DEFECTS))
     a = p.parse_args(argv)
+    if a.cmd == "damage":
+        for line in damage(a.hub_dir, a.downloads_dir, a.defects):
+            print("damaged:", line)
+        return 0
     if a.cmd == "write":
         for kind, names in write_mirror(a.hub_dir, a.downloads_dir, a.seed).items():
             print(f"{kind}: {', '.join(names)}")

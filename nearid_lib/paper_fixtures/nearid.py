@@ -8,14 +8,18 @@ as ``save_to_disk`` folders (``README.md`` beside ``dataset_dict.json`` and
 ``train/data-0000k-of-0000n.arrow``, ``train/state.json``, ``train/dataset_info.json``, several
 shards), plus the download metadata (``.cache/huggingface/download/*.metadata``) whose first line
 is the commit read, here ``dryrun-fixture``. The schemas are
-:func:`~nearid_lib.data.released.positive_features` (with the official ``split`` column, or without
-it: ``split_column=False``), :func:`~nearid_lib.data.released.distractor_features` and the MTG image
-columns; nothing else. :func:`write_authors_release` writes the authors' GitHub release layout
+:func:`~nearid_lib.data.released.positive_features` of the card the authors publish today (its
+column list in :data:`~nearid_lib.data.released_schema.TODAY`, read from
+``scripts/upload_nearid_datasets.py`` of Gorluxor/NearID at commit 1a2cc71: ``images1..3``, their
+foreground masks ``masks1..3``, ``dino_*``, ``aesthetics*``, ``size*``, ``filenames*``, ``id_safe``,
+``split``), or of the earlier card (``layout=EARLIER``: ``img1..3``, no masks, ``split`` optional),
+:func:`~nearid_lib.data.released.distractor_features` and the MTG image columns; nothing else. :func:`write_authors_release` writes the authors' GitHub release layout
 (``splits/*.json`` row positions, ``dreambench_plus/ratings``, ``evaluation/vl_template_v2.txt``).
 
 Images are tiny procedural scenes: an identity is a shape, a colour and a stripe count; its views
-put it at other places and scales on other backgrounds; a distractor of a source repaints another
-instance (another colour and stripe count) into the very same background and place, at the
+put it at other places and scales on other backgrounds (each with its released mask: the shape, plus
+three stray specks that the authors' mask clean-up removes); a distractor of a source repaints
+another instance (another colour and stripe count) into the very same background and place, at the
 source's resolution.
 """
 from __future__ import annotations
@@ -29,6 +33,7 @@ from PIL import Image, ImageDraw
 
 from ..data.masks import save_tiny_clipseg
 from ..data.released import RELEASED_SOURCES, distractor_features, mtg_features, positive_features
+from ..data.released_schema import TODAY, PositivesLayout
 from ..judge import build_tiny_qwen3vl
 from .dbpp import write_ratings
 
@@ -97,11 +102,28 @@ def _scale(box, f):
     return tuple(v * f for v in box)
 
 
-def _rows(n: int, seed: int) -> tuple[dict, dict[str, dict]]:
-    """Columns of the positives repo and of each distractor repo (same ids, same metadata)."""
+def _mask(box, shape: str, rng: np.random.Generator) -> Image.Image:
+    """A view's released foreground mask: the object at 255 and three isolated specks at 200 at
+    least 6 pixels away from it (what the authors' clean-up removes and a plain ``> 0`` keeps)."""
+    from scipy import ndimage
+
+    m = Image.new("L", (BASE_PX, BASE_PX), 0)
+    _draw(m, box, shape, 255, 0)
+    arr = np.asarray(m).copy()
+    free = np.argwhere(~ndimage.binary_dilation(arr > 0, iterations=6))
+    for y, x in free[rng.choice(len(free), size=3, replace=False)]:
+        arr[y, x] = 200
+    return Image.fromarray(arr, "L")
+
+
+def _rows(n: int, seed: int, layout: PositivesLayout = TODAY) -> tuple[dict, dict[str, dict]]:
+    """Columns of the positives repo (in ``layout``: every column of its card) and of each
+    distractor repo (same ids, same metadata)."""
     ids = _identities(n, seed)
-    pos = {c: [] for c in positive_features()}
+    pos = {c: [] for c in positive_features(layout)}
     dist = {s: {c: [] for c in distractor_features()} for s in RELEASED_SOURCES}
+    img, msk = layout.image_prefix, layout.mask_prefix
+    splits = fixture_splits(n)
     for i, ident in enumerate(ids):
         desc = f"a {ident['colour']} {ident['shape']} with {ident['stripes']} dark stripes"
         meta = {"id": ident["id"], "category": "rigid", "category_description": desc,
@@ -110,12 +132,25 @@ def _rows(n: int, seed: int) -> tuple[dict, dict[str, dict]]:
             pos[c].append(v)
             for s in RELEASED_SOURCES:
                 dist[s][c].append(v)
+        more = {"dino_01": 0.5 + 0.01 * i, "dino_02": 0.4 if ident["n_images"] == 3 else None,
+                "dino_12": 0.45 if ident["n_images"] == 3 else None, "id_safe": i % 4 != 1, "split": splits[i]}
+        for c, v in more.items():
+            if c in pos:
+                pos[c].append(v)
         for k in (1, 2, 3):
-            pos[f"prompts{k}"].append(f"{desc}, view {k}" if k <= ident["n_images"] else "")
+            there = k <= ident["n_images"]
+            pos[f"prompts{k}"].append(f"{desc}, view {k}" if there else "")
+            for c, v in ((f"aesthetics{k}", 5.0 + 0.1 * k if there else None),
+                         (f"size{k}", [BASE_PX, BASE_PX] if there else None),
+                         (f"filenames{k}", f"syncd/{ident['id']}/view{k}.png" if there else "")):
+                if c in pos:
+                    pos[c].append(v)
             for si, s in enumerate(RELEASED_SOURCES):
-                dist[s][f"prompts{k}"].append(f"a similar but different object, {s}" if k <= ident["n_images"] else "")
-            if k > ident["n_images"]:
-                pos[f"img{k}"].append(None)
+                dist[s][f"prompts{k}"].append(f"a similar but different object, {s}" if there else "")
+            if not there:
+                pos[f"{img}{k}"].append(None)
+                if msk:
+                    pos[f"{msk}{k}"].append(None)
                 for s in RELEASED_SOURCES:
                     dist[s][f"nimg{k}"].append(None)
                 continue
@@ -124,7 +159,9 @@ def _rows(n: int, seed: int) -> tuple[dict, dict[str, dict]]:
             box = _view_box(rng, BASE_PX)
             im = bg.copy()
             _draw(im, box, ident["shape"], _COLOURS[ident["colour"]], ident["stripes"])
-            pos[f"img{k}"].append(_png(im))
+            pos[f"{img}{k}"].append(_png(im))
+            if msk:
+                pos[f"{msk}{k}"].append(_png(_mask(box, ident["shape"], rng)))
             for si, s in enumerate(RELEASED_SOURCES):
                 px = SOURCE_PX[s]
                 other = list(_COLOURS)[(list(_COLOURS).index(ident["colour"]) + 1 + si % 3) % len(_COLOURS)]
@@ -140,6 +177,9 @@ def _card(pretty: str, features, splits: list[str], body: str) -> str:
 
     lines = ["---", "dataset_info:", "  features:"]
     for name, f in features.items():
+        if isinstance(f, (datasets.Sequence, datasets.List)):
+            lines += [f"    - name: {name}", f"      sequence: {f.feature.dtype}"]
+            continue
         dtype = "image" if isinstance(f, datasets.Image) else f.dtype
         lines += [f"    - name: {name}", f"      dtype: {dtype}"]
     lines += ["  splits:"] + [f"    - name: {s}" for s in splits]
@@ -230,20 +270,28 @@ def _mtg_split(n: int, seed: int, split_id: int) -> dict:
 
 
 def write_nearid_datasets(hub_dir: Path, n_ids: int = 18, n_mtg: tuple[int, int] = (6, 6), seed: int = 0,
-                          split_column: bool = True) -> list[str]:
-    """``Aleksandar/NearID`` (parquet; with the official ``split`` column of :func:`fixture_splits`
-    unless ``split_column=False``), the nine ``Aleksandar/NearID-<source>`` repos (``save_to_disk``
-    folders, 2 shards) and ``abdo-eldesokey/mtg-dataset`` into the mirror ``hub_dir``; returns the
-    repo ids written."""
+                          split_column: bool = True, layout: PositivesLayout = TODAY) -> list[str]:
+    """``Aleksandar/NearID`` (parquet) in the published ``layout``: by default today's card
+    (:data:`~nearid_lib.data.released_schema.TODAY`, its columns as read from the authors'
+    repository at the commit it names: ``images1..3``, ``masks1..3``, the metadata columns and the
+    official ``split`` of :func:`fixture_splits`), or the earlier card
+    (:data:`~nearid_lib.data.released_schema.EARLIER`: ``img1..3``, no masks; with the ``split``
+    column unless ``split_column=False``); the nine ``Aleksandar/NearID-<source>`` repos
+    (``save_to_disk`` folders, 2 shards) and ``abdo-eldesokey/mtg-dataset`` into the mirror
+    ``hub_dir``; returns the repo ids written."""
     import datasets
 
     hub_dir = Path(hub_dir)
-    pos, dist = _rows(n_ids, seed)
-    feats = positive_features()
-    if split_column:
+    pos, dist = _rows(n_ids, seed, layout)
+    feats = positive_features(layout)
+    if split_column and "split" not in feats:
         pos["split"] = fixture_splits(n_ids)
         feats = datasets.Features({**feats, "split": datasets.Value("string")})
-    body = "Dry-run fixture in the published schema of the NearID datasets (tiny procedural images)."
+    elif not split_column and "split" in feats:
+        pos.pop("split")
+        feats = datasets.Features({c: f for c, f in feats.items() if c != "split"})
+    body = (f"Dry-run fixture in the published schema of the NearID datasets (tiny procedural images); "
+            f"the positives' columns are the card of Gorluxor/NearID at {layout.commit[:7]} ({layout.name}).")
     write_dataset_repo(hub_dir / "Aleksandar" / "NearID", {"train": pos}, feats,
                        _card("NearID (Multi-View Identity Dataset)", feats, ["train"], body))
     out = ["Aleksandar/NearID"]

@@ -4,35 +4,38 @@ Compute nodes of most clusters have no internet. A user downloads each repositor
 local mirror, in the hub's own repository layout, with the client the lock installs (``hf``;
 ``huggingface-hub`` 1.x/2.x no longer ships ``huggingface-cli``)::
 
-    python -m nearid_lib.hub download $MIRROR          # every repo of PAPER_REPOS, resumable
-    hf download Aleksandar/NearID --repo-type dataset --local-dir $MIRROR/Aleksandar/NearID   # or one at a time
+    python -m nearid_lib.hub download $MIRROR --downloads $NEARID_DOWNLOADS   # every repo, resumable
+    python -m nearid_lib.hub $MIRROR                   # the same as shell commands (hf download ...)
 
-and sets ``NEARID_HUB_DIR=$MIRROR``. The authors' GitHub release (official splits, per-image
-DreamBench++ ratings, the judge's prompt: :data:`GIT_REPOS`) goes to ``$NEARID_DOWNLOADS/NearID``. Then every dataset and model load of the library reads
+and sets ``NEARID_HUB_DIR=$MIRROR``. Only the files the pipeline loads are fetched, a failure (a
+gated repository without access) does not stop the others, and each download leaves a record
+(files, sizes, commit) that the preflight checks: :mod:`nearid_lib.mirror`. The authors' GitHub
+release (official splits, per-image DreamBench++ ratings, the judge's prompt: :data:`GIT_REPOS`)
+goes to ``$NEARID_DOWNLOADS/NearID`` at the commit of :data:`GIT_COMMITS`. Then every dataset and model load of the library reads
 ``$MIRROR/<org>/<name>`` (parquet shards + dataset card for datasets, ``save_pretrained`` folders for
 models) and never the network; a repository missing from the mirror is an error that prints the
 command that fetches it. Without ``NEARID_HUB_DIR`` the repo id goes to the hub (or its cache) at the
 pinned revision of :data:`REVISIONS` where one is known.
 
 Every resolution is recorded (:func:`reads`): the table sidecars of a run name each repository read,
-where from, and its revision (a mirror made by ``hf download --local-dir`` keeps the commit it
-downloaded in ``.cache/huggingface/download/*.metadata``).
+where from, and its revision: the commit its download record names, else the one a mirror made by
+``hf download --local-dir`` keeps in ``.cache/huggingface/download/*.metadata``.
 """
 from __future__ import annotations
 
-import argparse
-import subprocess
-import sys
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
+
+from .. import mirror as M
 
 __all__ = ["HUB_DIR_ENV", "REVISIONS", "PAPER_REPOS", "HubError", "Resolved", "hub_dir", "resolve",
            "model_source", "is_available", "load_hub_dataset", "reads", "clear_reads",
            "download_command", "mirror_revision", "parquet_splits", "GIT_REPOS", "git_command",
-           "download_commands", "download_all", "DownloadError", "arrow_splits"]
+           "download_commands", "arrow_splits", "GIT_COMMITS", "peek_revision", "repo_type_of",
+           "record_command"]
 
 HUB_DIR_ENV = "NEARID_HUB_DIR"
 
@@ -54,7 +57,8 @@ PAPER_REPOS: tuple[tuple[str, str, str], ...] = (
     ("openai/clip-vit-base-patch32", "model", "FPR general encoder"),
     ("facebook/dinov2-large", "model", "DINOv2 baseline rows, ID-Sim backbone row"),
     ("facebook/dinov2-base", "model", "FPR general encoder"),
-    ("CIDAS/clipseg-rd64-refined", "model", "object masks of the released NearID views (not released)"),
+    ("CIDAS/clipseg-rd64-refined", "model", "masks of the NearID views the release ships none for (the earlier "
+     "card: all; never loaded when every view has its released mask)"),
     ("Qwen/Qwen3-VL-30B-A3B-Instruct", "model", "VLM judge rows (NearID Table 1, ID-Sim Table 2a)"),
     ("facebook/sam-vit-huge", "model", "PerSAM (ID-Sim Table 2c; the table is skipped in paper, see README)"),
     ("chaenayo/Subjects2k", "dataset", "ID-Sim Subjects2k (Fig. 25, Tables 2a/2b)"),
@@ -80,6 +84,10 @@ GIT_REPOS: tuple[tuple[str, str, str], ...] = (
     ("Gorluxor/NearID", "NearID", "official splits (splits/*.json), per-image DreamBench++ scores "
      "(dreambench_plus/ratings), the judge's prompt (evaluation/vl_template_v2.txt)"),
 )
+# The commit each clone is checked out at (and moved to when a clone differs): Gorluxor/NearID at
+# a01532e, the newest commit this project read (splits and ratings since 1a2cc71, the judge's
+# template since a01532e). ``--git-commit REPO=SHA`` (or ``=HEAD``) overrides it.
+GIT_COMMITS: dict[str, str] = {"Gorluxor/NearID": "a01532ef26c93d62dcb75db7195077e5603fc24d"}
 
 
 class HubError(OSError):
@@ -110,95 +118,61 @@ def hub_dir() -> Path | None:
     return Path(v).expanduser().resolve() if v else None
 
 
+def repo_type_of(repo_id: str) -> str:
+    """``model`` / ``dataset`` of a repository of :data:`PAPER_REPOS` (``model`` for any other)."""
+    return next((t for r, t, _ in PAPER_REPOS if r == repo_id), "model")
+
+
 def download_command(repo_id: str, repo_type: str = "model", mirror: str | os.PathLike | None = None) -> str:
     """The shell command that puts ``repo_id`` into the mirror's layout (``hf download``, the
-    client of the locked ``huggingface-hub``)."""
+    client of the locked ``huggingface-hub``), with the file patterns of
+    :func:`nearid_lib.mirror.fetch_policy`."""
     where = f"{mirror or '$' + HUB_DIR_ENV}/{repo_id}"
     kind = " --repo-type dataset" if repo_type == "dataset" else ""
     rev = f" --revision {REVISIONS[repo_id]}" if repo_id in REVISIONS else ""
-    return f"hf download {repo_id}{kind}{rev} --local-dir {where}"
+    pol = M.fetch_policy(repo_id, repo_type)
+    pats = "".join(f" --include '{p}'" for p in pol.allow or ()) + "".join(f" --exclude '{p}'" for p in pol.ignore)
+    return f"hf download {repo_id}{kind}{rev}{pats} --local-dir {where}"
+
+
+def record_command(repo_id: str, repo_type: str = "model", mirror: str | os.PathLike | None = None) -> str:
+    """The shell command that records a finished ``hf download`` (files and sizes, the commit) for
+    the preflight."""
+    kind = " --repo-type dataset" if repo_type == "dataset" else ""
+    return f"python -m nearid_lib.hub record {mirror or '$' + HUB_DIR_ENV} {repo_id}{kind}"
 
 
 def git_command(repo: str, folder: str, downloads: str | os.PathLike | None = None) -> str:
     """The shell command that puts the GitHub repository ``repo`` at ``$NEARID_DOWNLOADS/<folder>``
-    (a shallow clone; kept as it is when the folder is already a clone)."""
+    at its commit of :data:`GIT_COMMITS` (a shallow fetch of that commit; an existing clone at
+    another commit is moved to it)."""
     where = f"{downloads or '$NEARID_DOWNLOADS'}/{folder}"
-    return f"[ -d {where}/.git ] || git clone --depth 1 https://github.com/{repo} {where}"
+    commit = GIT_COMMITS.get(repo, "HEAD")
+    return (f"{{ [ -d {where}/.git ] || git init -q {where}; }} && git -C {where} fetch -q --depth 1 "
+            f"https://github.com/{repo} {commit} && git -C {where} checkout -q --detach FETCH_HEAD")
 
 
 def download_commands(mirror: str | os.PathLike | None = None,
                       downloads: str | os.PathLike | None = None) -> list[tuple[str, str]]:
     """``[(what it is for, shell command)]``: every repository of :data:`PAPER_REPOS` into the
-    mirror, then every :data:`GIT_REPOS` clone into the downloads folder."""
-    out = [(used_for, download_command(rid, rtype, mirror)) for rid, rtype, used_for in PAPER_REPOS]
+    mirror (each followed by its record), then every :data:`GIT_REPOS` clone into the downloads folder."""
+    out = []
+    for rid, rtype, used_for in PAPER_REPOS:
+        gated = f" (gated: {M.login_hint(rid)})" if rid in M.GATED else ""
+        out += [(used_for + gated, download_command(rid, rtype, mirror)),
+                ("record it for the preflight", record_command(rid, rtype, mirror))]
     out += [(used_for, git_command(repo, folder, downloads)) for repo, folder, used_for in GIT_REPOS]
     return out
 
 
-class DownloadError(RuntimeError):
-    """A download of :func:`download_all` failed; the message names the repository."""
-
-
-def _folder_size(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and ".cache" not in f.relative_to(path).parts)
-
-
-def download_all(mirror: str | os.PathLike, downloads: str | os.PathLike | None = None,
-                 repos: Sequence[str] | None = None, log: Callable[[str], None] = print,
-                 fetch: Callable[..., Any] | None = None, clone: Callable[[str, Path], None] | None = None) -> list[dict]:
-    """Download every repository of :data:`PAPER_REPOS` (or only ``repos``) into ``mirror`` with
-    ``huggingface_hub.snapshot_download(local_dir=...)`` (resumable: files already there are kept),
-    and clone :data:`GIT_REPOS` into ``downloads`` when given. One line per repository with its
-    size and the commit read; the first failure raises :class:`DownloadError` naming the repository
-    (what was downloaded before it stays). ``fetch`` / ``clone`` replace the network calls (tests)."""
-
-    if fetch is None:
-        from huggingface_hub import snapshot_download as fetch
-    if clone is None:
-        def clone(url: str, where: Path) -> None:
-            subprocess.run(["git", "clone", "--depth", "1", url, str(where)], check=True)
-    mirror = Path(mirror).expanduser()
-    want = set(repos) if repos else None
-    known = {r for r, _, _ in PAPER_REPOS} | {r for r, _, _ in GIT_REPOS}
-    if want and want - known:
-        raise DownloadError(f"unknown repositories {sorted(want - known)}; known: {sorted(known)}")
-    done = []
-    for repo_id, repo_type, _ in PAPER_REPOS:
-        if want is not None and repo_id not in want:
-            continue
-        where = mirror / repo_id
-        try:
-            fetch(repo_id=repo_id, repo_type=repo_type, local_dir=str(where), revision=REVISIONS.get(repo_id))
-        except Exception as err:                       # noqa: BLE001 - the message names the repo
-            raise DownloadError(f"{repo_type} {repo_id} -> {where}: download failed: {type(err).__name__}: {err}") from err
-        rec = {"repo": repo_id, "type": repo_type, "path": str(where), "bytes": _folder_size(where),
-               "revision": mirror_revision(where)}
-        log(f"{repo_id:<48} {rec['bytes'] / 2**30:8.2f} GiB  commit {rec['revision'] or '?'}  -> {where}")
-        done.append(rec)
-    if downloads is not None:
-        for repo, folder, _ in GIT_REPOS:
-            if want is not None and repo not in want:
-                continue
-            where = Path(downloads).expanduser() / folder
-            if not (where / ".git").is_dir():
-                try:
-                    clone(f"https://github.com/{repo}", where)
-                except Exception as err:               # noqa: BLE001
-                    raise DownloadError(f"git {repo} -> {where}: clone failed: {err}") from err
-            rev = _git_head(where)
-            rec = {"repo": repo, "type": "git", "path": str(where), "bytes": _folder_size(where), "revision": rev}
-            log(f"{repo:<48} {rec['bytes'] / 2**30:8.2f} GiB  commit {rev or '?'}  -> {where}")
-            done.append(rec)
-    return done
-
-
-def _git_head(where: Path) -> str | None:
-
-    try:
-        return subprocess.run(["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip() or None
-    except (OSError, subprocess.CalledProcessError):
-        return None
+def peek_revision(repo_id: str) -> str | None:
+    """The revision :func:`resolve` would report for ``repo_id``, without recording a read (and
+    without raising when the mirror lacks it: None)."""
+    mirror = hub_dir()
+    if mirror is None:
+        return REVISIONS.get(repo_id)
+    rec = M.read_record(mirror, repo_id)
+    return (rec or {}).get("revision") or mirror_revision(mirror / repo_id)
 
 
 def mirror_revision(path: str | os.PathLike) -> str | None:
@@ -240,8 +214,9 @@ def resolve(repo_id: str, repo_type: str = "model", revision: str | None = None)
             raise HubError(f"{repo_type} {repo_id!r} is not in the local hub mirror {HUB_DIR_ENV}={mirror} "
                            f"(looked for {local}). Fetch it on a machine with internet:\n  "
                            + download_command(repo_id, repo_type, mirror))
+        rec = M.read_record(mirror, repo_id) or {}
         return _record(Resolved(repo_id, repo_type, str(local), True,
-                                mirror_revision(local) or revision or REVISIONS.get(repo_id)))
+                                rec.get("revision") or mirror_revision(local) or revision or REVISIONS.get(repo_id)))
     return _record(Resolved(repo_id, repo_type, repo_id, False, revision or REVISIONS.get(repo_id)))
 
 
@@ -331,40 +306,3 @@ def reads() -> dict[str, dict[str, Any]]:
 def clear_reads() -> None:
     """Forget the recorded reads (tests)."""
     _READS.clear()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m nearid_lib.hub [MIRROR [DOWNLOADS]]``: print the download commands of every
-    repository of the paper profile (:func:`download_commands`) into ``MIRROR`` (default
-    ``$NEARID_HUB_DIR``) and ``DOWNLOADS`` (default ``$NEARID_DOWNLOADS``); pipe them to ``bash -e``
-    on a machine with internet.
-
-    ``python -m nearid_lib.hub download MIRROR [--downloads DIR] [--only REPO ...]``: download them
-    from Python (resumable), one line per repository with its size and commit; exit status 1 on
-    the first failure."""
-
-    args = sys.argv[1:] if argv is None else list(argv)
-    if args[:1] == ["download"]:
-        ap = argparse.ArgumentParser(prog="python -m nearid_lib.hub download")
-        ap.add_argument("mirror", help="the local hub mirror (NEARID_HUB_DIR)")
-        ap.add_argument("--downloads", default=os.environ.get("NEARID_DOWNLOADS") or None,
-                        help="where the GitHub releases go (default $NEARID_DOWNLOADS; unset: not cloned)")
-        ap.add_argument("--only", nargs="+", default=None, help="only these repositories")
-        a = ap.parse_args(args[1:])
-        try:
-            download_all(a.mirror, a.downloads, a.only)
-        except DownloadError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 1
-        return 0
-    mirror = args[0] if args else (os.environ.get(HUB_DIR_ENV) or None)
-    downloads = args[1] if len(args) > 1 else (os.environ.get("NEARID_DOWNLOADS") or None)
-    print("set -e")
-    for used_for, cmd in download_commands(mirror, downloads):
-        print(f"# {used_for}")
-        print(cmd)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
