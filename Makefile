@@ -35,7 +35,14 @@ export PYTHONHASHSEED := 0
 # NEARID_PORTABLE=0 gives each library its fastest path and NEARID_THREADS threads (for speed, e.g.
 # NEARID_PORTABLE=0 NEARID_THREADS=8 make reproduce, at the price of last-digit differences).
 # PROFILE=paper runs on GPUs: one sweep worker per visible GPU and the node's cores shared among them.
-N_GPUS := $(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+# The GPUs this job may use: CUDA_VISIBLE_DEVICES when it is set (what a scheduler such as Slurm
+# gives the job; its entries up to the first negative one, as CUDA reads them; set but empty: none),
+# else every GPU nvidia-smi lists. N_GPUS=4 on the command line overrides both.
+ifeq ($(origin N_GPUS),undefined)
+N_GPUS := $(shell if [ -n "$${CUDA_VISIBLE_DEVICES+set}" ]; then \
+  printf '%s\n' "$$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | sed -n '/^ *-/q;/[^ ]/p' | grep -c .; \
+  else nvidia-smi -L 2>/dev/null | grep -c '^GPU'; fi)
+endif
 N_CORES := $(shell nproc 2>/dev/null || echo 2)
 ifeq ($(N_GPUS),0)
 NEARID_PORTABLE ?= 1
@@ -64,7 +71,7 @@ NEARID_WORKERS ?= 2
 export NEARID_WORKERS
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: reproduce reproduce-full notebooks test pytest lint-imports smoke dryrun-paper install lock lab clean clean-build help judge curate prefill preflight wheelhouse gpu-wheels bgremove
+.PHONY: reproduce reproduce-full notebooks test pytest lint-imports smoke dryrun-paper install lock lab clean clean-build help judge curate prefill preflight wheelhouse gpu-wheels bgremove fpr-generate notebook-figures
 .DEFAULT_GOAL := help
 
 help:
@@ -79,6 +86,7 @@ help:
 	@echo "make lab                             - JupyterLab on the notebooks (jupytext-paired, repo kernel)"
 	@echo "make gpu-wheels                      - .whl/: the wheels benchmarks/gpu_suite.py needs on the lent GPU machine"
 	@echo "make $(NB_OUT)/NN_name.ipynb           - one notebook (and what it depends on)"
+	@echo "make curate|prefill|judge|fpr-generate PROFILE=paper - one step over every GPU (N_GPUS=$(N_GPUS)), before its notebook"
 
 # TORCH=cpu | cu128 | ... picks the torch build (the wheel index https://download.pytorch.org/whl/$(TORCH));
 # default: cu128 where `nvidia-smi` lists a GPU, else the registry's default (CPU) build.
@@ -168,9 +176,20 @@ lab: $(STAMP)
 notebooks: $(filter $(NB_OUT)/00_environment.ipynb $(NB_OUT)/09_train_idsim.ipynb,$(EXECUTED)) $(EXECUTED)
 
 # An executed notebook is stale when its source, the library, the paper values or an upstream
-# notebook it reads from changes. Upstream edges are declared below.
-$(NB_OUT)/%.ipynb: notebooks/%.py $(LIB_SRC) $(STAMP)
-	bash scripts/run_notebook.sh $(VENV) $< $@ $(PROFILE) $(SEED)
+# notebook it reads from changes. Upstream edges are declared below. A source counts as changed when
+# its content does, not its date: JupyterLab rewrites notebooks/NN.py on every save (jupytext.toml
+# keeps the bytes when no cell changed), so the notebook depends on a content stamp,
+# $(NB_OUT)/.src/NN.sha256, rewritten only when the source's sha256 differs (and dated as the source,
+# so a first stamp does not make older executed notebooks look stale). When the source is newer but
+# its content the same, the stamp's recipe runs, leaves the stamp as it was, and make reruns nothing.
+# Static pattern rules: the stamps are targets of their own (never intermediate files that make may
+# skip or delete), so every stamp exists after the first run.
+SRC_STAMPS := $(patsubst notebooks/%.py,$(NB_OUT)/.src/%.sha256,$(NOTEBOOKS))
+$(SRC_STAMPS): $(NB_OUT)/.src/%.sha256: notebooks/%.py
+	@mkdir -p $(@D); if ! sha256sum < $< | cmp -s - $@; then sha256sum < $< > $@ && touch -r $< $@; fi
+
+$(EXECUTED): $(NB_OUT)/%.ipynb: $(NB_OUT)/.src/%.sha256 $(LIB_SRC) $(STAMP)
+	bash scripts/run_notebook.sh $(VENV) notebooks/$*.py $@ $(PROFILE) $(SEED)
 
 # ----- upstream edges (what each notebook reads; only for notebooks that exist) -----
 nb = $(if $(wildcard notebooks/$(1).py),$(NB_OUT)/$(1).ipynb)
@@ -206,6 +225,10 @@ $(NB_OUT)/99_report.ipynb: $(filter-out $(NB_OUT)/99_report.ipynb,$(EXECUTED)) $
 # - bgremove: FPR Table 14's background removal (nearid_lib/fpr/bg_step.py: carvekit at the FPR
 #   authors' settings, each rank a share of the gallery images, copies written once), so notebook 11
 #   reads the copies.
+# - fpr-generate: FPR's personalization methods on every subject of the nine galleries
+#   (nearid_lib/fpr/generation.py: subjects dealt over the ranks, each resumable by its _done.json;
+#   the bytes do not depend on the number of processes), so notebook 11 ranks images instead of
+#   generating them in its kernel on one GPU.
 GPU_LAUNCH = $(if $(filter-out 0,$(N_GPUS)),$(VENV)/bin/torchrun --standalone --nproc_per_node $(N_GPUS),$(PY))
 # $(1) step, $(2) module, $(3) what it reads, $(4) the notebook that waits for it (paper)
 define gpu_step
@@ -220,7 +243,11 @@ endef
 $(eval $(call gpu_step,curate,nearid_lib.data.curate_step,notebooks/01_data_curation.py,01_data_curation))
 $(eval $(call gpu_step,prefill,nearid_lib.nearid.prefill_step,$(call nb,01_data_curation),03_train_nearid))
 $(eval $(call gpu_step,judge,nearid_lib.nearid.judge_step,$(call nb,01_data_curation),04_eval_nearid_bench))
-$(eval $(call gpu_step,bgremove,nearid_lib.fpr.bg_step,notebooks/11_retrieval_galleries.py,11_retrieval_galleries))
+# the galleries and the generators come from the downloads and the mirror: no notebook before it
+$(eval $(call gpu_step,fpr-generate,nearid_lib.fpr.generation,,11_retrieval_galleries))
+# background removal of the same galleries' references and gallery images (FPR Table 14 is an oracle
+# table: no generated image); after fpr-generate, so that one process builds the galleries at a time
+$(eval $(call gpu_step,bgremove,nearid_lib.fpr.bg_step,$$(NB_OUT)/fpr-generate.done,11_retrieval_galleries))
 
 # ----- tests -----
 # The layers ([tool.importlinter] of pyproject.toml: entry points > paper packages > core, no cycles) are
@@ -270,12 +297,25 @@ dryrun-paper: $(STAMP) $(if $(DRYRUN_HUB),,$(DRYRUN_MIRROR))
 	  NB_OUT=$(DRYRUN_DIR)/notebooks
 	env $(DRYRUN_ENV) $(PY) -m nearid_lib.paper_fixtures check $(DRYRUN_DIR)/figures
 
+# Every figure a notebook writes is shown in the cell that writes it: tests/test_notebook_figures.py
+# reads the executed notebooks of smoke and of the dry run (papermill's cell times against each PNG's
+# date), so it runs after them, not in the pytest run before them.
+# Each of the two runs is checked when its executed notebooks exist (make test makes both first).
+SMOKE_FIGURES = $(or $(NEARID_FIGURES),$(or $(NEARID_OUT),build)/smoke/figures)
+EXECUTED_RUNS = $(if $(wildcard build/smoke/notebooks),$(abspath build/smoke/notebooks):$(abspath $(SMOKE_FIGURES))) \
+	$(if $(wildcard $(DRYRUN_DIR)/notebooks),$(abspath $(DRYRUN_DIR)/notebooks):$(abspath $(DRYRUN_DIR)/figures))
+notebook-figures: $(STAMP)
+	@test -n "$(strip $(EXECUTED_RUNS))" || { echo "notebook-figures: no executed notebooks (make smoke first)" >&2; exit 1; }
+	NEARID_EXECUTED="$(subst $(eval) ,;,$(strip $(EXECUTED_RUNS)))" $(PY) -m pytest -q tests/test_notebook_figures.py -k executed
+
 # pytest keeps about one of CI's two cores busy, so the dry run (its own folders under $(DRYRUN_DIR),
 # its notebooks one at a time) runs beside it; smoke comes after them, two notebooks at a time (the
-# tests write their caches and runs to a temporary folder, tests/conftest.py, never to cache/ or build/).
+# tests write their caches and runs to a temporary folder, tests/conftest.py, never to cache/ or build/),
+# then the check of their executed notebooks' figures (seconds).
 test: $(STAMP)
 	$(MAKE) --no-print-directory -j2 -o $(STAMP) pytest dryrun-paper DRYRUN_JOBS=1
 	$(MAKE) --no-print-directory -o $(STAMP) smoke
+	$(MAKE) --no-print-directory -o $(STAMP) notebook-figures
 
 clean-build:
 	rm -rf build/$(PROFILE)

@@ -300,7 +300,7 @@ def _fpr(inp: dict) -> Row:
         first = next(e for _, e in parts.values() if e)
         status = _measured(first, ("s an image of each method at its paper steps and s a DreamBooth step (full)"
                                    if len(meas) == len(parts) else "part of it: " + ", ".join(meas)))
-    return Row("FPR generation", "`torchrun -m nearid_lib.fpr.generation`", h / G, G, n_img * 5 * 1.5e-3,
+    return Row("FPR generation", "`make fpr-generate`", h / G, G, n_img * 5 * 1.5e-3,
                status=status, basis=basis)
 
 

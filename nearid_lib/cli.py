@@ -36,6 +36,71 @@ __all__ = ["main", "build_parser"]
 
 _PROFILES = ("smoke", "mini", "paper")
 
+# The long help of two subcommands: enough to build their inputs without reading the code.
+_RANK_EPILOG = """\
+inputs: three CSV tables (the FPR authors' layout), one row per image, columns
+  name       the identity (subject) the image shows
+  species    the group the identity belongs to (a bird species, a car family, an animal species):
+             with --group-by species a query ranks only the gallery of its own group
+  file_path  the image
+  ref_path   a reference image of the identity: on a generated row, the reference the image was
+             generated from (what --sim-to ref_path compares it with); on gallery and reference
+             rows, the identity's first reference (required by the layout and checked to exist,
+             not used for ranking)
+  method     generated_data.csv only: the personalization method (a CSV without it takes its
+             folder's name)
+  mask_path  optional: the object's mask (255 = object), needed by --background removed
+  prompt     optional, generated_data.csv: the prompt of the generation (kept, not scored)
+  GENERATED  generated_data.csv, or a folder of <identity>/<file> or <identity>__<k>.png images
+             (then species and ref_path come from train_data.csv)
+  GALLERY    gallery_data.csv (real images of the identities, none of them a reference image) or
+             the folder holding it and train_data.csv (the references the generator was shown)
+  Paths are absolute or relative to the CSV's folder (when the first row's file is not there: to
+  the nearest of the three folders above it where it is, as in this repository's datasets).
+
+output: one row per method (--out FILE.csv; the per-query rows beside it, FILE_per_query.csv)
+  map         gallery mAP: each generated image ranks the gallery by cosine similarity, AP with its
+              identity's gallery images relevant, ties averaged over their orders; higher is better
+  map_chance  the mAP a random ranking of the same galleries scores (chance level; printed too)
+  sim         pairwise cosine similarity to the reference (--sim-to), the CLIP-I / DINO score
+  top1        share of queries whose nearest gallery image shows their identity
+  auc, ndcg   ROC-AUC of same- vs other-identity pairs and nDCG of the ranking, in the same scope
+  n_queries, n_gallery  generated images scored, mean gallery size a query ranks
+
+example: nearid rank my_method/generated_data.csv data/mini/nearid/fpr/gallery_data.csv \\
+           --encoder efficientnet-lite0 --out my_method_fpr.csv
+"""
+
+_DBPP_EPILOG = """\
+RATINGS_DIR layout (dreambench_plus/ratings of github.com/Gorluxor/NearID, the NearID authors'
+release; python -m nearid_lib.hub download clones it to $NEARID_DOWNLOADS/NearID):
+  data_<scorer>_rating/<method>.json                       a scorer's score of every image of a method
+                                                           (scorers: nearid, backbone, backbone_maphead,
+                                                           dino, clipi, vsm, qwen3vl_30b)
+  data_gpt_rating/concept_preservation_full/<method>.json  GPT-4o's scores
+  data_human_rating/merged_data/group1/<method>-cp.json    human ratings (0-4), rater group 1
+  data_human_rating/merged_data/group2/<method>-cp.json    human ratings (0-4), rater group 2
+  <method>: textual_inversion_sd, dreambooth_sd, dreambooth_lora_sdxl, blip_diffusion, emu2,
+            ip_adapter_plus_vit_h_sdxl, ip_adapter_vit_g_sdxl (the methods both groups rated)
+--scores NAME=DIR: your scorer, DIR/<method>.json for any of those methods (no "-cp" suffix).
+
+every file: one JSON object {"<image key>": <number>, ...} over the same generated images (1,350 per
+method in the release), in the order of the human file of its method (files are matched by
+position, and their keys must agree):
+  <image key> = <category>_<NN>_<subject>-<prompt>[_<k>]   e.g. live_subject_animal_00_kitten-0_0
+  <category>  = live_subject_animal | live_subject_human | object | style (in this order)
+  a trailing _<k> (image index) is dropped before comparing, and "rubik's_cube" (metric files)
+  reads as "magic_cube" (human files). Any scale: only correlations are computed.
+
+output (--out): one row per (scorer, category, method): scorer, category, method, r, r_spread, n
+  r         mean over the two rater groups of the Pearson r of the scorer with the group
+  r_spread  half the difference of the two r (on fisher_z rows: the standard error over methods)
+  method = fisher_z   the Fisher-z mean over methods: NearID Table 2's bottom row
+  category = all4     the Fisher-z mean of the four categories (a warning says when fewer exist);
+                      NearID Table 1's DB++ column is the object category, not all4
+  scorer = human_human  the two rater groups against each other
+"""
+
 
 def _overrides(pairs: Sequence[str], parser: argparse.ArgumentParser) -> dict[str, str]:
     out = {}
@@ -51,7 +116,8 @@ def _common(p: argparse.ArgumentParser, profile_default: str = "mini") -> None:
     p.add_argument("--profile", choices=_PROFILES, default=profile_default,
                    help=f"smoke (seconds), mini (offline reproduction), paper (GPU + hub); default {profile_default}")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="dotted config override, e.g. train.lr=3e-4 (repeatable)")
+                   help="dotted config override, e.g. train.lr=3e-4 (repeatable; the environment's "
+                   "NEARID_SET takes several separated by ';')")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--protocols", default="nearid,idsim,fpr", help="comma-separated subset (default all)")
     s.add_argument("--name", default=None, help="label of your row (default: the encoder)")
     s.add_argument("--out", default=None, help="folder of the table and report card (default build/<profile>/score/<name>)")
-    s.add_argument("--batch-size", type=int, default=32)
+    s.add_argument("--batch-size", type=int, default=32, help="images per encoder forward (default %(default)s); "
+                   "memory, not results")
     s.add_argument("--no-baselines", action="store_true", help="score only ENCODER")
     s.add_argument("--no-cache", action="store_true", help="do not cache a callable's embeddings")
     s.add_argument("--checkpoint", default=None, help="checkpoint of a named encoder (nearid, idsim, classifier)")
@@ -75,29 +142,48 @@ def build_parser() -> argparse.ArgumentParser:
     _common(s)
 
     m = sub.add_parser("sim", help="cosine similarity of two images, two folders of same-named files, or a CSV "
-                       "of pairs")
-    m.add_argument("a", help="an image, a folder, or a CSV of pairs (columns a, b) when B is left out")
-    m.add_argument("b", nargs="?", default=None, help="an image or a folder (same file names as A)")
+                       "of pairs", description="Cosine similarity of each pair, printed with the encoder that "
+                       "answered and, for two pairs or more, the unpaired (chance) level of these images.")
+    m.add_argument("a", metavar="A", help="an image, a folder, or a CSV of pairs (columns a, b) when B is left out")
+    m.add_argument("b", metavar="B", nargs="?", default=None, help="an image or a folder (same file names as A)")
     m.add_argument("--encoder", default=None, help="registered name, module:function, file.py:function or hub id "
                    "(default: the released NearID model in paper, the trained NearID head or else the frozen "
                    "backbone offline)")
     m.add_argument("--checkpoint", default=None, help="checkpoint of a named encoder (e.g. a NearID head folder)")
-    m.add_argument("--out", default=None, help="write the pairs and their similarity here (CSV)")
-    m.add_argument("--batch-size", type=int, default=32)
+    m.add_argument("--out", default=None, help="write the pairs and their similarity here (CSV), with a "
+                   "provenance sidecar <name>.meta.json (encoder, profile, inputs, chance level, commit, date)")
+    m.add_argument("--batch-size", type=int, default=32, help="images per encoder forward (default %(default)s); "
+                   "memory, not results")
     _common(m)
 
-    r = sub.add_parser("rank", help="Finer-Personalization Rank of generated images against a gallery")
-    r.add_argument("generated", help="generated_data.csv or a folder of <identity>/<file> images")
-    r.add_argument("gallery", help="gallery_data.csv or the folder holding it (and train_data.csv)")
+    r = sub.add_parser("rank", help="Finer-Personalization Rank of generated images against a gallery",
+                       description="Finer-Personalization Rank: how well each method's generated images retrieve "
+                       "their own identity from a gallery of real images (mAP), beside pairwise similarity; "
+                       "prints one row per method and the chance level.",
+                       epilog=_RANK_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("generated", metavar="GENERATED", help="generated_data.csv or a folder of images (below)")
+    r.add_argument("gallery", metavar="GALLERY", help="gallery_data.csv or the folder holding it (below)")
     r.add_argument("--encoder", default="efficientnet-lite0",
-                   help="evaluation encoder: registered name, module:function, file.py:function or hub id")
-    r.add_argument("--references", default=None, help="train_data.csv (default: beside the gallery)")
-    r.add_argument("--method", default=None, help="score only this method's rows")
-    r.add_argument("--group-by", default="species", help="column each query's gallery is restricted to; 'none': all")
-    r.add_argument("--sim-to", default="ref_path", choices=("ref_path", "references", "gallery"))
-    r.add_argument("--background", default="kept", choices=("kept", "removed"))
+                   help="evaluation encoder: registered name, module:function, file.py:function or hub id "
+                   "(default %(default)s)")
+    r.add_argument("--references", default=None, help="train_data.csv, the reference images (default: the one "
+                   "beside the gallery); needed for a folder of generated images and for --sim-to references")
+    r.add_argument("--method", default=None, help="score only this method's rows (default: every method)")
+    r.add_argument("--group-by", default="species", help="column of both tables that restricts each query's "
+                   "gallery to its own group (default %(default)s, the paper's per-species galleries); "
+                   "'none': every query ranks the whole gallery")
+    r.add_argument("--sim-to", default="ref_path", choices=("ref_path", "references", "gallery"),
+                   help="what the pairwise similarity (column sim) compares a generated image with: its "
+                   "row's ref_path (default), the mean over its identity's reference images, or over its "
+                   "identity's gallery images (FPR Fig. 5 / Table 2); mAP does not depend on it")
+    r.add_argument("--background", default="kept", choices=("kept", "removed"),
+                   help="removed: every image's background is blacked out with its mask_path before "
+                   "embedding (FPR Table 14; the generated and gallery tables need mask_path); default kept")
+    r.add_argument("--batch-size", type=int, default=None, help="images per encoder forward (default: the "
+                   "profile's retrieval.batch_size); memory, not results")
     r.add_argument("--checkpoint", default=None, help="checkpoint of the encoder (e.g. a NearID head folder)")
-    r.add_argument("--out", default=None, help="write the per-method summary here (CSV; per-query beside it)")
+    r.add_argument("--out", default=None, help="write the per-method summary here (CSV; per-query rows beside it, "
+                   "<name>_per_query.csv)")
     _common(r)
 
     t = sub.add_parser("train", help="train the NearID head (what notebook 03_train_nearid does)")
@@ -111,11 +197,15 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
 
     d = sub.add_parser("dbpp-mh", help="DreamBench++ metric-to-human r (NearID Table 2, Table 1's DB++ column, "
-                       "Figure 4) from per-image scores in the layout of the NearID authors' ratings folder")
-    d.add_argument("ratings", help="the ratings folder (dreambench_plus/ratings of Gorluxor/NearID: "
-                   "data_<scorer>_rating/, data_human_rating/merged_data/group{1,2}/)")
+                       "Figure 4) from per-image scores in the layout of the NearID authors' ratings folder",
+                       description="DreamBench++ metric-to-human alignment: per scorer, category and method, the "
+                       "Pearson r of the scorer's per-image scores with each human rater group (NearID Table 2, "
+                       "Table 1's DB++ column, Figure 4), for the released scorers and your own.",
+                       epilog=_DBPP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    d.add_argument("ratings", metavar="RATINGS_DIR", help="the ratings folder (layout below)")
     d.add_argument("--scores", action="append", default=[], metavar="NAME=DIR",
-                   help="your own scorer: a folder of <method>.json {image key: score} (repeatable)")
+                   help="your own scorer: a folder of <method>.json {image key: score} in the release's key "
+                   "layout (below; repeatable)")
     d.add_argument("--out", required=True, help="CSV with one row per (scorer, category, method): scorer, "
                    "category, method, r, r_spread, n")
     _common(d)
@@ -145,7 +235,7 @@ def _score(args, over) -> int:
 def _sim(args, over) -> int:
     import pandas as pd
 
-    from .sim import describe, similarity
+    from .sim import describe, similarity, write_similarities
 
     kw = {"checkpoint": args.checkpoint} if args.checkpoint else None
     df = similarity(args.a, args.b, args.encoder, profile=args.profile, batch_size=args.batch_size, encoder_kw=kw)
@@ -153,9 +243,8 @@ def _sim(args, over) -> int:
         print(df.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     print(describe(df))
     if args.out:
-        from .io_utils import write_csv
-
-        print(f"wrote {write_csv(df, Path(args.out))}")
+        out = write_similarities(df, args.out)
+        print(f"wrote {out} (provenance: {out.with_name(out.stem + '.meta.json').name})")
     return 0
 
 
@@ -171,12 +260,18 @@ def _rank(args, over) -> int:
     # resolve and probe the encoder before reading a single image: a wrong name fails in seconds
     enc = resolve_encoder(args.encoder, encoder_kw={**kw, "tiny": cfg.backbone.tiny, "cache": True})
     encoder = args.encoder if enc.canon is not None else enc.model
+    if args.batch_size is not None and args.batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
     res = rank_generator(args.generated, args.gallery, encoder, references=args.references, method=args.method,
                          group_by=None if args.group_by.lower() == "none" else args.group_by, sim_to=args.sim_to,
                          background=args.background, tiny=cfg.backbone.tiny, encoder_kw=kw,
-                         batch_size=cfg.retrieval.batch_size)
+                         batch_size=args.batch_size or cfg.retrieval.batch_size)
     with pd.option_context("display.width", 160, "display.max_columns", 20):
         print(res.summary.to_string(index=False))
+    lo, hi = res.summary.map_chance.min(), res.summary.map_chance.max()
+    print(f"chance level: a random ranking of the same galleries scores mAP {lo:.4f}"
+          + (f"-{hi:.4f} (per method: map_chance)" if hi - lo > 5e-5 else "") + "; pairwise similarity has no "
+          "fixed chance level: compare methods with each other")
     if args.out:
         from .io_utils import write_csv
 
@@ -219,7 +314,7 @@ def _dbpp_mh(args, over) -> int:
     import pandas as pd
 
     from .io_utils import write_csv
-    from .nearid.dbpp_released import mh_long, read_ratings
+    from .nearid.dbpp_released import incomplete_all4, mh_long, read_ratings
 
     extra = {}
     for kv in args.scores:
@@ -228,6 +323,12 @@ def _dbpp_mh(args, over) -> int:
             raise ValueError(f"--scores needs NAME=DIR, got {kv!r}")
         extra[name.strip()] = folder.strip()
     mh = mh_long(read_ratings(args.ratings, extra))
+    short: dict[tuple, list[str]] = {}
+    for scorer, cats in incomplete_all4(mh).items():
+        short.setdefault(tuple(cats), []).append(scorer)
+    for cats, scorers in short.items():       # one line per set of categories present
+        print(f"nearid dbpp-mh: warning: all4 is the Fisher-z mean of {len(cats)} of the 4 categories "
+              f"({', '.join(cats)}), not of all four, for {', '.join(scorers)}", file=sys.stderr)
     head = mh[(mh["method"] == "fisher_z") & mh["category"].isin(["object", "all4"])]
     with pd.option_context("display.width", 160):
         print(head.pivot(index="scorer", columns="category", values="r").to_string(float_format=lambda v: f"{v:.3f}"))

@@ -366,8 +366,12 @@ def anchor_distributions(wide, factors: Sequence[str], labels: Mapping[str, str]
                 showfliers=False, ax=ax, **exact)
     sns.stripplot(data=long, x="factor", y="sensitivity", hue="encoder", hue_order=encs, palette=palette,
                   dodge=True, size=3, alpha=0.6, edgecolor="black", linewidth=0.3, legend=False, ax=ax)
-    ax.axhline(0, color="grey", lw=0.5)
-    ax.set_ylabel("sensitivity (-slope), per anchor")
+    ax.axhline(0, color="grey", lw=0.8, ls="--")       # chance: a similarity that ignores the change
+    # which way is better, under each factor (ID-Sim Fig. 6: sensitive to identity, stable under context)
+    ax.set_xticks(range(len(factors)), [f"{f}\n({'higher' if f == 'identity' else 'lower'} is better)"
+                                        for f in factors])
+    ax.set_xlabel("")
+    ax.set_ylabel("sensitivity (-slope), per anchor; 0 = chance")
     ax.set_title(title)
     ax.legend(fontsize=7)
     fig.tight_layout()

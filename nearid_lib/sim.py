@@ -26,10 +26,13 @@ way the profile loads encoders (``smoke``: tiny random-init models). Its default
   profile's frozen backbone (EfficientNet-Lite0 in ``mini``).
 
 A line saying which model answered is always printed (``verbose=False`` silences it; the line is
-in ``attrs["encoder"]`` either way).
+in ``attrs["encoder"]`` either way). :func:`write_similarities` (``nearid sim --out``) writes the
+table with a provenance sidecar ``<name>.meta.json``: the model, the profile, the inputs, the
+unpaired level, the commit and the date.
 """
 from __future__ import annotations
 
+import datetime as _dt
 import os
 from pathlib import Path
 from typing import Any
@@ -40,11 +43,13 @@ import pandas as pd
 from .allocator import tune_allocator
 from .config import get_profile
 from .features import FeatureStore, embed, memory_refs
+from .io_utils import table_meta_path, write_csv, write_json
 from .models import resolve_device, resolve_encoder
 from .models.registry import RELEASE_REPO
 from .paths import checkpoint_dir
+from .runmeta import git_state
 
-__all__ = ["similarity", "default_encoder", "read_pairs", "describe", "SimilarityInputError"]
+__all__ = ["similarity", "default_encoder", "read_pairs", "describe", "write_similarities", "SimilarityInputError"]
 
 _IMG_EXT = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff")
 
@@ -63,6 +68,17 @@ def _label(x: Any, i: int) -> str:
 
 def _folder_images(folder: Path) -> dict[str, Path]:
     return {p.name: p for p in sorted(folder.iterdir()) if p.is_file() and p.suffix.lower() in _IMG_EXT}
+
+
+def _stem_hint(only_a: list[str], only_b: list[str]) -> str:
+    """A hint when unpaired names differ only in their extension (``x.jpg`` vs ``x.png``)."""
+    stems_b = {Path(n).stem: n for n in only_b}
+    same = [(n, stems_b[Path(n).stem]) for n in only_a if Path(n).stem in stems_b]
+    if not same:
+        return ""
+    x, y = same[0]
+    return (f"; {len(same)} of them differ only in the extension (e.g. {x!r} vs {y!r}): the full file name "
+            f"pairs images, so rename one side or list the pairs in a CSV (columns a, b)")
 
 
 def read_pairs(a: Any, b: Any = None) -> tuple[list[Any], list[Any]]:
@@ -88,13 +104,19 @@ def read_pairs(a: Any, b: Any = None) -> tuple[list[Any], list[Any]]:
 
         return ([where(p, i, cols[0]) for i, p in enumerate(df[cols[0]])],
                 [where(p, i, cols[1]) for i, p in enumerate(df[cols[1]])])
-    if _is_pathlike(a) and _is_pathlike(b) and Path(a).is_dir() and Path(b).is_dir():
+    dirs = [_is_pathlike(x) and Path(x).is_dir() for x in (a, b)]
+    if dirs[0] != dirs[1]:
+        folder, other = (a, b) if dirs[0] else (b, a)
+        raise SimilarityInputError(
+            f"similarity: {str(folder)!r} is a folder but {_label(other, 0)!r} is not; give two folders "
+            f"(images paired by file name), two images, or one CSV of pairs")
+    if all(dirs):
         fa, fb = _folder_images(Path(a)), _folder_images(Path(b))
         only_a, only_b = sorted(set(fa) - set(fb)), sorted(set(fb) - set(fa))
         if only_a or only_b:
             raise SimilarityInputError(
                 f"similarity: folders are paired by file name; {len(only_a)} image(s) only in {a} "
-                f"(e.g. {only_a[:3]}), {len(only_b)} only in {b} (e.g. {only_b[:3]})")
+                f"(e.g. {only_a[:3]}), {len(only_b)} only in {b} (e.g. {only_b[:3]})" + _stem_hint(only_a, only_b))
         if not fa:
             raise SimilarityInputError(f"similarity: no images ({', '.join(_IMG_EXT)}) in {a}")
         names = sorted(fa)
@@ -173,7 +195,8 @@ def similarity(a: Any, b: Any = None, encoder: Any = None, *, profile: str = "mi
     for side in (left, right):
         for x in side:
             if _is_pathlike(x) and not Path(x).is_file():
-                raise SimilarityInputError(f"similarity: no such image file {str(x)!r}")
+                what = "is a folder, not an image" if Path(x).is_dir() else "does not exist"
+                raise SimilarityInputError(f"similarity: no such image file {str(x)!r} (it {what})")
             _check_size(x)
     kw = dict(encoder_kw or {})
     if encoder is None:
@@ -208,9 +231,33 @@ def similarity(a: Any, b: Any = None, encoder: Any = None, *, profile: str = "mi
                         "similarity": (ea * eb).sum(1)})
     out.attrs["encoder"] = line[len("similarity: answered by "):]
     out.attrs["profile"] = cfg.name
+    out.attrs["inputs"] = {"a": _input_label(a), "b": None if b is None else _input_label(b)}
     if len(out) >= 2:
         m = ea @ eb.T
         out.attrs["unpaired_mean"] = float((m.sum() - np.trace(m)) / (m.size - len(out)))
+    return out
+
+
+def _input_label(x: Any) -> str:
+    if _is_pathlike(x):
+        return str(x)
+    if isinstance(x, (list, tuple)):
+        return f"<{len(x)} images in memory or by path>"
+    return f"<an in-memory {type(x).__name__}>"
+
+
+def write_similarities(df: pd.DataFrame, path: str | os.PathLike) -> Path:
+    """Write a :func:`similarity` result as CSV with its provenance sidecar ``<name>.meta.json``
+    (as every table of the repository has): which model answered, the profile, the inputs, the
+    number of pairs, the unpaired (chance) level, the commit and whether the tree was dirty, the
+    date. Returns the CSV's path."""
+    out = write_csv(df, Path(path))
+    git = git_state()
+    write_json({"table": out.name, "written_by": "nearid_lib.similarity (nearid sim)",
+                "encoder": df.attrs.get("encoder"), "profile": df.attrs.get("profile"),
+                "inputs": df.attrs.get("inputs"), "pairs": len(df), "unpaired_mean": df.attrs.get("unpaired_mean"),
+                "commit": git.get("sha"), "dirty": git.get("dirty"),
+                "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}, table_meta_path(out))
     return out
 
 

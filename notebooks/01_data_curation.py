@@ -4,10 +4,6 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
-#   kernelspec:
-#     display_name: Python 3
-#     language: python
-#     name: python3
 # ---
 
 # %% [markdown]
@@ -32,6 +28,7 @@ N_SHOW = 6
 import time
 
 import matplotlib.pyplot as plt
+from IPython.display import display
 
 from nearid_lib.data import load_nearid, prepare_profile_data
 from nearid_lib.data.overview import dataset_stats, gallery_sheet, grid_sheet, identity_sheet, mtg_sheet
@@ -65,7 +62,7 @@ ax.imshow(sheet)
 ax.set_xticks([2 + (112 + 2) * j + 56 for j in range(len(labels))], labels, rotation=30, fontsize=8)
 ax.set_yticks([])
 ax.set_title(f"{PROFILE}: test identities (views | near-identity distractors per source)")
-run.figure(fig, "01_identities_distractors")
+display(run.figure(fig, "01_identities_distractors"))
 
 # %% [markdown]
 # ## MTG-like part edits (oracle = 1 - |part| / |object|, exact)
@@ -81,7 +78,7 @@ ax.set_xticks([2 + (112 + 2) * j + 56 for j in range(len(labels))], labels, font
 ax.set_yticks([])
 ax.set_title("part edits: " + (", ".join(f"{p}" for p in data.mtg.part.head(N_SHOW)) if "part" in data.mtg
                                 else f"{len(data.mtg)} released MTG pairs"))
-run.figure(fig, "01_mtg_part_edits")
+display(run.figure(fig, "01_mtg_part_edits"))
 
 # %% [markdown]
 # ## ID-Sim edit grids: identity-change strength (rows) x factor level (columns)
@@ -94,7 +91,7 @@ if data.grids is not None:
         ax.imshow(grid_sheet(data, anchor, grid))
         ax.set_title(f"{grid}: rows = identity change, cols = {grid} change", fontsize=9)
         ax.axis("off")
-    run.figure(fig, "01_edit_grids")
+    display(run.figure(fig, "01_edit_grids"))
 else:
     print(f"no edit grids in this profile's data ({cfg.world.source}): ID-Sim's sensitivity data is notebook 10's")
 
@@ -107,7 +104,7 @@ if data.fpr_train is not None:
     ax.imshow(gallery_sheet(data, n_ids=N_SHOW))
     ax.axis("off")
     ax.set_title("FPR galleries: references (left) | disjoint gallery images (right)")
-    run.figure(fig, "01_fpr_galleries")
+    display(run.figure(fig, "01_fpr_galleries"))
 else:
     print(f"no FPR galleries in this profile's data ({cfg.world.source}): notebook 11 builds them from the downloads")
 

@@ -4,10 +4,6 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
-#   kernelspec:
-#     display_name: Python 3
-#     language: python
-#     name: python3
 # ---
 
 # %% [markdown]
@@ -44,6 +40,7 @@ import time
 
 import numpy as np
 import pandas as pd
+from IPython.display import display
 from PIL import Image
 
 from nearid_lib import plots
@@ -190,4 +187,4 @@ cols = {"positive": (root, None), **{s: (regen if procedural else root, s) for s
         "tiny_sd": (tp_root, "tiny_sd")}                 # column title -> (root, source)
 fig = plots.image_grid(example_paths(ex, list(cols.values())), list(cols), [it.item_id for it in ex],
                        title=f"NearID distractor sources ({PROFILE})")
-run.figure(fig, "02_distractor_examples")
+display(run.figure(fig, "02_distractor_examples"))

@@ -4,10 +4,6 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
-#   kernelspec:
-#     display_name: Python 3
-#     language: python
-#     name: python3
 # ---
 
 # %% [markdown]
@@ -36,6 +32,7 @@ import time
 
 import matplotlib.pyplot as plt
 import pandas as pd
+from IPython.display import display
 
 from nearid_lib.models import load_backbone, load_head
 from nearid_lib.nearid.ablations import main_row
@@ -100,7 +97,7 @@ ax[1].set_xlabel("step")
 ax[1].set_ylabel("learning rate")
 ax[1].set_title("learning rate (warmup + cosine)")
 fig.tight_layout()
-run.figure(fig, "03_loss_curves")
+display(run.figure(fig, "03_loss_curves"))
 
 # %% [markdown]
 # ## Validation: frozen backbone vs the head (every seed)

@@ -4,10 +4,6 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
-#   kernelspec:
-#     display_name: Python 3
-#     language: python
-#     name: python3
 # ---
 
 # %% [markdown]
@@ -61,7 +57,7 @@ dist = data.distractors[src].set_index("id").loc[kp["id"]].reset_index()
 panels = kpca_panels({NAMES[b.name]: b for b in (frozen, head)}, kp, dist)
 fig = plots.kernel_pca_panels(panels, title=f"KernelPCA (RBF, gamma = 1/median sq. dist.), n={len(kp)} "
                                             f"test identities, distractor source '{src}'")
-run.figure(fig, "08_fig5_kernel_pca")
+display(run.figure(fig, "08_fig5_kernel_pca"))
 
 # %% [markdown]
 # ## Figure 3 (left) - attention of the MAP probe on positives and distractors
@@ -84,7 +80,7 @@ fig = plots.attention_overlay_grid([data.image(c[1]) for c in cols],
                                    {"NearID probe attention": list(attn_maps),
                                     "frozen token norm": list(norm_maps)},
                                    [c[0] for c in cols], title=f"Identity {r0['id']}: MAP-head attention ({g}x{g} tokens)")
-run.figure(fig, "08_fig3_attention")
+display(run.figure(fig, "08_fig3_attention"))
 
 # %% [markdown]
 # ## Figure 9 - MTG score distributions against the oracle
@@ -109,7 +105,7 @@ rows_img, rows_txt = nearid_qualitative(data, kp.head(cfg.eval.qualitative_rows)
 fig = plots.score_grid(rows_img, rows_txt, ["anchor", "positive 1", "positive 2"] +
                        [f"distractor ({s})" for s in srcs2],
                        title="NearID-bench: distractors sit in the anchor's own background")
-run.figure(fig, "08_fig7_nearid_qualitative")
+display(run.figure(fig, "08_fig7_nearid_qualitative"))
 
 # %% [markdown]
 # ## Figure 8 - MTG qualitative rows (green: object, red: edited part; O = oracle)

@@ -4,10 +4,6 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
-#   kernelspec:
-#     display_name: Python 3
-#     language: python
-#     name: python3
 # ---
 
 # %% [markdown]
@@ -140,7 +136,7 @@ if not WORLD and scores.any_benchmark and scores.results:
     fig = metric_bars(table, "metric_id", "model", "value", labels=METRIC_LABELS, xlim=None, xlabel="score",
                       title=f"ID-Sim public benchmarks ({PROFILE}; {scores.n_s2k} Subjects2k / "
                             f"{scores.n_dbpp} DreamBench++ pairs)")
-    run.figure(fig, "09_idsim_benchmarks")
+    display(run.figure(fig, "09_idsim_benchmarks"))
 
 # %% [markdown]
 # ## LoRA placement, chosen on val
@@ -200,7 +196,7 @@ if WORLD:
     ax.set_title(f"ID-Sim training ({PROFILE})")
     ax.legend()
     fig.tight_layout()
-    run.figure(fig, "09_idsim_loss")
+    display(run.figure(fig, "09_idsim_loss"))
 
 # %% [markdown]
 # ## Mini benchmarks
@@ -242,7 +238,7 @@ if WORLD:
     shown = table.assign(model=table.model.replace({"DINOv3": f"frozen {cfg.idsim.backbone} (paper: DINOv3)"}))
     fig = metric_bars(shown, "metric_id", "model", "value", labels=METRIC_LABELS,
                       title=f"ID-Sim benchmark analogues ({PROFILE} world, test split)")
-    run.figure(fig, "09_idsim_benchmarks")
+    display(run.figure(fig, "09_idsim_benchmarks"))
 
 # %% [markdown]
 # ## Patch embeddings (Table 2b)

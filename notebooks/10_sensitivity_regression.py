@@ -4,10 +4,6 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
-#   kernelspec:
-#     display_name: Python 3
-#     language: python
-#     name: python3
 # ---
 
 # %% [markdown]
@@ -108,14 +104,14 @@ if GRIDS:
     short = {"frozen": f"frozen {cfg.idsim.backbone}", "idsim": "ID-Sim", "nearid": "NearID head"}
     fig = plot_sensitivity_bars(summary, short, title=f"Selective sensitivity, bootstrap mean and 95% CI ({PROFILE}, "
                                                       f"{wide.anchor_id.nunique()} anchors)")
-    run.figure(fig, "10_sensitivity_bars")
+    display(run.figure(fig, "10_sensitivity_bars"))
 
 # %%
 if GRIDS:
     curves = similarity_curves(sims)
     write_csv(curves, run.results / "similarity_curves.csv")
     fig = plot_similarity_curves(curves, short, title=f"Similarity to the anchor vs change level ({PROFILE})")
-    run.figure(fig, "10_similarity_curves")
+    display(run.figure(fig, "10_similarity_curves"))
 
 # %% [markdown]
 # ## Claims

@@ -4,10 +4,6 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
-#   kernelspec:
-#     display_name: Python 3
-#     language: python
-#     name: python3
 # ---
 
 # %% [markdown]
@@ -28,6 +24,8 @@ PROFILE = "mini"
 SEED = 0
 
 # %%
+from IPython.display import display
+
 from nearid_lib.cross_paper import cross_paper, plot_cross_paper
 from nearid_lib.run import setup_notebook
 
@@ -42,5 +40,5 @@ run.write_table(cp.table, "12_cross_paper", notes=cp.notes)
 cp.table.round(3)
 
 # %%
-run.figure(plot_cross_paper(cp.table, f"Every identity encoder on every paper's benchmark ({PROFILE})",
-                            footnote=cp.seed_note), "12_cross_paper")
+display(run.figure(plot_cross_paper(cp.table, f"Every identity encoder on every paper's benchmark ({PROFILE})",
+                                    footnote=cp.seed_note), "12_cross_paper"))

@@ -96,10 +96,12 @@ rm -f "$SITE/nearid_torchvision_cpu_fix.pth" "$SITE/_nearid_torchvision_cpu_fix.
 if "$PY" -c "import torchvision" >/dev/null 2>&1; then
   echo "[bootstrap] torchvision imports as is; no fix needed"
 else
-  echo "[bootstrap] torchvision fails to import against CPU torch; installing the schema hook"
+  # expected with the CPU build of torch (the registry's torchvision is built for CUDA torch): say what
+  # is done, so the line does not read like a failed install
+  echo "[bootstrap] CPU torch with the registry's torchvision (a CUDA build): defining its two operator schemas (nms, qnms) in a small import hook, as expected on CPU (scripts/torchvision_cpu_fix.py; no action needed)"
   cp scripts/torchvision_cpu_fix.py "$SITE/_nearid_torchvision_cpu_fix.py"
   echo "import _nearid_torchvision_cpu_fix" > "$SITE/nearid_torchvision_cpu_fix.pth"
-  "$PY" -c "import torchvision, timm, open_clip; print('[bootstrap] torchvision', torchvision.__version__, 'imports with the fix')"
+  "$PY" -c "import torchvision, timm, open_clip; print('[bootstrap] torchvision', torchvision.__version__, 'with the hook: torchvision, timm and open_clip import')"
 fi
 "$PY" -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (nearid)" >/dev/null
 # JupyterLab (make lab): open the jupytext percent notebooks as notebooks on a double click. The

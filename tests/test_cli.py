@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -71,12 +72,22 @@ def test_rank_prints_and_writes_the_library_summary(fresh, smoke_world, capsys):
     for c in ("file_path", "ref_path", "mask_path"):
         g[c] = [str(smoke_world.root / p) for p in g[c]]
     g.to_csv(gen, index=False)
-    rc = main(["rank", str(gen), str(fpr / "gallery_data.csv"), "--profile", "smoke", "--out", str(fresh / "s.csv")])
+    rc = main(["rank", str(gen), str(fpr / "gallery_data.csv"), "--profile", "smoke", "--out", str(fresh / "s.csv"),
+               "--batch-size", "3"])
     assert rc == 0
-    assert "copy" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "copy" in out
     got = pd.read_csv(fresh / "s.csv")
     want = rank_generator(gen, fpr / "gallery_data.csv", "efficientnet-lite0", tiny=True, progress=False).summary
-    assert got["map"].tolist() == pytest.approx(want["map"].tolist())
+    assert got["map"].tolist() == pytest.approx(want["map"].tolist())     # --batch-size: memory, not results
+    # the chance level, as `sim` prints its own: a random ranking of each query's gallery, by hand
+    from nearid_lib.metrics import random_ranking_ap
+
+    scope = gal.groupby("species").name
+    chance = np.mean([random_ranking_ap(scope.size()[sp], int((gal[gal.species == sp].name == n).sum()))
+                      for n, sp in zip(g.name, g.species)])
+    assert got["map_chance"].tolist() == pytest.approx([chance], abs=1e-12)
+    assert f"chance level: a random ranking of the same galleries scores mAP {chance:.4f};" in out
     assert (fresh / "s_per_query.csv").exists()
 
 

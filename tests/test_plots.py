@@ -69,7 +69,10 @@ def test_anchor_distributions_one_box_per_factor_and_encoder(tmp_path):
                           "viewpoint": rng.normal()} for e in ("mine", "clip") for i in range(6)])
     fig = plots.anchor_distributions(wide, ["identity", "background", "lighting"], {"mine": "My encoder"})
     ax = fig.axes[0]
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["identity", "background"]   # absent factor dropped
+    # absent factor dropped; each factor says which way is better (issue 57)
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["identity\n(higher is better)",
+                                                            "background\n(lower is better)"]
+    assert "0 = chance" in ax.get_ylabel()
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["My encoder", "clip"]
     assert len(ax.patches) + len(ax.lines) >= 4                     # 2 factors x 2 encoders boxes drawn
     plots.save(fig, tmp_path / "anchors.png")

@@ -104,7 +104,7 @@ def test_zero_values_are_visible(rep):
 
 
 def test_short_table_on_top_with_chance_and_frozen_reference(rep):
-    from nearid_lib.score.card import _p_all_pairs_win, chance_levels
+    from nearid_lib.score.headline import _p_all_pairs_win, chance_levels
 
     assert _p_all_pairs_win(2) == pytest.approx(1 / 3) and _p_all_pairs_win(3) == pytest.approx(1 / 15)
     head = pd.read_csv(rep.files["headline"])
@@ -120,3 +120,64 @@ def test_short_table_on_top_with_chance_and_frozen_reference(rep):
     assert 0 < ch["fpr_map"][0] < 1
     card = rep.files["card"].read_text()
     assert card.index("## At a glance") < card.index("## All scores")      # the short table comes first
+
+
+# ------------------------------------------------------------------ notes that say how to read a number (issue 57)
+def _table(**yours):
+    paper = {"row": "NearID (Ours) (NearID paper)", "kind": "paper", "nearid_ssr": 99.17, "nearid_pa": 99.71,
+             "nearid_fg_ssr": 95.3, "mtg_mo": 0.465}
+    return pd.DataFrame([{"row": "mine", "kind": "yours", **yours}, paper,
+                         {"row": "specialised: MiewID / BioCLIP 2 / SP-Cars (FPR paper)", "kind": "paper",
+                          "fpr_map": 0.828}])
+
+
+def test_notes_below_chance_and_near_the_papers_method(smoke_world):
+    from types import SimpleNamespace
+
+    from nearid_lib.score.headline import HEADLINE, chance_levels, headline_notes, headline_table
+
+    ch = chance_levels(smoke_world)
+    # the issue's colour histogram: SSR / PA 0 (below chance 24 / 50), M-O 0.443 beside NearID's 0.465
+    rep = SimpleNamespace(table=_table(nearid_ssr=0.0, nearid_pa=0.0, mtg_mo=0.443, idsim_identity=0.02,
+                                       fpr_map=ch["fpr_map"][0] + 0.01), data=smoke_world, profile="mini")
+    notes = headline_notes(rep)
+    assert [n.split(":")[0] for n in notes] == ["NearID SSR %, full image (Table 1)", "NearID PA %, full image (Table 1)",
+                                                "MTG M-O, Pearson r with the part-edit oracle"]
+    assert f"0 is below chance ({ch['nearid_ssr'][0]:.3g})" in notes[0] and "matched context" in notes[0]
+    assert "is near the paper's method (NearID (Ours) (NearID paper): 0.465" in notes[2]
+    assert "colour histograms" in notes[2]
+    head = headline_table(rep).set_index("metric")
+    assert head.loc["NearID SSR %, full image (Table 1)", "note"] == "below chance"
+    assert head.loc["MTG M-O, Pearson r with the part-edit oracle", "note"] == "near or above the paper's method"
+    assert head.loc["ID-Sim sensitivity to identity (-slope)", "note"] == ""
+    # the rule's edges: 90% of the paper's value is noted, below it is not; at chance is not below it
+    edge = SimpleNamespace(table=_table(mtg_mo=0.9 * 0.465, idsim_identity=0.0, fpr_rho_map=-0.2, fpr_map=0.9),
+                           data=smoke_world, profile="mini")
+    got = {what: n for n in headline_notes(edge) for _, what, _ in HEADLINE if n.startswith(what + ":")}
+    assert set(got) == {"MTG M-O, Pearson r with the part-edit oracle", "FPR: mAP's agreement with true drift (rho)",
+                        "FPR gallery mAP of the real references"}
+    assert "above the paper's method (specialised" in got["FPR gallery mAP of the real references"]
+    assert "wrong way round" in got["FPR: mAP's agreement with true drift (rho)"]
+    low = SimpleNamespace(table=_table(mtg_mo=0.89 * 0.465), data=smoke_world, profile="mini")
+    assert headline_notes(low) == []
+
+
+def test_the_card_prints_its_notes_and_its_figures_say_which_way_is_better(rep):
+    from nearid_lib.score.headline import chance_levels, headline_notes
+
+    card = rep.files["card"].read_text()
+    notes = headline_notes(rep)
+    assert notes, "a colour histogram on smoke: some metric is below chance"
+    assert "### What the noted numbers mean" in card and all(n in card for n in notes)
+    head = pd.read_csv(rep.files["headline"], keep_default_na=False)
+    assert "note" in head.columns and (head.note != "").sum() >= 1
+    figs = _figures(rep)
+    ch = chance_levels(rep.data)
+    for ax in figs["score_nearid"].axes:
+        assert ax.get_title().endswith("higher is better")
+        dashed = [ln.get_xdata()[0] for ln in ax.get_lines() if ln.get_linestyle() == "--"]
+        col = {"SSR": "nearid_ssr", "PA": "nearid_pa", "SSR (fg only)": "nearid_fg_ssr",
+               "PA (fg only)": "nearid_pa"}[ax.get_title().split(":")[0]]
+        assert dashed == [pytest.approx(ch[col][0])]
+    titles = [ax.get_title() for ax in figs["score_idsim"].axes]
+    assert any("higher is better" in t for t in titles) and any("lower is better" in t for t in titles)

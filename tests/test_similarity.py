@@ -89,6 +89,29 @@ def test_bad_pairs_are_errors_naming_them(env):
         nearid_lib.similarity(np.zeros((2, 2, 3), np.uint8), env / "A" / "cat.png", profile="smoke")
 
 
+def test_a_folder_and_a_file_and_names_differing_in_extension_are_told_apart(env, capsys):
+    """Issue 57: `nearid sim A cat.png` with A a folder said "no such image file 'A'"; x.jpg vs x.png
+    in two folders were reported unpaired without a hint."""
+    with pytest.raises(SimilarityInputError, match=r"'A' is a folder but 'A/cat.png' is not; give two folders"):
+        nearid_lib.similarity("A", "A/cat.png", profile="smoke")
+    with pytest.raises(SimilarityInputError, match=r"'B' is a folder but 'A/cat.png' is not"):
+        nearid_lib.similarity("A/cat.png", "B", profile="smoke")
+    with pytest.raises(SimilarityInputError, match=r"no such image file 'A' \(it is a folder, not an image\)"):
+        nearid_lib.similarity(["A"], ["A/cat.png"], profile="smoke")
+    assert main(["sim", "A", "A/cat.png", "--profile", "smoke"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("nearid sim: error: similarity: 'A' is a folder but") and err.count("\n") == 1
+    Image.open(env / "B" / "owl.png").save(env / "B" / "owl.jpg")
+    (env / "B" / "owl.png").unlink()
+    with pytest.raises(SimilarityInputError, match=r"1 of them differ only in the extension \(e.g. 'owl.png' vs "
+                                                   r"'owl.jpg'\): the full file name pairs images"):
+        nearid_lib.similarity("A", "B", profile="smoke")
+    (env / "B" / "cat.png").rename(env / "B" / "tiger.png")         # a real mismatch: no hint about it
+    with pytest.raises(SimilarityInputError) as exc:
+        nearid_lib.similarity("A", "B", profile="smoke")
+    assert "1 of them differ only in the extension" in str(exc.value) and "tiger" in str(exc.value)
+
+
 def test_default_offline_is_the_trained_head_else_the_frozen_backbone(env, capsys):
     from nearid_lib.models import MAPHead, load_backbone, load_encoder, save_head
     from nearid_lib.paths import checkpoint_dir
@@ -137,10 +160,20 @@ def test_nearid_sim_prints_and_writes(env, capsys):
     assert out[0].startswith("similarity: answered by efficientnet-lite0")
     assert out[1].split() == ["a", "b", "similarity"] and out[2].startswith("A/cat.png")
     assert out[5].startswith("mean similarity ") and out[6].startswith("unpaired images (a_i vs b_j, i != j) score ")
-    assert out[-1] == "wrote s.csv"
+    assert out[-1] == "wrote s.csv (provenance: s.meta.json)"
     want = nearid_lib.similarity("A", "B", encoder="efficientnet-lite0", profile="smoke", verbose=False)
     got = pd.read_csv(env / "s.csv")
     assert got.similarity.to_numpy() == pytest.approx(want.similarity.to_numpy()) and got.a.tolist() == want.a.tolist()
+    # the sidecar says which model answered, in which profile, on what, at which commit (issue 57)
+    import json
+
+    from nearid_lib.runmeta import git_state
+
+    meta = json.loads((env / "s.meta.json").read_text())
+    assert meta["encoder"] == out[0][len("similarity: answered by "):] and meta["profile"] == "smoke"
+    assert meta["inputs"] == {"a": "A", "b": "B"} and meta["pairs"] == 3 and meta["table"] == "s.csv"
+    assert meta["unpaired_mean"] == pytest.approx(want.attrs["unpaired_mean"])
+    assert meta["commit"] == git_state()["sha"] and meta["date"]
     # a wrong encoder is one line and status 2, as for every command
     assert main(["sim", "A", "B", "--profile", "smoke", "--encoder", "efficientnet-lite9"]) == 2
     err = capsys.readouterr().err

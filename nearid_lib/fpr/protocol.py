@@ -33,12 +33,12 @@ import pandas as pd
 import torch
 
 from ..data.fpr_layout import FPRLayoutError, load_fpr_split, read_fpr_table, read_generated, resolve_paths
-from ..metrics import cosine_similarity_matrix, ndcg, retrieval_map, verification_auc
+from ..metrics import cosine_similarity_matrix, ndcg, random_ranking_ap, retrieval_map, verification_auc
 from ..models import load_encoder
 from .encoders import FeatureStore, embed_images
 
 __all__ = ["score_embeddings", "rank_generator", "RankResult", "oracle_scores", "top_k_lists",
-           "summarise", "clip_t", "load_gallery"]
+           "summarise", "clip_t", "load_gallery", "chance_ap"]
 
 
 def score_embeddings(q_emb: np.ndarray, q_names: Sequence, g_emb: np.ndarray, g_names: Sequence,
@@ -75,6 +75,22 @@ def score_embeddings(q_emb: np.ndarray, q_names: Sequence, g_emb: np.ndarray, g_
         b = sim_emb / np.linalg.norm(sim_emb, axis=1, keepdims=True)
         sim = (a * b).sum(1)
     return pd.DataFrame({"ap": ap, "top1": top1, "sim": sim, "n_gallery": ngal})
+
+
+def chance_ap(q_names: Sequence, g_names: Sequence, q_groups: Sequence | None = None,
+              g_groups: Sequence | None = None) -> np.ndarray:
+    """Per query, the AP a random ranking of its gallery scope would score in expectation
+    (:func:`nearid_lib.metrics.random_ranking_ap`: the scope's size and how many of its images show
+    the query's identity): mAP's chance level on exactly these queries and galleries."""
+    q_names, g_names = np.asarray(q_names), np.asarray(g_names)
+    if q_groups is None or g_groups is None:
+        q_groups, g_groups = np.zeros(len(q_names), int), np.zeros(len(g_names), int)
+    q_groups, g_groups = np.asarray(q_groups), np.asarray(g_groups)
+    out = np.empty(len(q_names))
+    for i, (name, grp) in enumerate(zip(q_names, q_groups)):
+        scope = g_names[g_groups == grp]
+        out[i] = random_ranking_ap(len(scope), int((scope == name).sum()))
+    return out
 
 
 def _auc_ndcg(q_emb, q_names, g_emb, g_names, q_groups, g_groups) -> tuple[float, float]:
@@ -166,7 +182,8 @@ def rank_generator(generated, gallery, encoder: str | Any = "efficientnet-lite0"
 
     Returns:
         :class:`RankResult` with ``summary`` (per method: ``map``, ``sim``, ``top1``, ``auc``,
-        ``ndcg``, ``n_queries``, ``n_gallery``) and ``per_query``.
+        ``ndcg``, ``n_queries``, ``n_gallery`` and ``map_chance``, the mAP a random ranking of the
+        same galleries scores: :func:`chance_ap`) and ``per_query`` (with ``ap_chance``).
     """
     gal = load_gallery(gallery)
     refs = _references(references, gallery)
@@ -200,8 +217,11 @@ def rank_generator(generated, gallery, encoder: str | Any = "efficientnet-lite0"
     sim = _similarity(model, gen, q_emb, gal, g_emb, refs, sim_to, cache, batch_size, background)
     pq = score_embeddings(q_emb, gen.name.to_numpy(), g_emb, gal.name.to_numpy(), qg, gg)
     pq["sim"] = sim
+    pq["ap_chance"] = chance_ap(gen.name.to_numpy(), gal.name.to_numpy(), qg, gg)
     pq = pd.concat([gen.reset_index(drop=True), pq], axis=1)
     summary = summarise(pq, ("method",))
+    summary.insert(int(summary.columns.get_loc("map")) + 1, "map_chance",
+                   pq.groupby("method", sort=False)["ap_chance"].mean().reindex(summary.method).to_numpy())
     if with_auc:
         rows = []
         for m in summary.method:

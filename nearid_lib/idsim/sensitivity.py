@@ -180,13 +180,21 @@ def _finish(fig, ax0, ylabel: str, title: str):
     return fig
 
 
+# which way is better per factor (ID-Sim Sec. 5, Fig. 6: "notably more sensitive to identity differences
+# while remaining stable under background, viewpoint, and lighting changes")
+BETTER = {"identity": "higher is better", "background": "lower is better", "viewpoint": "lower is better",
+          "lighting": "lower is better"}
+
+
 def plot_sensitivity_bars(summary: pd.DataFrame, labels: Mapping[str, str] | None = None, title: str = ""):
-    """Figure 6 top: bars (bootstrap mean) with 95% CI whiskers per factor, one bar per encoder.
-    Returns the figure."""
+    """Figure 6 top: bars (bootstrap mean) with 95% CI whiskers per factor, one bar per encoder, on
+    one y-scale across the panels (sensitivities are comparable slopes); each panel says which way is
+    better (identity high, the context factors low) and the dashed line at 0 is chance (a similarity
+    that does not depend on the change). Returns the figure."""
     labels = dict(labels or {})
     encs = list(dict.fromkeys(summary.encoder))
     factors = [f for f in FACTORS if f in set(summary.factor)]
-    fig, axes = _factor_panels(factors, 3.2)
+    fig, axes = _factor_panels(factors, 3.4, sharey=True)
     for ax, f in zip(axes, factors):
         s = summary[summary.factor == f].set_index("encoder").reindex(encs)
         x = np.arange(len(encs))
@@ -194,9 +202,9 @@ def plot_sensitivity_bars(summary: pd.DataFrame, labels: Mapping[str, str] | Non
         ax.errorbar(x, s["mean"], yerr=[s["mean"] - s["low"], s["high"] - s["mean"]], fmt="none",
                     ecolor="k", capsize=3)
         ax.set_xticks(x, [labels.get(e, e) for e in encs], rotation=30, ha="right", fontsize=8)
-        ax.set_title(f"{f}")
-        ax.axhline(0, color="grey", lw=0.5)
-    return _finish(fig, axes[0], "sensitivity (-slope)", title)
+        ax.set_title(f"{f}\n({BETTER.get(f, '')})", fontsize=9)
+        ax.axhline(0, color="grey", lw=0.8, ls="--")
+    return _finish(fig, axes[0], "sensitivity (-slope), one scale\n(dashed 0: chance)", title)
 
 
 def plot_similarity_curves(curves: pd.DataFrame, labels: Mapping[str, str] | None = None, title: str = ""):
@@ -211,7 +219,7 @@ def plot_similarity_curves(curves: pd.DataFrame, labels: Mapping[str, str] | Non
             ax.plot(g.change, g.sim_mean, "o-", color=f"C{i}", label=labels.get(enc, enc), ms=3)
             ax.fill_between(g.change, g.sim_mean - g.sim_std.fillna(0), g.sim_mean + g.sim_std.fillna(0),
                             color=f"C{i}", alpha=0.15)
-        ax.set_title(f)
+        ax.set_title(f"{f}\n(steep: sensitive; {'steeper' if f == 'identity' else 'flatter'} is better)", fontsize=9)
         ax.set_xlabel(f"{f} change")
     axes[-1].legend(fontsize=7)
     return _finish(fig, axes[0], "cosine similarity to anchor", title)

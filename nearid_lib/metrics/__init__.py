@@ -20,11 +20,12 @@ from .correlation import MH_COLUMNS, fisher_z_mean, metric_to_human, metric_to_h
 from .idsim import ndcg, rank_correlations, subjects2k_ap, triplet_accuracy, verification_ap, verification_auc
 from .mtg import mtg_metrics, mtg_ssr_pa
 from .nearid import nearid_similarities, pool_sources, source_breakdown, ssr_pa
-from .retrieval import average_precision, retrieval_map
+from .retrieval import average_precision, random_ranking_ap, retrieval_map
 
 __all__ = [
     "retrieval_map",
     "average_precision",
+    "random_ranking_ap",
     "cosine_similarity_matrix",
     "ssr_pa",
     "nearid_similarities",

@@ -24,7 +24,7 @@ import numpy as np
 
 from ._arrays import _l2_normalise, _to_np
 
-__all__ = ["average_precision", "retrieval_map", "expected_average_precision", "TIES"]
+__all__ = ["average_precision", "retrieval_map", "expected_average_precision", "random_ranking_ap", "TIES"]
 
 TIES = ("stable", "expected")
 
@@ -58,6 +58,20 @@ def expected_average_precision(scores, relevant) -> float:
         n_before += t
         r_before += rg
     return total / r_before
+
+
+def random_ranking_ap(n_gallery: int, n_relevant: int) -> float:
+    """The chance level of retrieval AP: the AP of a uniformly random ranking of ``n_gallery`` items
+    of which ``n_relevant`` are relevant, in expectation (= :func:`expected_average_precision` with
+    every score tied): ``((r - 1) / (n - 1) * n + (n - r) / (n - 1) * H_n) / n``, ``H_n`` the n-th
+    harmonic number (1 when every item is relevant)."""
+    n, r = int(n_gallery), int(n_relevant)
+    if not 1 <= r <= n:
+        raise ValueError(f"random_ranking_ap: need 1 <= relevant ({r}) <= gallery ({n})")
+    if r == n:
+        return 1.0
+    h = float(np.sum(1.0 / np.arange(1, n + 1)))
+    return ((r - 1) / (n - 1) * n + (n - r) / (n - 1) * h) / n
 
 
 def average_precision(scores, relevant, ties: str = "stable") -> float:

@@ -41,7 +41,7 @@ from ..paths import downloads_dir
 __all__ = ["RATINGS_SUBDIR", "CATEGORIES", "KEY_ALIASES", "METHOD_LABELS", "SCORER_COLUMNS", "SCORER_ROWS",
            "Ratings", "normalise_key", "category_of", "read_score_file", "read_ratings", "ratings_dir",
            "mh_long", "table2_released", "table1_released", "fig4_released", "HUMAN", "CLIP", "RATINGS_WHY",
-           "RELEASED_TABLES", "released_tables"]
+           "RELEASED_TABLES", "released_tables", "incomplete_all4"]
 
 RATINGS_SUBDIR = Path("NearID") / "dreambench_plus" / "ratings"     # under $NEARID_DOWNLOADS
 CATEGORIES = ("live_subject_animal", "live_subject_human", "object", "style")
@@ -225,6 +225,16 @@ def mh_long(r: Ratings, categories: Sequence[str] = CATEGORIES) -> pd.DataFrame:
         frames.append(t.assign(scorer=sc))
     out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["scorer", *metrics.MH_COLUMNS])
     return out[["scorer", *metrics.MH_COLUMNS]]
+
+
+def incomplete_all4(mh: pd.DataFrame) -> dict[str, list[str]]:
+    """``{scorer: [its categories]}`` for every scorer whose ``all4`` rows of :func:`mh_long` pool
+    fewer than the four categories (a ratings folder or a user's scores that cover only some of
+    them): that ``all4`` is not the release's four-category aggregate."""
+    rows = mh[(mh["method"] == "fisher_z") & (mh["category"] != "all4")]
+    have = rows.groupby("scorer", sort=False)["category"].agg(lambda c: [x for x in CATEGORIES if x in set(c)])
+    return {sc: cats for sc, cats in have.items()
+            if len(cats) < len(CATEGORIES) and ((mh["scorer"] == sc) & (mh["category"] == "all4")).any()}
 
 
 def table2_released(mh: pd.DataFrame, profile: str, category: str = "object") -> pd.DataFrame:

@@ -20,7 +20,6 @@ three datasets); ID-Sim's Figure 6 states no numbers, so it has no paper row.
 """
 from __future__ import annotations
 
-from itertools import combinations, permutations
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -35,6 +34,7 @@ from ..plots import OKABE_ITO, anchor_distributions, method_color
 from ..report import paper_values_dir, render_markdown_table
 from ..run import Run
 from ..runmeta import git_state
+from .headline import HEADLINE, chance_levels, headline_notes, headline_table
 from .participants import Participant
 
 if TYPE_CHECKING:
@@ -166,94 +166,6 @@ def summary_markdown(rep: ScoreReport) -> str:
     return render_markdown_table(rep.table[cols].round(3))
 
 
-# --------------------------------------------------------------------------- the short table on top
-# (column, what, better): the metrics of the card's first table, one row each
-HEADLINE = (
-    ("nearid_ssr", "NearID SSR %, full image (Table 1)", "higher"),
-    ("nearid_pa", "NearID PA %, full image (Table 1)", "higher"),
-    ("nearid_fg_ssr", "NearID SSR %, foreground only (Table 7)", "higher"),
-    ("mtg_mo", "MTG M-O, Pearson r with the part-edit oracle", "higher"),
-    ("idsim_identity", "ID-Sim sensitivity to identity (-slope)", "higher"),
-    ("idsim_background", "ID-Sim sensitivity to background (-slope)", "lower"),
-    ("fpr_map", "FPR gallery mAP of the real references", "higher"),
-    ("fpr_rho_map", "FPR: mAP's agreement with true drift (rho)", "higher"),
-)
-
-
-def _p_all_pairs_win(n_views: int) -> float:
-    """P(an identity with ``n_views`` views passes every NearID trial) when all of its similarities
-    (pairs of views, view-distractor) are exchangeable: counted over every ordering of them."""
-
-    pairs = list(combinations(range(n_views), 2))
-    n = len(pairs) + n_views                     # pair similarities, then one per view's distractor
-    wins = total = 0
-    for order in permutations(range(n)):
-        rank = dict(zip(range(n), order))
-        ok = all(rank[k] > rank[len(pairs) + v] for k, (i, j) in enumerate(pairs) for v in (i, j))
-        wins += ok
-        total += 1
-    return wins / total
-
-
-def chance_levels(data, split: str = "test", group_by: str = "species") -> dict[str, tuple[float, str]]:
-    """``{column: (level, basis)}``: the analytic chance level of each headline metric on ``data``
-    (an encoder whose similarities carry no information: exchangeable, i.e. a random ranking).
-
-    SSR: an identity with 2 views passes with probability 1/3, with 3 views (every ordering
-    of its similarities counted: 1/15), averaged over the split's identities; PA: 1/2 per trial; MTG M-O,
-    ID-Sim sensitivities and the drift agreement rho: 0; FPR mAP: the expected average precision of
-    a random ranking of each reference's gallery scope (R relevant of N: (H_N (N-R) / (N-1) + N (R-1)
-    / (N-1)) / N), averaged over the references."""
-    out: dict[str, tuple[float, str]] = {}
-    if data is not None and data.positives is not None:
-        pos = data.positives[data.positives.split == split]
-        nv = (pos[["img1", "img2", "img3"]] != "").sum(axis=1).to_numpy()
-        if len(nv):
-            p = {k: _p_all_pairs_win(k) for k in set(nv.tolist())}
-            ssr = 100 * float(np.mean([p[k] for k in nv]))
-            out["nearid_ssr"] = out["nearid_fg_ssr"] = (ssr, "analytic: random ranking (1/3 for 2 views, 1/15 for 3)")
-            out["nearid_pa"] = (50.0, "analytic: 1/2 per trial")
-    for c in ("mtg_mo", "idsim_identity", "idsim_background", "fpr_rho_map"):
-        out[c] = (0.0, "analytic: no dependence")
-    if data is not None and data.fpr_train is not None and data.fpr_gallery is not None and len(data.fpr_gallery):
-        g = data.fpr_gallery
-        aps = []
-        for _, q in data.fpr_train.iterrows():
-            scope = g[g[group_by] == q[group_by]] if group_by in g.columns else g
-            n, r = len(scope), int((scope["name"] == q["name"]).sum())
-            if n and r:
-                h = float(np.sum(1.0 / np.arange(1, n + 1)))
-                aps.append((h * (n - r) / max(n - 1, 1) + n * (r - 1) / max(n - 1, 1)) / n)
-        if aps:
-            out["fpr_map"] = (float(np.mean(aps)), "analytic: random ranking of the gallery")
-    return out
-
-
-def headline_table(rep: ScoreReport) -> pd.DataFrame:
-    """The card's short table: one row per headline metric that was scored, with which way is
-    better, the scored encoder, the frozen reference (the profile's frozen encoder), the trained
-    heads of this run when present, and the chance level with its basis."""
-    t = rep.table
-    run = t[t.kind != "paper"]
-    yours = run[run.kind == "yours"]
-    ref = run[run.kind == "frozen"]
-    heads = run[run.kind.isin(["nearid", "idsim"])]
-    chance = chance_levels(rep.data, getattr(rep, "split", "test"))
-    rows = []
-    for col, what, better in HEADLINE:
-        if col not in t.columns or not run[col].notna().any():
-            continue
-        row = {"metric": what, "better": better,
-               f"{yours.row.iloc[0]} (yours)" if len(yours) else "yours":
-                   float(yours[col].iloc[0]) if len(yours) else np.nan}
-        for _, r in pd.concat([ref, heads]).iterrows():
-            row[f"reference: {r['row']}" if r["kind"] == "frozen" else f"trained: {r['row']}"] = r[col]
-        level, basis = chance.get(col, (np.nan, "-"))
-        row["chance"], row["chance basis"] = level, basis
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
 def _figures(rep: ScoreReport) -> dict[str, Any]:
     """name -> matplotlib figure for each protocol that ran."""
     figs: dict[str, Any] = {}
@@ -262,8 +174,10 @@ def _figures(rep: ScoreReport) -> dict[str, Any]:
     cols = {"nearid_ssr": "SSR", "nearid_pa": "PA", "nearid_fg_ssr": "SSR (fg only)", "nearid_fg_pa": "PA (fg only)"}
     have = [c for c in cols if c in t.columns and t[c].notna().any()]
     if have:
+        chance = chance_levels(rep.data, getattr(rep, "split", "test"))
+        chance.setdefault("nearid_fg_pa", chance.get("nearid_pa", (np.nan, "")))
         figs["score_nearid"] = _nearid_bars(t[t[have].notna().any(axis=1)], {c: cols[c] for c in have}, rep.profile,
-                                            colours)
+                                            colours, {c: chance[c][0] for c in have if c in chance})
     idsim = rep.extra.get("idsim", {})
     if "summary" in idsim:
         labels = dict(zip(t.key[t.kind != "paper"], t.row[t.kind != "paper"]))
@@ -315,10 +229,12 @@ def _recolour_bars(fig, colours: Sequence[str]):
     return fig
 
 
-def _nearid_bars(t: pd.DataFrame, cols: Mapping[str, str], profile: str, colours: Mapping[str, str] | None = None):
+def _nearid_bars(t: pd.DataFrame, cols: Mapping[str, str], profile: str, colours: Mapping[str, str] | None = None,
+                 chance: Mapping[str, float] | None = None):
     """Horizontal bars, one panel per NearID metric, one bar per row: this run's participants in
     their own colours, the papers' rows grey. Every bar carries its value, and a zero (a frozen
-    encoder fooled on every identity) is drawn as a tick at 0 so it is not mistaken for a missing bar."""
+    encoder fooled on every identity) is drawn as a tick at 0 so it is not mistaken for a missing bar;
+    ``chance`` (column -> level) draws each panel's chance level as a dashed line."""
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(cols), figsize=(2.6 * len(cols) + 2.5, 0.32 * len(t) + 1.2), sharey=True,
@@ -335,11 +251,16 @@ def _nearid_bars(t: pd.DataFrame, cols: Mapping[str, str], profile: str, colours
             if vi == 0:
                 ax.plot([0], [yi], marker="|", markersize=9, markeredgewidth=2.5, color=col, clip_on=False)
             ax.text(vi + 1.5, yi, f"{vi:.1f}", va="center", fontsize=6)
+        level = (chance or {}).get(c)
+        has_chance = level is not None and np.isfinite(level)
+        if has_chance:
+            ax.axvline(level, color="k", ls="--", lw=0.9)
         ax.set_xlim(0, 100)
-        ax.set_title(title, fontsize=9)
-        ax.set_xlabel("percent")
+        ax.set_title(f"{title}: higher is better", fontsize=9)
+        ax.set_xlabel(f"percent; dashed: chance {level:.1f}" if has_chance else "percent", fontsize=8)
     axes[0, 0].set_yticks(y, list(t.row), fontsize=7)
-    fig.suptitle(f"NearID-bench ({profile}): this run (coloured) beside the papers (grey)", fontsize=9)
+    fig.suptitle(f"NearID-bench ({profile}): this run (coloured) beside the papers (grey); dashed: chance",
+                 fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -369,10 +290,12 @@ def write_card(rep: ScoreReport, out: Path, cfg, seed: int) -> dict[str, Path]:
              "(their encoders and data). `mini` reproduces the papers' claims at small scale on a procedural "
              "world, not their absolute numbers: compare your row with the rows of this run first.", "",
              "## At a glance", "", render_markdown_table(head.round(3)) if len(head) else "(nothing scored)", "",
-             "*frozen reference*: the profile's frozen encoder, scored now on the same images; *chance*: the "
-             "level of an encoder whose similarities carry no information (a random ranking), computed "
-             "analytically on this dataset (`nearid_lib.score.card.chance_levels`), not measured with a "
-             "random-init network. The long tables follow.", "",
+             "*better*: which way is better; *frozen reference*: the profile's frozen encoder, scored now on the "
+             "same images; *chance*: the level of an encoder whose similarities carry no information (a random "
+             "ranking), computed analytically on this dataset (`nearid_lib.score.headline.chance_levels`), not "
+             "measured with a random-init network; *note*: see below. The long tables follow.", "",
+             *(["### What the noted numbers mean", "", *[f"- {n}" for n in headline_notes(rep)], ""]
+               if headline_notes(rep) else []),
              "## All scores", "", summary_markdown(rep), "",
              "NearID SSR/PA in %, pooled over the main distractor sources (higher is better); MTG M-O: Pearson r; "
              "ID-Sim: sensitivity = -slope of similarity vs change (identity: higher is better, background: "
