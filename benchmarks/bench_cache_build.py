@@ -28,7 +28,7 @@ from nearid_lib.config import get_profile
 from nearid_lib.data import load_profile_data
 from nearid_lib.models import load_backbone
 from nearid_lib.data.groups import image_groups
-from nearid_lib.nearid.embedder import Embedder
+from nearid_lib.features import Embedder
 from nearid_lib.runtime import set_torch_threads
 
 
@@ -78,7 +78,7 @@ def main() -> None:
         t0 = time.perf_counter()
         emb.build(groups, variants=("full", "fg"), workers=w)
         walls[w] = time.perf_counter() - t0
-        n_images = sum(len(c) for c in emb._caches.values())
+        n_images = sum(len(c) for c in emb.caches.values())
         shutil.rmtree(root, ignore_errors=True)
 
     res = {"profile": args.profile, "backbone": bb.name, "token_layer": getattr(bb, "token_layer", None),

@@ -38,7 +38,7 @@ from nearid_lib.config import get_profile, with_overrides
 from nearid_lib.data.build import build_world
 from nearid_lib.data.schema import load_nearid
 from nearid_lib.models.registry import load_backbone
-from nearid_lib.nearid.embedder import Embedder
+from nearid_lib.features import Embedder
 from nearid_lib.nearid.evaluate import evaluate_encoder, source_groups, summary_row
 from nearid_lib.nearid.scorers import EmbeddingBenchEncoder
 from nearid_lib.nearid.tables import FROZEN_SOURCE_RANGE

@@ -29,7 +29,7 @@ def prefill(ctx: Ctx) -> dict:
     from nearid_lib.config import get_profile
     from nearid_lib.features.shards import ShardedTokenStore
     from nearid_lib.models.backbones import SiglipEncoder
-    from nearid_lib.nearid.stream import VARIANTS, StreamFeatures
+    from nearid_lib.features.stream import VARIANTS, StreamFeatures
     from paper_scale_parts import bench_store
 
     cfg = get_profile("paper")

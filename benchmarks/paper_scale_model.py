@@ -78,7 +78,7 @@ def _grids_used(p: dict, f3: float, mtg_pairs: float) -> dict:
 
 def budget_curve(w: dict, grid_bytes: float, budgets_gb=(0, 25, 50, 100, 200, 400)) -> list[dict]:
     """Backbone forwards of the whole run when a disk budget is spent on the most-read grids first
-    (MTG, then positives, then distractors: :func:`nearid_lib.nearid.stream.train_items` order) and
+    (MTG, then positives, then distractors: :func:`nearid_lib.nearid.prefill_step.train_items` order) and
     every other slot streams the backbone. ``slot_hit`` = share of slots served by the store."""
     imgs, total = w["train_images"], w["slot_forwards_total"]
     share = _slot_shares(w)

@@ -16,7 +16,7 @@ from nearid_lib.config import get_profile
 from nearid_lib.features.shards import CODECS, ShardedTokenStore, decode_tokens, encode_tokens
 from nearid_lib.models import MAPHead
 from nearid_lib.nearid.losses import compute_loss
-from nearid_lib.nearid.stream import StreamFeatures
+from nearid_lib.features.stream import StreamFeatures
 from paper_scale_parts import P, sync, timeit
 
 

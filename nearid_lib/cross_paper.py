@@ -31,10 +31,9 @@ from .idsim.model import CONFIG_FILE as IDSIM_CONFIG
 from .idsim.release_backbones import RELEASES
 from .idsim.release_model import load_release_row, release_available
 from .idsim.released import load_benchmarks, load_frozen_row, public_scores
+from .features import Embedder, profile_embedders
 from .models import load_encoder, resolve_device, resolve_name
-from .nearid.embedder import Embedder
 from .nearid.published import published_seeds
-from .nearid.scorers import EmbeddingBenchEncoder, load_bench_encoders
 from .paths import checkpoint_dir
 from .score import Participant
 from .score.card import assemble_table
@@ -93,11 +92,6 @@ def seed_note(cfg: Profile) -> str:
             "differ from theirs by about the seeds' spread.")
 
 
-def _bench(model, key: str, label: str, cfg: Profile, data: NearIDData, progress: bool) -> EmbeddingBenchEncoder:
-    # pooled outputs only (the test images of every source): no token grids kept
-    return EmbeddingBenchEncoder(Embedder(model, data, profile=cfg, progress=progress, store_tokens=False), key, label)
-
-
 def participants(cfg: Profile, data: NearIDData, progress: bool = False) -> tuple[list[Participant], list[str]]:
     """The identity encoders of the table and the frozen backbones beside them (module docstring);
     ``(participants, notes)``."""
@@ -110,13 +104,12 @@ def participants(cfg: Profile, data: NearIDData, progress: bool = False) -> tupl
         names.append("nearid")
     else:
         notes.append(f"NearID head: not trained for {cfg.name!r} ({ck / 'nearid'} absent; notebook 03)")
-    sub = replace(cfg, eval=replace(cfg.eval, encoders=tuple(names), vlm_judge=None))
+    sub = replace(cfg, eval=replace(cfg.eval, encoders=tuple(names)))
     parts: list[Participant] = []
-    for b in load_bench_encoders(sub, data):
-        b.embedder.progress = progress
-        kind = {"nearid": "nearid", "nearid-release": "nearid"}.get(b.name, "frozen")
-        label = b.label if b.name != "nearid-release" else "NearID, released weights"
-        parts.append(Participant(b.name, label, kind, b, b.embedder.encoder))
+    for e in profile_embedders(sub, data, progress=progress):
+        kind = {"nearid": "nearid", "nearid-release": "nearid"}.get(e.name, "frozen")
+        label = e.label if e.name != "nearid-release" else "NearID, released weights"
+        parts.append(Participant(e.name, label, kind, e, e.encoder))
     if cfg.world.source != "procedural" and names.count("nearid-release") and \
             not any(p.key == "nearid-release" for p in parts):
         notes.append("NearID released weights: not loaded (Aleksandar/nearid-siglip2 not in the mirror)")
@@ -141,7 +134,9 @@ def participants(cfg: Profile, data: NearIDData, progress: bool = False) -> tupl
         except (OSError, ValueError, KeyError) as err:     # not in the mirror, gated, ...
             notes.append(f"{label}: not loaded ({' '.join(str(err).split())[:300]})")
             continue
-        parts.append(Participant(key, label, kind, _bench(model, key, label, cfg, data, progress), model))
+        # pooled outputs only (the test images of every source): no token grids kept
+        emb = Embedder(model, data, profile=cfg, progress=progress, store_tokens=False, name=key, label=label)
+        parts.append(Participant(key, label, kind, emb, model))
     return parts, notes
 
 

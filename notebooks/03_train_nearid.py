@@ -37,7 +37,7 @@ from IPython.display import display
 from nearid_lib.models import load_backbone, load_head
 from nearid_lib.nearid.ablations import main_row
 from nearid_lib.data.groups import image_groups
-from nearid_lib.nearid.embedder import Embedder
+from nearid_lib.features import Embedder
 from nearid_lib.nearid.evaluate import evaluate_split
 from nearid_lib.nearid.published import publish_seeds, published_seeds
 from nearid_lib.nearid.rows import train_groups

@@ -27,7 +27,7 @@ from nearid_lib.claims import evaluate_claims
 from nearid_lib.nearid.ablations import loss_rows
 from nearid_lib.nearid.claims import CLAIMS_BY_NOTEBOOK, NEARID_CLAIMS
 from nearid_lib.nearid.dbpp import dbpp_for_profile
-from nearid_lib.nearid.embedder import Embedder
+from nearid_lib.features import Embedder
 from nearid_lib.nearid.bench import standin_scorer
 from nearid_lib.nearid.evaluate import encoder_evidence, evaluate_split
 from nearid_lib.nearid.scorers import EmbeddingBenchEncoder

@@ -21,7 +21,7 @@ import pandas as pd
 from nearid_lib.claims import evaluate_claims
 from nearid_lib.nearid.ablations import data_rows
 from nearid_lib.nearid.claims import CLAIMS_BY_NOTEBOOK, NEARID_CLAIMS
-from nearid_lib.nearid.embedder import Embedder
+from nearid_lib.features import Embedder
 from nearid_lib.nearid.evaluate import evaluate_split
 from nearid_lib.nearid.sweep import run_rows
 from nearid_lib.report import paper_values_dir

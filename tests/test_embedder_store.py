@@ -17,8 +17,8 @@ from nearid_lib.features import apply_variant
 from nearid_lib.features.shards import decode_tokens, encode_tokens
 from nearid_lib.models import MAPHead, load_encoder
 from nearid_lib.data.groups import group_items
-from nearid_lib.nearid.embedder import Embedder
-from nearid_lib.nearid.stream import StreamFeatures, process_writer
+from nearid_lib.features import Embedder
+from nearid_lib.features.stream import StreamFeatures, process_writer
 from nearid_lib.nearid.train_inputs import train_features
 
 torch.set_num_threads(1)
@@ -89,7 +89,7 @@ def test_evaluation_reads_what_training_wrote(smoke_world, encoder, head, tmp_pa
 
 def test_each_process_writes_its_own_shards(smoke_world, encoder, tmp_path):
     me = process_writer("rank0")
-    other = subprocess.run([sys.executable, "-c", "from nearid_lib.nearid.stream import process_writer as w;"
+    other = subprocess.run([sys.executable, "-c", "from nearid_lib.features.stream import process_writer as w;"
                             "print(w('rank0'))"], capture_output=True, text=True, check=True).stdout.strip()
     assert me.startswith("rank0-") and other.startswith("rank0-") and me != other
     data = smoke_world

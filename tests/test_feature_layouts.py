@@ -13,8 +13,8 @@ from nearid_lib.features.layouts import GroupArrays, ShardGrids
 from nearid_lib.features.shards import ShardedTokenStore, decode_tokens, encode_tokens
 from nearid_lib.models import load_encoder
 from nearid_lib.data.groups import group_items, image_groups
-from nearid_lib.nearid.embedder import Embedder
-from nearid_lib.nearid.stream import StreamFeatures
+from nearid_lib.features import Embedder
+from nearid_lib.features.stream import StreamFeatures
 
 torch.set_num_threads(1)
 

@@ -1,4 +1,4 @@
-"""NearID-bench evaluation (nearid/embedder.py, nearid/evaluate.py): SSR/PA on hand-built embeddings,
+"""NearID-bench evaluation (features/embedder.py, nearid/evaluate.py): SSR/PA on hand-built embeddings,
 MTG against a direct computation, the image groups, cached vs uncached embeddings on a real (tiny)
 world, and the one source-grouping rule behind Table 1 and summary_row."""
 from __future__ import annotations
@@ -16,7 +16,7 @@ from nearid_lib.config import get_profile
 from nearid_lib.data import build_world, load_nearid
 from nearid_lib.models import MAPHead, load_encoder
 from nearid_lib.data.groups import group_items, image_groups
-from nearid_lib.nearid.embedder import Embedder
+from nearid_lib.features import Embedder
 from nearid_lib.nearid.evaluate import (SplitEmbeddings, embed_split, mtg_bench, nearid_bench, source_groups,
                                         summary_row)
 from nearid_lib.nearid.tables import source_key
@@ -150,15 +150,15 @@ def test_worker_processes_build_the_same_caches_as_the_main_process(world, tmp_p
     assert not par.complete(groups[0], "fg")
     par.build(groups, variants=("full", "fg"), workers=2)
     assert all(par.complete(g, v) for g in groups for v in ("full", "fg"))
-    for key, c in serial._caches.items():
-        p = par._caches[key]
+    for key, c in serial.caches.items():
+        p = par.caches[key]
         assert p.dir.name == c.dir.name and p.relpaths == c.relpaths
         assert np.array_equal(np.asarray(p._tokens), np.asarray(c._tokens))
         assert np.array_equal(np.asarray(p._pooled), np.asarray(c._pooled))
-    stamp = {p.dir: (p.dir / "meta.json").stat().st_mtime_ns for p in par._caches.values()}
+    stamp = {p.dir: (p.dir / "meta.json").stat().st_mtime_ns for p in par.caches.values()}
     again = Embedder(enc, data, cache_root=tmp_path / "par", progress=False)
     again.build(groups, variants=("full", "fg"), workers=2)
-    assert {c.dir: (c.dir / "meta.json").stat().st_mtime_ns for c in again._caches.values()} == stamp
+    assert {c.dir: (c.dir / "meta.json").stat().st_mtime_ns for c in again.caches.values()} == stamp
 
 
 def test_embedder_workers_come_from_the_profile(world, monkeypatch):

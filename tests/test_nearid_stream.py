@@ -12,7 +12,8 @@ from nearid_lib.features import apply_variant
 from nearid_lib.features.shards import ShardedTokenStore, record_bytes
 from nearid_lib.models import load_encoder
 from nearid_lib.nearid.rows import epoch_rows
-from nearid_lib.nearid.stream import StreamFeatures, eval_items, open_train_store, store_dir, train_items
+from nearid_lib.features.stream import StreamFeatures, open_train_store, store_dir
+from nearid_lib.nearid.prefill_step import eval_items, train_items
 from nearid_lib.nearid.train_inputs import TrainFeatures
 
 torch.set_num_threads(1)

@@ -16,7 +16,8 @@ import torch
 from nearid_lib.config import get_profile, with_overrides
 from nearid_lib.models import load_encoder
 from nearid_lib.nearid.prefill_step import main, prefill_items
-from nearid_lib.nearid.stream import VARIANTS, StreamFeatures, eval_items, open_train_store, train_items
+from nearid_lib.features.stream import VARIANTS, StreamFeatures, open_train_store
+from nearid_lib.nearid.prefill_step import eval_items, train_items
 from nearid_lib.nearid.train import train_head
 
 

@@ -12,8 +12,9 @@ from nearid_lib.config import get_profile
 from nearid_lib.models import load_backbone, load_encoder
 from nearid_lib.models.registry import RELEASE_REPO
 from nearid_lib.nearid.evaluate import evaluate_encoder
+from nearid_lib.features.profile_encoders import release_embedders
 from nearid_lib.nearid.release import RELEASE_FLOAT, RELEASE_INT8, decision_diff, release_why
-from nearid_lib.nearid.scorers import StoreBenchEncoder, release_encoders
+from nearid_lib.nearid.scorers import EmbeddingBenchEncoder
 
 
 def test_release_rows_float_forward_and_int8_twin(smoke_world, tmp_path, monkeypatch):
@@ -26,17 +27,21 @@ def test_release_rows_float_forward_and_int8_twin(smoke_world, tmp_path, monkeyp
     hub.mkdir()
     assert "not in the local hub mirror" in release_why()
     cfg = get_profile("paper", overrides={"backbone.image_size": 32, "backbone.batch_size": 8})
-    assert release_encoders(cfg, smoke_world)[0] == []
+    assert release_embedders(cfg, smoke_world)[0] == []
     _save_release(hub / "Aleksandar" / "nearid-siglip2", _save_siglip2(hub / "google" / "siglip2-so400m-patch14-384"))
     assert release_why() is None
     data = smoke_world
     backbone = load_backbone(cfg)[0]
-    encs, why = release_encoders(cfg, data, backbone)
-    assert why is None and [e.name for e in encs] == [RELEASE_FLOAT, RELEASE_INT8]
-    assert isinstance(encs[0], StoreBenchEncoder) and "float32 forward" in encs[0].label
+    embs, why = release_embedders(cfg, data, backbone)
+    assert why is None and [e.name for e in embs] == [RELEASE_FLOAT, RELEASE_INT8]
+    assert embs[0].layout == "rows" and "float32 forward" in embs[0].label
+    # the twin: the released head put on the profile's backbone object by the factory (no second tower)
+    assert embs[1].layout == "grids" and embs[1].encoder.backbone is backbone
+    assert embs[1].encoder.head is embs[0].encoder.head
+    encs = [EmbeddingBenchEncoder(e) for e in embs]
     assert encs[1].same_tower and "int8 token store" in encs[1].label    # the release's tower is google's
     # a profile that scores in float has one path only
-    assert [e.name for e in release_encoders(get_profile("smoke"), data, backbone)[0]] == [RELEASE_FLOAT]
+    assert [e.name for e in release_embedders(get_profile("smoke"), data, backbone)[0]] == [RELEASE_FLOAT]
     srcs = list(data.sources[:2])               # two sources keep the test short; every one takes the same path
     res = {e.name: evaluate_encoder(e, data, "test", ("full",), sources=srcs) for e in encs}
 

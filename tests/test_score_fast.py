@@ -87,7 +87,7 @@ def test_a_test_split_world_is_never_taken_for_the_whole_one(worlds, tmp_path):
 
 
 def test_store_embedder_resumes_after_an_interrupt(worlds, tmp_path):
-    from nearid_lib.nearid.scorers import StoreEmbedder
+    from nearid_lib.features import Embedder
     from nearid_lib.models import UserEncoder
 
     cfg, _, part = worlds
@@ -105,17 +105,18 @@ def test_store_embedder_resumes_after_an_interrupt(worlds, tmp_path):
     ue = UserEncoder(enc, "mean-rgb")
     probe = calls["n"]
     calls["limit"] = probe + 20                       # dies in the 3rd batch of 8
-    e1 = StoreEmbedder(ue, data, tmp_path / "store", batch_size=8, progress=False, chunk_images=8)
+    e1 = Embedder(ue, data, folder=tmp_path / "store", batch_size=8, progress=False, chunk_images=8)
+    assert e1.layout == "rows"                        # a callable has no token grids: rows of embeddings
     with pytest.raises(KeyboardInterrupt):
-        e1.ensure(rels, masks)
+        e1.embed(rels, masks=masks)
     saved = sum(len(np.load(f)["keys"]) for f in (tmp_path / "store").rglob("*.npz"))
     assert saved == 16                                 # two chunks reached the disk before the kill
     calls["limit"], calls["n"] = None, 0
-    e2 = StoreEmbedder(ue, data, tmp_path / "store", batch_size=8, progress=False)
-    got = e2.ensure(rels, masks)
+    e2 = Embedder(ue, data, folder=tmp_path / "store", batch_size=8, progress=False)
+    got = e2.embed(rels, masks=masks).numpy()
     assert calls["n"] == len(set(rels)) - 16           # only the rest was embedded
-    fresh = StoreEmbedder(ue, data, None, batch_size=8, progress=False)
-    np.testing.assert_allclose(got, fresh.ensure(rels, masks), rtol=0, atol=1e-6)
+    fresh = Embedder(ue, data, batch_size=8, progress=False)
+    np.testing.assert_allclose(got, fresh.embed(rels, masks=masks).numpy(), rtol=0, atol=1e-6)
 
 
 def test_score_builds_leave_out_the_graded_set_until_asked(worlds, tmp_path):
@@ -147,7 +148,8 @@ def test_run_bench_prefetches_then_scores_like_evaluate_encoder(worlds, tmp_path
     from nearid_lib.nearid.bench import run_bench
     from nearid_lib.nearid.evaluate import evaluate_encoder
     from nearid_lib.nearid.pairs import grid_pairs
-    from nearid_lib.nearid.scorers import StoreBenchEncoder, StoreEmbedder
+    from nearid_lib.features import Embedder
+    from nearid_lib.nearid.scorers import EmbeddingBenchEncoder
     from nearid_lib.models import UserEncoder
 
     cfg, _, part = worlds
@@ -161,14 +163,16 @@ def test_run_bench_prefetches_then_scores_like_evaluate_encoder(worlds, tmp_path
                          for im in images]) + 1.0
 
     ue = UserEncoder(enc, "rgb-stats")
-    benc = StoreBenchEncoder(StoreEmbedder(ue, data, None, 16, False), "rgb", "rgb")
-    bench = run_bench([benc], data, cfg)
+    emb = Embedder(ue, data, batch_size=16, progress=False, name="rgb")
+    bench = run_bench([emb], data, cfg)                     # an Embedder is taken as it comes
+    assert bench.results[0].name == "rgb"
+    benc = EmbeddingBenchEncoder(emb)
     assert bench.variants == ("full", "fg") and bench.grid is not None and len(bench.grid)
     calls["n"] = 0
     grid = grid_pairs(data, "test")
     again = evaluate_encoder(benc, data, "test", ("full", "fg"), grid=grid)
     assert calls["n"] == 0                                  # everything was embedded by the prefetch
-    fresh = StoreBenchEncoder(StoreEmbedder(ue, data, None, 16, False), "rgb", "rgb")
+    fresh = EmbeddingBenchEncoder(Embedder(ue, data, batch_size=16, progress=False, name="rgb"))
     ref = evaluate_encoder(fresh, data, "test", ("full", "fg"), grid=grid)
     assert calls["n"] > 0
     r = bench.results[0]

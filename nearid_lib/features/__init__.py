@@ -23,12 +23,17 @@ Every feature of the three papers and ``score_encoder`` is read through one call
 :func:`embed` over a :class:`FeatureStore` keyed by encoder, variant, payload and scope
 (:mod:`.store`, :mod:`.embed`): per-item rows for embeddings and prefixes, and for token grids
 (payloads ``tokens``, ``pooled``) the layouts of :mod:`.layouts`: the caches above per image
-group (:class:`~.layouts.GroupArrays`) or the int8 shard store (:class:`~.layouts.ShardGrids`).
+group (:class:`~.layouts.GroupArrays`) or the int8 shard store (:class:`~.layouts.ShardGrids`,
+filled by :class:`~.stream.StreamFeatures`). Protocols get embeddings through one interface,
+:class:`Embedder` (:mod:`.embedder`): a dataset's images, images outside its tables, files and
+images in memory, whichever layout keeps them.
 
 Modules: :mod:`.variants` (image variants and loaders), :mod:`.store` (:class:`FeatureStore`),
-:mod:`.layouts` (token-grid layouts),
-:mod:`.payloads` (:class:`ImageRef`, :data:`PAYLOADS`), :mod:`.embed` (:func:`embed`), :mod:`.cache` (:class:`TokenCache`),
-:mod:`.on_the_fly` (:class:`OnTheFlyFeatures`); every name is re-exported here.
+:mod:`.layouts` (token-grid layouts), :mod:`.payloads` (:class:`ImageRef`, :data:`PAYLOADS`),
+:mod:`.embed` (:func:`embed`), :mod:`.cache` (:class:`TokenCache`), :mod:`.shards` (the int8 store),
+:mod:`.stream` (:class:`StreamFeatures`: the store filled as training asks), :mod:`.embedder`
+(:class:`Embedder`), :mod:`.profile_encoders` (:func:`profile_embedders`: the encoders a profile
+scores), :mod:`.on_the_fly` (:class:`OnTheFlyFeatures`); every name is re-exported here.
 """
 from __future__ import annotations
 
@@ -38,7 +43,12 @@ from .on_the_fly import OnTheFlyFeatures
 from .payloads import PAYLOADS, ImageRef, encoder_fingerprint, variant_images
 from .store import FeatureStore, FeatureTable
 from .variants import BG_GREY, VARIANTS, apply_variant, default_loaders, fill_background, register_variant
+from .stream import StreamFeatures, open_train_store, process_writer, store_dir
+from .embedder import Embedder
+from .profile_encoders import Embedders, profile_embedders
 
 __all__ = ["FeatureStore", "FeatureTable", "embed", "feature_table", "dataset_scope", "ImageRef", "PAYLOADS", "file_refs", "dataset_refs", "memory_refs",
            "variant_images", "encoder_fingerprint", "TokenCache", "OnTheFlyFeatures", "VARIANTS", "BG_GREY",
-           "fill_background", "register_variant", "apply_variant", "default_loaders", "cache_name"]
+           "fill_background", "register_variant", "apply_variant", "default_loaders", "cache_name",
+           "StreamFeatures", "open_train_store", "process_writer", "store_dir", "Embedder", "Embedders",
+           "profile_embedders"]

@@ -207,7 +207,7 @@ def _cache_in_worker(backbone, root: str, rels: list[str], masks: list[str], var
 
 class ShardGrids:
     """Payload ``tokens`` of one backbone in the sharded compact store of ``stream`` (a
-    :class:`~nearid_lib.nearid.stream.StreamFeatures` with a store: the one training fills)."""
+    :class:`~.stream.StreamFeatures` with a store: the one training fills)."""
 
     def __init__(self, stream):
         if stream.store is None:

@@ -17,6 +17,11 @@ A registered encoder comes back with its ``preprocess``; a wrapped one with ``No
 images). ``cache=True`` returns the same model for the same arguments within a process (frozen
 encoders that several protocols score; :func:`clear_encoder_cache` forgets them).
 
+No encoder of the library is built anywhere else: a model that reuses a loaded one passes it in
+(``load_encoder("nearid", checkpoint=..., backbone=<loaded backbone>)`` puts a head on that tower,
+:mod:`.nearid_model`), and :func:`load_seed_heads` loads the heads of several training seeds over one
+backbone.
+
 :func:`resolve_encoder` is what the entry points (``score_encoder``, ``similarity``, the ``nearid``
 commands) call first, before building or reading any data: :func:`load_encoder`, then two probe
 images through the model, so a wrong argument fails in seconds with one line
@@ -29,7 +34,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 import torch
@@ -38,7 +43,8 @@ from .callables import HUB_PREFIXES, EncoderSpecError, import_spec, one_line
 from .registry import build_registered, encoder_aliases, list_encoders, load_backbone, resolve_name, split_weights
 from .user import EncoderOutputError, UserEncoder, callable_label, hub_encoder, probe_images
 
-__all__ = ["load_encoder", "resolve_encoder", "ResolvedEncoder", "clear_encoder_cache", "encoder_kind"]
+__all__ = ["load_encoder", "load_seed_heads", "resolve_encoder", "ResolvedEncoder", "clear_encoder_cache",
+           "encoder_kind"]
 
 _HUB_ID_RE = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
 REMOTE_CODE = ("miewid", "miewid-msv3")      # registered encoders whose class is remote code (opt-in)
@@ -144,6 +150,21 @@ def load_encoder(spec: Any, tiny: bool = False, device: str | torch.device | Non
     ``miewid`` / ``miewid-msv3``, the registered encoders that run code from the hub."""
     _, _, model, pre = _load(spec, tiny, device, name, cache, profile, kw)
     return model, pre
+
+
+def load_seed_heads(checkpoints: Mapping[int, str | os.PathLike] | Iterable[tuple[int, str | os.PathLike]],
+                    **kw: Any) -> dict[int, Any]:
+    """``{seed: NearID encoder}`` for the head folders of several training seeds (a mapping or
+    ``(seed, folder)`` pairs, in order): the first loaded whole by :func:`load_encoder`, every other
+    one's head put on that encoder's backbone object, so one tower is loaded for all seeds and all of
+    them read the same feature caches. ``kw`` go to :func:`load_encoder` (``device``...)."""
+    out: dict[int, Any] = {}
+    items = checkpoints.items() if isinstance(checkpoints, Mapping) else checkpoints
+    for seed, ckpt in items:
+        first = next(iter(out.values()), None)
+        share = {} if first is None else {"backbone": first.backbone}
+        out[int(seed)] = load_encoder("nearid", checkpoint=str(ckpt), **share, **kw)[0]
+    return out
 
 
 def _load(spec: Any, tiny: bool, device: Any, name: str | None, cache: bool, profile: Any,

@@ -16,22 +16,19 @@ nearid                         a backbone above + a trained :class:`MAPHead`  ba
 Keyword arguments: ``tiny`` (random-init tiny config of the same class, offline), ``device``,
 ``dtype`` ("float32" | "float16" | "bfloat16"), ``weights`` (a local folder/file instead of the
 hub id, or ``"random"``: the full-size model at a fixed random init, the chance reference), ``hub_id``, ``frozen`` (default True: eval mode, no grads), ``image_size`` (EfficientNet,
-DINO). ``nearid`` takes ``checkpoint`` (our head folder, a release safetensors file/folder, or a hub
-repo id such as ``Aleksandar/nearid-siglip2``), ``backbone`` (name) and ``head`` (a MAPHead).
+DINO). ``nearid`` (registered by :mod:`.nearid_model`) takes ``checkpoint`` (our head folder, a
+release safetensors file/folder, or a hub repo id such as ``Aleksandar/nearid-siglip2``), ``backbone``
+(a name, or an already loaded backbone :class:`Encoder`) and ``head`` (a MAPHead).
 """
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
 from ..chance import RANDOM_INIT
-from ..hub import resolve
 from .backbones import (
     CLIPEncoder,
     DinoEncoder,
@@ -41,14 +38,12 @@ from .backbones import (
     SiglipEncoder,
     TimmEfficientNetEncoder,
 )
-from .checkpoint import is_head_checkpoint, load_head, load_release_head, load_release_tower
-from .map_head import MAPHead
 
 if TYPE_CHECKING:
     from ..config import BackboneConfig, Profile
 
 __all__ = ["load_backbone", "build_registered", "PLUGIN_GROUP", "split_weights", "RANDOM_INIT", "register_encoder", "list_encoders", "encoder_aliases", "resolve_name",
-           "resolve_device", "StackedEncoder", "NearIDEncoder", "RELEASE_REPO"]
+           "resolve_device", "StackedEncoder", "RELEASE_REPO"]
 
 RELEASE_REPO = "Aleksandar/nearid-siglip2"
 
@@ -235,7 +230,7 @@ register_encoder("dinov3-vitl16", _dino(3), "facebook/dinov3-vitl16-pretrain-lvd
                  doc="DINOv3 ViT-L/16")
 
 
-# ----------------------------------------------------------------------------- NearID = backbone + head
+# ----------------------------------------------------------------------------- stacked encoders
 class StackedEncoder(Encoder):
     """A backbone followed by a module over its outputs (the NearID head, a feature classifier): it
     preprocesses like the backbone and its weights are the backbone's plus ``source``."""
@@ -244,121 +239,3 @@ class StackedEncoder(Encoder):
         super().__init__(name, backbone.preprocess, tiny=backbone.tiny, frozen=frozen,
                          weights=f"{backbone.weights}+{source}")
         self.backbone = backbone
-
-
-class NearIDEncoder(StackedEncoder):
-    """A frozen backbone followed by a (trainable) :class:`MAPHead` over its patch tokens.
-
-    ``pooled`` is the head's output; ``tokens`` are the backbone's. :meth:`pool` runs the head on
-    cached tokens, so training and evaluation over a feature cache use the same module."""
-
-    def __init__(self, backbone: Encoder, head: MAPHead, name: str = "nearid", source: str = "scratch"):
-        if backbone.token_dim != head.dim:
-            raise ValueError(f"nearid: head width {head.dim} does not match backbone "
-                             f"{backbone.name!r} token width {backbone.token_dim}")
-        super().__init__(name, backbone, frozen=False, source=source)
-        self.head = head
-        self.to(device=backbone.device)
-        self.head.to(device=backbone.device)
-        self._finish()
-
-    def _forward(self, pixel_values):
-        out = self.backbone(pixel_values)
-        return EncoderOutput(out.tokens, self.pool(out.tokens))
-
-    def pool(self, tokens: torch.Tensor, token_mask: torch.Tensor | None = None, **kw) -> torch.Tensor:
-        """Head output [B, E] for backbone tokens [B, N, D] (e.g. read from a feature cache)."""
-        p = next(self.head.parameters())
-        return self.head(tokens.to(device=p.device, dtype=p.dtype), token_mask=token_mask, **kw)
-
-    @property
-    def dtype(self) -> torch.dtype:  # the backbone's input dtype; the head may differ
-        return self.backbone.dtype
-
-    def cache_key(self) -> str:
-        return self.backbone.cache_key()
-
-
-def _looks_like_repo_id(s: str) -> bool:
-    return s.count("/") == 1 and not os.path.exists(s) and not s.startswith((".", "/", "~"))
-
-
-def _missing_checkpoint(ckpt: str, err: Exception | None = None) -> str:
-    """What to do when a NearID head checkpoint is absent (a fresh clone) or the hub is unreachable."""
-    parts = Path(ckpt).parts
-    prof = parts[parts.index("checkpoints") - 1] if "checkpoints" in parts[1:] else "mini"
-    make = f"make build/{prof}/notebooks/03_train_nearid.ipynb"
-    fix = (f"train one with notebook 03_train_nearid (`{make}`) or `nearid train --profile {prof}`, "
-           f"which write build/{prof}/checkpoints/nearid; or use tiny=True for a random-init head")
-    if err is None:
-        return f"nearid: no trained head at {ckpt!r} (a fresh clone has none): {fix}"
-    return (f"nearid: cannot load the head {ckpt!r} from the Hugging Face hub ({type(err).__name__}); "
-            f"run once with hub access (HF_HUB_OFFLINE unset) to fill the cache, pass "
-            f"checkpoint=<local folder>, or {fix}")
-
-
-def _nearid(name, hub_id, tiny=False, checkpoint=None, backbone=None, head=None, num_heads=None,
-            token_dropout=0.0, **kw):
-    """Build order: an explicit ``head``; our head folder (its JSON names the backbone); a release
-    file/folder/repo (SigLIP2 backbone; the default ``Aleksandar/nearid-siglip2`` when not tiny);
-    ``checkpoint="init"`` or tiny: a head initialised from the backbone's own SigLIP head."""
-    source = "scratch"
-    release_path = None
-    meta_backbone: dict[str, Any] = {}
-    if head is None and checkpoint is None and not tiny:
-        checkpoint = hub_id          # the authors' release: `load_encoder("nearid")` is their model
-    if checkpoint == "init":        # the untrained starting point: the backbone's own SigLIP head
-        checkpoint = None
-    if head is None and checkpoint is not None:
-        ckpt = str(checkpoint)
-        if is_head_checkpoint(ckpt):
-            head, meta = load_head(ckpt)
-            meta_backbone = meta.get("backbone", {}) or {}
-            source = f"ckpt:{Path(ckpt).name}"
-        else:
-            if _looks_like_repo_id(ckpt):
-                where = resolve(ckpt)            # the local mirror (NEARID_HUB_DIR) or the hub
-                if where.local:
-                    ckpt = where.source
-                else:
-                    from huggingface_hub import snapshot_download
-
-                    try:
-                        ckpt = snapshot_download(ckpt, revision=where.revision,
-                                                 allow_patterns=["*.safetensors", "*.json"])
-                    except Exception as err:  # offline, unknown repo, no network: say what to do
-                        raise OSError(_missing_checkpoint(ckpt, err)) from err
-            elif not os.path.exists(ckpt):
-                raise FileNotFoundError(_missing_checkpoint(ckpt))
-            head = load_release_head(ckpt, num_heads=num_heads)
-            release_path = ckpt
-            cfg_file = Path(ckpt) / "config.json" if Path(ckpt).is_dir() else Path(ckpt).parent / "config.json"
-            if tiny and cfg_file.exists():
-                # a tiny tower saved in the release layout: rebuild exactly its shape
-                cfg = json.loads(cfg_file.read_text())
-                kw.setdefault("config", {k: v for k, v in cfg.get("vision_config", cfg).items()
-                                         if not k.startswith("_") and k not in ("model_type", "transformers_version")})
-            meta_backbone = {"name": "siglip2-so400m-patch14-384"}
-            source = f"release:{Path(ckpt).name}"
-    bb_name = backbone or meta_backbone.get("name") or "siglip2-so400m-patch14-384"
-    bb_tiny = bool(meta_backbone.get("tiny", tiny)) if meta_backbone else tiny
-    bb_kw = dict(kw)
-    if meta_backbone.get("image_size"):
-        bb_kw.setdefault("image_size", meta_backbone["image_size"])
-    if meta_backbone.get("token_layer"):
-        bb_kw.setdefault("token_layer", meta_backbone["token_layer"])
-    bb, _ = build_registered(bb_name, tiny=bb_tiny, **bb_kw)
-    if release_path is not None and isinstance(bb, SiglipEncoder):
-        # the release stores the (frozen) tower too: use it when it is complete
-        if load_release_tower(release_path, bb.model):
-            bb.weights = f"release:{Path(release_path).name}"
-    if head is None:
-        if not isinstance(bb, SiglipEncoder):
-            raise ValueError(f"nearid: backbone {bb.name!r} has no MAP head to start from; pass "
-                             f"checkpoint= (a trained head) or head=")
-        head = MAPHead.from_siglip(bb.siglip_head, token_dropout=token_dropout).float()
-        source = "siglip-head"
-    return NearIDEncoder(bb, head, name=name, source=source)
-
-
-register_encoder("nearid", _nearid, RELEASE_REPO, doc="frozen backbone + trained MAP head")

@@ -15,6 +15,7 @@ from .dbpp import dbpp_standin
 from ..data.groups import image_groups
 from .evaluate import EncoderResult, evaluate_encoder, source_groups
 from .pairs import grid_pairs
+from .scorers import as_bench_encoder
 
 if TYPE_CHECKING:
     from ..config import Profile
@@ -78,7 +79,9 @@ def bench_variants(cfg: Profile) -> tuple[str, ...]:
 
 def run_bench(encoders: Sequence[Any], data: NearIDData, cfg: Profile,
               dbpp: Callable[[Any], tuple] | None = None, clock: Callable[[], float] = time.perf_counter) -> BenchRun:
-    """NearID-bench of every bench encoder (:mod:`nearid_lib.nearid.scorers`) on ``cfg.eval.split``.
+    """NearID-bench of every bench encoder (:mod:`nearid_lib.nearid.scorers`; an
+    :class:`~nearid_lib.features.Embedder` is taken as it is, :func:`~.scorers.as_bench_encoder`) on
+    ``cfg.eval.split``.
 
     First every image of the split's groups is made ready for each embedding encoder
     (``embedder.prefetch``: feature caches of a library encoder, the embeddings of a callable, which
@@ -86,6 +89,7 @@ def run_bench(encoders: Sequence[Any], data: NearIDData, cfg: Profile,
     :func:`~nearid_lib.nearid.evaluate.evaluate_encoder` (``dbpp``: DreamBench++ human ratings,
     :func:`~nearid_lib.nearid.dbpp.dbpp_for_profile`; without them the procedural stand-in on the
     edit grids when ``eval.dbpp_standin``). ``seconds["total"]`` of each result is its scoring time."""
+    encoders = [as_bench_encoder(b) for b in encoders]
     split, variants = cfg.eval.split, bench_variants(cfg)
     grid = grid_pairs(data, split) if cfg.eval.dbpp_standin else None
     extra = None

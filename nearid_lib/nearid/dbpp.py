@@ -23,7 +23,7 @@ from ..claim_stats import grouped_pearson_columns
 from ..data.eval_datasets import DBPP_DIRNAME, DOWNLOAD_STEPS, DreamBenchPP, human_rating_rows, load_dreambenchpp
 from ..data.schema import DataError
 from ..evidence import Evidence
-from ..features import FeatureStore, embed, file_refs
+from ..features import file_refs
 from ..paths import downloads_dir
 
 if TYPE_CHECKING:
@@ -83,8 +83,7 @@ def _pair_scores(benc, a: list, b: list) -> np.ndarray:
         res = benc.scorer.score_pairs([_load_rgb(x) for x in a], [_load_rgb(x) for x in b])
         return np.asarray(getattr(res, "scores", res), dtype=np.float64)
     uniq = list(dict.fromkeys(a + b))
-    rows = embed(benc.embedder.encoder, file_refs(uniq), "full", FeatureStore(), batch_size=32,
-                 desc="DreamBench++ images")
+    rows = benc.embedder.embed_refs(file_refs(uniq), "full", batch_size=32, desc="DreamBench++ images")
     e = dict(zip(uniq, rows))
     return np.array([float(np.dot(e[x], e[y])) for x, y in zip(a, b)])
 

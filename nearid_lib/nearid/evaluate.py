@@ -9,7 +9,7 @@ Public API (notebooks 03-08 build on it)::
     mt = mtg_bench(se)                                          # metrics.mtg_metrics dict
     row = evaluate_split(emb, data, "test")                     # one flat row (percent like the paper)
 
-(``emb``: an :class:`~nearid_lib.nearid.embedder.Embedder`.) Missing views are NaN embeddings with
+(``emb``: an :class:`~nearid_lib.features.Embedder`.) Missing views are NaN embeddings with
 a False mask: they never count as trials. Similarities are cosine (embeddings are L2-normalised).
 SSR/PA follow :func:`nearid_lib.metrics.ssr_pa` exactly (PA as the authors' tables define it,
 the strict pairwise rate beside it as ``*_pa_strict``); pooled rows are support-weighted
@@ -34,7 +34,7 @@ import torch
 from .. import metrics
 from ..evidence import Evidence
 from .dbpp import dbpp_standin
-from .embedder import Embedder
+from ..features.embedder import Embedder
 from ..data.generators import source_family
 from ..data.groups import VIEWS, group_items, image_groups
 

@@ -3,17 +3,17 @@
 
 ``torchrun --standalone --nproc_per_node N -m nearid_lib.nearid.prefill_step --profile paper``
 encodes every grid that training and evaluation will read -- the train split of the training
-sources and MTG (:func:`~nearid_lib.nearid.stream.train_items`), the val and test splits of every
-source (:func:`~nearid_lib.nearid.stream.eval_items`), each in both variants (full and
+sources and MTG (:func:`train_items`), the val and test splits of every
+source (:func:`eval_items`), each in both variants (full and
 foreground-only) -- into the sharded int8 store that training and evaluation open
-(:func:`~nearid_lib.nearid.stream.open_train_store`). Grid ``j`` is encoded by rank ``j % N`` only
-(:meth:`~nearid_lib.nearid.stream.StreamFeatures.prefill`), images are decoded and masked by
+(:func:`~nearid_lib.features.stream.open_train_store`). Grid ``j`` is encoded by rank ``j % N`` only
+(:meth:`~nearid_lib.features.stream.StreamFeatures.prefill`), images are decoded and masked by
 DataLoader workers while the backbone runs, each rank appends to its own shards, and a killed step
 resumes (committed chunks are kept). Training then reads only: a step's misses are what the prefill
 was not asked for.
 
 The store's folder is keyed by what determines its bytes (backbone weights, preprocessing, the code
-of the backbone and codec, the dataset: :func:`~nearid_lib.nearid.stream.store_dir`), so an edit of
+of the backbone and codec, the dataset: :func:`~nearid_lib.features.stream.store_dir`), so an edit of
 training or report code keeps it. Profiles without a sharded store (``train.token_store = "cache"``:
 smoke, mini) have nothing to prefill.
 
@@ -25,17 +25,51 @@ import argparse
 import json
 import os
 import time
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from ..config import get_profile
 from ..data import load_nearid, nearid_root
+from ..data.groups import group_items, image_groups
+from ..features.stream import VARIANTS
 from ..launch import end_launch, launched_state
 from ..models import load_backbone, resolve_device
 from ..runtime import set_torch_threads
-from .stream import VARIANTS, eval_items, train_items
+from .rows import train_groups
 from .train_inputs import train_features
 
-__all__ = ["prefill_items", "main"]
+if TYPE_CHECKING:
+    from ..config import Profile
+    from ..data import NearIDData
+
+__all__ = ["prefill_items", "train_items", "eval_items", "main"]
+
+
+def _items(data: NearIDData, groups: Sequence[str]) -> list[tuple[str, str]]:
+    out: dict[str, str] = {}
+    for g in groups:
+        for r, m in zip(*group_items(data, g)):
+            out.setdefault(r, m)
+    return list(out.items())
+
+
+def train_items(data: NearIDData, cfg: Profile, by_reuse: bool = True) -> list[tuple[str, str]]:
+    """(relpath, mask) of every image training can read (train split of the training sources + MTG).
+
+    ``by_reuse``: most-read images first, the order in which a disk budget is best spent by
+    :meth:`~nearid_lib.features.stream.StreamFeatures.prefill`: MTG images (read ~4x per epoch: the
+    pairs are repeated), then the positive views (every epoch), then the distractors (only when
+    their view is the anchor)."""
+    groups = train_groups(data, cfg)
+    if by_reuse:
+        rank = {"mtg": 0, "positives": 1}
+        groups = sorted(groups, key=lambda g: rank.get(g.partition("@")[0], 2))
+    return _items(data, groups)
+
+
+def eval_items(data: NearIDData, splits: Sequence[str] = ("test",), sources: Sequence[str] | None = None,
+               mtg: bool = True) -> list[tuple[str, str]]:
+    """(relpath, mask) of every image evaluation of ``splits`` reads (all sources by default)."""
+    return _items(data, image_groups(data, splits, sources, mtg=mtg))
 
 
 def prefill_items(data, cfg) -> list[tuple[str, str]]:

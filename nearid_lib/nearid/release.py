@@ -5,10 +5,10 @@ Their reproduction guide's expected values (Table 1: SSR 99.17 / PA 99.71; Flux 
 MTG 0.454 / 0.475 / 34.0 / 46.0) come from the released weights loaded in float32 and run on the
 images (``evaluation/sim_test.py``; "the released weights load in fp32 whereas the reported
 evaluations ran in fp16, which flips an occasional borderline margin trial"). So the released-weights
-row is the **float forward** (:func:`~nearid_lib.nearid.scorers.release_encoders`): tower and head
-in float32 on every test image, embeddings kept in a row store
-(:class:`~nearid_lib.nearid.scorers.StoreBenchEncoder`), never the int8 token store that training
-reads. Where the profile trains from a quantised token store, the same released head is
+row is the **float forward** (:func:`~nearid_lib.features.profile_encoders.release_embedders`): tower
+and head in float32 on every test image, embeddings kept in rows (an
+:class:`~nearid_lib.features.Embedder` of layout ``"rows"``), never the int8 token store that
+training reads. Where the profile trains from a quantised token store, the same released head is
 also scored the way our trained heads are (on the profile's backbone tokens through that store:
 ``nearid-release-int8``), and :func:`decision_diff` counts the test decisions the two paths disagree
 on (``04_release_precision``).
@@ -19,38 +19,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-import torch
 
-from .. import hub
-from ..models.registry import RELEASE_REPO
+from ..features.profile_encoders import RELEASE_FLOAT, RELEASE_INT8, release_why
 
 if TYPE_CHECKING:
     from .evaluate import EncoderResult
 
-__all__ = ["RELEASE_FLOAT", "RELEASE_INT8", "same_tower", "decision_diff", "release_why"]
-
-RELEASE_FLOAT, RELEASE_INT8 = "nearid-release", "nearid-release-int8"
-
-
-def release_why() -> str | None:
-    """Why the released-weights rows cannot be scored now (None: they can)."""
-    if hub.is_available(RELEASE_REPO):
-        return None
-    return (f"{RELEASE_REPO} is not in the local hub mirror; fetch it with "
-            + hub.download_command(RELEASE_REPO, "model", hub.hub_dir()))
-
-
-def same_tower(a, b) -> bool:
-    """Whether two SigLIP towers hold the same weights once ``a``'s are cast to ``b``'s dtype (the
-    released tower against the profile's frozen backbone), their MAP heads aside (the trained part)."""
-    def tower(m):
-        return {k: v for k, v in m.state_dict().items() if not (k.startswith("head.") or ".head." in k)}
-
-    sa, sb = tower(a), tower(b)
-    if sa.keys() != sb.keys():
-        return False
-    return all(sa[k].shape == sb[k].shape and torch.equal(sa[k].to(device=sb[k].device, dtype=sb[k].dtype), sb[k])
-               for k in sa)
+__all__ = ["RELEASE_FLOAT", "RELEASE_INT8", "decision_diff", "release_why"]
 
 
 def _flips(a: np.ndarray, b: np.ndarray) -> tuple[int, int]:

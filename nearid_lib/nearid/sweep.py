@@ -44,12 +44,10 @@ from ..evidence import Evidence
 from ..config import seeds_of, with_overrides
 from ..data import load_nearid
 from ..io_utils import write_csv, write_json
-from ..models import load_backbone
-from ..models.checkpoint import load_head
-from ..models.registry import NearIDEncoder
+from ..models import load_backbone, load_encoder
 from ..runtime import set_torch_threads
 from .checkpoints import run_dir
-from .embedder import Embedder
+from ..features.embedder import Embedder
 from .dbpp import graded_evidence
 from .evaluate import embed_split, mtg_bench, mtg_units, nearid_bench, nearid_evidence, summary_row, units_from_bench
 from .group import groups_of, train_group
@@ -202,9 +200,9 @@ class Sweep:
             if pairs is not None:
                 self.graded[r.key], self.graded_pairs = [], pairs
             for run in self.runs[r.key]:
-                head, _ = load_head(run.directory)
-                enc = NearIDEncoder(backbone, head).eval()
-                benc = EmbeddingBenchEncoder(Embedder(enc, data, profile=profile, progress=False), "nearid", r.label)
+                # the run's head on the one backbone object every run shares (the factory builds no tower)
+                enc = load_encoder("nearid", checkpoint=str(run.directory), backbone=backbone)[0].eval()
+                benc = EmbeddingBenchEncoder(Embedder(enc, data, profile=profile, progress=False, label=r.label))
                 mh, scores = dbpp(benc)
                 vals.append(float(mh["m_h"]))
                 if pairs is not None:

@@ -47,7 +47,7 @@ from ..runtime import set_torch_threads
 from ..seeding import make_rng
 from . import distributed
 from .checkpoints import finish_train_state, latest_state, load_train_state, run_dir, run_key, save_train_state
-from .embedder import Embedder
+from ..features.embedder import Embedder
 from .evaluate import evaluate_split
 from .losses import make_loss_parameters
 from .rows import TrainRows, epoch_rows, steps_per_epoch

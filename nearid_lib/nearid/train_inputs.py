@@ -23,9 +23,9 @@ from PIL import Image, ImageEnhance
 
 from ..features import apply_variant
 from ..paths import cache_dir
-from .embedder import Embedder
+from ..features.embedder import Embedder
 from .rows import train_groups
-from .stream import StreamFeatures, open_train_store, process_writer
+from ..features.stream import StreamFeatures, open_train_store, process_writer
 
 if TYPE_CHECKING:
     from ..config import Profile
@@ -101,9 +101,9 @@ class TrainFeatures:
 def train_features(cfg: Profile, data: NearIDData, backbone, rank: int = 0, cache_root=None, progress: bool = False):
     """Training's token source: the float16 :class:`TrainFeatures` cache (``train.token_store =
     "cache"``, or ``use_cache=False``: streaming), or the lazily filled int8/fp8
-    :class:`~nearid_lib.nearid.stream.StreamFeatures` store, in which each process writes its own
+    :class:`~nearid_lib.features.stream.StreamFeatures` store, in which each process writes its own
     shards (``rank<k>-<host>-p<pid>``: the sweep's workers are all rank 0) of the grids its batches
-    ask for and reads the others'. Evaluation (:class:`~nearid_lib.nearid.embedder.Embedder`) reads
+    ask for and reads the others'. Evaluation (:class:`~nearid_lib.features.embedder.Embedder`) reads
     and fills the same store."""
     tc = cfg.train
     if not tc.use_cache or tc.token_store == "cache":

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from ..features import FeatureStore, dataset_refs, dataset_scope, embed
+from ..features import Embedder
 
 if TYPE_CHECKING:
     from ..data import NearIDData
@@ -20,18 +20,18 @@ PROTOCOLS = ("nearid", "idsim", "fpr")
 @dataclass
 class Participant:
     """One row of the report: ``key`` (short id), ``label``, ``kind`` ("yours" | "frozen" | "nearid" |
-    "idsim"), its NearID bench encoder (``bench``) and the model FPR embeds with (``model``)."""
+    "idsim"), its :class:`~nearid_lib.features.Embedder` (``embedder``: the participants NearID-bench
+    scores) and the model FPR embeds with (``model``)."""
 
     key: str
     label: str
     kind: str
-    bench: Any = None
+    embedder: Embedder | None = None
     model: Any = None
 
     def grid_embed(self, data: NearIDData, rels: Sequence[str], masks: Sequence[str]) -> np.ndarray:
-        """L2-normalised embeddings of edit-grid images (full image) for the ID-Sim protocol."""
-        if self.bench is not None:
-            return np.asarray(self.bench.embed(data, list(rels), list(masks), "full"), dtype=np.float64)
-        rows = embed(self.model, dataset_refs(data, list(rels), list(masks)), "full", FeatureStore(),
-                     scope=dataset_scope(data), batch_size=32, progress=True, desc=f"embed ({self.label})")
-        return rows.astype(np.float64)
+        """L2-normalised embeddings of edit-grid images (full image) for the ID-Sim protocol: through
+        the participant's embedder, else its model's own embeddings (rows in memory)."""
+        emb = self.embedder if self.embedder is not None else Embedder(self.model, data, layout="rows", batch_size=32,
+                                                                        name=self.label)
+        return emb.embed(list(rels), "full", masks=list(masks)).numpy().astype(np.float64)

@@ -29,10 +29,10 @@ __all__ = ["run_nearid", "run_idsim", "run_fpr"]
 
 def run_nearid(parts: Sequence[Participant], cfg: Profile, data: NearIDData) -> dict[str, Any]:
     """NearID-bench (:func:`~nearid_lib.nearid.bench.run_bench`, as notebook 04) for every
-    participant with a bench encoder: ``table1`` (full image, main
+    participant with an embedder: ``table1`` (full image, main
     sources), ``table7`` (full vs foreground only), ``per_source`` (Table 5 long form, each
     variant), ``results`` (the :class:`~nearid_lib.nearid.evaluate.EncoderResult` list) and ``keys``."""
-    bench = run_bench([p.bench for p in parts], data, cfg)
+    bench = run_bench([p.embedder for p in parts], data, cfg)
     results, groups, variants = bench.results, bench.groups, bench.variants
     t5 = pd.concat([table5(results, groups, cfg.name, v).assign(variant=v) for v in variants], ignore_index=True)
     label = {r.label: p.key for r, p in zip(results, parts)}

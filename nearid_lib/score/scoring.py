@@ -11,9 +11,8 @@ import pandas as pd
 from ..allocator import tune_allocator
 from ..config import get_profile
 from ..data import NearIDData, build_world, load_nearid, nearid_root
+from ..features import Embedder, profile_embedders
 from ..models import ResolvedEncoder, encoder_kind, load_encoder, resolve_encoder, split_weights
-from ..nearid.embedder import Embedder
-from ..nearid.scorers import EmbeddingBenchEncoder, StoreBenchEncoder, StoreEmbedder, load_bench_encoders
 from ..nearid.tables import PAPER_KEYS
 from ..paths import cache_dir, checkpoint_dir
 from ..paths import out_dir as out_root
@@ -33,17 +32,18 @@ def _resolve(encoder, cfg, name, device, encoder_kw) -> ResolvedEncoder:
 
 
 def _user(res: ResolvedEncoder, cfg, data, name, store_folder, batch_size, progress) -> Participant:
-    """The user's participant: a registered name through the library's caches, anything else
-    through a :class:`StoreEmbedder`."""
+    """The user's participant: a registered name through the library's caches (the grids layout of
+    an :class:`~nearid_lib.features.Embedder`), anything else in rows under ``store_folder``."""
     if res.canon is not None:
         # pooled outputs only (a head needs tokens): the same cache key as the frozen baselines'
-        emb = Embedder(res.model, data, profile=cfg, progress=progress,
-                       store_tokens=None if res.canon == "nearid" else False)
         label = name or res.canon
-        return Participant("yours", label, "yours", EmbeddingBenchEncoder(emb, res.canon, label), res.model)
+        emb = Embedder(res.model, data, profile=cfg, progress=progress, name=res.canon, label=label,
+                       store_tokens=None if res.canon == "nearid" else False)
+        return Participant("yours", label, "yours", emb, res.model)
     ue = res.model
-    emb = StoreEmbedder(ue, data, store_folder, batch_size, progress)
-    return Participant("yours", ue.name, "yours", StoreBenchEncoder(emb, ue.name, ue.name), ue)
+    emb = Embedder(ue, data, layout="rows", folder=store_folder, batch_size=batch_size, progress=progress,
+                   name=ue.name)
+    return Participant("yours", ue.name, "yours", emb, ue)
 
 
 def _baselines(cfg, data, progress: bool, notes: list[str]) -> list[Participant]:
@@ -55,12 +55,9 @@ def _baselines(cfg, data, progress: bool, notes: list[str]) -> list[Participant]
     if "nearid" in cfg.eval.encoders and "nearid" not in names:
         notes.append(f"NearID head: not trained for profile {cfg.name!r} yet ({ck / 'nearid'} absent); train it "
                      f"with notebook 03_train_nearid or `nearid train --profile {cfg.name}`")
-    sub = replace(cfg, eval=replace(cfg.eval, encoders=tuple(names), vlm_judge=None))
-    out = []
-    for b in load_bench_encoders(sub, data):
-        b.embedder.progress = progress
-        kind = "nearid" if b.name == "nearid" else "frozen"
-        out.append(Participant(b.name, b.label, kind, b, b.embedder.encoder))
+    sub = replace(cfg, eval=replace(cfg.eval, encoders=tuple(names)))
+    out = [Participant(e.name, e.label, "nearid" if e.name == "nearid" else "frozen", e, e.encoder)
+           for e in profile_embedders(sub, data, progress=progress)]
     if (ck / "idsim").exists():
         out.append(Participant("idsim", f"ID-Sim ({cfg.idsim.backbone} + LoRA, {cfg.name})", "idsim",
                                None, load_encoder("idsim", checkpoint=str(ck / "idsim"))[0]))
@@ -108,7 +105,7 @@ def _named(df: pd.DataFrame | None, parts: Sequence[Participant]) -> pd.DataFram
         first: dict[str, str] = {}
         for canon, v in PAPER_KEYS.items():
             first.setdefault(v[1], canon)       # the paper's own model; later entries stand in for it
-        name = {p.key: getattr(p.bench, "name", None) for p in parts}
+        name = {p.key: getattr(p.embedder, "name", None) for p in parts}
 
         def row(k: str) -> str:
             v = PAPER_KEYS.get(name.get(k) or "")
@@ -167,7 +164,7 @@ def score_encoder(encoder: Any, protocols: Sequence[str] = PROTOCOLS, profile: s
     parts = [user] + (_baselines(cfg, data, progress, notes) if baselines else [])
     results: dict[str, Any] = {}
     if "nearid" in protocols:
-        results["nearid"] = run_nearid([p for p in parts if p.bench is not None], cfg, data)
+        results["nearid"] = run_nearid([p for p in parts if p.embedder is not None], cfg, data)
     if "idsim" in protocols:
         results["idsim"] = run_idsim(parts, cfg, data, seed, notes)
     if "fpr" in protocols:

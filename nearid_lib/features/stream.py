@@ -1,6 +1,9 @@
 """Paper-scale training inputs: the frozen backbone streamed in bf16, its token grids kept in a
 sharded compact store (:class:`~nearid_lib.features.shards.ShardedTokenStore`) the first time a
-step asks for them. A drop-in for :class:`~nearid_lib.nearid.train_inputs.TrainFeatures`::
+step asks for them: NearID training's paper-scale inputs (a drop-in for
+:class:`~nearid_lib.nearid.train_inputs.TrainFeatures`), and the layout an
+:class:`~nearid_lib.features.embedder.Embedder` reads token grids from when a profile keeps them in a
+sharded store (:class:`~nearid_lib.features.layouts.ShardGrids`)::
 
     feats = StreamFeatures(backbone, data, store=open_train_store(backbone, data, cache_root))
     tok = feats.tokens(rels, masks, fg, rng)      # float32 [S, N, D], slot i = variant fg[i] of rels[i]
@@ -24,7 +27,8 @@ Modes:
 
 Role-aware masking: slot i is encoded from ``apply_variant(image, mask, "fg" if fg[i] else "full")``
 and keyed by ``(relpath, variant)``, so the fg decision of a slot selects that image's fg grid
-(tested in ``tests/test_nearid_stream.py``).
+(tested in ``tests/test_nearid_stream.py``). Which images a profile's training and evaluation read
+(what :mod:`nearid_lib.nearid.prefill_step` fills) is NearID's: ``prefill_step.train_items`` / ``eval_items``.
 """
 from __future__ import annotations
 
@@ -34,25 +38,21 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from ..code_closure import closure_fingerprint
-from ..features import FeatureStore, apply_variant, dataset_refs, embed
-from ..features.layouts import ShardGrids
-from ..features.shards import ShardedTokenStore
-from ..data.groups import group_items, image_groups
-from .rows import train_groups
+from .embed import dataset_refs, embed
+from .layouts import ShardGrids
+from .shards import ShardedTokenStore
+from .store import FeatureStore
+from .variants import apply_variant
 
-if TYPE_CHECKING:
-    from ..config import Profile
-    from ..data import NearIDData
-
-__all__ = ["StreamFeatures", "open_train_store", "store_dir", "store_code", "train_items", "eval_items",
-           "autocast_for", "process_writer", "variant_image"]
+__all__ = ["StreamFeatures", "open_train_store", "store_dir", "store_code", "autocast_for", "process_writer",
+           "variant_image", "VARIANTS"]
 
 VARIANTS = ("full", "fg")
 
@@ -175,7 +175,7 @@ class StreamFeatures:
         """Encode every (relpath, mask) x variant not yet stored, in store order (a killed prefill
         resumes: every chunk is committed). Returns the number of grids written.
 
-        Over several processes (:mod:`~nearid_lib.nearid.prefill_step`): grid ``j`` of the whole
+        Over several processes (:mod:`nearid_lib.nearid.prefill_step`): grid ``j`` of the whole
         list (items x variants, in order) belongs to rank ``j % world``, so every grid is encoded by
         exactly one rank whatever is already stored. ``workers``: DataLoader processes decoding and
         masking the images (:func:`variant_image`) while the backbone runs (0: in this process)."""
@@ -227,34 +227,6 @@ class _VariantImages(torch.utils.data.Dataset):
 
 def _as_list(batch: list) -> list:
     return batch
-
-
-# ---------------------------------------------------------------------------- which images
-def _items(data: NearIDData, groups: Sequence[str]) -> list[tuple[str, str]]:
-    out: dict[str, str] = {}
-    for g in groups:
-        for r, m in zip(*group_items(data, g)):
-            out.setdefault(r, m)
-    return list(out.items())
-
-
-def train_items(data: NearIDData, cfg: Profile, by_reuse: bool = True) -> list[tuple[str, str]]:
-    """(relpath, mask) of every image training can read (train split of the training sources + MTG).
-
-    ``by_reuse``: most-read images first, the order in which a disk budget is best spent by
-    :meth:`StreamFeatures.prefill`: MTG images (read ~4x per epoch: the pairs are repeated), then the
-    positive views (every epoch), then the distractors (only when their view is the anchor)."""
-    groups = train_groups(data, cfg)
-    if by_reuse:
-        rank = {"mtg": 0, "positives": 1}
-        groups = sorted(groups, key=lambda g: rank.get(g.partition("@")[0], 2))
-    return _items(data, groups)
-
-
-def eval_items(data: NearIDData, splits: Sequence[str] = ("test",), sources: Sequence[str] | None = None,
-               mtg: bool = True) -> list[tuple[str, str]]:
-    """(relpath, mask) of every image evaluation of ``splits`` reads (all sources by default)."""
-    return _items(data, image_groups(data, splits, sources, mtg=mtg))
 
 
 def _fingerprint(data) -> str:
