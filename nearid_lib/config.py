@@ -87,9 +87,11 @@ def _mini() -> Profile:
                           scene_reshoots=("val", "test"),     # CUTE easy's same-scene anchor, apart
                           n_graded_anchors=16, gallery_dup_p=0.2,
                           # the FPR galleries' own knobs (nearid_lib.data.galleries), 10 subjects per
-                          # species as in the paper (Sec. 4.1); before their calibration, the NearID
-                          # world's values above
-                          ids_per_species=10, gallery_spread=0.55, gallery_view_strength=0.2, gallery_object_frac=(0.8, 0.95),
+                          # species as in the paper (Sec. 4.1), calibrated on their val galleries
+                          # (benchmarks/calibrate_galleries.py, docs/mini.md "FPR galleries"): subjects
+                          # 0.25 of the way from their species prototype; view, size and backgrounds at
+                          # the NearID world's values of the calibration, now the galleries' own
+                          ids_per_species=10, gallery_spread=0.25, gallery_view_strength=0.2, gallery_object_frac=(0.8, 0.95),
                           gallery_bg_salience=0.25, gallery_bg_blur=0.04),
         backbone=BackboneConfig(token_layer="blocks.4"),
         head=HeadConfig(num_heads=8, mlp_ratio=2.0, token_dropout=0.2),
