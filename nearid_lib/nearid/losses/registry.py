@@ -86,7 +86,9 @@ def register_loss(name: str, terms: Callable[[LossBatch], Mapping[str, Tensor]],
     ``parameters`` (``(hp, train) -> ParameterDict`` of learnable loss parameters) and whether training
     draws one positive per row into the first slot (``first_positive``). Raises on a taken name, on a
     hyper-parameter whose default differs from another loss's, and on a weight that names no
-    hyper-parameter."""
+    hyper-parameter. The registry lives in each process: register in a module every process imports
+    (sweep workers are spawned: a loss registered only in a notebook trains with ``runtime.workers``
+    = 1; in a worker its name is unknown and ``make_loss_parameters`` says so)."""
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"register_loss: name must be an identifier (it names runs and table rows), got {name!r}")
     if name in REGISTRY:
