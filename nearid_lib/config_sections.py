@@ -185,6 +185,8 @@ class EvalConfig:
     alphas: tuple[float, ...] = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0)   # paper Table 8
     n_seeds: int = 3                    # training seeds of every trained row from SEED on (mean and spread)
     betas: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3)   # paper Table 9
+    # Table 3's rows: names of registered losses (nearid_lib.nearid.losses.REGISTRY, whose order this is;
+    # a literal because this layer is below the paper packages), checked by nearid.ablations.loss_rows
     ablation_losses: tuple[str, ...] = (
         "infonce", "infonce_rneg", "infonce_oracle", "infonce_rneg_oracle", "siglip", "circle",
         "nearid", "nearid_cohesion",

@@ -3,7 +3,8 @@ backbone with the two-tier NearID loss, and the NearID-bench protocol (SSR/PA, M
 
 Modules, in the order a run uses them:
 
-- :mod:`.losses` (+ :mod:`.loss_terms`, :mod:`.loss_variants`): the NearID loss and every Table 3/4 variant
+- :mod:`.losses` (a package: the loss registry, the shared terms, one module per family of objectives):
+  the NearID loss and every Table 3/4 variant
 - :mod:`.distributed`: the global pool G across ranks
 - :mod:`.rows`: training rows of an epoch; :mod:`.train_inputs`: augmentation and the features a step reads
 - :mod:`.train`: ``train_head`` (and ``python -m nearid_lib.nearid.train``); :mod:`.checkpoints`: resume state

@@ -36,7 +36,7 @@ from ..io_utils import write_json
 from ..models import load_backbone, resolve_device, save_head
 from . import distributed
 from .checkpoints import finish_train_state, latest_state, load_train_state, run_key, save_train_state
-from .losses import make_loss_parameters
+from .losses import loss_spec, make_loss_parameters
 from .rows import epoch_rows, steps_per_epoch
 from .step import amp_context, batch_inputs, dropout_generator, loss_step
 from .train import TrainResult, build_head, make_scheduler, train_features
@@ -55,10 +55,11 @@ HEAD_ONLY = ("loss", "alpha", "beta", "temperature", "disc_average", "oracle_mar
 def stream_key(cfg: Profile) -> str:
     """The hash of what decides a head's batch stream: the profile without the head, the loss
     settings of :data:`HEAD_ONLY` and the evaluation / reporting sections, plus whether the
-    objective is an InfoNCE variant (those reorder each row's positives)."""
+    objective trains on one positive per row (``LossSpec.first_positive``: the InfoNCE variants
+    reorder each row's positives)."""
     d = profile_to_dict(cfg)
     train = {k: v for k, v in d["train"].items() if k not in HEAD_ONLY}
-    train["infonce_order"] = str(cfg.train.loss).startswith("infonce")
+    train["infonce_order"] = loss_spec(cfg.train.loss).first_positive
     part = {"name": d["name"], "seed": d["seed"], "world": d["world"], "backbone": d["backbone"], "train": train}
     return hashlib.sha256(json.dumps(part, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
