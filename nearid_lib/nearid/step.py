@@ -2,8 +2,8 @@
 inputs (:func:`batch_inputs`: the rows of the batch and every random choice that does not depend on
 the head -- positive order, role-aware masking, augmentations, token crops -- hence the backbone
 tokens it reads) and each head's own step on them (:func:`loss_step`: forward, loss, backward,
-optimiser and schedule). :func:`~.train.train_head` runs them for one head, :func:`~.group.train_group`
-for many heads on one batch stream."""
+optimiser and schedule). The one training loop, :func:`~.train.train_group`, runs them for the
+heads of one batch stream (one head: :func:`~.train.train_head`)."""
 from __future__ import annotations
 
 import math
