@@ -257,7 +257,7 @@ lint-imports: $(STAMP)
 	$(VENV)/bin/lint-imports
 
 pytest: $(STAMP) lint-imports
-	$(PY) -m pytest -q tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; rc=0; fi; exit $$rc
+	$(PY) -m pytest -q --durations=25 tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; rc=0; fi; exit $$rc
 
 smoke: $(STAMP)
 	$(MAKE) --no-print-directory -j$(NEARID_JOBS) --output-sync=target -o $(STAMP) notebooks PROFILE=smoke

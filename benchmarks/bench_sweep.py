@@ -1,5 +1,5 @@
 """Sweep benchmark (issue "paper scale", item 5), on the CPU: heads that share a batch stream trained
-one run per configuration vs in one pass (``nearid_lib.nearid.group.train_group``), side by side in
+one run per configuration vs in one pass (``nearid_lib.nearid.train.train_group``), side by side in
 one process on the ``mini`` world with its real backbone (EfficientNet-Lite0 tokens from the token
 cache): wall time, seconds per head-step, and bytes read from the token cache per head-step, for
 the 4 non-InfoNCE objectives of NearID Table 3 (L_NearID, SigLIP, Circle, L_NearID + cohesion) at
@@ -25,8 +25,7 @@ from nearid_lib.data import build_world, load_nearid
 from nearid_lib.io_utils import atomic_write_text, write_json
 from nearid_lib.models import load_backbone
 from nearid_lib.nearid import train_inputs
-from nearid_lib.nearid.group import train_group
-from nearid_lib.nearid.train import train_head
+from nearid_lib.nearid.train import train_group, train_head
 from nearid_lib.runtime import set_torch_threads
 
 HERE = Path(__file__).resolve().parent

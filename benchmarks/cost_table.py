@@ -108,21 +108,13 @@ def _measured(r: dict, what: str) -> str:
             f"{what}")
 
 
-def split_for_workers(groups: list[list[int]], workers: int) -> list[list[int]]:
-    """The passes ``nearid.sweep`` makes of a call's batch streams with ``workers`` processes: a group
-    of several runs is split into ``min(workers, len(group))`` parts, one per process (``train_grouped``:
-    ``g[k::workers]``), a run alone in its stream is one pass (``train_missing``)."""
-    out = []
-    for g in groups:
-        out += [g[k::workers] for k in range(min(workers, len(g)))] if len(g) > 1 else [g]
-    return out
-
-
 @functools.lru_cache(maxsize=None)
-def sweep_passes(workers: int = NODE["gpus"]) -> list[dict]:
+def sweep_passes() -> list[dict]:
     """Per ``run_rows`` call of notebooks 03-07 (:data:`NOTEBOOK_CALLS`): the new runs it trains, their
-    batch streams (``nearid.group``) and the passes over the token store ``workers`` sweep processes
-    make of them (:func:`split_for_workers`), as heads per pass."""
+    batch streams (``nearid.group``) and the passes over the token store the sweep's processes make
+    of them, as heads per pass: one pass per stream, whatever the number of processes
+    (``nearid.sweep.train_grouped`` gives each process whole streams; a run alone in its stream is
+    one pass of ``train_missing``)."""
     from nearid_lib.config import get_profile, profile_to_dict, with_overrides
     from nearid_lib.nearid import ablations as A
     from nearid_lib.nearid.group import groups_of
@@ -148,7 +140,7 @@ def sweep_passes(workers: int = NODE["gpus"]) -> list[dict]:
             done |= set(new)
             groups = groups_of(list(new.values()))
             out.append({"notebook": nb, "rows": kind, "runs": len(new), "streams": len(groups),
-                        "heads_per_pass": [len(p) for p in split_for_workers(groups, workers)]})
+                        "heads_per_pass": [len(g) for g in groups]})
     return out
 
 
@@ -337,14 +329,15 @@ def render(inp: dict) -> str:
                  f"{f'{r.written_gb:,.0f} GB' if r.written_gb else '-'} | {f'{r.read_tb:.1f} TB' if r.read_tb else '-'} | "
                  f"{how} |")
     sp = sweep_passes()
-    n_pass, n_stream = sum(len(p["heads_per_pass"]) for p in sp), sum(p["streams"] for p in sp)
+    n_pass = sum(len(p["heads_per_pass"]) for p in sp)
     L += ["", f"Node assumed: {NODE['gpus']} x {NODE['gpu']}, local disk reading {NODE['read_GBps']:g} GB/s and writing "
           f"{NODE['write_GBps']:g} GB/s (no node's disk was measured). At the lent H100 machine's measured "
           f"{s['read_cold_GBps']:.2f} GB/s cold reads and {s['write_GBps']:.2f} GB/s writes the same run takes about "
           f"{slow_h:.0f} h. The head trainings are counted as notebooks 03-07 make them: each `run_rows` call groups its "
-          f"new runs by batch stream ({n_stream} streams in all) and `nearid.sweep.train_grouped` splits every group "
-          f"over the node's {NODE['gpus']} worker processes, so the store is read in {n_pass} passes "
-          f"(`sweep_plan.md`'s 18 streams assume one pass per stream across all notebooks). Reads served by the "
+          f"new runs by batch stream and `nearid.sweep.train_grouped` gives each of the node's {NODE['gpus']} worker "
+          f"processes whole streams, so the store is read in {n_pass} passes, one per stream of a call "
+          f"(`sweep_plan.md`'s 18 streams group the 60 runs across all notebooks: a stream whose runs several calls "
+          f"train is read once per call). Reads served by the "
           f"page cache of a node whose memory holds the store are not counted on.", ""]
     todo = [r.step for r in rs if r.status == "projected" and r.step in SUITE_FEEDS]
     if todo:

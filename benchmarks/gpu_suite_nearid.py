@@ -114,7 +114,7 @@ def paper_rows(n: int, K: int = 4, P: int = 2):
 
 
 def head_group(ctx: Ctx) -> dict:
-    """``nearid.group.train_group``'s step at paper geometry: the step's inputs prepared once
+    """``nearid.train.train_group``'s step at paper geometry: the step's inputs prepared once
     (``batch_inputs``: role-aware masking, token crops; tokens from memory), then each of k heads
     takes its own ``loss_step`` (forward, loss, backward, AdamW, schedule) under the profile's
     autocast (fp16), and the largest group once more under bf16. k = 1, 4, 12 (tiny: 1, 2): the heads

@@ -63,11 +63,18 @@ class WorldConfig:
     # anchors graded_NNNN), never the Fig. 6 anchors above; 0 = none (the graded set is then empty)
     n_graded_anchors: int = 0
     grid_levels: int = 5                 # levels per factor in an edit grid
-    n_species: int = 4                   # FPR-style galleries
+    # FPR-style galleries (nearid_lib.data.galleries), with knobs of their own: the NearID world's
+    # view, size and background settings above never reach them (docs/mini.md, "FPR galleries")
+    n_species: int = 4
     ids_per_species: int = 6
     refs_per_id: int = 3
     gallery_per_id: int = 10
     gallery_dup_p: float = 0.0           # share of gallery images that near-duplicate an earlier one
+    gallery_spread: float = 0.55         # a subject's distance from its species prototype (0..1)
+    gallery_view_strength: float = 0.6   # pose + lighting change between a subject's images
+    gallery_object_frac: tuple[float, float] = (0.5, 0.62)
+    gallery_bg_salience: float = 1.0     # background contrast and colour (1 = as drawn)
+    gallery_bg_blur: float = 0.0         # background depth of field (sigma / image size)
     held_out_backgrounds: bool = True    # test split uses backgrounds never seen in train
     mtg_split: tuple[float, float, float] = (0.7, 0.1, 0.2)   # train/val/test fractions of pairs
     n_workers: int = 2                   # build processes (results do not depend on it)
@@ -178,6 +185,8 @@ class EvalConfig:
     alphas: tuple[float, ...] = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0)   # paper Table 8
     n_seeds: int = 3                    # training seeds of every trained row from SEED on (mean and spread)
     betas: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3)   # paper Table 9
+    # Table 3's rows: names of registered losses (nearid_lib.nearid.losses.REGISTRY, whose order this is;
+    # a literal because this layer is below the paper packages), checked by nearid.ablations.loss_rows
     ablation_losses: tuple[str, ...] = (
         "infonce", "infonce_rneg", "infonce_oracle", "infonce_rneg_oracle", "siglip", "circle",
         "nearid", "nearid_cohesion",

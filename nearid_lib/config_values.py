@@ -100,9 +100,10 @@ _AT_LEAST_1 = {"batch_size", "epochs", "image_size", "num_heads", "n_workers", "
                "gallery_per_id", "n_instances", "n_triplets", "checkpoint_every", "n_train_ids"}
 _AT_LEAST_0 = {"warmup_steps", "eval_every", "seed", "retries", "aug_variants", "adapt_stages", "n_val_ids",
                "n_test_ids", "n_mtg_pairs", "n_grid_anchors", "n_graded_anchors", "weight_decay", "alpha", "beta",
-               "lam", "oracle_margin", "circle_m", "view_strength", "png_compress"}
+               "lam", "oracle_margin", "circle_m", "view_strength", "png_compress", "gallery_view_strength",
+               "gallery_bg_salience", "gallery_bg_blur"}
 _ABOVE_0 = {"lr", "temperature", "mlp_ratio", "circle_gamma", "sinkhorn_blur", "siglip_scale"}
-_FRACTION = {"gallery_dup_p", "token_dropout", "lora_dropout", "token_crop", "p_three_views", "mask_p_anchor",
+_FRACTION = {"gallery_dup_p", "gallery_spread", "token_dropout", "lora_dropout", "token_crop", "p_three_views", "mask_p_anchor",
              "mask_p_positive", "mask_p_distractor", "reject_unchanged_below", "reject_drift_above"}
 _CHOICES = {"mixed_precision": ("no", "fp16", "bf16"), "dtype": ("float32", "float16", "bfloat16"),
             "disc_average": ("per_index", "flat"), "source": ("procedural", "released"),

@@ -105,7 +105,7 @@ def test_world_gallery_near_duplicates_are_what_the_curated_rule_drops(smoke_wor
     pixels), other gallery images of the subject do not; the curated rule drops exactly the
     repeats when embeddings are the pixels, random sampling keeps them."""
     from nearid_lib.config import get_profile
-    from nearid_lib.data.draws import fpr_repeats
+    from nearid_lib.data.galleries import fpr_repeats
     from nearid_lib.fpr.datasets import sample_gallery
 
     cfg, data = get_profile("smoke"), smoke_world

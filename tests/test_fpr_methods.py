@@ -12,7 +12,7 @@ def test_simulated_methods_follow_the_world(tmp_path):
     from nearid_lib.fpr.methods import fpr_identity, reference_view, render_generated
 
     cfg = get_profile("smoke", **{"world.image_size": 48})
-    ident, _ = fpr_identity(0, "fpr_fish_001", "fish")
+    ident, _ = fpr_identity(cfg, "fpr_fish_001", "fish")
     view, bg = reference_view(cfg, "fpr_fish_001", 0)
     ref, mask, _ = W.render_scene(ident, view, bg)
     same, _ = render_generated(cfg, "fpr_fish_001", "fish", 0.0, "reference", 0)

@@ -189,16 +189,16 @@ def test_the_notebooks_make_the_run_rows_calls_the_table_counts():
             assert marker[kind] in src, (nb, kind)
 
 
-def test_passes_split_groups_as_the_sweep_does():
-    # the library's split (nearid.sweep.train_grouped), which split_for_workers mirrors
-    src = (ROOT / "nearid_lib" / "nearid" / "sweep.py").read_text()
-    assert "parts = [g[k::workers] for g in groups for k in range(min(workers, len(g)))]" in src
-    assert "groups = [[todo[i] for i in g] for g in groups_of(todo) if len(g) > 1]" in src
-    assert cost_table.split_for_workers([[0, 1, 2], [3], [4, 5, 6, 7, 8]], 2) == [[0, 2], [1], [3], [4, 6, 8], [5, 7]]
-    assert cost_table.split_for_workers([list(range(12))], 8)[0] == [0, 8]
-    # one worker: one pass per stream, the sweep plan's count
-    assert sum(len(p["heads_per_pass"]) for p in cost_table.sweep_passes(1)) == sum(
-        p["streams"] for p in cost_table.sweep_passes(1))
+def test_one_pass_per_batch_stream_as_the_sweep_trains():
+    # nearid.sweep.train_grouped gives each worker process whole streams, however many processes the
+    # node has (tests/test_nearid_sweep.py::test_worker_processes_take_whole_batch_streams): one pass
+    # per stream of a call, every new run in exactly one pass
+    passes = cost_table.sweep_passes()
+    assert sum(len(p["heads_per_pass"]) for p in passes) == sum(p["streams"] for p in passes) == 27
+    assert all(sum(p["heads_per_pass"]) == p["runs"] for p in passes)
+    # a stream of several heads is one pass, not one per GPU: notebook 06's five new alpha rows
+    # (Table 8 without its alpha = 0.5 row, the main run) at each of 3 seeds
+    assert next(p for p in passes if p["rows"] == "alpha")["heads_per_pass"] == [5, 5, 5]
 
 
 def test_the_notebooks_train_every_run_of_the_sweep_plan_once():

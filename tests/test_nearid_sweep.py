@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 
 import pytest
 import torch
@@ -164,3 +165,43 @@ def test_cli_training_is_reused_by_the_notebook_run(smoke_world, tmp_path, monke
     assert res.directory == d and res.steps == 2 and not res.reused
     assert calls == [True]                             # resumed at its last step: nothing retrained
     assert (d / "head.safetensors").read_bytes() == head
+
+
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_worker_processes_take_whole_batch_streams(world, monkeypatch, tmp_path, device):
+    """On GPUs, with more worker processes than batch streams, each stream is still one task (one
+    pass over the token store): a stream split over processes would read the store once per part.
+    On the CPU (compute, not reads, is the cost) each stream is split so that every core has work."""
+    from concurrent.futures import Future
+
+    cfg, data, _ = world
+    cfg = with_overrides(cfg, {"backbone.tiny": False})        # real backbones train in workers
+    configs = [replace(with_overrides(cfg, {"train.alpha": a}), seed=s) for s in (0, 1) for a in (0.25, 0.5, 1.0)]
+    tasks, pools = [], []
+
+    class Pool:                             # records the tasks instead of spawning processes
+        def __init__(self, n):
+            pools.append(n)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def submit(self, fn, cfgs, *args):
+            tasks.append([(c.seed, c.train.alpha) for c in cfgs])
+            f = Future()
+            f.set_result([])
+            return f
+
+    monkeypatch.setattr(sw, "_worker_pool", Pool)
+    configs = [with_overrides(c, {"device": device}) for c in configs]
+    monkeypatch.setattr(sw, "resolve_device", lambda d: torch.device(d))     # no GPU needed to plan
+    n = sw.train_grouped(configs, data, None, workers=8, run_root=tmp_path / "runs")
+    if device == "cuda":
+        assert n == 6 and pools == [2]
+        assert tasks == [[(0, 0.25), (0, 0.5), (0, 1.0)], [(1, 0.25), (1, 0.5), (1, 1.0)]]
+    else:
+        assert n == 6 and pools == [6]
+        assert sorted(tasks) == [[(0, a)] for a in (0.25, 0.5, 1.0)] + [[(1, a)] for a in (0.25, 0.5, 1.0)]

@@ -182,8 +182,8 @@ def test_the_committed_digests_come_out_bit_for_bit():
     then regenerated, not tolerated."""
     committed = json.loads(COMMITTED.read_text())
     res = subprocess.run([sys.executable, str(ROOT / "tests" / "_portable_digests.py")],
-                         env=_clean_env(NEARID_PORTABLE="1", HF_HUB_OFFLINE="1"), capture_output=True, text=True,
-                         timeout=600)
+                         env=_clean_env(NEARID_PORTABLE="1", HF_HUB_OFFLINE="1", NEARID_WORKERS="1"),
+                         capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-4000:]
     got = json.loads(res.stdout)
     assert got["escapes"] == [], got["escapes"]

@@ -5,12 +5,13 @@ never from the order of work, so the bytes written do not depend on ``n_workers`
 many times the build was interrupted and resumed.
 
 Atomicity / resumability: each job (one identity with its views and distractors, one MTG pair,
-one grid anchor, one FPR identity) writes its files atomically and then appends one line to a
+one grid anchor, one FPR gallery subject) writes its files atomically and then appends one line to a
 progress log (``_progress/<stage>.jsonl``, a :class:`~nearid_lib.io_utils.Manifest`) holding the
 table rows it produced. A restart skips logged jobs. Tables are written from the logs at the
 end and ``manifest.json`` last; it is deleted before any work starts, so a partially written
 dataset never looks complete. A build whose world config differs from the one on disk starts
-from scratch (the old progress is discarded).
+from scratch (the old progress is discarded), except when only the FPR galleries' settings or
+code differ (:data:`GALLERY_KEYS`, :mod:`.galleries`): then only the galleries are rendered again.
 
 Split selection (``splits=("test",)``, what :func:`nearid_lib.score_encoder` builds): only the jobs
 of those splits run (identities of the splits with their distractors, MTG pairs of the splits)
@@ -48,12 +49,12 @@ from .draws import (
     _identity_list,
     background_for,
     distractor_instance,
-    fpr_view,
     parse_source,
     positive_view,
     source_splits,
 )
-from .jobs import GRID_FACTORS, _job_fpr, _job_fpr_key, _job_grid, _job_identity, _job_mtg, _mtg_split
+from .galleries import fpr_view, gallery_items, gallery_job
+from .jobs import GRID_FACTORS, _job_grid, _job_identity, _job_mtg, _mtg_split
 from .schema import COLUMNS, SCHEMA_VERSION
 
 __all__ = ["build_world", "manifest_splits", "parse_source", "world_fingerprint", "GRID_FACTORS", "positive_view",
@@ -63,16 +64,29 @@ __all__ = ["build_world", "manifest_splits", "parse_source", "world_fingerprint"
 WORLD_CODE = ("data/world.py", "data/identity.py", "data/perturb.py", "data/parts.py", "data/views.py",
               "data/render.py", "data/backgrounds.py", "data/build.py", "data/draws.py", "data/jobs.py",
               "generate/procedural.py", "generate/base.py", "seeding.py")
+# The FPR galleries' bytes also follow their own module; a change there rebuilds the galleries only.
+GALLERY_CODE = ("data/galleries.py", *WORLD_CODE)
+# world.* fields that only the FPR galleries read (nearid_lib.data.galleries)
+GALLERY_KEYS = ("n_species", "ids_per_species", "refs_per_id", "gallery_per_id", "gallery_dup_p", "gallery_spread",
+                "gallery_view_strength", "gallery_object_frac", "gallery_bg_salience", "gallery_bg_blur")
 
 
 def world_fingerprint(cfg) -> dict[str, Any]:
     """What determines the bytes of the world (n_workers and compression excluded): seed, world
-    config, schema version and the fingerprint of the code that renders it."""
+    config, schema version and the fingerprint of the code that renders it; the FPR galleries'
+    own settings and code under ``"galleries"`` (:func:`build_world` re-renders only the galleries
+    when only that part changes)."""
     w = asdict(cfg.world)
     for k in ("n_workers", "nearid_repo", "nearid_sources", "mtg_repo", "source", "released_masks"):
         w.pop(k, None)
+    gal = {k: w.pop(k) for k in GALLERY_KEYS}
     return {"seed": int(cfg.seed), "world": json.loads(json.dumps(w)), "schema_version": SCHEMA_VERSION,
-            "code": code_fingerprint(*WORLD_CODE)}
+            "code": code_fingerprint(*WORLD_CODE),
+            "galleries": {"world": json.loads(json.dumps(gal)), "code": code_fingerprint(*GALLERY_CODE)}}
+
+
+def _without_galleries(fp: dict | None) -> dict | None:
+    return None if fp is None else {k: v for k, v in fp.items() if k != "galleries"}
 
 
 # --------------------------------------------------------------------------- driver
@@ -180,9 +194,13 @@ def build_world(cfg, root: str | os.PathLike | None = None, n_workers: int | Non
     if man_path.exists():
         man_path.unlink()
     old_fp = json.loads(fp_path.read_text()) if fp_path.exists() else None
-    if force or old_fp != fp:
+    if force or _without_galleries(old_fp) != _without_galleries(fp):
         for sub in ("_progress", "pos", "mask", "dist", "mtg", "grids", "fpr", "distractors"):
             shutil.rmtree(root / sub, ignore_errors=True)
+    elif old_fp != fp:
+        # only the galleries' settings or code changed: every NearID item stays as rendered
+        shutil.rmtree(root / "fpr", ignore_errors=True)
+        (root / "_progress" / "fpr.jsonl").unlink(missing_ok=True)
     root.mkdir(parents=True, exist_ok=True)
     write_json(fp, fp_path)
     prog = root / "_progress"
@@ -228,12 +246,8 @@ def build_world(cfg, root: str | os.PathLike | None = None, n_workers: int | Non
         write_csv(_df([row for i in range(n) for row in recs[f"{prefix}_{i:04d}"]["rows"]],
                       COLUMNS["grids.csv"]), root / f"{stage}.csv")
 
-    fjobs = []
-    for si in range(wc.n_species if "test" in sel else 0):
-        for j in range(wc.ids_per_species):
-            res = _job_fpr_key(cfg, si, j)
-            fjobs.append((res, (cfg, root, (si, j))))
-    man = _run_stage("fpr", _job_fpr, fjobs, prog, n_workers, progress)
+    fjobs = [(name, (cfg, root, (name, sp))) for name, sp in (gallery_items(cfg, "test") if "test" in sel else [])]
+    man = _run_stage("fpr", gallery_job, fjobs, prog, n_workers, progress)
     recs = {r["id"]: r for r in man.records()}
     write_csv(_df([row for k, _ in fjobs for row in recs[k]["train"]], COLUMNS["fpr"]),
               root / "fpr" / "train_data.csv")

@@ -1,6 +1,6 @@
 """What the world builder draws for each item, derived in one place so that generators which
-re-render an item (``nearid_lib.data.world_sources``, ``nearid_lib.fpr.methods``) get exactly the
-builder's identity list, views, backgrounds and distractor instances.
+re-render an item (``nearid_lib.data.world_sources``) get exactly the builder's identity list,
+views, backgrounds and distractor instances. The FPR galleries' draws live in :mod:`.galleries`.
 
 Every draw takes its randomness from ``make_rng(seed, <stage>, <item id>, ...)``, never from the
 order of work.
@@ -16,8 +16,8 @@ from . import backgrounds as B
 from . import world as W
 from .generators import draw_kind, source_family, source_kinds
 
-__all__ = ["parse_source", "positive_view", "reshoot_view", "reshoot_background", "fpr_view", "background_for", "view_background", "scene_of",
-           "fpr_repeats", "fpr_scene", "distractor_instance", "MAX_PERTURB_TRIES", "source_splits"]
+__all__ = ["parse_source", "positive_view", "reshoot_view", "reshoot_background", "background_for", "view_background",
+           "scene_of", "distractor_instance", "MAX_PERTURB_TRIES", "source_splits"]
 
 _SPLITS = ("train", "val", "test")
 
@@ -130,42 +130,6 @@ def distractor_instance(cfg, ident: dict[str, Any], source: str, identity_id: st
             return d_ident, layer
     raise RuntimeError(f"{identity_id} view {k} source {source}: no visible {kind!r} perturbation in "
                        f"{MAX_PERTURB_TRIES} draws (>= {need} changed pixels at {S} px)")
-
-
-def fpr_repeats(cfg, name: str, k: int) -> int:
-    """The earlier image whose shot the k-th (0-based; references first) image of FPR identity
-    ``name`` repeats, or ``k``: with probability ``world.gallery_dup_p`` a gallery image after the
-    first is a near-duplicate of an earlier gallery image (same scene, pose nudged, like a burst),
-    the duplicates a curated gallery drops (FPR Table 2, "Ours")."""
-    wc = cfg.world
-    p, first = float(wc.gallery_dup_p), int(wc.refs_per_id)
-    if p > 0 and k > first:
-        rng = make_rng(cfg.seed, "fpr_dup", name, k)
-        if rng.random() < p:
-            return first + int(rng.integers(k - first))
-    return k
-
-
-def fpr_scene(cfg, name: str, k: int) -> int:
-    """The image index whose background the k-th FPR image uses (follows :func:`fpr_repeats`)."""
-    while (j := fpr_repeats(cfg, name, k)) != k:
-        k = j
-    return k
-
-
-def fpr_view(cfg, name: str, k: int) -> dict[str, float]:
-    """The view of the k-th (0-based; references first) image of FPR identity ``name`` (a
-    near-duplicate's is the repeated image's, nudged by less than 2% of the frame)."""
-    wc = cfg.world
-    j = fpr_repeats(cfg, name, k)
-    if j != k:
-        rng = make_rng(cfg.seed, "fpr_dup_nudge", name, k)
-        v = dict(fpr_view(cfg, name, j))
-        for key, d in (("cx", 0.01), ("cy", 0.01), ("rot", 0.02), ("gain", 0.02)):
-            v[key] = round(v[key] + float(rng.uniform(-d, d)), 4)
-        return v
-    return W.sample_view(make_rng(cfg.seed, "fpr_view", name, k), tuple(wc.object_frac),
-                         wc.view_strength)
 
 
 def background_for(cfg, held_out: bool, *keys) -> np.ndarray:

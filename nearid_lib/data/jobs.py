@@ -17,8 +17,6 @@ from .draws import (
     _background,
     _classes,
     distractor_instance,
-    fpr_scene,
-    fpr_view,
     parse_source,
     positive_view,
     reshoot_background,
@@ -183,36 +181,3 @@ def _job_grid(args) -> tuple[str, dict]:
                              "path": _save_png(root, base + ".png", W.to_uint8(img), lvl),
                              "mask": _save_png(root, base + "_mask.png", mask, lvl)})
     return aid, {"rows": rows}
-
-
-def _job_fpr(args) -> tuple[str, dict]:
-    cfg, root, (si, j) = args
-    wc, seed, S, lvl = cfg.world, cfg.seed, cfg.world.image_size, cfg.world.png_compress
-    species = _classes(wc)[si % len(_classes(wc))] + (f"{si // len(_classes(wc))}" if si >= len(_classes(wc)) else "")
-    cls = _classes(wc)[si % len(_classes(wc))]
-    name = f"fpr_{species}_{j:03d}"
-    # Fine-grained species: identities are halfway between a species prototype and a random
-    # identity of its class, so they share the prototype's look and differ in detail.
-    proto = W.sample_identity(make_rng(seed, "fpr_species", species), cls)
-    ident = W.perturb_strength(proto, W.sample_identity(make_rng(seed, "fpr_id", name), cls), 0.55)
-    held = bool(wc.held_out_backgrounds)
-    rows = {"train": [], "gallery": []}
-    n_tot = wc.refs_per_id + wc.gallery_per_id
-    ref0 = ""
-    for k in range(n_tot):
-        kind = "train" if k < wc.refs_per_id else "gallery"
-        view = fpr_view(cfg, name, k)
-        img, mask, _ = W.render_scene(ident, view, _background(cfg, held, name, fpr_scene(cfg, name, k)))
-        tag = "ref" if kind == "train" else "gal"
-        p = _save_png(root, f"fpr/img/{name}_{tag}{k}.png", W.to_uint8(img), lvl)
-        m = _save_png(root, f"fpr/mask/{name}_{tag}{k}.png", mask, lvl)
-        ref0 = ref0 or p
-        rows[kind].append({"name": name, "species": species, "file_path": p, "ref_path": ref0,
-                           "mask_path": m})
-    return name, rows
-
-
-def _job_fpr_key(cfg, si: int, j: int) -> str:
-    classes = _classes(cfg.world)
-    species = classes[si % len(classes)] + (f"{si // len(classes)}" if si >= len(classes) else "")
-    return f"fpr_{species}_{j:03d}"

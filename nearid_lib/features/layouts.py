@@ -123,10 +123,12 @@ class GroupArrays:
         lists = {g: tuple(map(list, self.items(g))) for _, g in todo}
         todo = sorted(todo, key=lambda vg: -len(lists[vg[1]][0]))
         n = min(workers, len(todo))
+        m = self.data.manifest
+        splits = list(m["splits"]) if m.get("partial") and not m.get("complete") else None
         print(f"building {len(todo)} feature caches in {n} worker processes", flush=True)
         with ProcessPoolExecutor(n, mp_context=get_context("spawn")) as ex:
             futs = [ex.submit(_cache_in_worker, self.backbone, str(self.data.root), *lists[g], v, self.cache_kw,
-                              torch.get_num_threads(), self.tune_malloc) for v, g in todo]
+                              torch.get_num_threads(), self.tune_malloc, splits) for v, g in todo]
             for f in tqdm(as_completed(futs), total=len(futs), desc="feature caches", unit="cache",
                           disable=not self.progress):
                 f.result()                  # a failed build raises here, with the worker's error
@@ -197,10 +199,12 @@ class _GroupTable:
 
 
 def _cache_in_worker(backbone, root: str, rels: list[str], masks: list[str], variant: str, kw: dict[str, Any],
-                     threads: int, tune_malloc: bool = True) -> str:
-    """Build one cache in a worker process (:meth:`GroupArrays.build`); returns its folder name."""
+                     threads: int, tune_malloc: bool = True, splits: list[str] | None = None) -> str:
+    """Build one cache in a worker process (:meth:`GroupArrays.build`); returns its folder name.
+    ``splits``: those of a split-selected build the parent loaded (accepted here as there)."""
     set_torch_threads(threads, tune_malloc)
-    c = TokenCache.build_or_load(backbone, rels, masks=masks, variant=variant, data=load_nearid(root),
+    data = load_nearid(root, splits=splits)
+    c = TokenCache.build_or_load(backbone, rels, masks=masks, variant=variant, data=data,
                                  progress=False, **kw)
     return c.dir.name
 

@@ -5,9 +5,10 @@ Each FPR identity of the procedural world is re-rendered per method in ``n_per_i
 images. A method is ``(name, drift, context)``:
 
 - ``drift`` t in [0, 1]: the identity moves a fraction t towards a *sibling* of the same species
-  (``world.perturb_strength``; the sibling is a fixed, unseen identity of the species, the same
-  for every method), so t = 0 keeps every identity attribute and t = 1 renders another member of
-  the species: a "generic" subject of the right kind -- the identity drift the paper measures;
+  (:func:`~nearid_lib.data.galleries.blend_members`; the sibling is a fixed, unseen member of the
+  species drawn by the galleries' own rule, the same for every method), so t = 0 keeps every
+  identity attribute and t = 1 renders another member of the species: a "generic" subject of the
+  right kind -- the identity drift the paper measures;
 - ``context``: ``"new"`` = a new pose and background (the same new contexts for every method, a
   paired design: drift methods differ only in t); ``"reference"`` = the pose and background of
   the identity's first reference (the IP-Adapter-Plus behaviour the paper describes: nearly the
@@ -15,8 +16,10 @@ images. A method is ``(name, drift, context)``:
   method of the paper's Section 5.1: the reference's object pixels (reference k = i mod n_refs)
   pasted at the same place onto a new background.
 
-True drift is written into ``generated_data.csv`` (columns ``drift``, ``context``), so a notebook
-can check a protocol's verdicts against the truth.
+Poses and backgrounds are drawn with the galleries' own knobs (``world.gallery_*``,
+:mod:`nearid_lib.data.galleries`), so generated images live in the galleries' world. True drift is
+written into ``generated_data.csv`` (columns ``drift``, ``context``), so a notebook can check a
+protocol's verdicts against the truth.
 """
 from __future__ import annotations
 
@@ -30,11 +33,11 @@ import pandas as pd
 from PIL import Image
 
 from ..data import world as W
-from ..data.build import background_for, fpr_view
-from ..data.draws import fpr_scene
+from ..data.build import world_fingerprint
+from ..data.galleries import blend_members, fpr_scene, fpr_view, gallery_background, gallery_member, sample_gallery_view
 from ..data.fpr_layout import FPRLayoutError, load_fpr_split, write_fpr_table
 from ..io_utils import atomic_write, write_json
-from ..seeding import make_rng
+from ..runmeta import code_fingerprint
 
 if TYPE_CHECKING:
     from ..config import Profile
@@ -50,28 +53,20 @@ DEFAULT_METHODS: tuple[tuple[str, float, str], ...] = (
 )
 
 
-def _class_of(species: str) -> str:
-    return species.rstrip("0123456789")
-
-
-def fpr_identity(seed: int, name: str, species: str) -> tuple[dict, dict]:
-    """``(identity, species prototype)`` parameters of an FPR identity of the procedural world.
-
-    Mirrors the world builder's rule (``nearid_lib.data.build``): the identity lies 0.55 of the
-    way from the species prototype to a random identity of its class. A test renders a reference
-    view with these parameters and compares it with the stored reference image pixel for pixel."""
-    cls = _class_of(species)
-    proto = W.sample_identity(make_rng(seed, "fpr_species", species), cls)
-    ident = W.perturb_strength(proto, W.sample_identity(make_rng(seed, "fpr_id", name), cls), 0.55)
-    return ident, proto
+def fpr_identity(cfg: Profile, name: str, species: str) -> tuple[dict, dict]:
+    """``(identity, species prototype)`` parameters of gallery subject ``name`` of the procedural
+    world: the galleries' own rule (:func:`~nearid_lib.data.galleries.gallery_member` at
+    ``world.gallery_spread``). A test renders a reference view with these parameters and compares
+    it with the stored reference image pixel for pixel."""
+    return gallery_member(cfg.seed, name, species, float(cfg.world.gallery_spread))
 
 
 def reference_view(cfg: Profile, name: str, k: int) -> tuple[dict, np.ndarray]:
-    """The pose and background (float RGB) of the k-th image of FPR identity ``name`` (the world
+    """The pose and background (float RGB) of the k-th image of gallery subject ``name`` (the world
     builder's keys: references are k < refs_per_id)."""
     wc = cfg.world
     # the builder's own derivations, so a re-rendered reference equals the stored image
-    return fpr_view(cfg, name, k), background_for(cfg, bool(wc.held_out_backgrounds), name, fpr_scene(cfg, name, k))
+    return fpr_view(cfg, name, k), gallery_background(cfg, bool(wc.held_out_backgrounds), name, fpr_scene(cfg, name, k))
 
 
 def render_generated(cfg: Profile, name: str, species: str, drift: float, context: str, i: int,
@@ -79,21 +74,19 @@ def render_generated(cfg: Profile, name: str, species: str, drift: float, contex
                      ) -> tuple[np.ndarray, np.ndarray]:
     """One generated image (uint8 RGB, bool mask) of identity ``name`` by a method with ``drift``
     and ``context`` (see the module docstring); ``i`` indexes the identity's generations."""
-    wc, seed = cfg.world, cfg.seed
-    ident, proto = fpr_identity(seed, name, species)
-    new_view = W.sample_view(make_rng(seed, "fpr_gen_view", name, i), tuple(wc.object_frac),
-                             wc.view_strength)
+    ident, _ = fpr_identity(cfg, name, species)
+    new_view = sample_gallery_view(cfg, "fpr_gen_view", name, i)
     # New contexts come from the held-out background pool too: never a gallery/reference background.
-    new_bg = background_for(cfg, True, "fpr_gen", name, i)
+    new_bg = gallery_background(cfg, True, "fpr_gen", name, i)
     if context == "paste":
         if ref_image is None or ref_mask is None:
             raise ValueError("render_generated: context='paste' needs the reference image and mask")
         m = ref_mask.astype(bool)
         out = np.where(m[..., None], ref_image.astype(np.float64) / 255.0, new_bg)
         return W.to_uint8(out), m
-    sib = W.perturb_strength(proto, W.sample_identity(make_rng(seed, "fpr_gen_sibling", name),
-                                                      _class_of(species)), 0.55)
-    gen_ident = W.perturb_strength(ident, sib, float(drift))
+    # the sibling: an unseen member of the species (its own key, the galleries' rule)
+    sib, _ = gallery_member(cfg.seed, f"{name}__sibling", species, float(cfg.world.gallery_spread))
+    gen_ident = blend_members(ident, sib, float(drift))
     if context == "new":
         view, bg = new_view, new_bg
     elif context == "reference":
@@ -118,6 +111,8 @@ def simulate_methods(cfg: Profile, root: str | os.PathLike, methods: Sequence[tu
     out_csv = root / "fpr" / "generated_data.csv"
     fp = {"seed": int(cfg.seed), "methods": [list(m) for m in methods], "n_per_id": int(n_per_id),
           "world_size": int(cfg.world.image_size),
+          # the galleries' settings and code: generated images live in the galleries' world
+          "galleries": world_fingerprint(cfg)["galleries"], "code": code_fingerprint("fpr/methods.py"),
           "identities": sorted(split.train.name.unique().tolist())}
     fp_path = root / "fpr" / "generated" / "_settings.json"
     if not force and out_csv.exists() and fp_path.exists() and json.loads(fp_path.read_text()) == fp:

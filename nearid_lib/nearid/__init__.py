@@ -3,10 +3,12 @@ backbone with the two-tier NearID loss, and the NearID-bench protocol (SSR/PA, M
 
 Modules, in the order a run uses them:
 
-- :mod:`.losses` (+ :mod:`.loss_terms`, :mod:`.loss_variants`): the NearID loss and every Table 3/4 variant
+- :mod:`.losses` (a package: the loss registry, the shared terms, one module per family of objectives):
+  the NearID loss and every Table 3/4 variant
 - :mod:`.distributed`: the global pool G across ranks
 - :mod:`.rows`: training rows of an epoch; :mod:`.train_inputs`: augmentation and the features a step reads
-- :mod:`.train`: ``train_head`` (and ``python -m nearid_lib.nearid.train``); :mod:`.checkpoints`: resume state
+- :mod:`.train`: the one training loop, ``train_group`` / ``train_head`` (and ``python -m nearid_lib.nearid.train``);
+  :mod:`.group`: which heads share a batch stream; :mod:`.checkpoints`: resume state
 - :mod:`.sweep`: ``train_and_score`` for the ablation notebooks (Tables 3, 6, 8, 9, 10)
 - :mod:`.embedder`: embeddings of dataset images over cached backbone tokens
 - :mod:`.evaluate`: SSR/PA per source, MTG, the source groups (Table 1's pool), one row per split, and

@@ -10,21 +10,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..config_values import ConfigValueError
+from .losses import REGISTRY, loss_spec
 from .sweep import RowSpec
 
 if TYPE_CHECKING:
     from ..config import Profile
     from ..data import NearIDData
 
-__all__ = ["MAIN", "LOSS_ROW_IDS", "main_row", "loss_rows", "alpha_rows", "beta_rows", "data_rows", "table_rows", "alpha_key",
+__all__ = ["MAIN", "main_row", "loss_rows", "alpha_rows", "beta_rows", "data_rows", "table_rows", "alpha_key",
            "beta_key"]
 
 MAIN = "nearid"
-
-# our loss names -> the paper's Table 3 row_id slugs
-LOSS_ROW_IDS = {"infonce": "infonce", "infonce_rneg": "infonce_rneg", "infonce_oracle": "infonce_oracle",
-                "infonce_rneg_oracle": "infonce_rneg_oracle", "siglip": "siglip_rank", "circle": "circle_rank",
-                "nearid": "nearid", "nearid_cohesion": "nearid_cohesion"}
 
 
 def _is_main(cfg: Profile, **values) -> bool:
@@ -47,10 +44,17 @@ def main_row(cfg: Profile, paper_id: str = "nearid") -> RowSpec:
 
 
 def loss_rows(cfg: Profile) -> list[RowSpec]:
-    """Table 3 / Table 10: every training objective of ``eval.ablation_losses``."""
-    return [main_row(cfg, LOSS_ROW_IDS[loss]) if _is_main(cfg, loss=loss) else
-            RowSpec(f"loss.{loss}", loss, {"train.loss": loss}, paper_id=LOSS_ROW_IDS.get(loss, loss))
-            for loss in cfg.eval.ablation_losses]
+    """Table 3 / Table 10: every training objective of ``eval.ablation_losses``, each row's table id
+    from the loss registry (:mod:`.losses`). A name that is no registered loss raises at once,
+    before any row is trained."""
+    bad = [loss for loss in cfg.eval.ablation_losses if loss not in REGISTRY]
+    if bad:
+        raise ConfigValueError(f"eval.ablation_losses: unknown loss(es) {', '.join(map(repr, bad))}; "
+                               f"registered: {', '.join(REGISTRY)}")
+    specs = [loss_spec(loss) for loss in cfg.eval.ablation_losses]
+    return [main_row(cfg, s.row_id) if _is_main(cfg, loss=s.name) else
+            RowSpec(f"loss.{s.name}", s.name, {"train.loss": s.name}, paper_id=s.row_id)
+            for s in specs]
 
 
 def alpha_rows(cfg: Profile) -> list[RowSpec]:

@@ -14,7 +14,7 @@ import torch.distributed as dist
 import torch.distributed.nn.functional as dist_nn
 from torch import Tensor
 
-from .loss_terms import Pool
+from .losses import Pool
 
 __all__ = ["is_distributed", "world_size", "rank", "all_gather_with_grad", "all_gather_nograd",
            "all_reduce_sum", "gather_pool"]

@@ -2,8 +2,8 @@
 inputs (:func:`batch_inputs`: the rows of the batch and every random choice that does not depend on
 the head -- positive order, role-aware masking, augmentations, token crops -- hence the backbone
 tokens it reads) and each head's own step on them (:func:`loss_step`: forward, loss, backward,
-optimiser and schedule). :func:`~.train.train_head` runs them for one head, :func:`~.group.train_group`
-for many heads on one batch stream."""
+optimiser and schedule). The one training loop, :func:`~.train.train_group`, runs them for the
+heads of one batch stream (one head: :func:`~.train.train_head`)."""
 from __future__ import annotations
 
 import math
@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from ..seeding import make_rng, torch_generator
 from . import distributed
-from .losses import compute_loss
+from .losses import compute_loss, loss_spec
 from .rows import TrainRows, random_positive_first
 from .train_inputs import TrainFeatures, crop_masks
 
@@ -57,13 +57,13 @@ class BatchInputs:
 def batch_inputs(cfg: Profile, feats: TrainFeatures, rows: TrainRows, lo: int, size: int, step: int, rank: int,
                  dev: torch.device) -> BatchInputs:
     """The inputs of step ``step`` for rows ``lo:lo+size`` of the epoch: every random choice of the
-    step that does not depend on the head (positive order for the InfoNCE losses, role-aware
+    step that does not depend on the head (positive order for the single-positive losses, role-aware
     masking, augmentations, token crops) drawn from ``(seed, "step", step, rank)`` in a fixed order,
     so heads trained alone or together (:mod:`nearid_lib.nearid.group`) see the same inputs."""
     tc = cfg.train
     batch = rows.take(np.arange(lo, lo + size))
     rng = make_rng(cfg.seed, "step", step, rank)
-    if tc.loss.startswith("infonce"):
+    if loss_spec(tc.loss).first_positive:
         batch = random_positive_first(batch, rng)
     n = len(batch)
     pm = batch.positives != ""

@@ -15,7 +15,7 @@ seeds) beside it; claims bootstrap the per-unit outcomes of all seeds (:func:`Sw
 
 Runs that read the same batch stream (:func:`~.group.stream_key`: the same seed and data settings,
 any loss) are trained together, one pass over the token store for all of them
-(:func:`~.group.train_group`, :func:`train_grouped`): each head equals the head trained alone.
+(:func:`~.train.train_group`, :func:`train_grouped`): each head equals the head trained alone.
 
 Runs are independent, so :func:`run_rows` can train the missing ones in ``workers`` processes
 (the profile's ``runtime.workers``, which ``NEARID_WORKERS`` sets, e.g. 2 on a 2-core machine): each
@@ -44,15 +44,15 @@ from ..evidence import Evidence
 from ..config import seeds_of, with_overrides
 from ..data import load_nearid
 from ..io_utils import write_csv, write_json
-from ..models import load_backbone, load_encoder
+from ..models import load_backbone, load_encoder, resolve_device
 from ..runtime import set_torch_threads
 from .checkpoints import run_dir
 from ..features.embedder import Embedder
 from .dbpp import graded_evidence
 from .evaluate import embed_split, mtg_bench, mtg_units, nearid_bench, nearid_evidence, summary_row, units_from_bench
-from .group import groups_of, train_group
+from .group import groups_of
 from .scorers import EmbeddingBenchEncoder
-from .train import train_head
+from .train import train_group, train_head
 
 if TYPE_CHECKING:
     from ..config import Profile
@@ -221,7 +221,7 @@ def _train_in_worker(cfg: Profile, root: str, kw: dict, threads: int) -> str:
 
 
 def _group_in_worker(cfgs: list, root: str, kw: dict, threads: int) -> list[str]:
-    """One group of runs in a worker process: trained together (:func:`~.group.train_group`), then
+    """One group of runs in a worker process: trained together (:func:`~.train.train_group`), then
     each scored (:func:`train_and_score` finds it trained)."""
     set_torch_threads(threads, cfgs[0].runtime.tune_malloc)
     cfgs = [replace(c, runtime=replace(c.runtime, workers=1)) for c in cfgs]
@@ -234,10 +234,12 @@ def _group_in_worker(cfgs: list, root: str, kw: dict, threads: int) -> list[str]
 def train_grouped(configs: Sequence[Profile], data: NearIDData, encoder=None, workers: int = 1,
                   progress: bool = False, **kw: Any) -> int:
     """Train the missing runs of ``configs`` that share a batch stream with another missing run,
-    group by group (:func:`~.group.groups_of`, :func:`~.group.train_group`); returns how many runs
-    were trained. With ``workers`` > 1 (real backbones) the groups -- each split into up to
-    ``workers`` parts so every process has work -- run in worker processes, which also score them.
-    Runs alone in their stream are left to :func:`train_missing` / :func:`train_and_score`.
+    group by group (:func:`~.group.groups_of`, :func:`~.train.train_group`); returns how many runs
+    were trained. With ``workers`` > 1 (real backbones) the groups run in up to ``workers`` worker
+    processes, which also score them: on GPUs one whole group each (a group is never split: that
+    would read the token store once per part), on the CPU each group split into up to ``workers``
+    parts (compute, not reads, is the cost there). Runs alone in their stream are left to :func:`train_missing` /
+    :func:`train_and_score`.
     ``kw``: :func:`train_and_score` options (``run_root``, ``cache_root``, ``split``, ``variants``)."""
     kw = {k: v for k, v in kw.items() if k != "reuse"}
     dirs = {run_dir(c, data, kw.get("run_root")): c for c in configs}      # one entry per distinct run
@@ -247,12 +249,20 @@ def train_grouped(configs: Sequence[Profile], data: NearIDData, encoder=None, wo
         return 0
     n_runs = sum(len(g) for g in groups)
     if workers > 1 and not configs[0].backbone.tiny:
-        parts = [g[k::workers] for g in groups for k in range(min(workers, len(g)))]
+        # On GPUs one process per stream, a stream never split over processes, even with processes
+        # to spare: a part of a stream reads the whole token store again, and on the paper's node the
+        # reads (~180 ms a step at 3 GB/s, shared node-wide) outweigh a step of all 12 heads of a
+        # stream (~84 ms on an H100), so an extra pass costs more wall time than an idle GPU saves.
+        # On the CPU a head step is the cost and a pass over the local cache is cheap: a group is
+        # split into up to ``workers`` parts, so every core has a head to train. Each head is the same
+        # either way (a head in a group equals the head alone).
+        split = resolve_device(configs[0].device).type == "cpu"
+        parts = [g[k::workers] for g in groups for k in range(min(workers, len(g)))] if split else groups
         n = min(workers, len(parts))
-        print(f"training {n_runs} runs in {len(parts)} groups sharing their batch stream, {n} worker processes",
-              flush=True)
+        print(f"training {n_runs} runs in {len(groups)} groups sharing their batch stream, {len(parts)} passes, "
+              f"{n} worker processes", flush=True)
         with _worker_pool(n) as ex:
-            futs = [ex.submit(_group_in_worker, part, str(data.root), kw, torch.get_num_threads()) for part in parts]
+            futs = [ex.submit(_group_in_worker, p, str(data.root), kw, torch.get_num_threads()) for p in parts]
             for f in as_completed(futs):
                 f.result()
         return n_runs

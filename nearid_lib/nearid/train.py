@@ -1,4 +1,13 @@
-"""Training of the NearID MAP head on a frozen backbone (paper Section 4.1), cached or on the fly.
+"""Training of NearID MAP heads on a frozen backbone (paper Section 4.1): one loop for one head or a
+grid of heads on one batch stream (the pattern of dinov2's linear evaluation, which trains its whole
+grid of heads from one pass over the features; a grid of one is the same code).
+
+:func:`train_group` trains the heads of configurations that read the same batch stream
+(:func:`~nearid_lib.nearid.group.stream_key`) together: each step reads and prepares its tokens once
+(:func:`~.step.batch_inputs`), then every head takes its own step on them -- its own optimiser,
+schedule, loss parameters, dropout generator, autocast, validation and resumable checkpoints in its
+own run folder -- so each head ends exactly where it would alone (the same operations on the same
+inputs: ``tests/test_nearid_group.py``). :func:`train_head` is ``train_group([cfg])[0]``.
 
 A run reads the rows of each epoch (:mod:`nearid_lib.nearid.rows`), the backbone tokens of every
 slot of a batch (:mod:`nearid_lib.nearid.train_inputs`), and minimises any objective of
@@ -8,19 +17,23 @@ Determinism and resumption: the rows of epoch e and their order come from ``make
 and every random choice of step s (role-aware masking, token dropout, token crops, image
 augmentations) from ``(seed, "step", s)``. Global step s is batch ``s % steps_per_epoch`` of epoch
 ``s // steps_per_epoch``. A run killed after a checkpoint therefore resumes to bit-identical
-weights (tested in ``tests/test_nearid_train.py``). Role-aware foreground masking uses the ``fg``
-token caches: anchor 0.5 / positives 0.2 / distractors 0.6.
+weights (tested in ``tests/test_nearid_train.py``), each head of a group from its own folder.
+Role-aware foreground masking uses the ``fg`` token caches: anchor 0.5 / positives 0.2 / distractors 0.6.
 
-Multi-GPU: ``accelerate launch --num_processes N -m nearid_lib.nearid.train --profile paper``. Each
-rank takes its equal slice of the global batch (``train.batch_size``) and the positives are
-all-gathered with gradients (:func:`nearid_lib.nearid.distributed.gather_pool`) so the pool G spans
-the global batch, as in the paper.
+Multi-GPU: ``accelerate launch --num_processes N -m nearid_lib.nearid.train --profile paper`` (or
+``torchrun``). Each rank takes its equal slice of the global batch (``train.batch_size``), the head
+is wrapped in DDP, and the positives are all-gathered with gradients
+(:func:`nearid_lib.nearid.distributed.gather_pool`) so the pool G spans the global batch, as in the
+paper. A launch trains one configuration: a group of several raises before any work (under fp16 the
+heads would share accelerate's one loss scaler, so one head's overflow would change another's step;
+the sweep runs its groups in processes of one GPU each instead, :mod:`nearid_lib.nearid.sweep`).
 
 CLI: ``python -m nearid_lib.nearid.train --profile mini [--set train.lr=3e-4 ...] [--out DIR] [--no-resume]``.
 
-Checkpoints (``out_dir``): ``head.safetensors`` + ``head_config.json`` (``models.save_head`` with the
-resolved config, loadable by ``load_encoder("nearid", checkpoint=out_dir)``), ``history.json``, and
-``resume/step_XXXXXXX/`` (:mod:`nearid_lib.nearid.checkpoints`).
+Checkpoints (each head's ``out_dir``): ``head.safetensors`` + ``head_config.json`` (``models.save_head``
+with the resolved config and the final validation, loadable by ``load_encoder("nearid",
+checkpoint=out_dir)``), ``history.json``, ``config.json`` and ``resume/step_XXXXXXX/``
+(:mod:`nearid_lib.nearid.checkpoints`; a finished run keeps only its finished ``state.json``).
 """
 from __future__ import annotations
 
@@ -49,6 +62,7 @@ from . import distributed
 from .checkpoints import finish_train_state, latest_state, load_train_state, run_dir, run_key, save_train_state
 from ..features.embedder import Embedder
 from .evaluate import evaluate_split
+from .group import stream_key
 from .losses import make_loss_parameters
 from .rows import TrainRows, epoch_rows, steps_per_epoch
 from .step import amp_context, batch_inputs, dropout_generator, loss_step
@@ -57,7 +71,7 @@ from .train_inputs import TrainFeatures, train_features
 if TYPE_CHECKING:
     from ..data import NearIDData
 
-__all__ = ["build_head", "make_scheduler", "TrainResult", "train_head", "train_features", "main"]
+__all__ = ["build_head", "make_scheduler", "TrainResult", "train_group", "train_head", "train_features", "main"]
 
 # --------------------------------------------------------------------------- model / optim
 def build_head(cfg: Profile, token_dim: int, backbone=None) -> MAPHead:
@@ -85,11 +99,11 @@ def make_scheduler(opt, warmup: int, total: int):
     return torch.optim.lr_scheduler.LambdaLR(opt, f)
 
 
-# --------------------------------------------------------------------------- one run
+# --------------------------------------------------------------------------- state of a run
 @dataclass
 class TrainResult:
-    """What :func:`train_head` returns. ``history``: one dict per step (loss, disc, rank, lr);
-    ``evals``: validation rows (``evaluate.summary_row`` + step)."""
+    """What :func:`train_head` returns (:func:`train_group`: one per configuration). ``history``: one
+    dict per step (loss, disc, rank, lr); ``evals``: validation rows (``evaluate.summary_row`` + step)."""
 
     head: Any
     out_dir: Path | None
@@ -101,9 +115,10 @@ class TrainResult:
 
 
 @dataclass
-class _Setup:
-    """Everything a run holds: the backbone and its features, the head and its optimiser, the batch
-    geometry (global batch ``B``, ``spe`` steps per epoch, ``total`` steps) and the process layout."""
+class _Stream:
+    """What the heads of one batch stream share: the first configuration (whose stream it is), the
+    backbone and its features, the device and process layout, epoch 0's rows and the batch geometry
+    (global batch ``B``, ``spe`` steps per epoch, ``total`` steps)."""
 
     cfg: Profile
     backbone: Any
@@ -116,13 +131,27 @@ class _Setup:
     B: int
     spe: int
     total: int
+
+
+@dataclass
+class _Head:
+    """One head of the stream: its configuration, run folder, head (``raw``: unwrapped from DDP), loss
+    parameters, AdamW, schedule, run key, autocast; the step it resumed from (``finished``: its run
+    was already complete) and its record."""
+
+    cfg: Profile
+    out_dir: Path | None
     head: Any
     loss_params: torch.nn.ParameterDict
     opt: torch.optim.Optimizer
     sched: Any
-    key: str = ""
-    raw_head: Any = None
+    key: str
+    raw: Any = None
     amp: Any = None
+    start: int = 0
+    finished: bool = False
+    history: list[dict] = field(default_factory=list)
+    evals: list[dict] = field(default_factory=list)
 
 
 def _accelerator(cfg: Profile):
@@ -144,9 +173,9 @@ def _accelerator(cfg: Profile):
     return accel
 
 
-def _setup(cfg: Profile, data: NearIDData, encoder, cache_root, progress: bool) -> _Setup:
-    """Backbone (default: the profile's, :func:`~nearid_lib.models.load_backbone`) and its feature
-    caches, epoch 0's rows, the batch geometry, a fresh head, AdamW and the schedule."""
+def _stream(cfg: Profile, data: NearIDData, encoder, cache_root, progress: bool) -> _Stream:
+    """Process layout, backbone (default: the profile's, :func:`~nearid_lib.models.load_backbone`) and
+    its feature caches, epoch 0's rows and the batch geometry."""
     tc = cfg.train
     accel = _accelerator(cfg)
     dev = accel.device if accel is not None else resolve_device(cfg.device)
@@ -161,127 +190,158 @@ def _setup(cfg: Profile, data: NearIDData, encoder, cache_root, progress: bool) 
         raise ValueError(f"global batch {B} is not divisible by the {world} processes")
     spe = steps_per_epoch(len(rows0), B)
     total = int(tc.epochs) * spe if tc.max_steps is None else int(tc.max_steps)
-    head = build_head(cfg, backbone.token_dim, backbone).to(dev)
-    loss_params = make_loss_parameters(tc.loss, cfg).to(dev)
+    return _Stream(cfg, backbone, feats, dev, accel, world, rank, rows0, B, spe, total)
+
+
+def _head(s: _Stream, cfg: Profile, data: NearIDData, out_dir, resume: bool) -> _Head:
+    """A fresh head with its loss parameters, AdamW and schedule, resumed from the newest state of
+    this configuration under ``out_dir/resume`` (a state of another configuration is deleted: runs are
+    never mixed), then wrapped for multi-process training and put in training mode."""
+    tc = cfg.train
+    head = build_head(cfg, s.backbone.token_dim, s.backbone).to(s.dev)
+    loss_params = make_loss_parameters(tc.loss, cfg).to(s.dev)
     opt = torch.optim.AdamW(list(head.parameters()) + list(loss_params.parameters()), lr=tc.lr,
                             weight_decay=tc.weight_decay)
-    sched = make_scheduler(opt, int(tc.warmup_steps), total)
-    return _Setup(cfg, backbone, feats, dev, accel, world, rank, rows0, B, spe, total, head, loss_params, opt, sched,
-                  key=run_key(cfg, data))
+    sched = make_scheduler(opt, int(tc.warmup_steps), s.total)
+    h = _Head(cfg, Path(out_dir) if out_dir is not None else None, head, loss_params, opt, sched, run_key(cfg, data))
+    st = latest_state(h.out_dir / "resume") if h.out_dir is not None and resume else None
+    if st is not None and json.loads((st / "state.json").read_text()).get("config_key") != h.key:
+        shutil.rmtree(h.out_dir / "resume", ignore_errors=True)
+    elif st is not None:
+        state = load_train_state(st, h.head, h.opt, h.sched, h.loss_params)
+        h.start, h.history, h.evals = int(state["step"]), state.get("history", []), state.get("evals", [])
+        h.finished = bool(state.get("finished"))
+    if s.accel is not None:          # after resuming: DDP wraps the restored weights
+        h.head, h.opt = s.accel.prepare(h.head, h.opt)
+    h.raw = s.accel.unwrap_model(h.head) if s.accel is not None else h.head
+    h.amp = amp_context(cfg, s.dev)
+    h.head.train()
+    return h
 
 
-def _resume(s: _Setup, ckpt: Path | None, resume: bool) -> tuple[int, list[dict], list[dict]]:
-    """``(start step, history, evals)`` of the newest resume state of this configuration under
-    ``ckpt/resume``; a state of another configuration is deleted (runs are never mixed)."""
-    if ckpt is None or not resume or (st := latest_state(ckpt / "resume")) is None:
-        return 0, [], []
-    if json.loads((st / "state.json").read_text()).get("config_key") != s.key:
-        shutil.rmtree(ckpt / "resume", ignore_errors=True)
-        return 0, [], []
-    state = load_train_state(st, s.head, s.opt, s.sched, s.loss_params)
-    return int(state["step"]), state.get("history", []), state.get("evals", [])
-
-
-def _prepare(s: _Setup) -> None:
-    """Wrap head and optimiser for multi-process training (after resuming), pick autocast."""
-    if s.accel is not None:
-        s.head, s.opt = s.accel.prepare(s.head, s.opt)
-    s.raw_head = s.accel.unwrap_model(s.head) if s.accel is not None else s.head
-    s.amp = amp_context(s.cfg, s.dev)
-
-
-def _train_step(s: _Setup, rows: TrainRows, b: int, step: int) -> tuple[torch.Tensor, dict]:
-    """One optimiser step on batch ``b`` of the epoch's ``rows`` (this rank's slice); every random
-    choice comes from ``(seed, step, rank)``."""
-    lo = b * s.B + s.rank * (s.B // s.world)
-    x = batch_inputs(s.cfg, s.feats, rows, lo, s.B // s.world, step, s.rank, s.dev)
-    gen = dropout_generator(s.cfg, step, s.rank, s.dev)
-    return loss_step(s.cfg, s.head, s.loss_params, s.opt, s.sched, x, gen, s.amp, s.dev, s.accel)
-
-
-def _validate(s: _Setup, data: NearIDData, split: str, step: int, cache_root) -> dict:
+def _validate(s: _Stream, h: _Head, data: NearIDData, split: str, step: int, cache_root) -> dict:
     """``evaluate_split`` of the head as it is at ``step`` (back in training mode afterwards)."""
-    s.raw_head.eval()
-    emb = Embedder(s.backbone, data, head=s.raw_head, profile=s.cfg, cache_root=cache_root, progress=False,
-                   batch_size=s.cfg.backbone.batch_size, store_tokens=True)
+    h.raw.eval()
+    emb = Embedder(s.backbone, data, head=h.raw, profile=h.cfg, cache_root=cache_root, progress=False,
+                   batch_size=h.cfg.backbone.batch_size, store_tokens=True)
     row = {"step": step, "split": split, **evaluate_split(emb, data, split)}
-    s.raw_head.train()
+    h.raw.train()
     return row
 
 
-def _progress_bar(s: _Setup, start: int, progress: bool):
-    if not (progress and s.rank == 0):
-        return None
-    return tqdm(total=s.total, initial=start, desc=f"train {s.cfg.train.loss}", unit="step")
+def _save_final(s: _Stream, h: _Head, step: int, wall: float, n_heads: int) -> None:
+    """The finished run folder: the head with its config and final validation, the history, the
+    config, and the finished resume state (the last step's weights and moments dropped)."""
+    save_head(h.raw, h.out_dir, backbone=s.backbone.spec(), config=profile_to_dict(h.cfg), step=step,
+              final_eval=h.evals[-1] if h.evals else None)
+    write_json({"history": h.history, "evals": h.evals, "group_seconds": wall, "group_size": n_heads},
+               h.out_dir / "history.json")
+    write_json(profile_to_dict(h.cfg), h.out_dir / "config.json")
+    finish_train_state(h.out_dir / "resume", step, {"history": h.history, "evals": h.evals, "config_key": h.key})
 
 
-def _save_final(s: _Setup, ckpt: Path, step: int, history: list[dict], evals: list[dict]) -> None:
-    bb = s.backbone
-    save_head(s.raw_head, ckpt, backbone=bb.spec(),
-              config=profile_to_dict(s.cfg), step=step, final_eval=evals[-1] if evals else None)
-    write_json({"history": history, "evals": evals}, ckpt / "history.json")
-    write_json(profile_to_dict(s.cfg), ckpt / "config.json")
-    finish_train_state(ckpt / "resume", step, {"history": history, "evals": evals, "config_key": s.key})
+# --------------------------------------------------------------------------- the loop
+def train_group(configs: Sequence[Profile], data: NearIDData, encoder=None,
+                out_dirs: Sequence[str | os.PathLike | None] | None = None, resume: bool = True,
+                stop_after: int | None = None, progress: bool = True, eval_split: str | None = None,
+                cache_root=None, log_every: int = 10, final_eval: bool = True) -> list[TrainResult]:
+    """Train a MAP head for each of ``configs`` (resolved Profiles of one :func:`~.group.stream_key`)
+    in one pass over their shared batch stream.
+
+    Args:
+        encoder: the frozen backbone (default: the profile's, :func:`~nearid_lib.models.load_backbone`).
+        out_dirs: each head's checkpoint folder (None: no checkpoints, no resumption).
+        resume: continue each head from the newest ``out_dir/resume/step_*`` of its configuration
+            (a finished run is returned as it is).
+        stop_after: stop after this global step (simulates a kill in tests; a checkpoint is written).
+        eval_split: validation split scored every ``train.eval_every`` steps and at the end
+            (``final_eval``); None: no validation (the sweep scores test itself).
+    Returns:
+        one :class:`TrainResult` per configuration (the heads in eval mode, on CPU).
+    """
+    configs = list(configs)
+    out_dirs = list(out_dirs) if out_dirs is not None else [None] * len(configs)
+    # what cannot be trained together fails before any work
+    if len(out_dirs) != len(configs):
+        raise ValueError(f"train_group: {len(configs)} configurations but {len(out_dirs)} out_dirs")
+    if not configs:
+        return []
+    if (n_streams := len({stream_key(c) for c in configs})) != 1:
+        raise ValueError(f"train_group: the configurations read {n_streams} different batch streams "
+                         f"(nearid.group.stream_key); group them with groups_of first")
+    if len(configs) > 1 and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise RuntimeError(f"train_group: a multi-process launch trains one configuration, got {len(configs)}; "
+                           f"launch once per configuration, or train the group in one process per GPU (nearid.sweep)")
+    t0 = time.time()
+    # the shared stream, then every head resumed where its own run folder stands
+    s = _stream(configs[0], data, encoder, cache_root, progress)
+    heads = [_head(s, c, data, d, resume) for c, d in zip(configs, out_dirs)]
+    start = min(h.start for h in heads)
+    desc = f"train {configs[0].train.loss}" if len(heads) == 1 else f"train {len(heads)} heads"
+    bar = tqdm(total=s.total, initial=start, desc=desc, unit="step", disable=not (progress and s.rank == 0))
+    n_local = s.B // s.world
+    cur_epoch, rows = -1, None
+    step = start
+    while step < s.total:
+        # this rank's slice of the global batch, read and prepared once for every head
+        epoch, b = divmod(step, s.spe)
+        if epoch != cur_epoch:
+            rows, cur_epoch = (s.rows0 if epoch == 0 else epoch_rows(data, s.cfg, epoch)), epoch
+        t_read = time.perf_counter()
+        x = batch_inputs(s.cfg, s.feats, rows, b * s.B + s.rank * n_local, n_local, step, s.rank, s.dev)
+        read = time.perf_counter() - t_read
+        active = [h for h in heads if step >= h.start]          # a head resumed past this step waits
+        # each head's own step on those inputs
+        for h in active:
+            t = time.perf_counter()
+            loss, parts = loss_step(h.cfg, h.head, h.loss_params, h.opt, h.sched, x,
+                                    dropout_generator(h.cfg, step, s.rank, s.dev), h.amp, s.dev, s.accel)
+            # the logged loss is the global batch's (the mean of the ranks' losses), as on one process
+            gl = distributed.all_reduce_sum(loss.detach().reshape(1)) / s.world
+            h.history.append({"step": step + 1, "epoch": epoch, "loss": float(gl),
+                              "lr": float(h.sched.get_last_lr()[0]), **{k: float(v) for k, v in parts.items()},
+                              "seconds": time.perf_counter() - t + read / len(active)})
+        step += 1
+        bar.update(1)
+        if not bar.disable and step % max(1, log_every) == 0:
+            last = active[0].history[-1]
+            bar.set_postfix(loss=f"{last['loss']:.3f}", rank=f"{last['rank']:.3f}")
+        # validation (rank 0, while the others wait in the next step's collectives) and checkpoints
+        for h in active:
+            ev = h.cfg.train.eval_every
+            if eval_split and ev and step % ev == 0 and step < s.total and s.rank == 0:
+                h.evals.append(_validate(s, h, data, eval_split, step, cache_root))
+            if h.out_dir is not None and s.rank == 0 and (step % max(1, h.cfg.train.checkpoint_every) == 0
+                                                          or step == stop_after):
+                save_train_state(h.out_dir / "resume", step, h.raw, h.opt, h.sched,
+                                 {"history": h.history, "evals": h.evals, "config_key": h.key}, h.loss_params)
+        if stop_after is not None and step >= stop_after:
+            break
+    bar.close()
+    wall = time.time() - t0
+    # the final validation and the finished run folders (a run found finished is left as it is)
+    out = []
+    for h in heads:
+        done_now = step >= s.total and not h.finished
+        if done_now and final_eval and eval_split and s.rank == 0:
+            h.evals.append(_validate(s, h, data, eval_split, step, cache_root))
+        h.raw.eval()
+        if done_now and h.out_dir is not None and s.rank == 0:
+            _save_final(s, h, step, wall, len(heads))
+        out.append(TrainResult(head=h.raw.cpu() if s.dev.type != "cpu" else h.raw, out_dir=h.out_dir, steps=step,
+                               history=h.history, evals=h.evals, seconds=wall / len(heads), resumed_from=h.start))
+    return out
 
 
 def train_head(cfg: Profile, data: NearIDData, encoder=None, out_dir: str | os.PathLike | None = None,
                resume: bool = True, stop_after: int | None = None, progress: bool = True,
                eval_split: str | None = "val", cache_root=None, log_every: int = 10,
                final_eval: bool = True) -> TrainResult:
-    """Train a MAP head on ``data`` with ``cfg.train`` / ``cfg.head`` (a resolved Profile).
-
-    Args:
-        encoder: the frozen backbone (default: the profile's, :func:`~nearid_lib.models.load_backbone`).
-        out_dir: checkpoint folder (None: no checkpoints, no resumption).
-        resume: continue from the newest ``out_dir/resume/step_*`` if present.
-        stop_after: stop after this global step (simulates a kill in tests; a checkpoint is written).
-        eval_split: validation split scored every ``train.eval_every`` steps (0: only at the end).
-    Returns:
-        :class:`TrainResult` (the head is in eval mode, on CPU).
-    """
-    t0 = time.time()
-    tc = cfg.train
-    s = _setup(cfg, data, encoder, cache_root, progress)
-    ckpt = Path(out_dir) if out_dir is not None else None
-    start, history, evals = _resume(s, ckpt, resume)
-    _prepare(s)
-    bar = _progress_bar(s, start, progress)
-    s.head.train()
-    cur_epoch, rows = -1, None
-    step = start
-    while step < s.total:
-        t_step = time.perf_counter()
-        epoch, b = divmod(step, s.spe)
-        if epoch != cur_epoch:
-            rows, cur_epoch = (s.rows0 if epoch == 0 else epoch_rows(data, cfg, epoch)), epoch
-        loss, parts = _train_step(s, rows, b, step)
-        step += 1
-        # the logged loss is the global batch's (the mean of the ranks' losses), as on one process
-        gl = distributed.all_reduce_sum(loss.detach().reshape(1)) / s.world
-        rec = {"step": step, "epoch": epoch, "loss": float(gl), "lr": float(s.sched.get_last_lr()[0]),
-               **{k: float(v) for k, v in parts.items()}, "seconds": time.perf_counter() - t_step}
-        history.append(rec)
-        if bar is not None:
-            bar.update(1)
-            if step % max(1, log_every) == 0:
-                bar.set_postfix(loss=f"{rec['loss']:.3f}", rank=f"{rec['rank']:.3f}")
-        if eval_split and tc.eval_every and step % tc.eval_every == 0 and step < s.total and s.rank == 0:
-            evals.append(_validate(s, data, eval_split, step, cache_root))
-        if ckpt is not None and s.rank == 0 and (step % max(1, tc.checkpoint_every) == 0 or step == stop_after):
-            save_train_state(ckpt / "resume", step, s.raw_head, s.opt, s.sched,
-                             {"history": history, "evals": evals, "config_key": s.key}, s.loss_params)
-        if stop_after is not None and step >= stop_after:
-            break
-    if bar is not None:
-        bar.close()
-    finished = step >= s.total
-    if finished and final_eval and eval_split and s.rank == 0:
-        evals.append(_validate(s, data, eval_split, step, cache_root))
-    s.raw_head.eval()
-    if ckpt is not None and s.rank == 0 and finished:
-        _save_final(s, ckpt, step, history, evals)
-    return TrainResult(head=s.raw_head.cpu() if s.dev.type != "cpu" else s.raw_head, out_dir=ckpt, steps=step,
-                       history=history, evals=evals, seconds=time.time() - t0, resumed_from=start)
+    """Train one MAP head on ``data`` with ``cfg.train`` / ``cfg.head`` (a resolved Profile): the
+    group of one of :func:`train_group`, whose arguments these are (``out_dir``: its folder), except
+    that validation on ``eval_split`` (default ``"val"``) is on. Multi-process under a launch."""
+    return train_group([cfg], data, encoder, [out_dir], resume=resume, stop_after=stop_after, progress=progress,
+                       eval_split=eval_split, cache_root=cache_root, log_every=log_every, final_eval=final_eval)[0]
 
 
 # --------------------------------------------------------------------------- CLI

@@ -1,16 +1,20 @@
 """Shared machinery of the NearID-family losses (conventions: :mod:`nearid_lib.nearid.losses`):
-validated masks, NaN-safe masked reductions, the candidate pool G, the logits every variant shares,
-and the two terms of the NearID loss itself (Eq. 1 ``_disc_nearid``, Eq. 2 ``_rank_softplus``)."""
+validated masks, NaN-safe masked reductions, the candidate pool G, the logits every loss shares
+(:class:`Logits`), what a registered loss receives (:class:`LossBatch`), and NearID's ranking term
+(Eq. 2, :func:`rank_softplus`), which SigLIP's row reuses. Public within the package: every loss
+module builds on these names."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["Pool"]
+__all__ = ["Pool", "Logits", "LossBatch", "validate_masks", "clean", "masked_lse", "masked_max",
+           "weighted_sum", "index_weights", "row_weights", "local_pool", "resolve_pool", "pool_logits",
+           "batch_negatives", "rank_softplus"]
 
 
 def _identity(x: Tensor) -> Tensor:
@@ -34,7 +38,7 @@ class Pool:
 
 
 # --------------------------------------------------------------------------- helpers
-def _masks(anchor: Tensor, positives: Tensor, distractors: Tensor, pos_mask: Tensor | None,
+def validate_masks(anchor: Tensor, positives: Tensor, distractors: Tensor, pos_mask: Tensor | None,
            dist_mask: Tensor | None, rank_only: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
     """Validate shapes; return boolean pos_mask [B,P], dist_mask [B,K], rank_only [B]."""
     if anchor.dim() != 2:
@@ -59,12 +63,12 @@ def _masks(anchor: Tensor, positives: Tensor, distractors: Tensor, pos_mask: Ten
             else torch.zeros(B, dtype=torch.bool, device=dev))
 
 
-def _clean(x: Tensor, mask: Tensor) -> Tensor:
+def clean(x: Tensor, mask: Tensor) -> Tensor:
     """Zero the masked slots with where (not a product) so NaN/inf there cannot leak into values or grads."""
     return torch.where(mask.unsqueeze(-1), x, torch.zeros((), dtype=x.dtype, device=x.device))
 
 
-def _masked_lse(x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+def masked_lse(x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     """logsumexp over the last dim restricted to ``mask``; rows with no valid entry give 0 and any=False.
 
     Such rows are fed zeros instead of all -inf, whose logsumexp backward would be NaN."""
@@ -76,7 +80,7 @@ def _masked_lse(x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     return torch.where(any_, lse, torch.zeros_like(lse)), any_
 
 
-def _masked_max(x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+def masked_max(x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     """max over the last dim restricted to ``mask``; rows with no valid entry give 0 and any=False."""
     any_ = mask.any(-1)
     neg_inf = torch.full((), float("-inf"), dtype=x.dtype, device=x.device)
@@ -86,13 +90,13 @@ def _masked_max(x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     return torch.where(any_, mx, torch.zeros_like(mx)), any_
 
 
-def _weighted_sum(terms: Tensor, weights: Tensor, mask: Tensor) -> Tensor:
+def weighted_sum(terms: Tensor, weights: Tensor, mask: Tensor) -> Tensor:
     """sum(weights * terms) over ``mask`` only; invalid terms are removed with where (NaN-safe)."""
     zero = torch.zeros((), dtype=terms.dtype, device=terms.device)
     return torch.where(mask, terms * weights, zero).sum()
 
 
-def _index_weights(mask: Tensor, pool: Pool, average: str) -> Tensor:
+def index_weights(mask: Tensor, pool: Pool, average: str) -> Tensor:
     """Per-term weights [B,N] realising the global average of valid terms (module doc, "Averaging")."""
     dt = torch.float64
     if average == "per_index":
@@ -107,23 +111,25 @@ def _index_weights(mask: Tensor, pool: Pool, average: str) -> Tensor:
     raise ValueError(f"average must be 'per_index' or 'flat', got {average!r}")
 
 
-def _row_weights(mask: Tensor, pool: Pool) -> Tensor:
+def row_weights(mask: Tensor, pool: Pool) -> Tensor:
     """Weights [B] for a mean over the valid rows of the global batch."""
     total = pool.reduce_sum(mask.sum().to(torch.float64).reshape(1))[0]
     return torch.full(mask.shape, 1.0, dtype=torch.float64, device=mask.device) / total.clamp_min(1.0)
 
 
-def _local_pool(anchor: Tensor, positives: Tensor, pos_mask: Tensor) -> Pool:
+def local_pool(anchor: Tensor, positives: Tensor, pos_mask: Tensor) -> Pool:
+    """The pool of a single process: the batch's own positives (and anchors, for InfoNCE)."""
     return Pool(positives=positives, pos_mask=pos_mask, offset=0, world_size=1, anchors=anchor)
 
 
-def _resolve_pool(pool: Pool | None, anchor: Tensor, positives: Tensor, pos_mask: Tensor,
-                  gathered_positives: Tensor | None, gathered_pos_mask: Tensor | None,
-                  owner_offset: int) -> Pool:
+def resolve_pool(pool: Pool | None, anchor: Tensor, positives: Tensor, pos_mask: Tensor,
+                 gathered_positives: Tensor | None, gathered_pos_mask: Tensor | None,
+                 owner_offset: int) -> Pool:
+    """``pool`` if given, else a pool of ``gathered_positives`` (local normalisation), else the local one."""
     if pool is not None:
         return pool
     if gathered_positives is None:
-        return _local_pool(anchor, positives, pos_mask)
+        return local_pool(anchor, positives, pos_mask)
     gm = (torch.ones(gathered_positives.shape[:2], dtype=torch.bool, device=anchor.device)
           if gathered_pos_mask is None else gathered_pos_mask.to(torch.bool))
     # Counts stay local here: use distributed.gather_pool for exact global normalisation.
@@ -131,8 +137,8 @@ def _resolve_pool(pool: Pool | None, anchor: Tensor, positives: Tensor, pos_mask
 
 
 @dataclass
-class _Logits:
-    """Everything the variants share: cleaned embeddings, logits and the pool masks."""
+class Logits:
+    """Everything the losses share: cleaned embeddings, logits and the pool masks."""
 
     a: Tensor          # [B,D]
     g: Tensor          # [B,P,D] cleaned local positives
@@ -147,8 +153,10 @@ class _Logits:
     rank_only: Tensor
 
 
-def _logits(anchor: Tensor, positives: Tensor, distractors: Tensor, pos_mask: Tensor, dist_mask: Tensor,
-            rank_only: Tensor, pool: Pool, temperature: float) -> _Logits:
+def pool_logits(anchor: Tensor, positives: Tensor, distractors: Tensor, pos_mask: Tensor, dist_mask: Tensor,
+                rank_only: Tensor, pool: Pool, temperature: float) -> Logits:
+    """The logits l(u,v) = u.v / temperature of every anchor against its positives, its distractors and
+    the pool G, with G's validity and ownership masks (masked slots cleaned first)."""
     B, P, D = positives.shape
     M = pool.positives.shape[0]
     if pool.positives.shape[1:] != (P, D) or tuple(pool.pos_mask.shape) != (M, P):
@@ -156,9 +164,9 @@ def _logits(anchor: Tensor, positives: Tensor, distractors: Tensor, pos_mask: Te
                          f" do not match local positives [B,{P},{D}]")
     if not 0 <= pool.offset <= M - B:
         raise ValueError(f"pool offset {pool.offset} out of range for {M} pool rows and {B} local rows")
-    g = _clean(positives, pos_mask)
-    r = _clean(distractors, dist_mask)
-    G = _clean(pool.positives, pool.pos_mask.to(torch.bool)).reshape(M * P, D)   # [M*P, D]
+    g = clean(positives, pos_mask)
+    r = clean(distractors, dist_mask)
+    G = clean(pool.positives, pool.pos_mask.to(torch.bool)).reshape(M * P, D)   # [M*P, D]
     lg = anchor @ G.T / temperature                                               # [B, M*P]
     lp = torch.einsum("bd,bpd->bp", anchor, g) / temperature
     lr = torch.einsum("bd,bkd->bk", anchor, r) / temperature
@@ -166,30 +174,45 @@ def _logits(anchor: Tensor, positives: Tensor, distractors: Tensor, pos_mask: Te
     own_rows = rows.unsqueeze(0) == (pool.offset + torch.arange(B, device=anchor.device)).unsqueeze(1)
     own = own_rows.unsqueeze(-1).expand(B, M, P).reshape(B, M * P)                # [B, M*P]
     g_valid = pool.pos_mask.to(torch.bool).reshape(1, M * P).expand(B, M * P)
-    return _Logits(anchor, g, r, lp, lr, lg, g_valid, own, pos_mask, dist_mask, rank_only)
+    return Logits(anchor, g, r, lp, lr, lg, g_valid, own, pos_mask, dist_mask, rank_only)
 
 
-# --------------------------------------------------------------------------- building blocks
-def _disc_nearid(L: _Logits, pool: Pool, average: str, use_distractors: bool = True) -> Tensor:
-    """Eq. 1: -l(a_i,g_ip) + log(sum_{g in G} e^l(a_i,g) + sum_k e^l(a_i,r_ik)), per valid (i,p)."""
-    if use_distractors:
-        x = torch.cat([L.lg, L.lr], dim=1)
-        m = torch.cat([L.g_valid, L.dist_mask], dim=1)
-    else:
-        x, m = L.lg, L.g_valid
-    den, _ = _masked_lse(x, m)                                                   # [B]
-    terms = den.unsqueeze(1) - L.lp                                              # [B,P]
-    tmask = L.pos_mask & ~L.rank_only.unsqueeze(1)
-    return _weighted_sum(terms, _index_weights(tmask, pool, average).to(terms.dtype), tmask)
+@dataclass
+class LossBatch:
+    """What :func:`~nearid_lib.nearid.losses.compute_loss` hands a registered loss: the checked
+    embeddings, the validated masks, the pool G, the shared logits, the resolved hyper-parameters
+    (``hp``: every registered name, see ``loss_hparams``), and the optional extras."""
+
+    anchor: Tensor                    # [B,D] unit norm
+    positives: Tensor                 # [B,P,D]
+    distractors: Tensor               # [B,K,D]
+    pos_mask: Tensor                  # [B,P] bool
+    dist_mask: Tensor                 # [B,K] bool
+    rank_only: Tensor                 # [B] bool
+    pool: Pool
+    logits: Logits
+    hp: Mapping[str, Any]
+    dist_oracle: Tensor | None = None             # [B,K] float, NaN = unknown (the *_oracle losses)
+    params: Mapping[str, Tensor] | None = None    # learnable loss parameters (make_loss_parameters)
+
+    @property
+    def temperature(self) -> float:
+        return float(self.hp["temperature"])
+
+    @property
+    def average(self) -> str:
+        return self.hp["average"]
 
 
-def _bneg(L: _Logits) -> Tensor:
+# --------------------------------------------------------------------------- NearID's ranking term
+def batch_negatives(L: Logits) -> Tensor:
+    """B_neg(i) [B,M*P]: the valid pool members that are not anchor i's own positives."""
     return L.g_valid & ~L.own
 
 
-def _rank_softplus(L: _Logits, pool: Pool, average: str) -> Tensor:
+def rank_softplus(L: Logits, pool: Pool, average: str) -> Tensor:
     """Eq. 2: softplus(LSE_{B_neg(i)} l(a_i,g) - l(a_i,r_ik)), per valid (i,k) with non-empty B_neg(i)."""
-    lse, has = _masked_lse(L.lg, _bneg(L))                                       # [B]
-    terms = F.softplus(lse.unsqueeze(1) - L.lr)                                  # [B,K]
+    lse, has = masked_lse(L.lg, batch_negatives(L))                             # [B]
+    terms = F.softplus(lse.unsqueeze(1) - L.lr)                                 # [B,K]
     tmask = L.dist_mask & has.unsqueeze(1)
-    return _weighted_sum(terms, _index_weights(tmask, pool, average).to(terms.dtype), tmask)
+    return weighted_sum(terms, index_weights(tmask, pool, average).to(terms.dtype), tmask)

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .loss_terms import _masks
+from .terms import validate_masks
 
 __all__ = ["check_loss_inputs", "NORM_TOLERANCE"]
 
@@ -42,7 +42,7 @@ def check_loss_inputs(anchor: Tensor, positives: Tensor, distractors: Tensor, po
         listed = ", ".join(f"{k} {str(d).replace('torch.', '')}" for k, d in dtypes.items())
         raise TypeError(f"compute_loss: mixed dtypes ({listed}); cast all three to one dtype, "
                         f"e.g. .float()")
-    pm, dm, _ = _masks(anchor, positives, distractors, pos_mask, dist_mask, None)
+    pm, dm, _ = validate_masks(anchor, positives, distractors, pos_mask, dist_mask, None)
     valid = {"anchor": torch.ones(anchor.shape[:1], dtype=torch.bool, device=anchor.device),
              "positives": pm, "distractors": dm}
     if normalize:
