@@ -42,7 +42,7 @@ from nearid_lib import get_profile
 from nearid_lib.data import load_profile_data
 from nearid_lib.models import load_backbone
 from nearid_lib.nearid import losses as L
-from nearid_lib.nearid.embedder import Embedder
+from nearid_lib.features import Embedder
 from nearid_lib.nearid.evaluate import embed_split, mtg_bench, nearid_bench, summary_row
 from nearid_lib.nearid.train import build_head, train_head
 from nearid_lib.runtime import set_torch_threads
