@@ -264,7 +264,7 @@ smoke: $(STAMP)
 
 # ----- the paper profile's dry run -----
 # Every notebook with PROFILE=paper, reading a local hub mirror (NEARID_HUB_DIR) and the hand
-# downloads (NEARID_DOWNLOADS), with the size-only overrides of nearid_lib/paper_fixtures (sizes and steps,
+# downloads (NEARID_DOWNLOADS), with the size-only overrides of tools/paper_fixtures (sizes and steps,
 # never a code path). Without DRYRUN_HUB it writes a fixture mirror (published schemas, tiny models)
 # to $(DRYRUN_DIR)/hub; DRYRUN_HUB=<dir> uses an existing mirror as it is (a partial real download,
 # your own fixture), with DRYRUN_DOWNLOADS=<dir> for the hand downloads. Outputs stay under
@@ -282,20 +282,20 @@ DRYRUN_ENV = NEARID_HUB_DIR=$(abspath $(or $(DRYRUN_HUB),$(DRYRUN_DIR)/hub)) \
 	NEARID_FIGURES=$(abspath $(DRYRUN_DIR)/figures) HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
 	TRANSFORMERS_OFFLINE=1 NEARID_WORKERS=1 NEARID_ALLOW_CPU=1
 
-$(DRYRUN_MIRROR): $(wildcard nearid_lib/paper_fixtures/*.py) nearid_lib/data/released.py nearid_lib/data/released_schema.py nearid_lib/mirror.py $(STAMP)
+$(DRYRUN_MIRROR): $(wildcard tools/paper_fixtures/*.py) nearid_lib/data/released.py nearid_lib/data/released_schema.py nearid_lib/mirror.py $(STAMP)
 	rm -rf $(DRYRUN_DIR)/hub $(DRYRUN_DIR)/downloads
-	HF_HUB_OFFLINE=1 $(PY) -m nearid_lib.paper_fixtures write $(DRYRUN_DIR)/hub $(DRYRUN_DIR)/downloads
+	HF_HUB_OFFLINE=1 $(PY) -m tools.paper_fixtures write $(DRYRUN_DIR)/hub $(DRYRUN_DIR)/downloads
 	@touch $@
 
 # The preflight runs first, with the run's settings: a damaged mirror (python -m
-# nearid_lib.paper_fixtures damage HUB DOWNLOADS) fails here, before any notebook, naming each defect.
+# tools.paper_fixtures damage HUB DOWNLOADS) fails here, before any notebook, naming each defect.
 dryrun-paper: $(STAMP) $(if $(DRYRUN_HUB),,$(DRYRUN_MIRROR))
-	env $(DRYRUN_ENV) NEARID_SET="$$(env $(DRYRUN_ENV) $(PY) -m nearid_lib.paper_fixtures overrides)" \
+	env $(DRYRUN_ENV) NEARID_SET="$$(env $(DRYRUN_ENV) $(PY) -m tools.paper_fixtures overrides)" \
 	  $(PY) -m nearid_lib preflight --profile paper $(if $(PREFLIGHT_ALLOW),--allow-missing $(PREFLIGHT_ALLOW))
-	env $(DRYRUN_ENV) NEARID_SET="$$(env $(DRYRUN_ENV) $(PY) -m nearid_lib.paper_fixtures overrides)" \
+	env $(DRYRUN_ENV) NEARID_SET="$$(env $(DRYRUN_ENV) $(PY) -m tools.paper_fixtures overrides)" \
 	  $(MAKE) --no-print-directory -j$(DRYRUN_JOBS) --output-sync=target -o $(STAMP) notebooks PROFILE=paper \
 	  NB_OUT=$(DRYRUN_DIR)/notebooks
-	env $(DRYRUN_ENV) $(PY) -m nearid_lib.paper_fixtures check $(DRYRUN_DIR)/figures
+	env $(DRYRUN_ENV) $(PY) -m tools.paper_fixtures check $(DRYRUN_DIR)/figures
 
 # Every figure a notebook writes is shown in the cell that writes it: tests/test_notebook_figures.py
 # reads the executed notebooks of smoke and of the dry run (papermill's cell times against each PNG's

@@ -5,7 +5,7 @@ A run skips a table, or leaves a metric column empty, only because one of these 
 a named hand download, a hub repository that is gated or not in the mirror, or data the authors
 never published. :meth:`nearid_lib.run.Run.skip_table` records the gates of the skipped table that
 are closed when it skips (:func:`closed_gates`), and ``make dryrun-paper``'s check
-(:func:`nearid_lib.paper_fixtures.check_tables`) fails any table skipped, or any paper metric column left
+(:func:`tools.paper_fixtures.check_tables`) fails any table skipped, or any paper metric column left
 without a value, with no closed gate that declares it: a table skipped for a bug fails the dry run.
 
 Targets are table names (``04_table2_dbpp``) or ``table:column`` (``04_table1_main:dbpp_mh``), with

@@ -34,7 +34,7 @@ def _layout_patterns(text: str) -> list[re.Pattern]:
 
 
 def test_dbpp_mh_help_shows_the_layout_of_the_released_ratings(tmp_path):
-    from nearid_lib.paper_fixtures.dbpp import write_ratings
+    from tools.paper_fixtures.dbpp import write_ratings
 
     text = _help("dbpp-mh")
     for must in ("data_<scorer>_rating/<method>.json", "data_gpt_rating/concept_preservation_full/<method>.json",
@@ -55,7 +55,7 @@ def test_dbpp_mh_help_shows_the_layout_of_the_released_ratings(tmp_path):
 
 
 def test_dbpp_mh_warns_when_all4_pools_fewer_than_four_categories(tmp_path, capsys):
-    from nearid_lib.paper_fixtures.dbpp import write_ratings
+    from tools.paper_fixtures.dbpp import write_ratings
 
     full = write_ratings(tmp_path / "full")
     assert main(["dbpp-mh", str(full), "--out", str(tmp_path / "full.csv"), "--profile", "smoke"]) == 0

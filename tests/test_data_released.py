@@ -2,7 +2,7 @@
 the earlier one, the nine ``Aleksandar/NearID-<source>`` repos, ``abdo-eldesokey/mtg-dataset``),
 read through a local hub mirror exactly as ``PROFILE=paper`` reads it.
 
-The fixtures are written by :mod:`nearid_lib.paper_fixtures.nearid` in the cards' schemas (checked
+The fixtures are written by :mod:`tools.paper_fixtures.nearid` in the cards' schemas (checked
 column by column against the authors' cards below); error cases edit single rows of them. Today's
 card ships a foreground mask per view, which curation uses; a box masker stands in for CLIPSeg where
 a view has none (the earlier card: every view); the real CLIPSeg masker is tested in
@@ -27,7 +27,7 @@ from nearid_lib.data.released_masks import LazyMasker, clean_mask
 from nearid_lib.data.released_schema import EARLIER, TODAY
 from nearid_lib.data.schema import DataError
 from nearid_lib.data.splits import RULE_NOTE
-from nearid_lib.paper_fixtures.nearid import fixture_splits, write_authors_release, write_nearid_datasets
+from tools.paper_fixtures.nearid import fixture_splits, write_authors_release, write_nearid_datasets
 
 # The positives' columns as the authors publish them, copied by hand from their repository:
 # today's card (make_positives_card() of scripts/upload_nearid_datasets.py at 1a2cc71, which says

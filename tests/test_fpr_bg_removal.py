@@ -2,7 +2,7 @@
 authors' settings with their weights read from the hub mirror, equal to carvekit's own
 ``HiInterface`` built with the same weights; the copies written once, per rank, resumable.
 
-The weights are the dry run's stand-ins (:func:`nearid_lib.paper_fixtures.fpr.write_carvekit_standin`:
+The weights are the dry run's stand-ins (:func:`tools.paper_fixtures.fpr.write_carvekit_standin`:
 every key and shape of the real networks, seeded values) and the networks run at 64 px (the dry
 run's ``retrieval.bg_sizes``): the code path is carvekit's, only the sizes and the weights are small."""
 from __future__ import annotations
@@ -16,7 +16,7 @@ from PIL import Image
 
 from nearid_lib import hub
 from nearid_lib.fpr import bg_removal as B
-from nearid_lib.paper_fixtures.fpr import write_carvekit_standin
+from tools.paper_fixtures.fpr import write_carvekit_standin
 
 SIZES = (64, 64)
 

@@ -14,8 +14,8 @@ def test_paper_profile_path_on_released_layout_fixture(tmp_path, monkeypatch):
     folders per method; no masks, no true drift) and runs the same experiment functions as the FPR
     notebook."""
     from nearid_lib import get_profile
-    from nearid_lib.paper_fixtures import SIZE_OVERRIDES
-    from nearid_lib.paper_fixtures.fpr import write_cars_dataset, write_fpr_downloads
+    from tools.paper_fixtures import SIZE_OVERRIDES
+    from tools.paper_fixtures.fpr import write_cars_dataset, write_fpr_downloads
     from nearid_lib.fpr import experiments as X
     from nearid_lib.fpr.ablations import background_ablation
     from nearid_lib.fpr.claims import retrieval_claims

@@ -130,7 +130,7 @@ def test_user_folder_wins_and_is_recorded(pipes, tmp_path):
 def test_paper_path_loads_each_method_from_the_mirror(tmp_path, monkeypatch):
     from diffusers.models.embeddings import ImageProjection, IPAdapterPlusImageProjection
 
-    from nearid_lib.paper_fixtures.personalize import write_personalize_models
+    from tools.paper_fixtures.personalize import write_personalize_models
 
     repos = write_personalize_models(tmp_path / "hub")
     assert "h94/IP-Adapter" in repos and "black-forest-labs/FLUX.1-Fill-dev" in repos

@@ -15,9 +15,9 @@ pytest.importorskip("datasets")
 from nearid_lib.config import get_profile  # noqa: E402
 from nearid_lib.data import DataError  # noqa: E402
 from nearid_lib.data.eval_datasets import load_fpr  # noqa: E402
-from nearid_lib.paper_fixtures import SIZE_OVERRIDES  # noqa: E402
+from tools.paper_fixtures import SIZE_OVERRIDES  # noqa: E402
 from nearid_lib.generate.personalize import METHODS, method_key  # noqa: E402
-from nearid_lib.paper_fixtures.fpr import (CARS_CLASS_NAMES, GENERATED_METHODS, write_cars_dataset,  # noqa: E402
+from tools.paper_fixtures.fpr import (CARS_CLASS_NAMES, GENERATED_METHODS, write_cars_dataset,  # noqa: E402
                                    write_fpr_downloads)
 from nearid_lib.fpr import FPRLayoutError, load_fpr_split  # noqa: E402
 from nearid_lib.fpr import experiments as X  # noqa: E402
@@ -200,7 +200,7 @@ def test_generated_identity_not_in_references(downloads, tmp_path):
 
 
 def test_specialised_encoders_load_through_the_mirror(tmp_path, monkeypatch):
-    from nearid_lib.paper_fixtures.fpr import _save_bioclip
+    from tools.paper_fixtures.fpr import _save_bioclip
     from nearid_lib.models import load_encoder
     from nearid_lib.models.specialised import open_clip_source
 

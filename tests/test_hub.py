@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from nearid_lib import hub
-from nearid_lib.paper_fixtures import SIZE_OVERRIDES, check_tables, overrides_text
+from tools.paper_fixtures import SIZE_OVERRIDES, check_tables, overrides_text
 from nearid_lib.io_utils import skip_reason
 
 
@@ -82,7 +82,7 @@ def test_paper_repos_are_unique_and_typed():
 
 
 def test_dataset_mirror_read_and_recorded(tmp_path, monkeypatch):
-    from nearid_lib.paper_fixtures.nearid import write_nearid_datasets
+    from tools.paper_fixtures.nearid import write_nearid_datasets
 
     write_nearid_datasets(tmp_path, n_ids=4, n_mtg=(2, 2))
     monkeypatch.setenv(hub.HUB_DIR_ENV, str(tmp_path))
@@ -175,7 +175,7 @@ def test_check_tables_finds_missing_nan_and_accepts_only_gated_skips(tmp_path, m
 
 def test_two_mirrors_with_the_same_repo_name_never_share_a_cache(tmp_path, monkeypatch):
     """``load_dataset(<folder>)`` keys its cache by the folder name; the resolver reads shards by path."""
-    from nearid_lib.paper_fixtures.nearid import write_nearid_datasets
+    from tools.paper_fixtures.nearid import write_nearid_datasets
 
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
     write_nearid_datasets(tmp_path / "a", n_ids=4, n_mtg=(2, 2))

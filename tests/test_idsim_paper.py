@@ -16,7 +16,7 @@ from nearid_lib import hub
 from nearid_lib.config import get_profile
 from nearid_lib.data.eval_datasets import load_dreambenchpp
 from nearid_lib.data.schema import DataError
-from nearid_lib.paper_fixtures.idsim import (DBPP_FIXTURE_METHODS, DBPP_FIXTURE_SUBJECTS, N_PROMPTS, write_dreambenchpp,
+from tools.paper_fixtures.idsim import (DBPP_FIXTURE_METHODS, DBPP_FIXTURE_SUBJECTS, N_PROMPTS, write_dreambenchpp,
                                      write_subjects2k)
 from nearid_lib.idsim import public_eval as PB
 from nearid_lib.idsim import released as R

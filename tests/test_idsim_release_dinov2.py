@@ -163,7 +163,7 @@ def four_releases(tmp_path, monkeypatch):
     """A mirror with the four tiny releases over tiny bases (the dry run's writers)."""
     from transformers import Dinov2Config, Dinov2Model
 
-    from nearid_lib.paper_fixtures.idsim import write_idsim_backbones, write_idsim_other_releases
+    from tools.paper_fixtures.idsim import write_idsim_backbones, write_idsim_other_releases
 
     d = tmp_path / "hub"
     for repo in ("facebook/dinov2-large", "facebook/dinov2-base"):
@@ -186,7 +186,7 @@ def test_four_releases_are_rows_of_the_paper_tables_and_the_claims(four_releases
     from nearid_lib.idsim import released as REL
     from nearid_lib.idsim.claims import RELEASED_CLAIMS, released_evidence
     from nearid_lib.models import load_encoder
-    from nearid_lib.paper_fixtures.idsim import write_dreambenchpp, write_subjects2k
+    from tools.paper_fixtures.idsim import write_dreambenchpp, write_subjects2k
     from nearid_lib.seeding import make_rng
 
     for name, spec in RELEASES.items():

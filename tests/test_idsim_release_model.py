@@ -421,7 +421,7 @@ def test_scaling_by_hand_on_one_layer(release, rslora):
 # ----------------------------------------------------------------------------- (d) the registry, a mirror
 @pytest.fixture
 def tiny_mirror(tmp_path, monkeypatch):
-    from nearid_lib.paper_fixtures.idsim import write_idsim_backbones
+    from tools.paper_fixtures.idsim import write_idsim_backbones
 
     d = tmp_path / "hub"
     assert write_idsim_backbones(d) == [RM.BASE_REPO, RM.RELEASE_REPO]
@@ -431,7 +431,7 @@ def tiny_mirror(tmp_path, monkeypatch):
 
 
 def test_load_encoder_idsim_release_through_the_mirror(tiny_mirror, monkeypatch, tmp_path):
-    from nearid_lib.paper_fixtures.idsim import TINY_DINOV3
+    from tools.paper_fixtures.idsim import TINY_DINOV3
     from nearid_lib.models import load_encoder
 
     hub.clear_reads()
@@ -473,7 +473,7 @@ def test_released_idsim_rows_in_the_paper_tables(tiny_mirror, tmp_path, monkeypa
     import datasets
 
     from nearid_lib.config import get_profile
-    from nearid_lib.paper_fixtures.idsim import write_dreambenchpp, write_subjects2k
+    from tools.paper_fixtures.idsim import write_dreambenchpp, write_subjects2k
     from nearid_lib.idsim import released as REL
 
     write_subjects2k(tiny_mirror / "chaenayo" / "Subjects2k", n_pairs=8)

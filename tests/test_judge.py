@@ -215,7 +215,7 @@ def test_sharded_kill_resume_torn_line_and_judge_check(tmp_path):
 def test_prompt_file_is_sent_after_the_two_images(tmp_path):
     """judge.prompt_file (the authors' evaluation/vl_template_v2.txt): read stripped, sent after
     image A and image B as their code sends it, and part of the judge's fingerprint."""
-    from nearid_lib.paper_fixtures.nearid import write_authors_release
+    from tools.paper_fixtures.nearid import write_authors_release
     from nearid_lib.judge import read_prompt_file
 
     tpl = write_authors_release(tmp_path) / "evaluation" / "vl_template_v2.txt"

@@ -11,7 +11,7 @@ import pytest
 
 from nearid_lib.cli import main as cli_main
 from nearid_lib.data.schema import DataError
-from nearid_lib.paper_fixtures.dbpp import FIXTURE_METHODS, write_ratings
+from tools.paper_fixtures.dbpp import FIXTURE_METHODS, write_ratings
 from nearid_lib.nearid.dbpp_released import (fig4_released, mh_long, normalise_key, read_ratings, table1_released,
                                              table2_released)
 

@@ -13,9 +13,9 @@ import pytest
 from nearid_lib import hub
 from nearid_lib import mirror as M
 from nearid_lib.config import get_profile
-from nearid_lib.paper_fixtures import SIZE_OVERRIDES, record_mirror
-from nearid_lib.paper_fixtures.damage import damage
-from nearid_lib.paper_fixtures.nearid import (write_authors_release, write_disk_repo, write_nearid_datasets,
+from tools.paper_fixtures import SIZE_OVERRIDES, record_mirror
+from tools.paper_fixtures.damage import damage
+from tools.paper_fixtures.nearid import (write_authors_release, write_disk_repo, write_nearid_datasets,
                                               write_nearid_models)
 from nearid_lib.preflight import run_preflight
 from nearid_lib.judge.plan import judge_plan

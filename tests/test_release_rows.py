@@ -18,7 +18,7 @@ from nearid_lib.nearid.scorers import EmbeddingBenchEncoder
 
 
 def test_release_rows_float_forward_and_int8_twin(smoke_world, tmp_path, monkeypatch):
-    from nearid_lib.paper_fixtures.nearid import _save_release, _save_siglip2
+    from tools.paper_fixtures.nearid import _save_release, _save_siglip2
 
     hub = tmp_path / "hub"
     monkeypatch.setenv("NEARID_HUB_DIR", str(hub))

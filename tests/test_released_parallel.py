@@ -17,7 +17,7 @@ from nearid_lib.data.curate_step import io_workers_per_rank
 from nearid_lib.data.released import RELEASED_SOURCES, materialise_released
 from nearid_lib.data.released_identities import identity_blocks, progress_records
 from nearid_lib.data.released_schema import EARLIER
-from nearid_lib.paper_fixtures.nearid import write_nearid_datasets
+from tools.paper_fixtures.nearid import write_nearid_datasets
 
 N_IDS = 37          # 3 blocks of 16: the last one short
 

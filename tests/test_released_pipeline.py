@@ -1,6 +1,6 @@
 """The paper profile's data path, end to end, on the published schema.
 
-The released NearID positives and two distractor repos (written by :mod:`nearid_lib.paper_fixtures.nearid`
+The released NearID positives and two distractor repos (written by :mod:`tools.paper_fixtures.nearid`
 in the dataset cards' schema: no masks, no split column) and the MTG dataset are read from a local
 hub mirror through :mod:`nearid_lib.hub`, materialised (a box masker stands in for the segmentation
 model), and the calls notebooks 03 and 04 make run on them: ``train_head`` (cached tokens,
@@ -18,7 +18,7 @@ from nearid_lib import hub
 from nearid_lib.config import get_profile
 from nearid_lib.data import load_nearid
 from nearid_lib.data.released import materialise_released
-from nearid_lib.paper_fixtures.nearid import write_nearid_datasets
+from tools.paper_fixtures.nearid import write_nearid_datasets
 from nearid_lib.models import load_encoder
 from nearid_lib.data.groups import image_groups
 from nearid_lib.nearid.evaluate import evaluate_encoder, source_groups

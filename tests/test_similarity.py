@@ -138,7 +138,7 @@ def test_default_offline_is_the_trained_head_else_the_frozen_backbone(env, capsy
 
 
 def test_default_in_paper_is_the_released_nearid_model(env, monkeypatch, capsys):
-    from nearid_lib.paper_fixtures.nearid import _save_release, _save_siglip2
+    from tools.paper_fixtures.nearid import _save_release, _save_siglip2
     from nearid_lib.models import load_encoder
 
     hub = env / "hub"

@@ -46,7 +46,7 @@ normalised tokens = the release's patch embedding) reads the release's own quant
 
 ``load_encoder("idsim-release")`` builds it through :mod:`nearid_lib.hub` (both repos from the
 local mirror when ``NEARID_HUB_DIR`` is set); ``tiny=True`` reads the tiny release that the dry-run
-mirror holds (:func:`nearid_lib.paper_fixtures.idsim.write_idsim_backbones`) and needs ``NEARID_HUB_DIR``.
+mirror holds (:func:`tools.paper_fixtures.idsim.write_idsim_backbones`) and needs ``NEARID_HUB_DIR``.
 The DINOv3 ViT-B/16 and DINOv2 ViT-L/14 / ViT-B/14 checkpoints load the same way over their own
 bases (``idsim-release-dinov3-vitb16``, ...; :mod:`.release_backbones`: a DINOv2 base is a
 ``Dinov2Model``, its fused qkv rows split into ``query`` / ``key`` / ``value``).
@@ -375,8 +375,8 @@ def release_encoder(tiny: bool = False, checkpoint: str | os.PathLike | None = N
                          f"LoRA and heads of checkpoint= over base=; there is no random-init release)")
     if tiny and hub.hub_dir() is None:
         raise OSError(f"idsim-release: tiny=True reads the tiny release of a dry-run mirror, and "
-                      f"{hub.HUB_DIR_ENV} is not set. Write one with `python -m nearid_lib.paper_fixtures HUB_DIR "
-                      f"DOWNLOADS_DIR` (nearid_lib.paper_fixtures.idsim.write_idsim_backbones) and set "
+                      f"{hub.HUB_DIR_ENV} is not set. Write one with `python -m tools.paper_fixtures HUB_DIR "
+                      f"DOWNLOADS_DIR` (tools.paper_fixtures.idsim.write_idsim_backbones) and set "
                       f"{hub.HUB_DIR_ENV}=HUB_DIR, or load the real release with tiny=False")
     repo = checkpoint or hub_id or RELEASE_REPO
     spec = spec_for(str(repo))

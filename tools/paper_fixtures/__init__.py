@@ -1,7 +1,7 @@
 """The paper profile's dry run: a fixture mirror of everything ``PROFILE=paper`` reads, in the
 published layouts exactly, with tiny images and tiny random-init models of the paper's classes.
 
-``python -m nearid_lib.paper_fixtures HUB_DIR DOWNLOADS_DIR`` writes
+``python -m tools.paper_fixtures HUB_DIR DOWNLOADS_DIR`` writes
 
 - ``HUB_DIR/<org>/<name>``: every hub repository of the paper profile as ``hf download
   --local-dir`` leaves it (datasets in their publishers' layouts: parquet shards + ``README.md``
@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import hub
-from .. import mirror as M
-from ..gates import closed_gates, gates_for
-from ..io_utils import read_table_meta, skip_reason
-from ..paper_specs import load_specs
+from nearid_lib import hub
+from nearid_lib import mirror as M
+from nearid_lib.gates import closed_gates, gates_for
+from nearid_lib.io_utils import read_table_meta, skip_reason
+from nearid_lib.paper_specs import load_specs
 from .fpr import write_fpr_downloads, write_fpr_models
 from .personalize import write_personalize_models
 from .idsim import write_idsim_downloads, write_idsim_models

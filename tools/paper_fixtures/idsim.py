@@ -31,9 +31,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from ..data.eval_datasets import DBPP_DIRNAME, DBPP_METHOD_DIRS, dbpp_collection_id
-from ..idsim.release_backbones import PRIMARY, RELEASES
-from ..idsim.release_model import BASE_REPO, RELEASE_REPO
+from nearid_lib.data.eval_datasets import DBPP_DIRNAME, DBPP_METHOD_DIRS, dbpp_collection_id
+from nearid_lib.idsim.release_backbones import PRIMARY, RELEASES
+from nearid_lib.idsim.release_model import BASE_REPO, RELEASE_REPO
 from .nearid import _COLOURS, _SHAPES, _background, _draw, _png, _view_box, write_dataset_repo
 
 __all__ = ["DBPP_FIXTURE_SUBJECTS", "DBPP_FIXTURE_METHODS", "subjects2k_features", "write_dreambenchpp",

@@ -1,4 +1,4 @@
-"""``python -m nearid_lib.paper_fixtures write HUB_DIR DOWNLOADS_DIR`` | ``overrides`` | ``check FIGURES_DIR``
+"""``python -m tools.paper_fixtures write HUB_DIR DOWNLOADS_DIR`` | ``overrides`` | ``check FIGURES_DIR``
 | ``damage HUB_DIR DOWNLOADS_DIR [--defects column truncated template ...]``."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from .damage import DEFECTS, damage
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m nearid_lib.paper_fixtures", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m tools.paper_fixtures", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     w = sub.add_parser("write", help="write the fixture mirror and the hand-downloaded fixtures")
     w.add_argument("hub_dir")

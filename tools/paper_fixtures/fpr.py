@@ -32,10 +32,10 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
-from ..fpr.bg_removal import FBA_FILE, FBA_REPO, TRACER_FILE, TRACER_REPO
-from ..fpr.datasets import CUB_GROUP_IDS, CUB_GROUPS
-from ..fpr.downloads import CARS_LABELS, CARS_REPO, CUB_DIRNAME, GENERATED_DIRNAME, WILDLIFE_DIRNAME
-from ..models.specialised import TINY_OPEN_CLIP
+from nearid_lib.fpr.bg_removal import FBA_FILE, FBA_REPO, TRACER_FILE, TRACER_REPO
+from nearid_lib.fpr.datasets import CUB_GROUP_IDS, CUB_GROUPS
+from nearid_lib.fpr.downloads import CARS_LABELS, CARS_REPO, CUB_DIRNAME, GENERATED_DIRNAME, WILDLIFE_DIRNAME
+from nearid_lib.models.specialised import TINY_OPEN_CLIP
 from .nearid import _TEXT, _VISION, _png, write_dataset_repo
 
 __all__ = ["write_fpr_downloads", "write_fpr_models", "write_cars_dataset", "write_carvekit_standin",

@@ -31,10 +31,10 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
-from ..data.masks import save_tiny_clipseg
-from ..data.released import RELEASED_SOURCES, distractor_features, mtg_features, positive_features
-from ..data.released_schema import TODAY, PositivesLayout
-from ..judge import build_tiny_qwen3vl
+from nearid_lib.data.masks import save_tiny_clipseg
+from nearid_lib.data.released import RELEASED_SOURCES, distractor_features, mtg_features, positive_features
+from nearid_lib.data.released_schema import TODAY, PositivesLayout
+from nearid_lib.judge import build_tiny_qwen3vl
 from .dbpp import write_ratings
 
 __all__ = ["FIXTURE_REVISION", "write_nearid_datasets", "write_nearid_models", "write_dataset_repo",
@@ -310,7 +310,7 @@ def write_authors_release(downloads_dir: Path, n_ids: int = 18, seed: int = 0) -
     """The files of the authors' GitHub release (``Gorluxor/NearID``) that the paper path reads, in
     its layout, at ``downloads_dir/NearID``: ``splits/{train,val,test}.json`` (sorted 0-based row
     positions of :func:`fixture_splits`), ``dreambench_plus/ratings`` (per-image scores of every
-    scorer and both human groups, :func:`nearid_lib.paper_fixtures.dbpp.write_ratings`) and
+    scorer and both human groups, :func:`tools.paper_fixtures.dbpp.write_ratings`) and
     ``evaluation/vl_template_v2.txt`` (a judge prompt asking for a 0-10 JSON score)."""
     root = Path(downloads_dir) / "NearID"
     (root / "splits").mkdir(parents=True, exist_ok=True)

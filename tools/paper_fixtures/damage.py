@@ -1,5 +1,5 @@
 """Defects a real mirror can have, applied to a fixture mirror, so that the preflight's answer to
-each can be seen (``python -m nearid_lib.paper_fixtures damage HUB DOWNLOADS``, then ``make
+each can be seen (``python -m tools.paper_fixtures damage HUB DOWNLOADS``, then ``make
 dryrun-paper DRYRUN_HUB=HUB DRYRUN_DOWNLOADS=DOWNLOADS`` fails before any notebook, naming each) and
 tested (``tests/test_preflight.py``). Files are replaced, never written through, so a mirror copied
 with hard links keeps its original intact."""
