@@ -23,7 +23,7 @@ Inputs (nothing is recomputed; each row says where its numbers were recorded):
   3b, 2d, 8b, the claims it quotes in both runs;
 * twin 3: the regeneration at 6e681ac and its unfolded twin, each claim recomputed alone with 4000
   replicates, per side and paired (``benchmarks/results/seed_pairing_mini_{regen,twin}.csv``,
-  ``benchmarks/diag_seed_pairing.py``): 3b, 6c, 6d, 8b;
+  ``benchmarks/diag_seed_pairing.py`` (removed; ``git show 519cb69:benchmarks/diag_seed_pairing.py``)): 3b, 6c, 6d, 8b;
 * twin 4: the committed run of deaece8 (the fill-generator world) and its unfolded twin at e169218,
   paired where the seeds are shared, 10000 replicates; docs/mini.md, "On the fill-generator world"
   (SSR points, one decimal): 2d, the claim it quotes in both runs (the other 42 claims' intervals of

@@ -279,7 +279,7 @@ def test_seeds_paired_draw_one_t_on_the_per_seed_differences():
     unpaired = C.evaluate_claim(spec, {"a": a, "b": ev([0.2, 0.5, 0.8], (3, 4, 5))}, make_rng(0, "p"), n_boot=4000)
     assert unpaired["ci_high"] - unpaired["ci_low"] > 2 * (row["ci_high"] - row["ci_low"])
     assert "seeds paired" not in unpaired["detail"]
-    # pair_seeds=False (benchmarks/diag_seed_pairing.py): the same seeds drawn per side, as unpaired
+    # pair_seeds=False (benchmarks/diag_seed_pairing.py, removed; git show 519cb69:benchmarks/diag_seed_pairing.py): the same seeds drawn per side, as unpaired
     per_side = C.evaluate_claim(spec, {"a": a, "b": b}, make_rng(0, "p"), n_boot=4000, pair_seeds=False)
     assert (per_side["ci_low"], per_side["ci_high"]) == (unpaired["ci_low"], unpaired["ci_high"])
     # identical per-seed differences: no seed term at all, the interval is the point
