@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pandas as pd
+from tqdm.auto import tqdm
 
 from ..io_utils import Manifest, atomic_write, write_csv, write_json
 from ..paths import data_dir
@@ -101,12 +102,7 @@ def _run_stage(name: str, fn: Callable, jobs: list[tuple[str, Any]], prog: Path,
     todo = [a for key, a in jobs if key not in man]
     if not todo:
         return man
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:  # pragma: no cover
-        tqdm = None
-    bar = tqdm(total=len(jobs), initial=len(jobs) - len(todo), desc=f"world/{name}",
-               disable=not progress) if tqdm else None
+    bar = tqdm(total=len(jobs), initial=len(jobs) - len(todo), desc=f"world/{name}", disable=not progress)
     if n_workers > 1 and len(todo) > 4:
         # fork: workers inherit the loaded photo pool; results are seeded per item, so the
         # completion order does not matter.
@@ -114,15 +110,15 @@ def _run_stage(name: str, fn: Callable, jobs: list[tuple[str, Any]], prog: Path,
         with ctx.Pool(n_workers) as pool:
             for key, res in pool.imap_unordered(fn, todo, chunksize=2):
                 man.add(key, **res)
-                if bar:
+                if bar is not None:
                     bar.update(1)
     else:
         for a in todo:
             key, res = fn(a)
             man.add(key, **res)
-            if bar:
+            if bar is not None:
                 bar.update(1)
-    if bar:
+    if bar is not None:
         bar.close()
     return man
 

@@ -33,6 +33,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 from PIL import Image
+from tqdm.auto import tqdm
 
 from .released_masks import released_mask
 from .released_schema import EARLIER, PositivesLayout, _save, _save_mask, _to_rgb, pil_from_value
@@ -183,13 +184,9 @@ def write_identities(root: Path, pos, dists: Mapping[str, tuple[str, Any]], spli
     ids = [str(int(v)) for v in pos["id"]]              # the id column alone (no image bytes read)
     blocks = identity_blocks(len(pos), block, rank, world)
     todo = [b for b in blocks if any(ids[i] not in done for i in b)]
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:  # pragma: no cover
-        tqdm = None
     n_mine = sum(len(b) for b in blocks)
     bar = tqdm(total=n_mine, initial=n_mine - sum(len(b) for b in todo),
-               desc=f"released/identities [rank {rank}/{world}]", disable=not progress) if tqdm else None
+               desc=f"released/identities [rank {rank}/{world}]", disable=not progress)
     written = 0
     with ThreadPoolExecutor(max_workers=max(1, int(io_workers))) as pool:
         for b in todo:
@@ -231,8 +228,8 @@ def write_identities(root: Path, pos, dists: Mapping[str, tuple[str, Any]], spli
                 _append(log, {"id": ids[b[j]], "written_at": time.time(), "mask_fallback": fb[j],
                               "mask_source": src[j], "mask_status": why[j], **f.result()})
                 written += 1
-            if bar:
+            if bar is not None:
                 bar.update(len(b))
-    if bar:
+    if bar is not None:
         bar.close()
     return written

@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from ..data import load_nearid
 from ..runtime import set_torch_threads
@@ -118,7 +119,6 @@ class GroupArrays:
             self.cache(g, v)
 
     def _build_in_workers(self, todo: list[tuple[str, str]], workers: int) -> None:
-        from tqdm.auto import tqdm
 
         lists = {g: tuple(map(list, self.items(g))) for _, g in todo}
         todo = sorted(todo, key=lambda vg: -len(lists[vg[1]][0]))

@@ -35,6 +35,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from ..io_utils import atomic_write, atomic_write_text
 from .payloads import PAYLOADS, variant_images
@@ -97,7 +98,6 @@ class FeatureTable:
         compute = PAYLOADS[self.key["payload"]].compute
         starts = range(0, len(refs), batch_size)
         if progress and len(starts) > 1:
-            from tqdm.auto import tqdm
 
             starts = tqdm(starts, desc=desc, unit="batch")
         n = 0

@@ -41,6 +41,7 @@ from typing import Callable, Sequence
 import pandas as pd
 import torch
 from PIL import Image
+from tqdm.auto import tqdm
 
 from .. import hub
 from ..io_utils import atomic_save_image, write_json
@@ -218,7 +219,6 @@ def remove_backgrounds(paths: Sequence[str], profile: str, sizes: Sequence[int],
         interface = build_interface(weights, device, *sizes)
         it = todo
         if progress:
-            from tqdm.auto import tqdm
             it = tqdm(todo, desc=f"background removal (rank {rank})", unit="img")
         for h, p in it:
             rgb, alpha = remove_one(interface, p)

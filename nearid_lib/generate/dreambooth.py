@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps
 from safetensors.torch import load_file, save_file
+from tqdm.auto import tqdm
 
 from ..io_utils import atomic_save_image, atomic_write, atomic_write_text
 from ..seeding import derive_seed
@@ -309,7 +310,6 @@ def train_dreambooth(pipe, instance_images: list[Image.Image], cls: str, class_i
         return DreamBoothResult(out, rec["steps"], rec["steps"], True, rec["history"], time.time() - t0,
                                 out / WEIGHTS_FILE)
     from diffusers import FlowMatchEulerDiscreteScheduler
-    from tqdm.auto import tqdm
 
     tr, device, orig_dtype = pipe.transformer, pipe._execution_device, pipe.transformer.dtype
     amp = cfg.mixed_precision == "bf16" and torch.device(device).type == "cuda"

@@ -41,6 +41,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from PIL import Image
 from tqdm.auto import tqdm
+import torch
 
 from ..config import get_profile
 from ..io_utils import atomic_save_image
@@ -237,7 +238,6 @@ def _parse(argv: Iterable[str] | None):
 
 def main(argv: Iterable[str] | None = None) -> dict[str, Any]:
     """CLI entry point; under torchrun / accelerate each process generates its block, rank 0 merges."""
-    import torch
 
     args = _parse(argv)
     cfg = get_profile(args.profile, **dict(kv.split("=", 1) for kv in args.set))

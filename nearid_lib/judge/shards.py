@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from ..io_utils import atomic_write_text
 from ..launch import launched_state
@@ -141,7 +142,6 @@ def score_pairs_sharded(scorer, keys: Sequence[str], load: Callable[[Sequence[in
         if adir is not None:
             _check_fingerprint(adir, fp, False)
     new: list[dict] = []
-    from tqdm.auto import tqdm
 
     for idx in tqdm(_share(pending, rank, world, workers), desc=f"judge rank {rank}/{world}", disable=not progress,
                     position=rank):

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 from torch import nn
+from tqdm.auto import tqdm
 
 from .. import imageio
 from ..code_closure import closure_fingerprint
@@ -36,7 +37,6 @@ def _batches(n: int, batch_size: int, progress: bool, desc: str):
     starts = range(0, n, batch_size)
     if not progress:
         return starts
-    from tqdm.auto import tqdm
     return tqdm(starts, desc=desc, unit="batch")
 
 

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from PIL import Image
+from tqdm.auto import tqdm
 
 from ..imageio import as_sequence, load_images
 from .callables import EncoderSpecError, one_line
@@ -95,7 +96,6 @@ class UserEncoder:
         images = as_sequence(images)                   # decoded batch by batch
         starts = range(0, len(images), batch_size)
         if progress:
-            from tqdm.auto import tqdm
 
             starts = tqdm(starts, desc=f"embed ({self.name})", unit="batch")
         rows = [self._call(load_images(images[i:i + batch_size], start=i),

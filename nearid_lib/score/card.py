@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+import torch
 
 from ..fpr.figures import plot_main
 from ..idsim.sensitivity import plot_sensitivity_bars
@@ -268,7 +269,6 @@ def _nearid_bars(t: pd.DataFrame, cols: Mapping[str, str], profile: str, colours
 def write_card(rep: ScoreReport, out: Path, cfg, seed: int) -> dict[str, Path]:
     """Write ``tables/score_table.csv`` (+ provenance sidecar), the per-protocol tables, the figures
     and ``report.md`` under ``out``; returns ``{name: path}`` (``"card"``: the Markdown)."""
-    import torch
 
     out.mkdir(parents=True, exist_ok=True)
     run = Run(cfg=cfg, notebook="score_encoder", seed=int(seed), params={"encoder": rep.encoder},
