@@ -35,7 +35,7 @@ from .runtime import apply_portable
 apply_portable()
 
 from .config import Profile, get_profile  # noqa: E402
-from .seeding import derive_seed, make_rng, seed_everything  # noqa: E402
+from .runtime.seeding import derive_seed, make_rng, seed_everything  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -8,7 +8,7 @@ import pytest
 
 from nearid_lib import claims as C
 from nearid_lib import metrics
-from nearid_lib.seeding import make_rng
+from nearid_lib.runtime.seeding import make_rng
 
 
 def _nearid_table(rng, n=40, sources=("a", "b"), p_win=0.8, seeds=(0,)):

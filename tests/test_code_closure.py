@@ -11,7 +11,7 @@ import pytest
 import nearid_lib
 from nearid_lib.code_closure import code_closure
 from nearid_lib.nearid import checkpoints as ck
-from nearid_lib.runmeta import code_fingerprint
+from nearid_lib.runtime.runmeta import code_fingerprint
 
 PKG = Path(nearid_lib.__file__).parent
 

@@ -221,7 +221,7 @@ def test_code_change_rebuilds_the_world(built, monkeypatch):
 
 
 def test_code_fingerprint_follows_the_named_sources(tmp_path):
-    from nearid_lib.runmeta import code_fingerprint
+    from nearid_lib.runtime.runmeta import code_fingerprint
 
     pkg = tmp_path / "pkg"
     (pkg / "sub").mkdir(parents=True)

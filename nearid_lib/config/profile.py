@@ -28,7 +28,7 @@ class RuntimeConfig:
     # changes float summation order, hence the last digits of a trained head
     threads: int | None = None
     # glibc malloc thresholds raised so large tensors are reused from the heap instead of being
-    # mapped and zero-filled at every forward (nearid_lib.allocator: ~2x on CPU, same results)
+    # mapped and zero-filled at every forward (nearid_lib.runtime.allocator: ~2x on CPU, same results)
     tune_malloc: bool = True
 
     def __post_init__(self) -> None:

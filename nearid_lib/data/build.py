@@ -42,7 +42,7 @@ from tqdm.auto import tqdm
 
 from ..io_utils import Manifest, atomic_write, write_csv, write_json
 from ..paths import data_dir
-from ..runmeta import code_fingerprint
+from ..runtime.runmeta import code_fingerprint
 from . import backgrounds as B
 from .draws import (
     _SPLITS,
@@ -64,7 +64,7 @@ __all__ = ["build_world", "manifest_splits", "parse_source", "world_fingerprint"
 # The code that decides the world's bytes: a change to any of it rebuilds the world.
 WORLD_CODE = ("data/world.py", "data/identity.py", "data/perturb.py", "data/parts.py", "data/views.py",
               "data/render.py", "data/backgrounds.py", "data/build.py", "data/draws.py", "data/jobs.py",
-              "generate/procedural.py", "generate/base.py", "seeding.py")
+              "generate/procedural.py", "generate/base.py", "runtime/seeding.py")
 # The FPR galleries' bytes also follow their own module; a change there rebuilds the galleries only.
 GALLERY_CODE = ("data/galleries.py", *WORLD_CODE)
 # world.* fields that only the FPR galleries read (nearid_lib.data.galleries)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..seeding import make_rng
+from ..runtime.seeding import make_rng
 from . import backgrounds as B
 from . import world as W
 from .generators import draw_kind, source_family, source_kinds

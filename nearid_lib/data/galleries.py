@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ..seeding import make_rng
+from ..runtime.seeding import make_rng
 from . import backgrounds as B
 from . import world as W
 from .draws import _classes

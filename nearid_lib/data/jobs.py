@@ -10,7 +10,7 @@ import numpy as np
 from PIL import Image
 
 from ..io_utils import atomic_write
-from ..seeding import make_rng
+from ..runtime.seeding import make_rng
 from . import world as W
 from .draws import (
     _SPLITS,

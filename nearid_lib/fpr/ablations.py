@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from ..seeding import derive_seed, make_rng
+from ..runtime.seeding import derive_seed, make_rng
 from .datasets import sample_gallery
 from .encoders import embed_images
 from .protocol import oracle_scores, score_embeddings, summarise

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..seeding import make_rng
+from ..runtime.seeding import make_rng
 from .ablations import SAMPLING_LABELS, _ablation_rows, gallery_size_ablation, sampling_ablation, \
     subject_count_ablation
 from .authors_splits import ablation_pool, kmeans_gallery, per_subject_gallery, random_galleries

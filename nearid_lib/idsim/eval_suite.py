@@ -54,7 +54,7 @@ from .. import metrics as M
 from ..data.draws import scene_of
 from ..features import FeatureStore, embed, memory_refs
 from ..models import resolve_name
-from ..seeding import make_rng
+from ..runtime.seeding import make_rng
 from .eval_files import BenchmarkError, load_pairs_csv, load_ratings_csv, load_retrieval_csv, load_triplets_csv
 from .sampling import load_key
 
