@@ -44,8 +44,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .claim_criteria import AtLeast, AtMost, Greater, Precondition, RatioAtLeast, Within, criterion_from_text
-from .claim_stats import (  # noqa: F401
+from .criteria import AtLeast, AtMost, Greater, Precondition, RatioAtLeast, Within, criterion_from_text
+from .stats import (  # noqa: F401
     _MTG_PAIRS,
     STATISTICS,
     Statistic,
@@ -53,8 +53,8 @@ from .claim_stats import (  # noqa: F401
     statistic,
 )
 from .evidence import Evidence, pool_seeds
-from .io_utils import write_csv
-from .paper_specs import paper_values_dir
+from ..io_utils import write_csv
+from ..paper_specs import paper_values_dir
 
 __all__ = ["Evidence", "Statistic", "STATISTICS", "AtLeast", "AtMost", "Greater", "Within", "RatioAtLeast",
            "Precondition", "criterion_from_text", "PaperRef", "ClaimSpec", "evaluate_claim", "evaluate_claims",
