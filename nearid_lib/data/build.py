@@ -47,7 +47,7 @@ from . import backgrounds as B
 from .draws import (
     _SPLITS,
     MAX_PERTURB_TRIES,
-    _identity_list,
+    identity_list,
     background_for,
     distractor_instance,
     parse_source,
@@ -55,7 +55,7 @@ from .draws import (
     source_splits,
 )
 from .galleries import fpr_view, gallery_items, gallery_job
-from .jobs import GRID_FACTORS, _job_grid, _job_identity, _job_mtg, _mtg_split
+from .jobs import GRID_FACTORS, job_grid, job_identity, job_mtg, _mtg_split
 from .schema import COLUMNS, SCHEMA_VERSION
 
 __all__ = ["build_world", "manifest_splits", "parse_source", "world_fingerprint", "GRID_FACTORS", "positive_view",
@@ -204,8 +204,8 @@ def build_world(cfg, root: str | os.PathLike | None = None, n_workers: int | Non
     t0 = time.time()
     B.photo_pool()                                   # load once before forking
 
-    idents = [r for r in _identity_list(cfg) if r["split"] in sel]
-    man = _run_stage("identities", _job_identity,
+    idents = [r for r in identity_list(cfg) if r["split"] in sel]
+    man = _run_stage("identities", job_identity,
                      [(r["id"], (cfg, root, r)) for r in idents], prog, n_workers, progress)
     recs = {r["id"]: r for r in man.records()}
     order = [r["id"] for r in idents]
@@ -224,7 +224,7 @@ def build_world(cfg, root: str | os.PathLike | None = None, n_workers: int | Non
                root / "sources.json")
 
     mtg_ids = [i for i in range(wc.n_mtg_pairs) if _mtg_split(cfg, i) in sel]
-    man = _run_stage("mtg", _job_mtg, [(f"mtg_{i:05d}", (cfg, root, i))
+    man = _run_stage("mtg", job_mtg, [(f"mtg_{i:05d}", (cfg, root, i))
                                        for i in mtg_ids], prog, n_workers, progress)
     recs = {r["id"]: r for r in man.records()}
     write_csv(_df([recs[f"mtg_{i:05d}"]["row"] for i in mtg_ids],
@@ -236,7 +236,7 @@ def build_world(cfg, root: str | os.PathLike | None = None, n_workers: int | Non
     n_graded = int(wc.n_graded_anchors) if "test" in sel and graded else 0
     stages = [("grids", "grid", n_grids)] + ([("graded", "graded", n_graded)] if n_graded else [])
     for stage, prefix, n in stages:
-        man = _run_stage(stage, _job_grid, [(f"{prefix}_{i:04d}", (cfg, root, i, prefix))
+        man = _run_stage(stage, job_grid, [(f"{prefix}_{i:04d}", (cfg, root, i, prefix))
                                             for i in range(n)], prog, n_workers, progress)
         recs = {r["id"]: r for r in man.records()}
         write_csv(_df([row for i in range(n) for row in recs[f"{prefix}_{i:04d}"]["rows"]],

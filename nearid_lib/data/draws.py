@@ -137,7 +137,7 @@ def background_for(cfg, held_out: bool, *keys) -> np.ndarray:
     return _background(cfg, held_out, *keys)
 
 
-def _identity_list(cfg) -> list[dict[str, Any]]:
+def identity_list(cfg) -> list[dict[str, Any]]:
     wc = cfg.world
     classes = _classes(wc)
     out = []

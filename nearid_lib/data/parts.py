@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .identity import _hsv, _shift
+from .identity import hsv, _shift
 
 __all__ = ["editable_parts", "part_edit"]
 
@@ -107,7 +107,7 @@ def part_edit(ident: dict[str, Any], rng: np.random.Generator,
         key = dict((n, k) for n, _, k in _parts(ident))[part]
         base = ident.get("part_colors", {}).get(part, ident["colors"][key])
         h, s, v = colorsys.rgb_to_hsv(*base)
-        new["part_colors"][part] = _hsv(h + rng.uniform(0.3, 0.7), max(s, 0.6) if s < 0.6 else s,
+        new["part_colors"][part] = hsv(h + rng.uniform(0.3, 0.7), max(s, 0.6) if s < 0.6 else s,
                                         v + 0.45 if v < 0.5 else v - 0.35)
     return new, part
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .identity import _MARK_R, MARKING_SHAPES, PATTERN_TYPES, _sample_marking, _sample_pattern, _shift, _sign
+from .identity import MARK_R, MARKING_SHAPES, PATTERN_TYPES, sample_marking, sample_pattern, _shift, _sign
 
 __all__ = ["PERTURBATIONS", "perturb", "perturb_strength"]
 
@@ -41,7 +41,7 @@ def perturb(ident: dict[str, Any], family: str, rng: np.random.Generator,
         if p["type"] == "none" or rng.random() < 0.5:
             choices = [t for t in PATTERN_TYPES if t not in ("none", p["type"])]
             keep = {k: p[k] for k in ("color",)}
-            new["pattern"] = _sample_pattern(rng, new["colors"]["body"],
+            new["pattern"] = sample_pattern(rng, new["colors"]["body"],
                                              choices[int(rng.integers(len(choices)))])
             new["pattern"].update(keep)
             changed.append("pattern.type")
@@ -57,7 +57,7 @@ def perturb(ident: dict[str, Any], family: str, rng: np.random.Generator,
     elif family == "marking":
         m = ident["marking"]
         shapes = [s for s in MARKING_SHAPES if s != m["shape"]]
-        nm = _sample_marking(rng, (max(_MARK_R[0], m["r"] * 0.9), _MARK_R[1]),
+        nm = sample_marking(rng, (max(MARK_R[0], m["r"] * 0.9), MARK_R[1]),
                              shapes[int(rng.integers(len(shapes)))])
         # Keep the new marking visibly away from the old spot.
         if abs(nm["x"] - m["x"]) + abs(nm["y"] - m["y"]) < 0.25:
@@ -90,7 +90,7 @@ def perturb(ident: dict[str, Any], family: str, rng: np.random.Generator,
         elif which == 1:
             p = ident["pattern"]
             choices = [t for t in PATTERN_TYPES if t not in ("none", p["type"])]
-            new["pattern"] = _sample_pattern(rng, ident["colors"]["body"],
+            new["pattern"] = sample_pattern(rng, ident["colors"]["body"],
                                              choices[int(rng.integers(len(choices)))])
             new["pattern"]["color"] = list(p["color"])
             changed = ["pattern.type"]

@@ -36,7 +36,7 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from .released_masks import released_mask
-from .released_schema import EARLIER, PositivesLayout, _save, _save_mask, _to_rgb, pil_from_value
+from .released_schema import EARLIER, PositivesLayout, _save, save_mask, _to_rgb, pil_from_value
 from .schema import DataError
 
 __all__ = ["BLOCK", "Masker", "identity_blocks", "progress_records", "write_identities"]
@@ -138,7 +138,7 @@ def _write(root: Path, i: int, row: Mapping, split: str, dist_rows: Mapping[str,
                             f"(image {ims[k].size[::-1]}, {int(m.sum())} pixels set)")
         prow[f"mask_source{k}"] = src
         prow[f"img{k}"] = _save(root, f"pos/{sid}_{k}.png", ims[k])
-        prow[f"mask{k}"] = _save_mask(root, f"mask/{sid}_{k}.png", m)
+        prow[f"mask{k}"] = save_mask(root, f"mask/{sid}_{k}.png", m)
         mask_area[k] = float(m.mean())
     drows = {}
     for s, (dname, drow) in dist_rows.items():

@@ -16,7 +16,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ._arrays import _to_np
+from ._arrays import to_np
 
 __all__ = ["ssr_pa", "nearid_similarities", "pool_sources", "source_breakdown"]
 
@@ -90,8 +90,8 @@ def ssr_pa(pos_sim, dist_sim, per_identity: bool = False) -> dict:
         ``n_pa_trials`` (``pa``'s denominator), ``n_success`` (+ per-identity ``wins``, ``trials``
         of the directed margins, ``success`` and ``margins`` [N, 2C]).
     """
-    ps = _to_np(pos_sim, "pos_sim")
-    ds = _to_np(dist_sim, "dist_sim")
+    ps = to_np(pos_sim, "pos_sim")
+    ds = to_np(dist_sim, "dist_sim")
     if ps.ndim != 3 or ps.shape[1] != ps.shape[2]:
         raise ValueError(f"ssr_pa: pos_sim must be [N,P,P], got {ps.shape}")
     if ds.shape != ps.shape[:2]:
@@ -117,8 +117,8 @@ def nearid_similarities(pos_emb, dist_emb, pos_mask=None, dist_mask=None):
     Returns:
         ``(pos_sim, dist_sim)`` float64 with NaN wherever an involved image is missing.
     """
-    pe = _to_np(pos_emb, "pos_emb")
-    de = _to_np(dist_emb, "dist_emb")
+    pe = to_np(pos_emb, "pos_emb")
+    de = to_np(dist_emb, "dist_emb")
     if pe.ndim != 3 or de.shape != pe.shape:
         raise ValueError(f"nearid_similarities: need pos_emb and dist_emb [N,P,D] of equal shape, "
                          f"got {pe.shape} and {de.shape}")
