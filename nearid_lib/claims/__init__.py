@@ -46,7 +46,7 @@ import pandas as pd
 
 from .criteria import AtLeast, AtMost, Greater, Precondition, RatioAtLeast, Within, criterion_from_text
 from .stats import (  # noqa: F401
-    _MTG_PAIRS,
+    MTG_PAIRS,
     STATISTICS,
     Statistic,
     grouped_pearson_columns,

@@ -62,7 +62,7 @@ from .masks import MASK_RULE, ObjectMasker, masker_fingerprint
 from .released_identities import BLOCK, Masker, progress_records, write_identities
 from .released_masks import RULES as MASK_RULES
 from .released_masks import LazyMasker, mask_cells
-from .released_mtg import _materialise_mtg, mtg_oracle
+from .released_mtg import materialise_mtg, mtg_oracle
 from .released_schema import (
     DISTRACTOR_COLUMNS,
     POSITIVE_COLUMNS,
@@ -328,7 +328,7 @@ def materialise_released(out_root: str | os.PathLike, positives: Any = None,
         return root
     write_json({"sources": list(distractors), "train_sources": ts}, root / "sources.json")
     if mtg is not None:
-        m, extra["mtg_oracle"] = _materialise_mtg(root, mtg)
+        m, extra["mtg_oracle"] = materialise_mtg(root, mtg)
         write_csv(m, root / "mtg.csv")
         counts["mtg_pairs"] = {s: int((m.split == s).sum()) for s in sorted(set(m.split))}
     if fpr is not None:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .released_schema import SPLIT_NAMES, MTG_COLUMNS, first_col, open_dataset, _save, save_mask, _to_rgb, pil_from_value
+from .released_schema import SPLIT_NAMES, MTG_COLUMNS, first_col, open_dataset, write_png, save_mask, schema_rgb, pil_from_value
 from .schema import DataError
 
 __all__ = ["mtg_oracle"]
@@ -39,7 +39,7 @@ def _mask_gt0(im, where: str, size: tuple[int, int]) -> np.ndarray:
     return arr > 0
 
 
-def _materialise_mtg(root: Path, mtg: Any, name: str = "mtg") -> tuple[pd.DataFrame, dict]:
+def materialise_mtg(root: Path, mtg: Any, name: str = "mtg") -> tuple[pd.DataFrame, dict]:
     """The MTG pairs in the NearID schema (``mtg.csv`` rows) and the oracle's record for the
     manifest (its rule; the pairs whose part mask reaches outside the object or outgrows it)."""
     rows, outside, negative = [], [], []
@@ -57,9 +57,9 @@ def _materialise_mtg(root: Path, mtg: Any, name: str = "mtg") -> tuple[pd.DataFr
             out = {"pair_id": pid, "split": split, "class_name": str(r[cls_col]) if cls_col else ""}
             for k in (1, 2):
                 w = lambda f: f"dataset {name}, row {i}, field {f!r}"  # noqa: E731
-                orig = _to_rgb(pil_from_value(r[f"image_{k}_original"], w(f"image_{k}_original"))
+                orig = schema_rgb(pil_from_value(r[f"image_{k}_original"], w(f"image_{k}_original"))
                                or _missing(w(f"image_{k}_original")), w(f"image_{k}_original"))
-                inp = _to_rgb(pil_from_value(r[f"image_{k}_inpainted"], w(f"image_{k}_inpainted"))
+                inp = schema_rgb(pil_from_value(r[f"image_{k}_inpainted"], w(f"image_{k}_inpainted"))
                               or _missing(w(f"image_{k}_inpainted")), w(f"image_{k}_inpainted"))
                 if inp.size != orig.size:
                     raise DataError(f"{w(f'image_{k}_inpainted')}: size {inp.size} differs from "
@@ -72,8 +72,8 @@ def _materialise_mtg(root: Path, mtg: Any, name: str = "mtg") -> tuple[pd.DataFr
                 pm = _mask_gt0(pil_from_value(r[f"image_{k}_part_mask"], w(f"image_{k}_part_mask"))
                                or _missing(w(f"image_{k}_part_mask")), w(f"image_{k}_part_mask"), orig.size)
                 base = f"mtg/{pid}_{k}"
-                out[f"image_{k}_original"] = _save(root, base + "_original.png", orig)
-                out[f"image_{k}_inpainted"] = _save(root, base + "_inpainted.png", inp)
+                out[f"image_{k}_original"] = write_png(root, base + "_original.png", orig)
+                out[f"image_{k}_inpainted"] = write_png(root, base + "_inpainted.png", inp)
                 out[f"image_{k}_object_mask"] = save_mask(root, base + "_object_mask.png", om)
                 out[f"image_{k}_part_mask"] = save_mask(root, base + "_part_mask.png", pm)
                 out[f"oracle_{k}"] = mtg_oracle(om, pm)

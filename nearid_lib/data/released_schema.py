@@ -172,19 +172,19 @@ def pil_from_value(value: Any, where: str) -> Image.Image | None:
     raise DataError(f"{where}: unsupported image value of type {type(value).__name__}")
 
 
-def _to_rgb(im: Image.Image, where: str) -> Image.Image:
+def schema_rgb(im: Image.Image, where: str) -> Image.Image:
     """The schema's documented mode rule (the one of ``read_rgb``, :mod:`nearid_lib.imageio`),
     applied to an open image: 16-bit and float modes scaled to 8 bit, alpha onto black."""
     return im if im.mode == "RGB" else read_rgb(im, where)
 
 
-def _save(root: Path, rel: str, im: Image.Image) -> str:
+def write_png(root: Path, rel: str, im: Image.Image) -> str:
     atomic_write(root / rel, lambda p: im.save(p, format="PNG", compress_level=1))
     return rel
 
 
 def save_mask(root: Path, rel: str, m: np.ndarray) -> str:
-    return _save(root, rel, Image.fromarray(m.astype(np.uint8) * 255, "L"))
+    return write_png(root, rel, Image.fromarray(m.astype(np.uint8) * 255, "L"))
 
 
 # --------------------------------------------------------------------------- datasets

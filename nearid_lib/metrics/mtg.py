@@ -5,7 +5,7 @@ import numpy as np
 
 from ._arrays import to_np
 from .correlation import fisher_z_mean, pearson
-from .nearid import _ssr_pa_from_margins
+from .nearid import ssr_pa_from_margins
 
 __all__ = ["mtg_ssr_pa", "mtg_metrics"]
 
@@ -25,7 +25,7 @@ def mtg_ssr_pa(s_1_2, s_1_1p, s_2_2p, per_identity: bool = False) -> dict:
     if not (a.shape == b.shape == c.shape):
         raise ValueError(f"mtg_ssr_pa: shapes differ {a.shape}, {b.shape}, {c.shape}")
     margins = np.stack([a - b, a - c], axis=1)            # [N, 2]
-    return _ssr_pa_from_margins(margins, per_identity, overall=False)
+    return ssr_pa_from_margins(margins, per_identity, overall=False)
 
 
 def mtg_metrics(s_1_1p, s_2_2p, s_1_2p, s_2_1p, s_1_2, oracle_1, oracle_2) -> dict:

@@ -21,7 +21,7 @@ from ._arrays import to_np
 __all__ = ["ssr_pa", "nearid_similarities", "pool_sources", "source_breakdown"]
 
 
-def _ssr_pa_from_margins(margins: np.ndarray, per_identity: bool, overall: bool = True) -> dict:
+def ssr_pa_from_margins(margins: np.ndarray, per_identity: bool, overall: bool = True) -> dict:
     """SSR/PA from a [N, K] margin table with NaN where a trial does not exist.
 
     A trial wins iff margin > 0 (a tie is a loss: the identity must *beat* the confounder).
@@ -102,7 +102,7 @@ def ssr_pa(pos_sim, dist_sim, per_identity: bool = False) -> dict:
     pair = ps[:, iu, ju]                                  # [N, C] s(p_i, p_j)
     # [N, 2C]: first all i->j margins, then all j->i margins; NaN propagates to missing trials
     margins = np.concatenate([pair - ds[:, iu], pair - ds[:, ju]], axis=1)
-    return _ssr_pa_from_margins(margins, per_identity)
+    return ssr_pa_from_margins(margins, per_identity)
 
 
 def nearid_similarities(pos_emb, dist_emb, pos_mask=None, dist_mask=None):
