@@ -31,7 +31,7 @@ import numpy as np
 from ..runtime.seeding import make_rng
 from . import backgrounds as B
 from . import world as W
-from .draws import _classes
+from .draws import world_classes
 from .identity import sample_pattern
 from .jobs import save_png
 
@@ -51,7 +51,7 @@ def _check_split(split: str) -> str:
 def gallery_species(wc) -> list[tuple[str, str]]:
     """``(species, class)`` of the world's ``n_species`` species (round-robin over the classes; a
     class used twice gets a numbered species, e.g. ``bird1``)."""
-    classes = _classes(wc)
+    classes = world_classes(wc)
     return [(classes[si % len(classes)] + (f"{si // len(classes)}" if si >= len(classes) else ""),
              classes[si % len(classes)]) for si in range(int(wc.n_species))]
 

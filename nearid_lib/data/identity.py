@@ -23,7 +23,7 @@ def hsv(h: float, s: float, v: float) -> list[float]:
                                                             float(np.clip(v, 0, 1)))]
 
 
-def _shift(rgb: list[float], dh: float = 0.0, ds: float = 0.0, dv: float = 0.0) -> list[float]:
+def shift_hsv(rgb: list[float], dh: float = 0.0, ds: float = 0.0, dv: float = 0.0) -> list[float]:
     h, s, v = colorsys.rgb_to_hsv(*rgb)
     # Near-grey colours have no usable hue: push saturation up so a hue shift is visible.
     if s < 0.25 and dh != 0:
@@ -42,7 +42,7 @@ def _color_name(rgb: list[float]) -> str:
     return names[int(((h + 1 / 24) % 1.0) * 12)]
 
 
-def _sign(rng: np.random.Generator) -> float:
+def random_sign(rng: np.random.Generator) -> float:
     return 1.0 if rng.random() < 0.5 else -1.0
 
 

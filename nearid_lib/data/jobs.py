@@ -13,9 +13,9 @@ from ..io_utils import atomic_write
 from ..runtime.seeding import make_rng
 from . import world as W
 from .draws import (
-    _SPLITS,
-    _background,
-    _classes,
+    WORLD_SPLITS,
+    draw_background,
+    world_classes,
     distractor_instance,
     parse_source,
     positive_view,
@@ -97,25 +97,25 @@ def job_identity(args) -> tuple[str, dict]:
     return iid, {"identity": ident_row, "positives": pos, "distractors": dist, "params": ident}
 
 
-def _mtg_split(cfg, i: int) -> str:
+def mtg_split_of(cfg, i: int) -> str:
     fr = np.asarray(cfg.world.mtg_split, float)
     cum = np.cumsum(fr / fr.sum()) * cfg.world.n_mtg_pairs
-    return _SPLITS[int(np.searchsorted(cum, i, side="right"))]
+    return WORLD_SPLITS[int(np.searchsorted(cum, i, side="right"))]
 
 
 def job_mtg(args) -> tuple[str, dict]:
     cfg, root, i = args
     wc, seed, S, lvl = cfg.world, cfg.seed, cfg.world.image_size, cfg.world.png_compress
     pid = f"mtg_{i:05d}"
-    split = _mtg_split(cfg, i)
+    split = mtg_split_of(cfg, i)
     rng = make_rng(seed, "mtg", pid)
-    classes = _classes(wc)
+    classes = world_classes(wc)
     cls = classes[i % len(classes)]
     ident = W.sample_identity(rng, cls)
     held = bool(wc.held_out_backgrounds and split == "test")
     views = [W.sample_view(make_rng(seed, "mtg_view", pid, k), tuple(wc.object_frac),
                            wc.view_strength) for k in (1, 2)]
-    bgs = [_background(cfg, held, pid, k) for k in (1, 2)]
+    bgs = [draw_background(cfg, held, pid, k) for k in (1, 2)]
     layers = [W.render_object(ident, v, S) for v in views]
     # A part visible in both views (>= 1% of the object), so both oracles are informative.
     parts = W.editable_parts(ident)
@@ -144,7 +144,7 @@ def job_grid(args) -> tuple[str, dict]:
     wc, seed, S, lvl = cfg.world, cfg.seed, cfg.world.image_size, cfg.world.png_compress
     aid = f"{prefix}_{i:04d}"
     rng = make_rng(seed, "grid", aid)
-    classes = _classes(wc)
+    classes = world_classes(wc)
     cls = classes[i % len(classes)]
     anchor = W.sample_identity(rng, cls)
     target = W.sample_identity(rng, cls)
@@ -156,8 +156,8 @@ def job_grid(args) -> tuple[str, dict]:
     far["persp"] = round(0.3 if v0["persp"] <= 0 else -0.3, 4)
     lit = dict(v0, gain=round(v0["gain"] * 0.6, 4), contrast=0.65, temp=0.3 if v0["temp"] < 0 else -0.3,
                shade=0.55)
-    bg0 = _background(cfg, held, aid, 0)
-    bg1 = _background(cfg, held, aid, 1)
+    bg0 = draw_background(cfg, held, aid, 0)
+    bg1 = draw_background(cfg, held, aid, 1)
     L = wc.grid_levels
     ts = [j / (L - 1) if L > 1 else 0.0 for j in range(L)]
     rows = []
