@@ -27,7 +27,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 endif
 export PYTHONHASHSEED := 0
-# Portable numerics (nearid_lib/runtime.py, docs/mini.md "Portable numerics"): the CPU libraries pick
+# Portable numerics (nearid_lib/runtime/__init__.py, docs/mini.md "Portable numerics"): the CPU libraries pick
 # their code path by processor and split sums by thread count, so the last bits of a trained head
 # depend on the machine. On a machine without a GPU every process runs one fixed path (ATen and
 # oneDNN at AVX2, MKL's COMPATIBLE branch, OpenBLAS Haswell, numpy without AVX-512 loops) on one
@@ -166,7 +166,7 @@ reproduce-full: $(STAMP)
 # As root (uid 0, how most containers run) Jupyter refuses to start without --allow-root.
 LAB_ROOT = $(if $(filter 0,$(shell id -u)),--allow-root)
 # Its kernels inherit the server's environment: the variables of portable numerics are exported
-# first, since a notebook imports numpy and torch before nearid_lib (nearid_lib/runtime.py).
+# first, since a notebook imports numpy and torch before nearid_lib (nearid_lib/runtime/__init__.py).
 lab: $(STAMP)
 	eval "$$($(PY) -c 'from nearid_lib.runtime import shell_exports; print(shell_exports())')" && \
 	$(VENV)/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" --LabApp.default_url=/lab/tree/notebooks $(LAB_ROOT) $(LAB_ARGS)

@@ -1,4 +1,4 @@
-"""CPU forward throughput with glibc's malloc defaults vs :func:`nearid_lib.allocator.tune_allocator`,
+"""CPU forward throughput with glibc's malloc defaults vs :func:`nearid_lib.runtime.allocator.tune_allocator`,
 side by side in one run: alternating child processes (each with a fresh malloc state), the same
 images, the same models (a Lite0-sized ``list[PIL] -> [N, 1280]`` callable as a user writes it, and
 the library's frozen EfficientNet-Lite0 encoder of ``mini``), batch 32 at 224 px.
@@ -24,7 +24,7 @@ import sys, time, json
 import numpy as np, torch
 from PIL import Image
 sys.path.insert(0, {here!r})
-from nearid_lib.allocator import tune_allocator
+from nearid_lib.runtime.allocator import tune_allocator
 status = tune_allocator(sys.argv[1] == "1")
 from bench_score_encoder import lite0_callable
 from nearid_lib.models import load_encoder
@@ -69,7 +69,7 @@ def main() -> None:
                       "runs_tuned": [round(r[model], 1) for r in runs["tuned"]]}
     out = HERE / "results" / "bench_allocator"
     out.with_suffix(".json").write_text(json.dumps(res, indent=2) + "\n")
-    md = ["# glibc malloc defaults vs nearid_lib.allocator.tune_allocator (CPU forwards)", "",
+    md = ["# glibc malloc defaults vs nearid_lib.runtime.allocator.tune_allocator (CPU forwards)", "",
           f"{args.images} images, batch 32, 224 px, {args.threads} torch threads, {args.repeats} alternating child "
           f"processes per setting (median); tuned: {res['status_tuned']}", "",
           "| model | default (img/s) | tuned (img/s) | speedup |", "|---|---|---|---|"]

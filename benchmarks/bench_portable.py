@@ -64,7 +64,7 @@ def child(world: Path, steps: int) -> dict:
     from nearid_lib.models import load_backbone
     from nearid_lib.nearid.train import train_head
     from nearid_lib.runtime import numerics_record, set_torch_threads
-    from nearid_lib.seeding import make_rng
+    from nearid_lib.runtime.seeding import make_rng
 
     set_torch_threads(get_profile("mini").runtime.threads)    # one thread in both arms
     out: dict = {"numerics": numerics_record()}

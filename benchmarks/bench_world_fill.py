@@ -27,7 +27,7 @@ from pathlib import Path
 from nearid_lib.config import get_profile
 from nearid_lib.data import backgrounds
 from nearid_lib.data import jobs
-from nearid_lib.data.draws import _identity_list
+from nearid_lib.data.draws import identity_list
 from nearid_lib.generate import procedural
 
 HERE = Path(__file__).resolve().parent
@@ -41,7 +41,7 @@ def _run(cfg, idents, size: int) -> tuple[float, str]:
     try:
         t0 = time.perf_counter()
         for rec in idents:
-            jobs._job_identity((cfg, out, rec))
+            jobs.job_identity((cfg, out, rec))
         dt = time.perf_counter() - t0
         h = hashlib.sha1()
         for p in sorted(out.rglob("*.png")):
@@ -59,7 +59,7 @@ def main() -> None:
     args = ap.parse_args()
     cfg = get_profile("mini")
     backgrounds.photo_pool()
-    idents = _identity_list(cfg)[:args.identities]
+    idents = identity_list(cfg)[:args.identities]
     size_on = procedural._SMOOTH_CACHE_SIZE
     _run(cfg, idents[:2], size_on)                      # warm-up (imports, photo pool)
     times: dict[str, list[float]] = {"per generator": [], "shared": []}

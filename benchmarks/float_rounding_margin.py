@@ -13,7 +13,7 @@ one run and asks how far its twin could be). Intervals of different claims are i
 sets most of the width, so the share carries across claims where an absolute move would not.
 
 The margin is the largest share observed, rounded up to two decimals:
-:data:`nearid_lib.report_claims.FLOAT_ROUNDING_MARGIN` must equal it
+:data:`nearid_lib.claims.report_section.FLOAT_ROUNDING_MARGIN` must equal it
 (``tests/test_report.py::test_the_float_rounding_margin_is_the_one_the_twins_measured``).
 
 Inputs (nothing is recomputed; each row says where its numbers were recorded):

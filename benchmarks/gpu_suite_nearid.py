@@ -229,7 +229,7 @@ def curation(ctx: Ctx) -> dict:
 
     from nearid_lib.data.masks import ObjectMasker
     from nearid_lib.data.released_identities import BLOCK, write_identities
-    from nearid_lib.data.released_schema import _save
+    from nearid_lib.data.released_schema import write_png as _save
     from nearid_lib.generate.tiny_sd import clip_tokenizer_offline
     from PIL import Image
 

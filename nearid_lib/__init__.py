@@ -2,9 +2,9 @@
 
 One shared core and one package per paper:
 
-- core: ``config`` (profiles), ``paths``, ``seeding``, ``io_utils``, ``runmeta``, ``run`` (one notebook
-  setup: ``start_run``), ``data/``, ``generate/``, ``models/``, ``features/``, ``metrics/``, ``stats``,
-  ``plots``, ``report``, ``claims``
+- core: ``config/`` (profiles), ``paths``, ``runtime/`` (numerics, ``seeding``, ``runmeta``), ``io_utils``,
+  ``run`` (one notebook setup: ``start_run``), ``data/``, ``generate/``, ``models/``, ``features/``,
+  ``metrics/``, ``stats``, ``plots/``, ``report``, ``claims/``
 - ``nearid/``: NearID losses, head training, sweeps, NearID-bench evaluation and tables, VLM judge
 - ``idsim/``: ID-Sim losses, training, benchmarks, selective sensitivity
 - ``fpr/``: Finer-Personalization Rank (galleries, retrieval protocol, experiments)
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from importlib import import_module
 
-# Portable numerics first: numpy (imported by .seeding below) and torch read their code paths and
+# Portable numerics first: numpy (imported by .runtime.seeding below) and torch read their code paths and
 # thread pools once, when they load or first run, so the variables must be set before either
 # starts (nearid_lib.runtime; NEARID_PORTABLE=0 turns it off). The runtime module imports nothing
 # heavy at import time.
@@ -35,7 +35,7 @@ from .runtime import apply_portable
 apply_portable()
 
 from .config import Profile, get_profile  # noqa: E402
-from .seeding import derive_seed, make_rng, seed_everything  # noqa: E402
+from .runtime.seeding import derive_seed, make_rng, seed_everything  # noqa: E402
 
 __version__ = "0.1.0"
 

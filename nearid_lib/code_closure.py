@@ -1,6 +1,6 @@
 """Which library modules a piece of code depends on, found by following its code, not declared.
 
-A reused result is keyed by the code that produced it (:func:`~nearid_lib.runmeta.code_fingerprint`),
+A reused result is keyed by the code that produced it (:func:`~nearid_lib.runtime.runmeta.code_fingerprint`),
 so an edit of that code never serves a stale result. Keying by *all* the library, or by whole
 packages, also re-keys a multi-day run's token store and trained heads when an unrelated module
 (a report, a table, another paper's package) is edited. :func:`code_closure` starts from the
@@ -30,13 +30,13 @@ import types
 from pathlib import Path
 from typing import Any, Iterable
 
-from .runmeta import code_fingerprint
+from .runtime.runmeta import code_fingerprint
 
 __all__ = ["code_closure", "closure_fingerprint"]
 
 PACKAGE = __name__.rpartition(".")[0]
 # the key machinery itself: how a key is computed, not what a result is made of
-SKIP = frozenset({"code_closure.py", "runmeta.py"})
+SKIP = frozenset({"code_closure.py", "runtime/runmeta.py"})
 
 
 def _ours(obj: Any) -> bool:
@@ -187,7 +187,7 @@ def _closure_of(roots: tuple) -> tuple[str, ...]:
 
 
 def closure_fingerprint(*roots: Any) -> str:
-    """:func:`~nearid_lib.runmeta.code_fingerprint` of the modules of :func:`code_closure` (the
+    """:func:`~nearid_lib.runtime.runmeta.code_fingerprint` of the modules of :func:`code_closure` (the
     module list is remembered per roots within a process; the files are hashed at every call)."""
     try:
         mods = _closure_of(tuple(roots))

@@ -19,7 +19,7 @@ import pandas as pd
 
 from .io_utils import read_table_meta, skip_reason
 from .paper_specs import TableSpec, load_specs, paper_values_dir
-from .report_claims import (  # noqa: F401  (re-exported: the report's claims API)
+from .claims.report_section import (  # noqa: F401  (re-exported: the report's claims API)
     FLOAT_ROUNDING_MARGIN,
     claims_section,
     leaning,

@@ -8,10 +8,10 @@
     run.figure(fig, "08_fig5_kernel_pca")                    # figures/08_fig5_kernel_pca.png, returns fig
 
 :func:`start_run` resolves the profile with the notebook's seed, seeds python / numpy / torch
-(:func:`~nearid_lib.seeding.seed_everything`), sets torch's CPU threads to the profile's
+(:func:`~nearid_lib.runtime.seeding.seed_everything`), sets torch's CPU threads to the profile's
 ``runtime.threads`` (which ``NEARID_THREADS``, else ``OMP_NUM_THREADS`` sets when the profile is
 built; unset: every core this process may use), creates the notebook's results folder and writes its ``run.json``
-(:func:`~nearid_lib.runmeta.write_run_metadata`).
+(:func:`~nearid_lib.runtime.runmeta.write_run_metadata`).
 
 The notebooks after 01 open with :func:`setup_notebook` instead: ``start_run``, then the dataset
 notebook 01 made (``data=False``: none, for a notebook that makes or reads its data itself) and,
@@ -45,9 +45,9 @@ from .io_utils import read_table_meta, skipped_path, table_meta_path, write_csv,
 from .models import load_backbone
 from .paths import data_dir, figures_dir, results_dir
 from .plots import save
-from .runmeta import write_run_metadata
+from .runtime.runmeta import write_run_metadata
 from .runtime import deterministic, deterministic_requested, set_torch_threads
-from .seeding import seed_everything
+from .runtime.seeding import seed_everything
 
 if TYPE_CHECKING:
     from .data import NearIDData

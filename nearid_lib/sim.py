@@ -40,14 +40,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .allocator import tune_allocator
+from .runtime.allocator import tune_allocator
 from .config import get_profile
 from .features import FeatureStore, embed, memory_refs
 from .io_utils import table_meta_path, write_csv, write_json
 from .models import resolve_device, resolve_encoder
 from .models.registry import RELEASE_REPO
 from .paths import checkpoint_dir
-from .runmeta import git_state
+from .runtime.runmeta import git_state
 
 __all__ = ["similarity", "default_encoder", "read_pairs", "describe", "write_similarities", "SimilarityInputError"]
 

@@ -72,7 +72,7 @@ def sensitivity_ols(df: pd.DataFrame, sim_col: str = "sim", factor_col: str = "f
 def _check_rng(rng) -> np.random.Generator:
     if not isinstance(rng, np.random.Generator):
         raise TypeError("bootstrap: pass an explicit numpy.random.Generator as rng "
-                        "(e.g. nearid_lib.seeding.make_rng(seed, 'bootstrap'))")
+                        "(e.g. nearid_lib.runtime.seeding.make_rng(seed, 'bootstrap'))")
     return rng
 
 

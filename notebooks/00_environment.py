@@ -20,7 +20,7 @@ SEED = 0
 # %%
 import pandas as pd
 
-from nearid_lib.envcheck import backbone_table, dataset_table, device_table, hub_table
+from nearid_lib.runtime.envcheck import backbone_table, dataset_table, device_table, hub_table
 from nearid_lib.io_utils import write_csv
 from nearid_lib.paths import cache_dir, data_dir, figures_dir, out_dir
 from nearid_lib.run import start_run

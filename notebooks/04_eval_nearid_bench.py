@@ -54,7 +54,7 @@ from nearid_lib.nearid.tables import (FROZEN_SOURCE_RANGE, chance_table, fig4_db
                                       source_range_check, table1, table2_dbpp, table5, table7, table7_sweep_row)
 from nearid_lib.nearid.unscored import gated_rows, unscored_rows
 from nearid_lib.run import setup_notebook
-from nearid_lib.seeding import make_rng
+from nearid_lib.runtime.seeding import make_rng
 
 nb = setup_notebook(PROFILE, SEED, "04_eval_nearid_bench", backbone=True)
 run, cfg, data, backbone, seeds = nb.run, nb.cfg, nb.data, nb.backbone, nb.seeds

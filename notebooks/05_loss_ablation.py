@@ -34,7 +34,7 @@ from nearid_lib.nearid.scorers import EmbeddingBenchEncoder
 from nearid_lib.nearid.sweep import run_rows
 from nearid_lib.report import paper_values_dir
 from nearid_lib.run import setup_notebook
-from nearid_lib.seeding import make_rng
+from nearid_lib.runtime.seeding import make_rng
 
 nb = setup_notebook(PROFILE, SEED, "05_loss_ablation", backbone=True)
 run, cfg, data, backbone, seeds = nb.run, nb.cfg, nb.data, nb.backbone, nb.seeds

@@ -12,7 +12,7 @@ the two runs, with both estimates and intervals, and the count of claims whose e
 without changing the verdict. It answers whether two runs that differ only in float rounding
 (docs/mini.md, "Verdicts under float rounding") decide the same. A flip of a verdict that is
 **leaning** in either run (an interval end within the float-rounding margin of its criterion,
-:func:`nearid_lib.report_claims.leaning`; the report marks it) is what such a rerun is expected to
+:func:`nearid_lib.claims.report_section.leaning`; the report marks it) is what such a rerun is expected to
 do at times, and is listed apart from the flips outside the leaning ones; the exit status is 1 only
 for the latter (a claim present in one run only counts among them).
 
@@ -31,7 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this repository's library
-from nearid_lib.report_claims import leaning  # noqa: E402
+from nearid_lib.claims.report_section import leaning  # noqa: E402
 
 TIMING = re.compile(r"(^|_)(s|seconds|sec)(_|$)|per_s$|_per_s_|^s_per|items_per|images_per|throughput|a100_hours")
 

@@ -13,7 +13,7 @@ SRC_NB="$(dirname "$OUT")/.${NAME}.src.ipynb"
 PARTIAL="$(dirname "$OUT")/.${NAME}.partial.ipynb"
 LOG="${OUT%.ipynb}.log"
 "$VENV/bin/jupytext" --quiet --to ipynb --set-kernel python3 -o "$SRC_NB" "$SRC"
-# Portable numerics (nearid_lib/runtime.py; NEARID_PORTABLE, which the Makefile exports): the kernel
+# Portable numerics (nearid_lib/runtime/__init__.py; NEARID_PORTABLE, which the Makefile exports): the kernel
 # must start with the pinned code paths and thread counts, since a notebook imports numpy and torch
 # before nearid_lib and each reads its variables once, when it loads.
 EXPORTS="$(PYTHONPATH="$(pwd)${PYTHONPATH:+:$PYTHONPATH}" "$VENV/bin/python" -c \

@@ -159,7 +159,7 @@ def claim_4c():
 def claim_bootstrap() -> dict[str, str]:
     """(c) claim 4c's row from the claims code, 10,000 replicates."""
     from nearid_lib.claims import CLAIM_REPLICATES, claim_rng, evaluate_claim
-    from nearid_lib.seeding import make_rng
+    from nearid_lib.runtime.seeding import make_rng
 
     spec, ev = claim_4c()
     row = evaluate_claim(spec, ev, claim_rng(make_rng(0), spec.key), n_boot=CLAIM_REPLICATES, profile="smoke")

@@ -1,4 +1,4 @@
-"""nearid_lib.allocator: glibc malloc thresholds (checked in child processes, whose malloc state
+"""nearid_lib.runtime.allocator: glibc malloc thresholds (checked in child processes, whose malloc state
 this test process does not share), and the runtime.tune_malloc switch."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from nearid_lib.allocator import _glibc, tune_allocator
+from nearid_lib.runtime.allocator import _glibc, tune_allocator
 from nearid_lib.config import ConfigValueError, get_profile, runtime_env
 
 GLIBC = _glibc() is not None
@@ -16,7 +16,7 @@ GLIBC = _glibc() is not None
 # threshold is 256 MiB it comes from the heap (hblkhd does not grow)
 CHILD = """
 import ctypes, sys
-from nearid_lib.allocator import tune_allocator
+from nearid_lib.runtime.allocator import tune_allocator
 class MI(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
                                               "fsmblks", "uordblks", "fordblks", "keepcost")]

@@ -8,7 +8,7 @@ import pytest
 
 from nearid_lib import claims as C
 from nearid_lib import metrics
-from nearid_lib.seeding import make_rng
+from nearid_lib.runtime.seeding import make_rng
 
 
 def _nearid_table(rng, n=40, sources=("a", "b"), p_win=0.8, seeds=(0,)):
@@ -118,7 +118,7 @@ def test_preconditions_and_missing_evidence_are_not_testable():
     row = C.evaluate_claim(spec, {}, make_rng(0, "p"), n_boot=10)
     assert row["verdict"] == "not testable" and "no evidence" in row["detail"]
     # an undefined statistic (Pearson r of one MTG pair) is not a verdict either
-    cols = sorted({c for pair in C._MTG_PAIRS for c in pair})
+    cols = sorted({c for pair in C.MTG_PAIRS for c in pair})
     pairs = pd.DataFrame({"unit": ["a"], **{c: [0.5] for c in cols}})      # one pair: r = 0/0
     mo = C.ClaimSpec("k", "P", "mo", C.AtLeast("m", 0.0))
     row = C.evaluate_claim(mo, {"m": C.Evidence("mtg_mo", pairs)}, make_rng(0, "p"), n_boot=10)

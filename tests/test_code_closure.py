@@ -11,7 +11,7 @@ import pytest
 import nearid_lib
 from nearid_lib.code_closure import code_closure
 from nearid_lib.nearid import checkpoints as ck
-from nearid_lib.runmeta import code_fingerprint
+from nearid_lib.runtime.runmeta import code_fingerprint
 
 PKG = Path(nearid_lib.__file__).parent
 
@@ -45,11 +45,12 @@ def test_store_and_run_keys_leave_unrelated_code_out():
     assert not any(m.startswith(("nearid/", "idsim/", "fpr/", "data/")) for m in store), store
     train = set(code_closure(*ck.TRAINING_ROOTS))
     assert {"nearid/losses/registry.py", "nearid/train.py", "models/map_head.py", "features/shards.py"} <= train
-    # claims.py (how claims are judged) is not what a run is made of: the runs build Evidence
-    # (evidence.py) and its statistics (claim_stats.py) only, so editing a claim's interval reuses every head
+    # claims/__init__.py (how claims are judged) is not what a run is made of: the runs build Evidence
+    # (claims/evidence.py) and its statistics (claims/stats.py) only, so editing a claim's interval reuses every head
     unrelated = {"report.py", "paper_specs.py", "nearid/tables.py", "data/released.py", "data/world.py",
-                 "cross_paper.py", "plots.py", "claims.py", "claim_criteria.py", "nearid/claims.py"}
-    assert {"evidence.py", "claim_stats.py"} <= train
+                 "cross_paper.py", "plots/charts.py", "plots/style.py", "claims/__init__.py", "claims/criteria.py",
+                 "nearid/claims.py"}
+    assert {"claims/evidence.py", "claims/stats.py"} <= train
     assert not train & unrelated
     assert not any(m.startswith(("idsim/", "fpr/", "generate/", "judge/")) for m in train)
 

@@ -150,7 +150,7 @@ def test_render_resolution_independent_and_mask_exact():
     bg = np.zeros((64, 64, 3), np.float32)
     img, mask, parts = W.render_scene(ident, view, bg, with_parts=True)
     assert (img[~mask] == 0).all() and mask.any()
-    assert set(parts) == {n for n, _, _ in P._parts(ident)} | {"marking"}
+    assert set(parts) == {n for n, _, _ in P.part_list(ident)} | {"marking"}
 
 
 def test_backgrounds_held_out_disjoint():
@@ -221,7 +221,7 @@ def test_code_change_rebuilds_the_world(built, monkeypatch):
 
 
 def test_code_fingerprint_follows_the_named_sources(tmp_path):
-    from nearid_lib.runmeta import code_fingerprint
+    from nearid_lib.runtime.runmeta import code_fingerprint
 
     pkg = tmp_path / "pkg"
     (pkg / "sub").mkdir(parents=True)
@@ -239,10 +239,10 @@ def test_world_levers_scene_sharing_defocus_and_distractor_magnitude():
     """The calibration levers (benchmarks/calibrate_world.py): at their neutral values the world is
     unchanged; shared_scene_p=1 puts every later view in view 1's scene, re-framed; bg_blur blurs
     the background only; distractor_mag scales the distractors' colour shifts."""
-    from nearid_lib.data.draws import _background, distractor_instance, view_background
+    from nearid_lib.data.draws import draw_background, distractor_instance, view_background
 
     cfg = _tiny()
-    own = [_background(cfg, False, "val_00000", k) for k in (1, 2)]
+    own = [draw_background(cfg, False, "val_00000", k) for k in (1, 2)]
     assert all(np.array_equal(view_background(cfg, False, "val_00000", k), b) for k, b in zip((1, 2), own))
     shared = _tiny(**{"world.shared_scene_p": 1.0})
     v1, v2 = (view_background(shared, False, "val_00000", k) for k in (1, 2))

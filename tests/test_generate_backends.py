@@ -16,7 +16,7 @@ from nearid_lib.generate.tiny_sd import clip_tokenizer_offline
 from nearid_lib.generate.prompts import (CONTEXT_EDIT_TEMPLATE, context_edit_prompt,
                                          identity_edit_prompt, near_identity_prompt)
 from nearid_lib.generate.quality import QualityFilter, masked_diffs
-from nearid_lib.seeding import make_rng
+from nearid_lib.runtime.seeding import make_rng
 
 torch.set_num_threads(1)
 

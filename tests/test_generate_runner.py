@@ -17,7 +17,7 @@ from nearid_lib.generate.quality import QualityFilter
 from nearid_lib.generate.items import item_seed, items_from_dataset, load_manifest_records, shard_items
 from nearid_lib.generate.merge import merge_source
 from nearid_lib.generate.runner import generate_source
-from nearid_lib.seeding import derive_seed
+from nearid_lib.runtime.seeding import derive_seed
 
 torch.set_num_threads(1)
 N_VIEWS = {"a0": 2, "a1": 3, "a2": 2, "b0": 3, "b1": 2}   # 12 items

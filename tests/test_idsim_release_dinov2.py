@@ -187,7 +187,7 @@ def test_four_releases_are_rows_of_the_paper_tables_and_the_claims(four_releases
     from nearid_lib.idsim.claims import RELEASED_CLAIMS, released_evidence
     from nearid_lib.models import load_encoder
     from tools.paper_fixtures.idsim import write_dreambenchpp, write_subjects2k
-    from nearid_lib.seeding import make_rng
+    from nearid_lib.runtime.seeding import make_rng
 
     for name, spec in RELEASES.items():
         m, _ = load_encoder(name, tiny=True)

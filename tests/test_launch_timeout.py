@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from nearid_lib.launch import RANK0_PHASES_S, TIMEOUT_ENV, collective_timeout
+from nearid_lib.runtime.launch import RANK0_PHASES_S, TIMEOUT_ENV, collective_timeout
 
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 SCRIPT = """
 import sys, time
-from nearid_lib.launch import end_launch, exit_entry, launched_state
+from nearid_lib.runtime.launch import end_launch, exit_entry, launched_state
 
 def main():
     where, seconds, out = sys.argv[1], float(sys.argv[2]), sys.argv[3]

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from nearid_lib.code_closure import code_closure
 from nearid_lib.config import EvalConfig, get_profile
-from nearid_lib.config_values import ConfigValueError
+from nearid_lib.config.values import ConfigValueError
 from nearid_lib.nearid import checkpoints as ck
 from nearid_lib.nearid import sweep as sw
 from nearid_lib.nearid.ablations import loss_rows

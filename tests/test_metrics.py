@@ -9,7 +9,7 @@ import pytest
 from sklearn.metrics import average_precision_score
 
 from nearid_lib import metrics as M
-from nearid_lib.metrics.nearid import _ssr_pa_from_margins
+from nearid_lib.metrics.nearid import ssr_pa_from_margins
 
 
 # ---------------------------------------------------------------------------------- retrieval mAP
@@ -205,7 +205,7 @@ def test_pa_both_ways_on_a_hand_made_margin_table():
     nan = np.nan
     m = np.array([[.2, .1, -.05, .3, nan, nan], [.01, .01, -.5, nan, nan, nan],
                   [-.01, -.01, .5, -.02, -.02, -.02], [nan] * 6, [.4] * 6])
-    r = _ssr_pa_from_margins(m, per_identity=True)
+    r = ssr_pa_from_margins(m, per_identity=True)
     assert (r["n_trials"], r["n_wins"], r["n_identities"], r["n_overall_wins"]) == (19, 12, 4, 3)
     assert r["pa_strict"] == 12 / 19 and r["pa"] == 15 / 23 and r["ssr"] == 1 / 4
     assert r["n_pa_trials"] == 23 and r["n_success"] == 1
@@ -213,7 +213,7 @@ def test_pa_both_ways_on_a_hand_made_margin_table():
     assert pa == pytest.approx(15 / 23, abs=1e-15) and pa_strict == pytest.approx(12 / 19, abs=1e-15)
     assert ssrm == 1 / 4
     # a table without the overall trial (MTG's rule): both are the strict rate
-    r2 = _ssr_pa_from_margins(m, False, overall=False)
+    r2 = ssr_pa_from_margins(m, False, overall=False)
     assert r2["pa"] == r2["pa_strict"] == 12 / 19 and r2["n_pa_trials"] == 19
     # the same rule through ssr_pa on similarities: the authors' recipe on its directed margins
     rng = np.random.default_rng(11)

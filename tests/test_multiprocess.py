@@ -102,7 +102,7 @@ def test_exit_entry_flushes_and_skips_teardown_only_inside_a_launch(tmp_path):
     """``launch.exit_entry``: the entry point's return code, its printed output kept, and inside a
     launch (WORLD_SIZE > 1) no interpreter teardown (an ``atexit`` handler does not run)."""
     script = tmp_path / "entry.py"
-    script.write_text("import atexit\nfrom nearid_lib.launch import exit_entry\n"
+    script.write_text("import atexit\nfrom nearid_lib.runtime.launch import exit_entry\n"
                       "atexit.register(lambda: print('teardown ran'))\n"
                       "def main():\n    print('work done', end='')\n    return 3\n"
                       "exit_entry(main)\n")

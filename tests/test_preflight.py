@@ -206,7 +206,7 @@ def test_command_line_exit_status(env, capsys):
 def test_notebook_00_reads_the_mirror(env):
     """envcheck (notebook 00) with NEARID_HUB_DIR: a model in the mirror is available there, with the
     commit its record names; one that is not says how to fetch it; every repository is listed."""
-    from nearid_lib.envcheck import backbone_table, dataset_table, hub_table
+    from nearid_lib.runtime.envcheck import backbone_table, dataset_table, hub_table
 
     root, _ = env
     b = backbone_table().set_index("backbone")

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import json
 
-from nearid_lib import config as C, runmeta
+from nearid_lib import config as C
+from nearid_lib.runtime import runmeta
 
 
 def test_run_metadata(tmp_path):
@@ -18,7 +19,7 @@ def test_run_metadata(tmp_path):
 
 def test_dirty_ignores_the_runs_own_figures(tmp_path):
     import subprocess
-    from nearid_lib.runmeta import git_state
+    from nearid_lib.runtime.runmeta import git_state
     run = lambda *a: subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True)  # noqa: E731
     run("init", "-q")
     (tmp_path / "figures").mkdir()

@@ -12,7 +12,7 @@ import pytest
 
 from nearid_lib import get_profile
 from nearid_lib.data import DataError, build_world, load_nearid
-from nearid_lib.data.jobs import _mtg_split
+from nearid_lib.data.jobs import mtg_split_of
 
 
 def _digest(root):
@@ -27,7 +27,7 @@ def _is_test_item(rel: str, cfg) -> bool:
     if rel.startswith(("pos/", "mask/", "dist/")):
         return name.startswith("test_")
     if rel.startswith("mtg/"):
-        return _mtg_split(cfg, int(name.split("_")[1])) == "test"
+        return mtg_split_of(cfg, int(name.split("_")[1])) == "test"
     return rel.startswith(("grids/", "fpr/"))
 
 

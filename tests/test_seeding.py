@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nearid_lib import seeding
+from nearid_lib.runtime import seeding
 
 
 def test_derive_seed_is_stable_and_key_sensitive():

@@ -167,7 +167,7 @@ def test_nearid_sim_prints_and_writes(env, capsys):
     # the sidecar says which model answered, in which profile, on what, at which commit (issue 57)
     import json
 
-    from nearid_lib.runmeta import git_state
+    from nearid_lib.runtime.runmeta import git_state
 
     meta = json.loads((env / "s.meta.json").read_text())
     assert meta["encoder"] == out[0][len("similarity: answered by "):] and meta["profile"] == "smoke"

@@ -42,12 +42,12 @@ from tqdm.auto import tqdm
 
 from ..io_utils import Manifest, atomic_write, write_csv, write_json
 from ..paths import data_dir
-from ..runmeta import code_fingerprint
+from ..runtime.runmeta import code_fingerprint
 from . import backgrounds as B
 from .draws import (
-    _SPLITS,
+    WORLD_SPLITS,
     MAX_PERTURB_TRIES,
-    _identity_list,
+    identity_list,
     background_for,
     distractor_instance,
     parse_source,
@@ -55,7 +55,7 @@ from .draws import (
     source_splits,
 )
 from .galleries import fpr_view, gallery_items, gallery_job
-from .jobs import GRID_FACTORS, _job_grid, _job_identity, _job_mtg, _mtg_split
+from .jobs import GRID_FACTORS, job_grid, job_identity, job_mtg, mtg_split_of
 from .schema import COLUMNS, SCHEMA_VERSION
 
 __all__ = ["build_world", "manifest_splits", "parse_source", "world_fingerprint", "GRID_FACTORS", "positive_view",
@@ -64,7 +64,7 @@ __all__ = ["build_world", "manifest_splits", "parse_source", "world_fingerprint"
 # The code that decides the world's bytes: a change to any of it rebuilds the world.
 WORLD_CODE = ("data/world.py", "data/identity.py", "data/perturb.py", "data/parts.py", "data/views.py",
               "data/render.py", "data/backgrounds.py", "data/build.py", "data/draws.py", "data/jobs.py",
-              "generate/procedural.py", "generate/base.py", "seeding.py")
+              "generate/procedural.py", "generate/base.py", "runtime/seeding.py")
 # The FPR galleries' bytes also follow their own module; a change there rebuilds the galleries only.
 GALLERY_CODE = ("data/galleries.py", *WORLD_CODE)
 # world.* fields that only the FPR galleries read (nearid_lib.data.galleries)
@@ -126,19 +126,19 @@ def _run_stage(name: str, fn: Callable, jobs: list[tuple[str, Any]], prog: Path,
 def _selected_splits(splits) -> tuple[str, ...]:
     """``splits`` in the canonical order (train, val, test); None = all three."""
     if splits is None:
-        return _SPLITS
+        return WORLD_SPLITS
     splits = (splits,) if isinstance(splits, str) else tuple(splits)
-    bad = sorted(set(splits) - set(_SPLITS))
+    bad = sorted(set(splits) - set(WORLD_SPLITS))
     if bad or not splits:
-        raise ValueError(f"build_world: splits {list(splits)}: unknown {bad}; choose from {', '.join(_SPLITS)}")
-    return tuple(s for s in _SPLITS if s in splits)
+        raise ValueError(f"build_world: splits {list(splits)}: unknown {bad}; choose from {', '.join(WORLD_SPLITS)}")
+    return tuple(s for s in WORLD_SPLITS if s in splits)
 
 
 def manifest_splits(manifest: dict) -> tuple[str, ...]:
     """The splits a dataset's manifest says it holds: all three for a complete dataset, the listed
     ones for a finished split-selected build (``partial``), none otherwise."""
     if manifest.get("complete"):
-        return _SPLITS
+        return WORLD_SPLITS
     if manifest.get("partial"):
         return tuple(manifest.get("splits", ()))
     return ()
@@ -158,7 +158,7 @@ def build_world(cfg, root: str | os.PathLike | None = None, n_workers: int | Non
     and any later build asking for it, adds it (its items are seeded by id like every other)."""
     root = Path(root) if root is not None else data_dir(cfg.name) / "nearid"
     sel = _selected_splits(splits)
-    full = sel == _SPLITS
+    full = sel == WORLD_SPLITS
     wc = cfg.world
     graded = bool(graded) or full
     if wc.source != "procedural":
@@ -182,7 +182,7 @@ def build_world(cfg, root: str | os.PathLike | None = None, n_workers: int | Non
                     return root
                 # a split-selected world grows: its tables keep the splits (and sets) it already holds
                 sel = _selected_splits(set(sel) | set(manifest_splits(m)))
-                full = sel == _SPLITS
+                full = sel == WORLD_SPLITS
                 graded = graded or has_graded or full
         except json.JSONDecodeError:
             pass
@@ -204,8 +204,8 @@ def build_world(cfg, root: str | os.PathLike | None = None, n_workers: int | Non
     t0 = time.time()
     B.photo_pool()                                   # load once before forking
 
-    idents = [r for r in _identity_list(cfg) if r["split"] in sel]
-    man = _run_stage("identities", _job_identity,
+    idents = [r for r in identity_list(cfg) if r["split"] in sel]
+    man = _run_stage("identities", job_identity,
                      [(r["id"], (cfg, root, r)) for r in idents], prog, n_workers, progress)
     recs = {r["id"]: r for r in man.records()}
     order = [r["id"] for r in idents]
@@ -223,8 +223,8 @@ def build_world(cfg, root: str | os.PathLike | None = None, n_workers: int | Non
                                        else wc.image_size) for s in wc.distractor_sources}},
                root / "sources.json")
 
-    mtg_ids = [i for i in range(wc.n_mtg_pairs) if _mtg_split(cfg, i) in sel]
-    man = _run_stage("mtg", _job_mtg, [(f"mtg_{i:05d}", (cfg, root, i))
+    mtg_ids = [i for i in range(wc.n_mtg_pairs) if mtg_split_of(cfg, i) in sel]
+    man = _run_stage("mtg", job_mtg, [(f"mtg_{i:05d}", (cfg, root, i))
                                        for i in mtg_ids], prog, n_workers, progress)
     recs = {r["id"]: r for r in man.records()}
     write_csv(_df([recs[f"mtg_{i:05d}"]["row"] for i in mtg_ids],
@@ -236,7 +236,7 @@ def build_world(cfg, root: str | os.PathLike | None = None, n_workers: int | Non
     n_graded = int(wc.n_graded_anchors) if "test" in sel and graded else 0
     stages = [("grids", "grid", n_grids)] + ([("graded", "graded", n_graded)] if n_graded else [])
     for stage, prefix, n in stages:
-        man = _run_stage(stage, _job_grid, [(f"{prefix}_{i:04d}", (cfg, root, i, prefix))
+        man = _run_stage(stage, job_grid, [(f"{prefix}_{i:04d}", (cfg, root, i, prefix))
                                             for i in range(n)], prog, n_workers, progress)
         recs = {r["id"]: r for r in man.records()}
         write_csv(_df([row for i in range(n) for row in recs[f"{prefix}_{i:04d}"]["rows"]],
@@ -252,7 +252,7 @@ def build_world(cfg, root: str | os.PathLike | None = None, n_workers: int | Non
 
     ids = pd.DataFrame(id_rows)
     counts = {
-        "identities": {s: int((ids.split == s).sum()) for s in _SPLITS},
+        "identities": {s: int((ids.split == s).sum()) for s in WORLD_SPLITS},
         "positive_images": int(ids.n_views.sum()),
         "distractor_images": int(ids.n_views.sum()) * len(wc.distractor_sources),
         "mtg_pairs": len(mtg_ids),

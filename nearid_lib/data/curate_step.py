@@ -19,7 +19,7 @@ import time
 from typing import Sequence
 
 from ..config import get_profile
-from ..launch import end_launch, launched_state
+from ..runtime.launch import end_launch, launched_state
 from . import nearid_root, prepare_profile_data
 from .released import load_released_from_hub
 from .released_identities import progress_records
@@ -67,6 +67,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    from ..launch import exit_entry
+    from ..runtime.launch import exit_entry
 
     exit_entry(main)

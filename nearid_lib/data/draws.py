@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..seeding import make_rng
+from ..runtime.seeding import make_rng
 from . import backgrounds as B
 from . import world as W
 from .generators import draw_kind, source_family, source_kinds
@@ -19,7 +19,7 @@ from .generators import draw_kind, source_family, source_kinds
 __all__ = ["parse_source", "positive_view", "reshoot_view", "reshoot_background", "background_for", "view_background",
            "scene_of", "distractor_instance", "MAX_PERTURB_TRIES", "source_splits"]
 
-_SPLITS = ("train", "val", "test")
+WORLD_SPLITS = ("train", "val", "test")
 
 
 def parse_source(name: str) -> tuple[str, bool]:
@@ -29,13 +29,13 @@ def parse_source(name: str) -> tuple[str, bool]:
     return source_family(name), name.endswith("_hr")
 
 
-def _classes(wc) -> tuple[str, ...]:
+def world_classes(wc) -> tuple[str, ...]:
     if not 1 <= wc.n_classes <= len(W.CLASSES):
         raise ValueError(f"world.n_classes={wc.n_classes}: must be in 1..{len(W.CLASSES)}")
     return W.CLASSES[:wc.n_classes]
 
 
-def _background(cfg, held_out: bool, *keys, spec: dict | None = None) -> np.ndarray:
+def draw_background(cfg, held_out: bool, *keys, spec: dict | None = None) -> np.ndarray:
     """The float RGB background of ``keys`` (or of ``spec``) at the world's image size, with the
     world's depth of field (``world.bg_blur``) and salience (``world.bg_salience``) applied."""
     if spec is None:
@@ -71,8 +71,8 @@ def view_background(cfg, held_out: bool, identity_id: str, k: int) -> np.ndarray
     shared, rng = _scene_draw(cfg, identity_id, k)
     if shared:
         first = B.sample_background_spec(make_rng(cfg.seed, "bg", identity_id, 1), held_out=held_out)
-        return _background(cfg, held_out, spec=B.reframe(first, rng))
-    return _background(cfg, held_out, identity_id, k)
+        return draw_background(cfg, held_out, spec=B.reframe(first, rng))
+    return draw_background(cfg, held_out, identity_id, k)
 
 
 def positive_view(cfg, identity_id: str, k: int) -> dict[str, float]:
@@ -95,7 +95,7 @@ def reshoot_view(cfg, identity_id: str) -> dict[str, float]:
 def reshoot_background(cfg, held_out: bool, identity_id: str) -> np.ndarray:
     """View 1's scene re-framed (:func:`~nearid_lib.data.backgrounds.reframe`) for the re-shoot."""
     first = B.sample_background_spec(make_rng(cfg.seed, "bg", identity_id, 1), held_out=held_out)
-    return _background(cfg, held_out, spec=B.reframe(first, make_rng(cfg.seed, "reshoot-scene", identity_id)))
+    return draw_background(cfg, held_out, spec=B.reframe(first, make_rng(cfg.seed, "reshoot-scene", identity_id)))
 
 
 MAX_PERTURB_TRIES = 20
@@ -104,7 +104,7 @@ MAX_PERTURB_TRIES = 20
 def source_splits(wc, source: str) -> tuple[str, ...]:
     """Splits whose identities get distractors of ``source``: every split for a training source,
     ``world.unseen_source_splits`` for the others."""
-    return _SPLITS if source in wc.train_sources else tuple(wc.unseen_source_splits)
+    return WORLD_SPLITS if source in wc.train_sources else tuple(wc.unseen_source_splits)
 
 
 def distractor_instance(cfg, ident: dict[str, Any], source: str, identity_id: str, k: int,
@@ -134,14 +134,14 @@ def distractor_instance(cfg, ident: dict[str, Any], source: str, identity_id: st
 
 def background_for(cfg, held_out: bool, *keys) -> np.ndarray:
     """The float RGB background the builder draws for ``keys`` (e.g. ``(identity_id, k)``)."""
-    return _background(cfg, held_out, *keys)
+    return draw_background(cfg, held_out, *keys)
 
 
-def _identity_list(cfg) -> list[dict[str, Any]]:
+def identity_list(cfg) -> list[dict[str, Any]]:
     wc = cfg.world
-    classes = _classes(wc)
+    classes = world_classes(wc)
     out = []
-    for split, n in zip(_SPLITS, (wc.n_train_ids, wc.n_val_ids, wc.n_test_ids)):
+    for split, n in zip(WORLD_SPLITS, (wc.n_train_ids, wc.n_val_ids, wc.n_test_ids)):
         for i in range(n):
             iid = f"{split}_{i:05d}"
             rng = make_rng(cfg.seed, "identity", iid)

@@ -28,12 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from ..seeding import make_rng
+from ..runtime.seeding import make_rng
 from . import backgrounds as B
 from . import world as W
-from .draws import _classes
-from .identity import _sample_pattern
-from .jobs import _save_png
+from .draws import world_classes
+from .identity import sample_pattern
+from .jobs import save_png
 
 __all__ = ["GALLERY_SPLITS", "gallery_species", "gallery_items", "species_prototype", "gallery_member",
            "blend_members", "fpr_repeats", "fpr_scene", "fpr_view", "sample_gallery_view", "gallery_background",
@@ -51,7 +51,7 @@ def _check_split(split: str) -> str:
 def gallery_species(wc) -> list[tuple[str, str]]:
     """``(species, class)`` of the world's ``n_species`` species (round-robin over the classes; a
     class used twice gets a numbered species, e.g. ``bird1``)."""
-    classes = _classes(wc)
+    classes = world_classes(wc)
     return [(classes[si % len(classes)] + (f"{si // len(classes)}" if si >= len(classes) else ""),
              classes[si % len(classes)]) for si in range(int(wc.n_species))]
 
@@ -83,7 +83,7 @@ def _with_traits(indiv: dict[str, Any], proto: dict[str, Any], rng: np.random.Ge
     out = copy.deepcopy(indiv)
     out["geom"]["v1"] = proto["geom"]["v1"]
     out["marking"]["shape"] = proto["marking"]["shape"]
-    out["pattern"] = _sample_pattern(rng, out["colors"]["body"], proto["pattern"]["type"])
+    out["pattern"] = sample_pattern(rng, out["colors"]["body"], proto["pattern"]["type"])
     return out
 
 
@@ -194,8 +194,8 @@ def gallery_job(args) -> tuple[str, dict]:
         bg = gallery_background(cfg, held, name, fpr_scene(cfg, name, k))
         img, mask, _ = W.render_scene(ident, fpr_view(cfg, name, k), bg)
         tag = "ref" if kind == "train" else "gal"
-        p = _save_png(Path(root), f"fpr/img/{name}_{tag}{k}.png", W.to_uint8(img), lvl)
-        m = _save_png(Path(root), f"fpr/mask/{name}_{tag}{k}.png", mask, lvl)
+        p = save_png(Path(root), f"fpr/img/{name}_{tag}{k}.png", W.to_uint8(img), lvl)
+        m = save_png(Path(root), f"fpr/mask/{name}_{tag}{k}.png", mask, lvl)
         ref0 = ref0 or p
         rows[kind].append({"name": name, "species": species, "file_path": p, "ref_path": ref0, "mask_path": m})
     return name, rows

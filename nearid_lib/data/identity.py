@@ -14,21 +14,21 @@ __all__ = ["CLASSES", "MARKING_SHAPES", "PATTERN_TYPES", "sample_identity", "des
 CLASSES = ("beetle", "fish", "robot", "bird", "vase", "car")
 MARKING_SHAPES = ("circle", "square", "triangle", "star", "diamond", "ring", "cross")
 PATTERN_TYPES = ("none", "stripes", "spots", "checker", "bands")
-_MARK_R = (0.2, 0.28)       # marking radius in canonical units = fraction of object size
+MARK_R = (0.2, 0.28)       # marking radius in canonical units = fraction of object size
 
 
 # --------------------------------------------------------------------------- colours
-def _hsv(h: float, s: float, v: float) -> list[float]:
+def hsv(h: float, s: float, v: float) -> list[float]:
     return [round(float(c), 5) for c in colorsys.hsv_to_rgb(h % 1.0, float(np.clip(s, 0, 1)),
                                                             float(np.clip(v, 0, 1)))]
 
 
-def _shift(rgb: list[float], dh: float = 0.0, ds: float = 0.0, dv: float = 0.0) -> list[float]:
+def shift_hsv(rgb: list[float], dh: float = 0.0, ds: float = 0.0, dv: float = 0.0) -> list[float]:
     h, s, v = colorsys.rgb_to_hsv(*rgb)
     # Near-grey colours have no usable hue: push saturation up so a hue shift is visible.
     if s < 0.25 and dh != 0:
         s = 0.5
-    return _hsv(h + dh, s + ds, v + dv)
+    return hsv(h + dh, s + ds, v + dv)
 
 
 def _color_name(rgb: list[float]) -> str:
@@ -42,15 +42,15 @@ def _color_name(rgb: list[float]) -> str:
     return names[int(((h + 1 / 24) % 1.0) * 12)]
 
 
-def _sign(rng: np.random.Generator) -> float:
+def random_sign(rng: np.random.Generator) -> float:
     return 1.0 if rng.random() < 0.5 else -1.0
 
 
 # --------------------------------------------------------------------------- identities
-def _sample_pattern(rng: np.random.Generator, body_rgb: list[float], ptype: str | None = None):
+def sample_pattern(rng: np.random.Generator, body_rgb: list[float], ptype: str | None = None):
     ptype = ptype or PATTERN_TYPES[int(rng.integers(len(PATTERN_TYPES)))]
     h, s, v = colorsys.rgb_to_hsv(*body_rgb)
-    color = _hsv(h + rng.uniform(0.3, 0.7), rng.uniform(0.4, 1.0),
+    color = hsv(h + rng.uniform(0.3, 0.7), rng.uniform(0.4, 1.0),
                  v - 0.45 if v > 0.55 else v + 0.4)
     pat: dict[str, Any] = {"type": ptype, "color": color,
                            "freq": round(float(rng.uniform(2.0, 4.5)), 4),
@@ -64,20 +64,20 @@ def _sample_pattern(rng: np.random.Generator, body_rgb: list[float], ptype: str 
     return pat
 
 
-def _sample_marking(rng: np.random.Generator, r_range=_MARK_R, shape: str | None = None):
+def sample_marking(rng: np.random.Generator, r_range=MARK_R, shape: str | None = None):
     shape = shape or MARKING_SHAPES[int(rng.integers(len(MARKING_SHAPES)))]
     return {"shape": shape, "x": round(float(rng.uniform(-0.3, 0.3)), 4),
             "y": round(float(rng.uniform(-0.15, 0.45)), 4),
             "r": round(float(rng.uniform(*r_range)), 4),
             "rot": round(float(rng.uniform(0, np.pi)), 4),
-            "color": _hsv(rng.uniform(0, 1), rng.uniform(0.5, 1.0), rng.uniform(0.55, 1.0))}
+            "color": hsv(rng.uniform(0, 1), rng.uniform(0.5, 1.0), rng.uniform(0.55, 1.0))}
 
 
 def sample_identity(rng: np.random.Generator, class_name: str) -> dict[str, Any]:
     """A random identity of ``class_name`` (one of :data:`CLASSES`)."""
     if class_name not in CLASSES:
         raise ValueError(f"unknown class {class_name!r}; valid: {', '.join(CLASSES)}")
-    body = _hsv(rng.uniform(0, 1), rng.uniform(0.4, 0.95), rng.uniform(0.45, 0.95))
+    body = hsv(rng.uniform(0, 1), rng.uniform(0.4, 0.95), rng.uniform(0.45, 0.95))
     ident = {
         "class_name": class_name,
         "geom": {"aw": round(float(rng.uniform(0.88, 1.12)), 4),
@@ -87,11 +87,11 @@ def sample_identity(rng: np.random.Generator, class_name: str) -> dict[str, Any]
                  "p3": round(float(rng.uniform(0.8, 1.2)), 4),
                  "v1": int(rng.integers(3))},
         "colors": {"body": body,
-                   "accent": _hsv(rng.uniform(0, 1), rng.uniform(0.4, 1.0), rng.uniform(0.4, 1.0)),
-                   "dark": _hsv(rng.uniform(0, 1), rng.uniform(0.0, 0.6), rng.uniform(0.08, 0.3)),
-                   "eye": _hsv(rng.uniform(0, 1), rng.uniform(0.0, 0.4), rng.uniform(0.85, 1.0))},
-        "pattern": _sample_pattern(rng, body),
-        "marking": _sample_marking(rng),
+                   "accent": hsv(rng.uniform(0, 1), rng.uniform(0.4, 1.0), rng.uniform(0.4, 1.0)),
+                   "dark": hsv(rng.uniform(0, 1), rng.uniform(0.0, 0.6), rng.uniform(0.08, 0.3)),
+                   "eye": hsv(rng.uniform(0, 1), rng.uniform(0.0, 0.4), rng.uniform(0.85, 1.0))},
+        "pattern": sample_pattern(rng, body),
+        "marking": sample_marking(rng),
     }
     return ident
 

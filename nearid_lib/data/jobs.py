@@ -10,12 +10,12 @@ import numpy as np
 from PIL import Image
 
 from ..io_utils import atomic_write
-from ..seeding import make_rng
+from ..runtime.seeding import make_rng
 from . import world as W
 from .draws import (
-    _SPLITS,
-    _background,
-    _classes,
+    WORLD_SPLITS,
+    draw_background,
+    world_classes,
     distractor_instance,
     parse_source,
     positive_view,
@@ -31,7 +31,7 @@ __all__ = ["GRID_FACTORS"]
 GRID_FACTORS = ("background", "viewpoint", "lighting")
 
 
-def _save_png(root: Path, rel: str, arr: np.ndarray, level: int) -> str:
+def save_png(root: Path, rel: str, arr: np.ndarray, level: int) -> str:
     mode = "L" if arr.ndim == 2 else "RGB"
     if arr.dtype == bool:
         arr = arr.astype(np.uint8) * 255
@@ -41,7 +41,7 @@ def _save_png(root: Path, rel: str, arr: np.ndarray, level: int) -> str:
 
 
 # --------------------------------------------------------------------------- jobs
-def _job_identity(args) -> tuple[str, dict]:
+def job_identity(args) -> tuple[str, dict]:
     cfg, root, rec = args
     wc, seed, S, lvl = cfg.world, cfg.seed, cfg.world.image_size, cfg.world.png_compress
     fills = {s: fill_backend(s) for s in wc.distractor_sources}     # each source's generator look
@@ -61,8 +61,8 @@ def _job_identity(args) -> tuple[str, dict]:
         ref = W.render_object(ident, view, S, with_parts=False)
         img, mask = W.composite(bg, ref), ref["alpha"] > 0      # == W.render_scene(ident, view, bg)
         img8 = W.to_uint8(img)
-        pos[f"img{k}"] = _save_png(root, f"pos/{iid}_{k}.png", img8, lvl)
-        pos[f"mask{k}"] = _save_png(root, f"mask/{iid}_{k}.png", mask, lvl)
+        pos[f"img{k}"] = save_png(root, f"pos/{iid}_{k}.png", img8, lvl)
+        pos[f"mask{k}"] = save_png(root, f"mask/{iid}_{k}.png", mask, lvl)
         img_pil = Image.fromarray(img8)
         mask_pil = Image.fromarray(mask.astype(np.uint8) * 255)
         big = None                                   # the view at hr_size, made once for its _hr sources
@@ -87,35 +87,35 @@ def _job_identity(args) -> tuple[str, dict]:
             else:
                 out8 = np.asarray(fill.fill(img_pil, mask_pil, W.describe(d_ident), fseed,
                                             instance=layer, where=f"{iid} view {k} source {src}"))
-            dist[src][f"nimg{k}"] = _save_png(root, f"dist/{src}/{iid}_{k}.png", out8, lvl)
+            dist[src][f"nimg{k}"] = save_png(root, f"dist/{src}/{iid}_{k}.png", out8, lvl)
     ident_row = {"id": iid, "split": split, "class_name": rec["class_name"],
                  "description": W.describe(ident), "n_views": rec["n_views"], "reshoot": ""}
     if split in wc.scene_reshoots:
         shot = W.composite(reshoot_background(cfg, held, iid),
                            W.render_object(ident, reshoot_view(cfg, iid), S, with_parts=False))
-        ident_row["reshoot"] = _save_png(root, f"reshoot/{iid}.png", W.to_uint8(shot), lvl)
+        ident_row["reshoot"] = save_png(root, f"reshoot/{iid}.png", W.to_uint8(shot), lvl)
     return iid, {"identity": ident_row, "positives": pos, "distractors": dist, "params": ident}
 
 
-def _mtg_split(cfg, i: int) -> str:
+def mtg_split_of(cfg, i: int) -> str:
     fr = np.asarray(cfg.world.mtg_split, float)
     cum = np.cumsum(fr / fr.sum()) * cfg.world.n_mtg_pairs
-    return _SPLITS[int(np.searchsorted(cum, i, side="right"))]
+    return WORLD_SPLITS[int(np.searchsorted(cum, i, side="right"))]
 
 
-def _job_mtg(args) -> tuple[str, dict]:
+def job_mtg(args) -> tuple[str, dict]:
     cfg, root, i = args
     wc, seed, S, lvl = cfg.world, cfg.seed, cfg.world.image_size, cfg.world.png_compress
     pid = f"mtg_{i:05d}"
-    split = _mtg_split(cfg, i)
+    split = mtg_split_of(cfg, i)
     rng = make_rng(seed, "mtg", pid)
-    classes = _classes(wc)
+    classes = world_classes(wc)
     cls = classes[i % len(classes)]
     ident = W.sample_identity(rng, cls)
     held = bool(wc.held_out_backgrounds and split == "test")
     views = [W.sample_view(make_rng(seed, "mtg_view", pid, k), tuple(wc.object_frac),
                            wc.view_strength) for k in (1, 2)]
-    bgs = [_background(cfg, held, pid, k) for k in (1, 2)]
+    bgs = [draw_background(cfg, held, pid, k) for k in (1, 2)]
     layers = [W.render_object(ident, v, S) for v in views]
     # A part visible in both views (>= 1% of the object), so both oracles are informative.
     parts = W.editable_parts(ident)
@@ -131,20 +131,20 @@ def _job_mtg(args) -> tuple[str, dict]:
         # inside the part mask (geometry is untouched), so the oracle below is exact.
         ed = W.to_uint8(W.composite(bg, W.render_object(edited, v, S, with_parts=False)))
         pm = L["parts"][part] & obj
-        row[f"image_{k}_original"] = _save_png(root, f"mtg/{pid}_{k}_original.png", orig, lvl)
-        row[f"image_{k}_inpainted"] = _save_png(root, f"mtg/{pid}_{k}_inpainted.png", ed, lvl)
-        row[f"image_{k}_object_mask"] = _save_png(root, f"mtg/{pid}_{k}_object_mask.png", obj, lvl)
-        row[f"image_{k}_part_mask"] = _save_png(root, f"mtg/{pid}_{k}_part_mask.png", pm, lvl)
+        row[f"image_{k}_original"] = save_png(root, f"mtg/{pid}_{k}_original.png", orig, lvl)
+        row[f"image_{k}_inpainted"] = save_png(root, f"mtg/{pid}_{k}_inpainted.png", ed, lvl)
+        row[f"image_{k}_object_mask"] = save_png(root, f"mtg/{pid}_{k}_object_mask.png", obj, lvl)
+        row[f"image_{k}_part_mask"] = save_png(root, f"mtg/{pid}_{k}_part_mask.png", pm, lvl)
         row[f"oracle_{k}"] = float(1.0 - pm.sum() / max(int(obj.sum()), 1))
     return pid, {"row": row}
 
 
-def _job_grid(args) -> tuple[str, dict]:
+def job_grid(args) -> tuple[str, dict]:
     cfg, root, i, prefix = args
     wc, seed, S, lvl = cfg.world, cfg.seed, cfg.world.image_size, cfg.world.png_compress
     aid = f"{prefix}_{i:04d}"
     rng = make_rng(seed, "grid", aid)
-    classes = _classes(wc)
+    classes = world_classes(wc)
     cls = classes[i % len(classes)]
     anchor = W.sample_identity(rng, cls)
     target = W.sample_identity(rng, cls)
@@ -156,8 +156,8 @@ def _job_grid(args) -> tuple[str, dict]:
     far["persp"] = round(0.3 if v0["persp"] <= 0 else -0.3, 4)
     lit = dict(v0, gain=round(v0["gain"] * 0.6, 4), contrast=0.65, temp=0.3 if v0["temp"] < 0 else -0.3,
                shade=0.55)
-    bg0 = _background(cfg, held, aid, 0)
-    bg1 = _background(cfg, held, aid, 1)
+    bg0 = draw_background(cfg, held, aid, 0)
+    bg1 = draw_background(cfg, held, aid, 1)
     L = wc.grid_levels
     ts = [j / (L - 1) if L > 1 else 0.0 for j in range(L)]
     rows = []
@@ -178,6 +178,6 @@ def _job_grid(args) -> tuple[str, dict]:
                 rows.append({"anchor_id": aid, "split": "test", "grid": grid, "identity_level": a,
                              "factor_level": b, "identity_change": round(ti, 6),
                              "factor_change": round(tf, 6),
-                             "path": _save_png(root, base + ".png", W.to_uint8(img), lvl),
-                             "mask": _save_png(root, base + "_mask.png", mask, lvl)})
+                             "path": save_png(root, base + ".png", W.to_uint8(img), lvl),
+                             "mask": save_png(root, base + "_mask.png", mask, lvl)})
     return aid, {"rows": rows}

@@ -9,12 +9,12 @@ from typing import Any
 
 import numpy as np
 
-from .identity import _hsv, _shift
+from .identity import hsv, shift_hsv
 
 __all__ = ["editable_parts", "part_edit"]
 
 
-def _parts(ident: dict[str, Any]) -> list[tuple[str, list[tuple], str]]:
+def part_list(ident: dict[str, Any]) -> list[tuple[str, list[tuple], str]]:
     """Draw list [(part name, [shape, ...] (union), colour key)] in back-to-front order.
 
     Shapes: ("ell", cx, cy, rx, ry, n, rot) superellipse; ("tri", x1, y1, x2, y2, x3, y3);
@@ -87,7 +87,7 @@ def _parts(ident: dict[str, Any]) -> list[tuple[str, list[tuple], str]]:
 
 def editable_parts(ident: dict[str, Any]) -> list[str]:
     """Parts an MTG-like edit may change in place (every part but the body, plus the marking)."""
-    return [name for name, _, key in _parts(ident) if key != "body"] + ["marking"]
+    return [name for name, _, key in part_list(ident) if key != "body"] + ["marking"]
 
 
 def part_edit(ident: dict[str, Any], rng: np.random.Generator,
@@ -101,13 +101,13 @@ def part_edit(ident: dict[str, Any], rng: np.random.Generator,
     new = copy.deepcopy(ident)
     new.setdefault("part_colors", {})
     if part == "marking":
-        new["marking"]["color"] = _shift(ident["marking"]["color"], rng.uniform(0.3, 0.6),
+        new["marking"]["color"] = shift_hsv(ident["marking"]["color"], rng.uniform(0.3, 0.6),
                                          dv=-0.3 if rng.random() < 0.5 else 0.0)
     else:
-        key = dict((n, k) for n, _, k in _parts(ident))[part]
+        key = dict((n, k) for n, _, k in part_list(ident))[part]
         base = ident.get("part_colors", {}).get(part, ident["colors"][key])
         h, s, v = colorsys.rgb_to_hsv(*base)
-        new["part_colors"][part] = _hsv(h + rng.uniform(0.3, 0.7), max(s, 0.6) if s < 0.6 else s,
+        new["part_colors"][part] = hsv(h + rng.uniform(0.3, 0.7), max(s, 0.6) if s < 0.6 else s,
                                         v + 0.45 if v < 0.5 else v - 0.35)
     return new, part
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .identity import _MARK_R, MARKING_SHAPES, PATTERN_TYPES, _sample_marking, _sample_pattern, _shift, _sign
+from .identity import MARK_R, MARKING_SHAPES, PATTERN_TYPES, sample_marking, sample_pattern, shift_hsv, random_sign
 
 __all__ = ["PERTURBATIONS", "perturb", "perturb_strength"]
 
@@ -32,37 +32,37 @@ def perturb(ident: dict[str, Any], family: str, rng: np.random.Generator,
     new = copy.deepcopy(ident)
     changed: list[str] = []
     if family == "recolor":
-        new["colors"]["body"] = _shift(ident["colors"]["body"], _sign(rng) * mag * rng.uniform(0.15, 0.3))
-        new["colors"]["accent"] = _shift(ident["colors"]["accent"], _sign(rng) * mag * rng.uniform(0.2, 0.4))
-        new["pattern"]["color"] = _shift(ident["pattern"]["color"], _sign(rng) * mag * rng.uniform(0.15, 0.3))
+        new["colors"]["body"] = shift_hsv(ident["colors"]["body"], random_sign(rng) * mag * rng.uniform(0.15, 0.3))
+        new["colors"]["accent"] = shift_hsv(ident["colors"]["accent"], random_sign(rng) * mag * rng.uniform(0.2, 0.4))
+        new["pattern"]["color"] = shift_hsv(ident["pattern"]["color"], random_sign(rng) * mag * rng.uniform(0.15, 0.3))
         changed = ["colors.body", "colors.accent", "pattern.color"]
     elif family == "pattern":
         p = new["pattern"]
         if p["type"] == "none" or rng.random() < 0.5:
             choices = [t for t in PATTERN_TYPES if t not in ("none", p["type"])]
             keep = {k: p[k] for k in ("color",)}
-            new["pattern"] = _sample_pattern(rng, new["colors"]["body"],
+            new["pattern"] = sample_pattern(rng, new["colors"]["body"],
                                              choices[int(rng.integers(len(choices)))])
             new["pattern"].update(keep)
             changed.append("pattern.type")
         else:
             p["freq"] = round(float(p["freq"] * (rng.uniform(1.5, 2.0) if rng.random() < 0.5
                                                  else 1 / rng.uniform(1.5, 2.0))), 4)
-            p["angle"] = round(float(p["angle"] + _sign(rng) * rng.uniform(0.6, 1.2)), 4)
+            p["angle"] = round(float(p["angle"] + random_sign(rng) * rng.uniform(0.6, 1.2)), 4)
             if "spots" in p:
                 p["spots"] = [[round(-x, 4), y, r] for x, y, r in p["spots"]]
             changed.append("pattern.geometry")
-        new["pattern"]["color"] = _shift(ident["pattern"]["color"], _sign(rng) * mag * rng.uniform(0.15, 0.35))
+        new["pattern"]["color"] = shift_hsv(ident["pattern"]["color"], random_sign(rng) * mag * rng.uniform(0.15, 0.35))
         changed.append("pattern.color")
     elif family == "marking":
         m = ident["marking"]
         shapes = [s for s in MARKING_SHAPES if s != m["shape"]]
-        nm = _sample_marking(rng, (max(_MARK_R[0], m["r"] * 0.9), _MARK_R[1]),
+        nm = sample_marking(rng, (max(MARK_R[0], m["r"] * 0.9), MARK_R[1]),
                              shapes[int(rng.integers(len(shapes)))])
         # Keep the new marking visibly away from the old spot.
         if abs(nm["x"] - m["x"]) + abs(nm["y"] - m["y"]) < 0.25:
-            nm["x"] = round(-m["x"] if abs(m["x"]) > 0.12 else m["x"] + 0.3 * _sign(rng), 4)
-        nm["color"] = _shift(m["color"], _sign(rng) * mag * rng.uniform(0.2, 0.45))
+            nm["x"] = round(-m["x"] if abs(m["x"]) > 0.12 else m["x"] + 0.3 * random_sign(rng), 4)
+        nm["color"] = shift_hsv(m["color"], random_sign(rng) * mag * rng.uniform(0.2, 0.45))
         new["marking"] = nm
         # A frozen GAP encoder barely registers a ~1-token marking change (first mini build:
         # object-only PA 0.05); a second, texture-level change keeps the family learnable.
@@ -70,8 +70,8 @@ def perturb(ident: dict[str, Any], family: str, rng: np.random.Generator,
         changed = ["marking.shape", "marking.position", "marking.color", "pattern.geometry"]
     elif family == "shape":
         g = new["geom"]
-        g["aw"] = round(float(g["aw"] + _sign(rng) * rng.uniform(0.1, 0.18)), 4)
-        g["ah"] = round(float(g["ah"] + _sign(rng) * rng.uniform(0.1, 0.18)), 4)
+        g["aw"] = round(float(g["aw"] + random_sign(rng) * rng.uniform(0.1, 0.18)), 4)
+        g["ah"] = round(float(g["ah"] + random_sign(rng) * rng.uniform(0.1, 0.18)), 4)
         k = ("p1", "p2", "p3")[int(rng.integers(3))]
         g[k] = round(float(g[k] * (0.65 if g[k] > 1.0 else 1.45)), 4)
         g["v1"] = int((g["v1"] + 1 + rng.integers(2)) % 3)
@@ -90,7 +90,7 @@ def perturb(ident: dict[str, Any], family: str, rng: np.random.Generator,
         elif which == 1:
             p = ident["pattern"]
             choices = [t for t in PATTERN_TYPES if t not in ("none", p["type"])]
-            new["pattern"] = _sample_pattern(rng, ident["colors"]["body"],
+            new["pattern"] = sample_pattern(rng, ident["colors"]["body"],
                                              choices[int(rng.integers(len(choices)))])
             new["pattern"]["color"] = list(p["color"])
             changed = ["pattern.type"]
@@ -100,7 +100,7 @@ def perturb(ident: dict[str, Any], family: str, rng: np.random.Generator,
             g[k] = round(float(g[k] * (0.6 if g[k] > 1.0 else 1.6)), 4)
             changed = [f"geom.{k}"]
         else:
-            new["colors"]["accent"] = _shift(ident["colors"]["accent"], _sign(rng) * rng.uniform(0.3, 0.45))
+            new["colors"]["accent"] = shift_hsv(ident["colors"]["accent"], random_sign(rng) * rng.uniform(0.3, 0.45))
             changed = ["colors.accent"]
     elif family == "edges":
         for key in ("body", "accent", "dark", "eye"):
@@ -116,7 +116,7 @@ def perturb(ident: dict[str, Any], family: str, rng: np.random.Generator,
 
 def _rehue(rgb: list[float], rng: np.random.Generator) -> list[float]:
     """A far hue (+-0.25..0.5 of the wheel) at the same brightness: luminance edges survive."""
-    return _shift(rgb, _sign(rng) * rng.uniform(0.25, 0.5))
+    return shift_hsv(rgb, random_sign(rng) * rng.uniform(0.25, 0.5))
 
 
 def _pattern_tweak(p: dict[str, Any], rng: np.random.Generator) -> None:
@@ -125,7 +125,7 @@ def _pattern_tweak(p: dict[str, Any], rng: np.random.Generator) -> None:
         p["type"] = "stripes"
     p["freq"] = round(float(p["freq"] * (rng.uniform(1.4, 1.8) if rng.random() < 0.5
                                          else 1 / rng.uniform(1.4, 1.8))), 4)
-    p["angle"] = round(float(p["angle"] + _sign(rng) * rng.uniform(0.5, 1.0)), 4)
+    p["angle"] = round(float(p["angle"] + random_sign(rng) * rng.uniform(0.5, 1.0)), 4)
     if "spots" in p:
         p["spots"] = [[round(-x, 4), round(-y, 4), r] for x, y, r in p["spots"]]
 

@@ -62,7 +62,7 @@ from .masks import MASK_RULE, ObjectMasker, masker_fingerprint
 from .released_identities import BLOCK, Masker, progress_records, write_identities
 from .released_masks import RULES as MASK_RULES
 from .released_masks import LazyMasker, mask_cells
-from .released_mtg import _materialise_mtg, mtg_oracle
+from .released_mtg import materialise_mtg, mtg_oracle
 from .released_schema import (
     DISTRACTOR_COLUMNS,
     POSITIVE_COLUMNS,
@@ -70,9 +70,9 @@ from .released_schema import (
     RELEASED_SOURCES,
     TABLE5_TRAIN_SOURCES,
     PositivesLayout,
-    _check_columns,
-    _no_decode,
-    _one_split,
+    check_columns,
+    no_decode,
+    one_split,
     distractor_features,
     mtg_features,
     pil_from_value,
@@ -137,14 +137,14 @@ def _materialise_nearid(root: Path, positives: Any, distractors: Mapping[str, An
     against ``fingerprint`` and after every rank has written."""
     rank, world = shard
     barrier = barrier or (lambda: None)
-    pos = _no_decode(_one_split(positives, pos_name))
+    pos = no_decode(one_split(positives, pos_name))
     layout = positives_layout(pos.column_names, pos_name)
     _id_index(pos, pos_name)
     dists = {}
     for s, obj in distractors.items():
         name = f"{pos_name}-{s}"
-        d = _no_decode(_one_split(obj, name))
-        _check_columns(d, name, ["id", "nimg1", "nimg2", "nimg3"])
+        d = no_decode(one_split(obj, name))
+        check_columns(d, name, ["id", "nimg1", "nimg2", "nimg3"])
         _aligned(pos, d, name, pos_name)
         dists[s] = (name, d)
     meta = pd.DataFrame({c: pos[c] for c in ("id", "objaverse_id", "category_description")})
@@ -268,7 +268,7 @@ def materialise_released(out_root: str | os.PathLike, positives: Any = None,
         raise DataError(f"world.released_masks={mask_rule!r}: valid rules are {sorted(MASK_RULES)}")
     layout = None
     if positives is not None:
-        pos1 = _no_decode(_one_split(positives, positives_name))
+        pos1 = no_decode(one_split(positives, positives_name))
         layout = positives_layout(pos1.column_names, positives_name)
         cells = mask_cells(pos1, layout)
         unmasked = cells["views"] if mask_rule == "clipseg" else cells["without_mask"]
@@ -279,7 +279,7 @@ def materialise_released(out_root: str | os.PathLike, positives: Any = None,
             raise DataError(f"dataset {positives_name}: {unmasked} of {cells['views']} views have no released "
                             f"object mask ({why}); pass masker= (nearid_lib.data.masks.ObjectMasker) to compute them")
     splits, split_info = (None, None) if positives is None else resolve_official_splits(
-        _one_split(positives, positives_name), positives_name, split_dir)
+        one_split(positives, positives_name), positives_name, split_dir)
     if split_info is None:
         split_info = {"source": "rule", "official": False, "rule": "assign_splits (objaverse_id/description "
                       "groups, sha256 order)", "n_val": int(n_val), "n_test": int(n_test), "seed": int(seed),
@@ -328,7 +328,7 @@ def materialise_released(out_root: str | os.PathLike, positives: Any = None,
         return root
     write_json({"sources": list(distractors), "train_sources": ts}, root / "sources.json")
     if mtg is not None:
-        m, extra["mtg_oracle"] = _materialise_mtg(root, mtg)
+        m, extra["mtg_oracle"] = materialise_mtg(root, mtg)
         write_csv(m, root / "mtg.csv")
         counts["mtg_pairs"] = {s: int((m.split == s).sum()) for s in sorted(set(m.split))}
     if fpr is not None:

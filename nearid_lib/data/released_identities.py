@@ -36,7 +36,7 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from .released_masks import released_mask
-from .released_schema import EARLIER, PositivesLayout, _save, _save_mask, _to_rgb, pil_from_value
+from .released_schema import EARLIER, PositivesLayout, write_png, save_mask, schema_rgb, pil_from_value
 from .schema import DataError
 
 __all__ = ["BLOCK", "Masker", "identity_blocks", "progress_records", "write_identities"]
@@ -108,7 +108,7 @@ def _decode(i: int, row: Mapping, pos_name: str, layout: PositivesLayout, rule: 
     where = lambda f: f"dataset {pos_name}, row {i} (id {rid}), field {f!r}"  # noqa: E731
     pre = layout.image_prefix
     views = _n_views(row, i, rid, pos_name, pre)
-    ims = {k: _to_rgb(pil_from_value(row[f"{pre}{k}"], where(f"{pre}{k}")), where(f"{pre}{k}")) for k in views}
+    ims = {k: schema_rgb(pil_from_value(row[f"{pre}{k}"], where(f"{pre}{k}")), where(f"{pre}{k}")) for k in views}
     prompt = str(row.get("category_description") or row.get("category") or "object")
     masks: dict[int, np.ndarray | None] = {k: None for k in views}
     status = {k: "missing" for k in views}
@@ -137,8 +137,8 @@ def _write(root: Path, i: int, row: Mapping, split: str, dist_rows: Mapping[str,
             raise DataError(f"{where(f'{prefix}{k}')}: the mask model returned a mask of shape {m.shape} "
                             f"(image {ims[k].size[::-1]}, {int(m.sum())} pixels set)")
         prow[f"mask_source{k}"] = src
-        prow[f"img{k}"] = _save(root, f"pos/{sid}_{k}.png", ims[k])
-        prow[f"mask{k}"] = _save_mask(root, f"mask/{sid}_{k}.png", m)
+        prow[f"img{k}"] = write_png(root, f"pos/{sid}_{k}.png", ims[k])
+        prow[f"mask{k}"] = save_mask(root, f"mask/{sid}_{k}.png", m)
         mask_area[k] = float(m.mean())
     drows = {}
     for s, (dname, drow) in dist_rows.items():
@@ -151,11 +151,11 @@ def _write(root: Path, i: int, row: Mapping, split: str, dist_rows: Mapping[str,
             im = pil_from_value(drow.get(f"nimg{k}"), dwhere(f"nimg{k}"))
             if im is None:
                 raise DataError(f"{dwhere(f'nimg{k}')}: view {k} of the identity exists but has no distractor")
-            im = _to_rgb(im, dwhere(f"nimg{k}"))
+            im = schema_rgb(im, dwhere(f"nimg{k}"))
             if im.size != ims[k].size:
                 # generators at other resolutions (e.g. Flux_1024): Lanczos to the view's size
                 im = im.resize(ims[k].size, Image.LANCZOS)
-            out[f"nimg{k}"] = _save(root, f"dist/{s}/{sid}_{k}.png", im)
+            out[f"nimg{k}"] = write_png(root, f"dist/{s}/{sid}_{k}.png", im)
         drows[s] = out
     ident = {"id": sid, "split": split, "class_name": str(row.get("category") or ""),
              "description": str(row.get("category_description") or ""), "n_views": len(views),

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .released_schema import _SPLIT_NAMES, MTG_COLUMNS, _first_col, _open_dataset, _save, _save_mask, _to_rgb, pil_from_value
+from .released_schema import SPLIT_NAMES, MTG_COLUMNS, first_col, open_dataset, write_png, save_mask, schema_rgb, pil_from_value
 from .schema import DataError
 
 __all__ = ["mtg_oracle"]
@@ -39,27 +39,27 @@ def _mask_gt0(im, where: str, size: tuple[int, int]) -> np.ndarray:
     return arr > 0
 
 
-def _materialise_mtg(root: Path, mtg: Any, name: str = "mtg") -> tuple[pd.DataFrame, dict]:
+def materialise_mtg(root: Path, mtg: Any, name: str = "mtg") -> tuple[pd.DataFrame, dict]:
     """The MTG pairs in the NearID schema (``mtg.csv`` rows) and the oracle's record for the
     manifest (its rule; the pairs whose part mask reaches outside the object or outgrows it)."""
     rows, outside, negative = [], [], []
-    for split_key, ds in _open_dataset(mtg, name):
+    for split_key, ds in open_dataset(mtg, name):
         cols = list(ds.column_names)
         missing = [c for c in MTG_COLUMNS if c not in cols]
         if missing:
             raise DataError(f"dataset {name}: missing column(s) {missing}; has {cols}")
-        id_col = _first_col(cols, ("pair_id", "id"))
-        cls_col = _first_col(cols, ("class_name", "category", "class"))
+        id_col = first_col(cols, ("pair_id", "id"))
+        cls_col = first_col(cols, ("class_name", "category", "class"))
         for i in range(len(ds)):
             r = ds[i]
-            split = _SPLIT_NAMES.get(str(r["split"]), str(r["split"])) if "split" in cols else (split_key or "test")
+            split = SPLIT_NAMES.get(str(r["split"]), str(r["split"])) if "split" in cols else (split_key or "test")
             pid = str(r[id_col]) if id_col else f"{split}_{i:06d}"
             out = {"pair_id": pid, "split": split, "class_name": str(r[cls_col]) if cls_col else ""}
             for k in (1, 2):
                 w = lambda f: f"dataset {name}, row {i}, field {f!r}"  # noqa: E731
-                orig = _to_rgb(pil_from_value(r[f"image_{k}_original"], w(f"image_{k}_original"))
+                orig = schema_rgb(pil_from_value(r[f"image_{k}_original"], w(f"image_{k}_original"))
                                or _missing(w(f"image_{k}_original")), w(f"image_{k}_original"))
-                inp = _to_rgb(pil_from_value(r[f"image_{k}_inpainted"], w(f"image_{k}_inpainted"))
+                inp = schema_rgb(pil_from_value(r[f"image_{k}_inpainted"], w(f"image_{k}_inpainted"))
                               or _missing(w(f"image_{k}_inpainted")), w(f"image_{k}_inpainted"))
                 if inp.size != orig.size:
                     raise DataError(f"{w(f'image_{k}_inpainted')}: size {inp.size} differs from "
@@ -72,10 +72,10 @@ def _materialise_mtg(root: Path, mtg: Any, name: str = "mtg") -> tuple[pd.DataFr
                 pm = _mask_gt0(pil_from_value(r[f"image_{k}_part_mask"], w(f"image_{k}_part_mask"))
                                or _missing(w(f"image_{k}_part_mask")), w(f"image_{k}_part_mask"), orig.size)
                 base = f"mtg/{pid}_{k}"
-                out[f"image_{k}_original"] = _save(root, base + "_original.png", orig)
-                out[f"image_{k}_inpainted"] = _save(root, base + "_inpainted.png", inp)
-                out[f"image_{k}_object_mask"] = _save_mask(root, base + "_object_mask.png", om)
-                out[f"image_{k}_part_mask"] = _save_mask(root, base + "_part_mask.png", pm)
+                out[f"image_{k}_original"] = write_png(root, base + "_original.png", orig)
+                out[f"image_{k}_inpainted"] = write_png(root, base + "_inpainted.png", inp)
+                out[f"image_{k}_object_mask"] = save_mask(root, base + "_object_mask.png", om)
+                out[f"image_{k}_part_mask"] = save_mask(root, base + "_part_mask.png", pm)
                 out[f"oracle_{k}"] = mtg_oracle(om, pm)
                 if (pm & ~om).any():
                     outside.append(f"{pid}/{k}")

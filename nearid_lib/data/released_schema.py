@@ -84,7 +84,7 @@ POSITIVE_COLUMNS = TODAY.columns
 DISTRACTOR_COLUMNS = ["id", "category", "category_description", "nimg1", "nimg2", "nimg3", "n_images",
                       "objaverse_id", "prompts1", "prompts2", "prompts3", "quality"]
 MTG_COLUMNS = [f"image_{k}_{f}" for k in (1, 2) for f in ("original", "inpainted", "object_mask", "part_mask")]
-_SPLIT_NAMES = {"train": "train", "validation": "val", "valid": "val", "val": "val", "test": "test"}
+SPLIT_NAMES = {"train": "train", "validation": "val", "valid": "val", "val": "val", "test": "test"}
 
 
 def positives_layout(columns: Sequence[str], name: str = "Aleksandar/NearID") -> PositivesLayout:
@@ -172,23 +172,23 @@ def pil_from_value(value: Any, where: str) -> Image.Image | None:
     raise DataError(f"{where}: unsupported image value of type {type(value).__name__}")
 
 
-def _to_rgb(im: Image.Image, where: str) -> Image.Image:
+def schema_rgb(im: Image.Image, where: str) -> Image.Image:
     """The schema's documented mode rule (the one of ``read_rgb``, :mod:`nearid_lib.imageio`),
     applied to an open image: 16-bit and float modes scaled to 8 bit, alpha onto black."""
     return im if im.mode == "RGB" else read_rgb(im, where)
 
 
-def _save(root: Path, rel: str, im: Image.Image) -> str:
+def write_png(root: Path, rel: str, im: Image.Image) -> str:
     atomic_write(root / rel, lambda p: im.save(p, format="PNG", compress_level=1))
     return rel
 
 
-def _save_mask(root: Path, rel: str, m: np.ndarray) -> str:
-    return _save(root, rel, Image.fromarray(m.astype(np.uint8) * 255, "L"))
+def save_mask(root: Path, rel: str, m: np.ndarray) -> str:
+    return write_png(root, rel, Image.fromarray(m.astype(np.uint8) * 255, "L"))
 
 
 # --------------------------------------------------------------------------- datasets
-def _open_dataset(obj: Any, name: str):
+def open_dataset(obj: Any, name: str):
     """``Dataset``/``DatasetDict`` object or a ``save_to_disk`` folder -> list of (split, Dataset)."""
     import datasets
 
@@ -199,17 +199,17 @@ def _open_dataset(obj: Any, name: str):
     if isinstance(obj, datasets.DatasetDict):
         out = []
         for k, ds in obj.items():
-            if k not in _SPLIT_NAMES:
-                raise DataError(f"dataset {name}: unknown split {k!r}; valid: {sorted(_SPLIT_NAMES)}")
-            out.append((_SPLIT_NAMES[k], _no_decode(ds)))
+            if k not in SPLIT_NAMES:
+                raise DataError(f"dataset {name}: unknown split {k!r}; valid: {sorted(SPLIT_NAMES)}")
+            out.append((SPLIT_NAMES[k], no_decode(ds)))
         return out
     if isinstance(obj, datasets.Dataset):
-        return [(None, _no_decode(obj))]
+        return [(None, no_decode(obj))]
     raise DataError(f"dataset {name}: expected a datasets.Dataset/DatasetDict or a folder, "
                     f"got {type(obj).__name__}")
 
 
-def _no_decode(ds):
+def no_decode(ds):
     """Image columns as raw ``{"bytes", "path"}``: we decode ourselves, so that a corrupt cell
     raises a DataError naming its row and field instead of an anonymous PIL error."""
     import datasets
@@ -220,20 +220,20 @@ def _no_decode(ds):
     return ds
 
 
-def _first_col(cols, names):
+def first_col(cols, names):
     return next((c for c in names if c in cols), None)
 
 
-def _one_split(obj: Any, name: str):
+def one_split(obj: Any, name: str):
     """The single ``train`` split the NearID repos publish (a Dataset, a DatasetDict or a folder)."""
-    splits = _open_dataset(obj, name)
+    splits = open_dataset(obj, name)
     if len(splits) != 1:
         raise DataError(f"dataset {name}: expected the one published split 'train', found "
                         f"{[k for k, _ in splits]}")
     return splits[0][1]
 
 
-def _check_columns(ds, name: str, required: Sequence[str]) -> None:
+def check_columns(ds, name: str, required: Sequence[str]) -> None:
     cols = list(ds.column_names)
     missing = [c for c in required if c not in cols]
     if missing:

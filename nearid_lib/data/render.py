@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from .parts import _parts
+from .parts import part_list
 
 __all__ = ["render_object", "composite", "render_scene", "to_uint8", "resize_lanczos", "visible_change",
            "min_visible_px", "VISIBLE_DELTA"]
@@ -159,7 +159,7 @@ def render_object(ident: dict[str, Any], view: dict[str, float], size: int,
     top = np.full(X.shape, -1, np.int16)
     col = np.zeros(X.shape + (3,), np.float32)
     part_colors = ident.get("part_colors", {})
-    for k, (name, shapes, key) in enumerate(_parts(ident)):
+    for k, (name, shapes, key) in enumerate(part_list(ident)):
         ins = np.zeros(X.shape, bool)
         for sh in shapes:
             ins |= _inside(sh, X, Y)
@@ -187,7 +187,7 @@ def render_object(ident: dict[str, Any], view: dict[str, float], size: int,
     alpha[y0:y1, x0:x1] = _ss_mean(cov.astype(np.float32), ss)
     if not with_parts:
         return {"prem": prem, "alpha": alpha, "parts": parts_out}
-    for k, name in enumerate(_parts(ident)):
+    for k, name in enumerate(part_list(ident)):
         vis = (top == k).reshape(h, ss, w, ss).any(axis=(1, 3))
         full = np.zeros((size, size), bool)
         full[y0:y1, x0:x1] = vis

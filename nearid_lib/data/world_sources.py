@@ -17,11 +17,11 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
-from ..allocator import tune_allocator
+from ..runtime.allocator import tune_allocator
 from ..generate.items import VIEWS, GenItem, item_seed
 from ..generate.procedural import ResampledBackend
 from ..generate.runner import generate_source
-from ..seeding import make_rng
+from ..runtime.seeding import make_rng
 from .build import distractor_instance, parse_source, positive_view
 from .generators import fill_backend
 

@@ -61,7 +61,7 @@ class GroupArrays:
         items: ``items(group) -> (relpaths, masks)``, the group's images in cache order.
         cache_kw: :meth:`TokenCache.build_or_load` keywords (``profile``, ``cache_root``,
             ``batch_size``, ``store_tokens``).
-        tune_malloc: worker processes set glibc's malloc thresholds (:mod:`nearid_lib.allocator`).
+        tune_malloc: worker processes set glibc's malloc thresholds (:mod:`nearid_lib.runtime.allocator`).
 
     A worker process reopens the dataset with :func:`nearid_lib.data.load_nearid` (``data.root``).
     """

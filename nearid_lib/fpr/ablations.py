@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from ..seeding import derive_seed, make_rng
+from ..runtime.seeding import derive_seed, make_rng
 from .datasets import sample_gallery
 from .encoders import embed_images
 from .protocol import oracle_scores, score_embeddings, summarise
@@ -50,7 +50,7 @@ def _subsample_gallery(gallery, per_id: int | None, subjects: int | None, seed: 
     return g.reset_index(drop=True)
 
 
-def _ablation_rows(models, train, gallery, generated, cfg, cache, variants, seed, kind):
+def ablation_rows(models, train, gallery, generated, cfg, cache, variants, seed, kind):
     rows = []
     gb = cfg.retrieval.group_by
     bs = cfg.retrieval.batch_size
@@ -87,14 +87,14 @@ def gallery_size_ablation(models, train, gallery, generated, cfg: Profile, cache
     """Paper Fig. 5 (left): images per subject in ``cfg.retrieval.gallery_sizes``."""
     variants = [(n, _subsample_gallery(gallery, n, None, seed, cfg.retrieval.group_by))
                 for n in cfg.retrieval.gallery_sizes]
-    return _ablation_rows(models, train, gallery, generated, cfg, cache, variants, seed, "images_per_subject")
+    return ablation_rows(models, train, gallery, generated, cfg, cache, variants, seed, "images_per_subject")
 
 
 def subject_count_ablation(models, train, gallery, generated, cfg: Profile, cache, seed: int = 0) -> pd.DataFrame:
     """Paper Fig. 5 (right): subjects per gallery in ``cfg.retrieval.subject_counts`` (per group)."""
     variants = [(n, _subsample_gallery(gallery, None, n, seed, cfg.retrieval.group_by))
                 for n in cfg.retrieval.subject_counts]
-    return _ablation_rows(models, train, gallery, generated, cfg, cache, variants, seed, "subjects")
+    return ablation_rows(models, train, gallery, generated, cfg, cache, variants, seed, "subjects")
 
 
 SAMPLING_LABELS = {"random": "Random", "kmeans": "k-means", "curated": "Ours"}
@@ -117,7 +117,7 @@ def sampling_ablation(models, train, gallery, generated, cfg: Profile, cache, em
                                  embeddings=pool_emb[d.index.to_numpy()])
             parts.append(d.iloc[idx])
         variants.append((SAMPLING_LABELS.get(method, method), pd.concat(parts).reset_index(drop=True)))
-    t = _ablation_rows(models, train, gallery, generated, cfg, cache, variants, seed, "sampling")
+    t = ablation_rows(models, train, gallery, generated, cfg, cache, variants, seed, "sampling")
     wide = t.pivot_table(index=["encoder", "value"], columns="queries", values=["map", "sim"]).reset_index()
     wide.columns = ["encoder", "sampling"] + [f"{q}_{m}" for m, q in wide.columns[2:]]
     for c in ("oracle_map", "oracle_sim", "generated_map", "generated_sim"):

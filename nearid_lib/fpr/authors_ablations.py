@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..seeding import make_rng
-from .ablations import SAMPLING_LABELS, _ablation_rows, gallery_size_ablation, sampling_ablation, \
+from ..runtime.seeding import make_rng
+from .ablations import SAMPLING_LABELS, ablation_rows, gallery_size_ablation, sampling_ablation, \
     subject_count_ablation
 from .authors_splits import ablation_pool, kmeans_gallery, per_subject_gallery, random_galleries
 
@@ -69,8 +69,8 @@ def gallery_ablation(models, train, gallery, generated, cfg: Profile, cache, see
     sizes = [(k, per_subject_gallery(base, k)) for k in rc.gallery_sizes]
     counts = [(n, per_subject_gallery(pool[pool["name"].isin(authors_subjects(pool, tr, n, seed, rc.group_by))],
                                       k_default)) for n in rc.subject_counts]
-    return pd.concat([_ablation_rows(models, tr, pool, ge, cfg, cache, sizes, seed, "images_per_subject"),
-                      _ablation_rows(models, tr, pool, ge, cfg, cache, counts, seed, "subjects")],
+    return pd.concat([ablation_rows(models, tr, pool, ge, cfg, cache, sizes, seed, "images_per_subject"),
+                      ablation_rows(models, tr, pool, ge, cfg, cache, counts, seed, "subjects")],
                      ignore_index=True).assign(rule="authors (Re-ID pools)")
 
 
@@ -102,7 +102,7 @@ def sampling_table(models, train, gallery, generated, cfg: Profile, cache, embed
         else:
             raise ValueError(f"retrieval.sampling: unknown method {method!r}; valid: random, kmeans, curated")
         variants.append((SAMPLING_LABELS.get(method, method), sub))
-    t = _ablation_rows(models, tr, pool, ge, cfg, cache, variants, seed, "sampling")
+    t = ablation_rows(models, tr, pool, ge, cfg, cache, variants, seed, "sampling")
     wide = t.pivot_table(index=["encoder", "value"], columns="queries", values=["map", "sim"]).reset_index()
     wide.columns = ["encoder", "sampling"] + [f"{q}_{m}" for m, q in wide.columns[2:]]
     for c in [c for c in ("oracle_map", "oracle_sim", "generated_map", "generated_sim") if c in wide]:

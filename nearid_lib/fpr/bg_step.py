@@ -19,7 +19,7 @@ from typing import Sequence
 
 from ..config import get_profile
 from ..data.fpr_layout import load_fpr_split
-from ..launch import end_launch, launched_state
+from ..runtime.launch import end_launch, launched_state
 from ..models import resolve_device
 from ..paths import data_dir
 from .bg_removal import remove_backgrounds, weights_reason
@@ -72,6 +72,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    from ..launch import exit_entry
+    from ..runtime.launch import exit_entry
 
     exit_entry(main)

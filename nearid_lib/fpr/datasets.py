@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..data.fpr_layout import FPR_COLUMNS, FPRLayoutError, check_disjoint
-from ..seeding import derive_seed, make_rng
+from ..runtime.seeding import derive_seed, make_rng
 
 __all__ = ["CUB_GROUPS", "CUB_GROUP_IDS", "CARS_MODELS", "WILDLIFE_SPECIES", "N_CARS_MODELS", "FPRSizeError", "split_reference_gallery", "sample_gallery",
            "build_cub_split", "build_cars_split", "build_wildlife_split"]

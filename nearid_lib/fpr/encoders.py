@@ -26,7 +26,7 @@ from ..features.embed import embed, file_refs
 from ..features.variants import BG_GREY, fill_background
 from ..models.classifier import FeatureClassifier
 from ..models.specialised import BIOCLIP2_HUB_ID, MIEWID_HUB_ID, ClassifierEncoder, RemoteCodeError
-from ..seeding import torch_generator
+from ..runtime.seeding import torch_generator
 
 __all__ = ["encoder_fingerprint", "FeatureStore", "embed_images",
            "remove_background", "train_feature_classifier", "FeatureClassifier", "ClassifierEncoder", "MIEWID_HUB_ID",

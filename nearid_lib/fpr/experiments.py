@@ -16,7 +16,7 @@ from ..data import build_world
 from ..data.fpr_layout import FPRSplit, load_fpr_split, read_fpr_table, read_generated, resolve_paths
 from ..models import load_encoder, resolve_device, split_weights
 from ..paths import checkpoint_dir, data_dir, downloads_dir
-from ..seeding import make_rng
+from ..runtime.seeding import make_rng
 from .analysis import drift_agreement
 from .bg_removal import removed_tables, weights_reason
 from .downloads import DATASET_KEYS, GENERATED_DIRNAME, POOL_CSV, attach_generated, build_paper_galleries

@@ -37,10 +37,10 @@ from ..generate.items import shard_items
 from ..generate.personalize import METHODS, class_word, fpr_prompts, generate_image, load_method_pipeline, method_key
 from ..hub import download_command, is_available, reads
 from ..io_utils import atomic_save_image, file_lock, write_json
-from ..launch import end_launch, launched_state
+from ..runtime.launch import end_launch, launched_state
 from ..models import resolve_device
 from ..paths import data_dir, downloads_dir
-from ..seeding import derive_seed
+from ..runtime.seeding import derive_seed
 from .downloads import DATASET_KEYS, GENERATED_DIRNAME, build_paper_galleries
 
 if TYPE_CHECKING:
@@ -280,6 +280,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    from ..launch import exit_entry
+    from ..runtime.launch import exit_entry
 
     exit_entry(main)

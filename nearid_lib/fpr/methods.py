@@ -37,7 +37,7 @@ from ..data.build import world_fingerprint
 from ..data.galleries import blend_members, fpr_scene, fpr_view, gallery_background, gallery_member, sample_gallery_view
 from ..data.fpr_layout import FPRLayoutError, load_fpr_split, write_fpr_table
 from ..io_utils import atomic_write, write_json
-from ..runmeta import code_fingerprint
+from ..runtime.runmeta import code_fingerprint
 
 if TYPE_CHECKING:
     from ..config import Profile

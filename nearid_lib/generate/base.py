@@ -6,7 +6,7 @@ the dataset builders never know which one produced a distractor.
 
 Conventions:
 - ``image``: PIL RGB; ``mask``: PIL ``L`` of the same size, 255 (>=128) = region to repaint.
-- ``seed``: per-item seed (derive it with ``nearid_lib.seeding.derive_seed(item_id, base=seed)``,
+- ``seed``: per-item seed (derive it with ``nearid_lib.runtime.seeding.derive_seed(item_id, base=seed)``,
   never from the order of work), so sharded and resumed runs are byte-identical.
 - ``settings``: backend-specific keyword arguments (steps, guidance, resolution, ...).
 """

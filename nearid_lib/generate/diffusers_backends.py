@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from ..seeding import make_rng
+from ..runtime.seeding import make_rng
 from .base import FillBackend, FillRequest, register_backend, validate_fill_inputs
 from .specs import DEFAULT_HUB_IDS, QWEN_LIGHTNING_SCHEDULER, SPECS, SPECS_POWERPAINT, BackendSpec
 from .tiny_sd import build_tiny_sd_inpaint_pipeline

@@ -27,7 +27,7 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from ..io_utils import atomic_save_image, atomic_write, atomic_write_text
-from ..seeding import derive_seed
+from ..runtime.seeding import derive_seed
 
 __all__ = ["LORA_TARGETS", "RECORD_FILE", "WEIGHTS_FILE", "DreamBoothConfig", "DreamBoothResult",
            "apply_dreambooth", "base_state", "class_prompt", "generate_class_images", "instance_prompt",

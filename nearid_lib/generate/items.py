@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 from PIL import Image
 
-from ..seeding import derive_seed
+from ..runtime.seeding import derive_seed
 from .base import FillInputError, validate_fill_inputs
 from .prompts import near_identity_prompt
 

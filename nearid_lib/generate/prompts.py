@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from ..seeding import make_rng
+from ..runtime.seeding import make_rng
 
 __all__ = ["near_identity_prompt", "identity_edit_prompt", "context_edit_prompt",
            "CONTEXT_EDIT_TEMPLATE", "COLORS", "MATERIALS", "PATTERNS", "BACKGROUNDS", "LIGHTINGS"]

@@ -45,7 +45,7 @@ import torch
 
 from ..config import get_profile
 from ..io_utils import atomic_save_image
-from ..launch import end_launch, launched_state
+from ..runtime.launch import end_launch, launched_state
 from ..paths import data_dir
 from .base import FillBackend, FillRequest, get_backend
 from .items import (GenItem, append_record, item_relpath, item_seed, items_from_dataset, load_inputs,
@@ -281,6 +281,6 @@ def main(argv: Iterable[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    from ..launch import exit_entry
+    from ..runtime.launch import exit_entry
 
     exit_entry(main)

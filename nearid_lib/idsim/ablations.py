@@ -29,7 +29,7 @@ import pandas as pd
 import torch
 
 from ..claims import claim
-from ..seeding import derive_seed
+from ..runtime.seeding import derive_seed
 from ..stats import bootstrap_mean_ci
 from .embed import model_embeddings
 from .model import build_idsim

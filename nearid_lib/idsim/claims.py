@@ -37,7 +37,7 @@ from scipy.stats import spearmanr
 
 from .. import metrics as M
 from ..claims import ClaimSpec, Evidence, Greater, PaperRef
-from .eval_suite import _sim as pair_cosine  # the cosine evaluate_sets uses: evidence matches it exactly
+from .eval_suite import pair_cosine  # the cosine evaluate_sets uses: evidence matches it exactly
 
 __all__ = ["IDSIM_CLAIMS", "RELEASED_CLAIMS", "CLAIMS_BY_NOTEBOOK", "benchmark_evidence", "sensitivity_evidence",
            "public_evidence", "released_evidence"]

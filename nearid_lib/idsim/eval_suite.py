@@ -54,7 +54,7 @@ from .. import metrics as M
 from ..data.draws import scene_of
 from ..features import FeatureStore, embed, memory_refs
 from ..models import resolve_name
-from ..seeding import make_rng
+from ..runtime.seeding import make_rng
 from .eval_files import BenchmarkError, load_pairs_csv, load_ratings_csv, load_retrieval_csv, load_triplets_csv
 from .sampling import load_key
 
@@ -193,7 +193,7 @@ def bench_keys(sets: Mapping[str, pd.DataFrame]) -> list[str]:
     return list(dict.fromkeys(keys))
 
 
-def _sim(emb: Mapping[str, np.ndarray], a: Sequence[str], b: Sequence[str]) -> np.ndarray:
+def pair_cosine(emb: Mapping[str, np.ndarray], a: Sequence[str], b: Sequence[str]) -> np.ndarray:
     A = np.stack([emb[k] for k in a]).astype(np.float64)
     B = np.stack([emb[k] for k in b]).astype(np.float64)
     A /= np.linalg.norm(A, axis=1, keepdims=True)
@@ -217,7 +217,7 @@ def evaluate_sets(sets: Mapping[str, pd.DataFrame], emb: Mapping[str, np.ndarray
         res["pods_ndcg"] = M.ndcg(rel, S)
     p = sets.get("pairs")
     if p is not None and len(p) and p.label.nunique() == 2:
-        s = _sim(emb, p.img1, p.img2)
+        s = pair_cosine(emb, p.img1, p.img2)
         res["petface_ap"] = M.verification_ap(s, p.label.to_numpy())
         res["petface_auc"] = M.verification_auc(s, p.label.to_numpy())
     t = sets.get("triplets")
@@ -225,11 +225,11 @@ def evaluate_sets(sets: Mapping[str, pd.DataFrame], emb: Mapping[str, np.ndarray
         for mode in ("easy", "hard"):
             tm = t[t["mode"] == mode] if "mode" in t.columns else (t if mode == "hard" else t.iloc[:0])
             if len(tm):
-                res[f"cute_{mode}_acc"] = M.triplet_accuracy(_sim(emb, tm.anchor, tm.positive),
-                                                              _sim(emb, tm.anchor, tm.negative))
+                res[f"cute_{mode}_acc"] = M.triplet_accuracy(pair_cosine(emb, tm.anchor, tm.positive),
+                                                              pair_cosine(emb, tm.anchor, tm.negative))
     gr = sets.get("graded")
     if gr is not None and len(gr):
-        res.update(graded_metrics(_sim(emb, gr.img1, gr.img2), gr))
+        res.update(graded_metrics(pair_cosine(emb, gr.img1, gr.img2), gr))
     return res
 
 

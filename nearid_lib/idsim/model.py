@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ..config_sections import IDSimConfig
+from ..config.sections import IDSimConfig
 from ..io_utils import atomic_write, write_json
 from ..models import load_encoder, resolve_name
 from ..models.backbones import Encoder, EncoderOutput, TimmEfficientNetEncoder, folded_copy

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 from ..hub import model_source
 from ..metrics.retrieval import expected_average_precision
-from ..seeding import make_rng
+from ..runtime.seeding import make_rng
 
 if TYPE_CHECKING:
     from ..data import NearIDData

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from ..features import FeatureStore, ImageRef, dataset_scope, embed, feature_table
-from ..seeding import derive_seed
+from ..runtime.seeding import derive_seed
 from .sampling import augment, load_key
 
 if TYPE_CHECKING:

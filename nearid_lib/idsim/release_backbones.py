@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..hub import model_source
-from ..models.backbones import _from_pretrained
+from ..models.backbones import hub_from_pretrained
 
 __all__ = ["ReleaseSpec", "RELEASES", "PRIMARY", "spec_for", "load_base", "meta_dinov2_positions"]
 
@@ -107,7 +107,7 @@ def load_base(base: str, name: str = "idsim-release") -> nn.Module:
     classes = {"dinov3_vit": DINOv3ViTModel, "dinov2": Dinov2Model}
     if kind not in classes:
         raise TypeError(f"{name}: base {base!r} is a {kind!r} model; a released ID-Sim adapts DINOv3 or DINOv2")
-    model = _from_pretrained(classes[kind], name, str(base), None, str(base)).float().eval()
+    model = hub_from_pretrained(classes[kind], name, str(base), None, str(base)).float().eval()
     if kind == "dinov2":
         model.embeddings.interpolate_pos_encoding = types.MethodType(meta_dinov2_positions, model.embeddings)
     return model

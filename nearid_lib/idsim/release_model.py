@@ -68,7 +68,7 @@ from torch import nn
 from .. import hub
 from ..models import load_encoder, resolve_device
 from ..models.encoder_base import IMAGENET_MEAN, IMAGENET_STD, Encoder, EncoderOutput, Preprocess
-from ..runmeta import code_fingerprint
+from ..runtime.runmeta import code_fingerprint
 from .release_adapter import AdapterConfig, Delta, ReleaseFormatError, encoder_layers, merge_adapter, read_adapter  # noqa: F401
 from .release_backbones import RELEASES, load_base, spec_for
 

@@ -19,7 +19,7 @@ from PIL import Image, ImageEnhance, ImageFilter, ImageOps
 
 from ..data.backgrounds import render_background, sample_background_spec
 from ..data.curation import balanced_allocation
-from ..seeding import derive_seed, make_rng
+from ..runtime.seeding import derive_seed, make_rng
 
 if TYPE_CHECKING:
     from ..data import NearIDData

@@ -37,7 +37,7 @@ import torch
 from ..code_closure import closure_fingerprint
 from ..features import dataset_scope
 from ..io_utils import current_umask, write_csv, write_json
-from ..seeding import derive_seed, make_rng
+from ..runtime.seeding import derive_seed, make_rng
 from .losses import idsim_loss
 from .model import IDSimSpec, build_idsim, is_idsim_checkpoint, load_idsim, save_idsim
 from .prefix import PrefixStore, frozen_embeddings

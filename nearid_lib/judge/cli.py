@@ -15,7 +15,7 @@ from typing import Any, Iterable
 import torch
 
 from ..io_utils import write_csv
-from ..launch import end_launch, launched_state
+from ..runtime.launch import end_launch, launched_state
 from .model import VLMJudge, read_prompt_file
 from .prompts import IDSIM_JUDGE_PROMPT
 from .shards import score_pairs_sharded

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import torch
 
 from .. import hub
-from ..compat import ensure_torchvision
+from ..runtime.compat import ensure_torchvision
 from .answers import AUTHORS_KEYS, JudgeScores
 from .plan import prompt_path
 

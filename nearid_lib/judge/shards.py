@@ -19,7 +19,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..io_utils import atomic_write_text
-from ..launch import launched_state
+from ..runtime.launch import launched_state
 from .answers import JudgeScores
 
 __all__ = ["score_pairs_sharded"]

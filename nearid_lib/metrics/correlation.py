@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ._arrays import _to_np
+from ._arrays import to_np
 
 __all__ = ["fisher_z_mean", "pearson", "metric_to_human", "metric_to_human_groups", "MH_COLUMNS"]
 
@@ -22,7 +22,7 @@ def fisher_z_mean(rs, clip: float = 0.999, return_sem: bool = False, nan_policy:
     std(r, ddof=1) / sqrt(n). This reading reproduces NearID Table 2's Fisher-z row from its seven
     per-method rows (e.g. H-H 0.648 ± 0.038, S-H 0.516 ± 0.079); NaN when fewer than 2 coefficients.
     """
-    r = _to_np(rs, "rs").ravel()
+    r = to_np(rs, "rs").ravel()
     if nan_policy not in ("omit", "raise"):
         raise ValueError(f"fisher_z_mean: nan_policy must be 'omit' or 'raise', got {nan_policy!r}")
     nan = np.isnan(r)
@@ -45,7 +45,7 @@ def pearson(x, y) -> float:
     """Pearson r over the entries where both ``x`` and ``y`` are finite (pairwise deletion).
 
     NaN when fewer than 3 such entries or when either side is constant (r undefined)."""
-    a, b = _to_np(x, "x").ravel(), _to_np(y, "y").ravel()
+    a, b = to_np(x, "x").ravel(), to_np(y, "y").ravel()
     if a.shape != b.shape:
         raise ValueError(f"pearson: x {a.shape} and y {b.shape} differ")
     ok = np.isfinite(a) & np.isfinite(b)
@@ -73,8 +73,8 @@ def metric_to_human(metric, human, method, category=None) -> dict:
         (DataFrame: category, r = Fisher-z over the per-method r within that category, sem,
         r_pooled = one Pearson over all rows of the category, n).
     """
-    df = pd.DataFrame({"metric": _to_np(metric, "metric").ravel(),
-                       "human": _to_np(human, "human").ravel(),
+    df = pd.DataFrame({"metric": to_np(metric, "metric").ravel(),
+                       "human": to_np(human, "human").ravel(),
                        "method": np.asarray(method).ravel()})
     if category is not None:
         cat = np.asarray(category).ravel()
@@ -118,8 +118,8 @@ def metric_to_human_groups(metric, humans, method, category, clip: float = 0.999
     Returns:
         DataFrame with :data:`MH_COLUMNS` (``n`` = images with a finite metric and human score).
     """
-    m = _to_np(metric, "metric").ravel()
-    hs = [_to_np(h, "human").ravel() for h in humans]
+    m = to_np(metric, "metric").ravel()
+    hs = [to_np(h, "human").ravel() for h in humans]
     meth, cat = np.asarray(method).ravel(), np.asarray(category).ravel()
     if any(h.shape != m.shape for h in hs) or meth.shape != m.shape or cat.shape != m.shape:
         raise ValueError(f"metric_to_human_groups: metric {m.shape}, humans {[h.shape for h in hs]}, "

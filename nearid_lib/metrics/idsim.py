@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._arrays import _to_np
+from ._arrays import to_np
 
 __all__ = ["verification_ap", "verification_auc", "subjects2k_ap", "ndcg", "rank_correlations",
            "triplet_accuracy"]
 
 
 def _binary_inputs(scores, labels, name):
-    s = _to_np(scores, "scores").ravel()
-    y = _to_np(labels, "labels").ravel()
+    s = to_np(scores, "scores").ravel()
+    y = to_np(labels, "labels").ravel()
     if s.shape != y.shape:
         raise ValueError(f"{name}: scores {s.shape} and labels {y.shape} differ")
     if not np.isfinite(s).all():
@@ -46,7 +46,7 @@ def subjects2k_ap(scores, continuous_labels, threshold: float = 0.8, strict: boo
 
     ID-Sim Appendix D.2 reads "c > 0.8" in our text extraction, so ``strict=True`` uses ``c > 0.8``;
     ``strict=False`` uses ``c >= 0.8`` (the extraction may have lost a >= sign)."""
-    c = _to_np(continuous_labels, "continuous_labels").ravel()
+    c = to_np(continuous_labels, "continuous_labels").ravel()
     if not np.isfinite(c).all() or (c < 0).any() or (c > 1).any():
         raise ValueError("subjects2k_ap: continuous labels must be finite and in [0, 1]")
     y = (c > threshold) if strict else (c >= threshold)
@@ -58,8 +58,8 @@ def ndcg(relevance, scores, k: int | None = None) -> float:
     (scikit-learn ``ndcg_score``: linear gain, log2 discount, tied scores averaged)."""
     from sklearn.metrics import ndcg_score
 
-    rel = _to_np(relevance, "relevance")
-    sc = _to_np(scores, "scores")
+    rel = to_np(relevance, "relevance")
+    sc = to_np(scores, "scores")
     if rel.ndim == 1:
         rel, sc = rel[None], sc[None]
     if rel.shape != sc.shape or rel.ndim != 2:
@@ -74,7 +74,7 @@ def rank_correlations(metric, ratings) -> dict:
     rows where both are finite; returns ``spearman``, ``kendall``, ``n``."""
     from scipy.stats import kendalltau, spearmanr
 
-    a, b = _to_np(metric, "metric").ravel(), _to_np(ratings, "ratings").ravel()
+    a, b = to_np(metric, "metric").ravel(), to_np(ratings, "ratings").ravel()
     if a.shape != b.shape:
         raise ValueError(f"rank_correlations: metric {a.shape} and ratings {b.shape} differ")
     ok = np.isfinite(a) & np.isfinite(b)
@@ -89,7 +89,7 @@ def rank_correlations(metric, ratings) -> dict:
 def triplet_accuracy(s_ap, s_an) -> float:
     """Share of triplets with s(anchor, positive) > s(anchor, negative) (CUTE protocol).
     A tie counts as a failure (the metric must prefer the positive)."""
-    a, b = _to_np(s_ap, "s_ap").ravel(), _to_np(s_an, "s_an").ravel()
+    a, b = to_np(s_ap, "s_ap").ravel(), to_np(s_an, "s_an").ravel()
     if a.shape != b.shape or a.size == 0:
         raise ValueError(f"triplet_accuracy: s_ap {a.shape} and s_an {b.shape} must be equal, non-empty")
     if not (np.isfinite(a).all() and np.isfinite(b).all()):

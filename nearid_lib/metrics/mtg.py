@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._arrays import _to_np
+from ._arrays import to_np
 from .correlation import fisher_z_mean, pearson
-from .nearid import _ssr_pa_from_margins
+from .nearid import ssr_pa_from_margins
 
 __all__ = ["mtg_ssr_pa", "mtg_metrics"]
 
@@ -21,11 +21,11 @@ def mtg_ssr_pa(s_1_2, s_1_1p, s_2_2p, per_identity: bool = False) -> dict:
     valid trials, no per-pair "overall" trial), so ``pa`` = ``pa_strict`` here, unlike NearID-bench's
     :func:`~nearid_lib.metrics.ssr_pa`.
     """
-    a, b, c = (_to_np(v, n).ravel() for v, n in ((s_1_2, "s_1_2"), (s_1_1p, "s_1_1p"), (s_2_2p, "s_2_2p")))
+    a, b, c = (to_np(v, n).ravel() for v, n in ((s_1_2, "s_1_2"), (s_1_1p, "s_1_1p"), (s_2_2p, "s_2_2p")))
     if not (a.shape == b.shape == c.shape):
         raise ValueError(f"mtg_ssr_pa: shapes differ {a.shape}, {b.shape}, {c.shape}")
     margins = np.stack([a - b, a - c], axis=1)            # [N, 2]
-    return _ssr_pa_from_margins(margins, per_identity, overall=False)
+    return ssr_pa_from_margins(margins, per_identity, overall=False)
 
 
 def mtg_metrics(s_1_1p, s_2_2p, s_1_2p, s_2_1p, s_1_2, oracle_1, oracle_2) -> dict:
@@ -42,7 +42,7 @@ def mtg_metrics(s_1_1p, s_2_2p, s_1_2p, s_2_1p, s_1_2, oracle_1, oracle_2) -> di
         dict ``m_o``, ``m_opair``, ``r_1_1p``, ``r_2_2p``, ``r_1_2p``, ``r_2_1p``, ``ssr``, ``pa``,
         ``n_pairs`` (pairs with >= 1 trial), ``n_trials``.
     """
-    o1, o2 = _to_np(oracle_1, "oracle_1").ravel(), _to_np(oracle_2, "oracle_2").ravel()
+    o1, o2 = to_np(oracle_1, "oracle_1").ravel(), to_np(oracle_2, "oracle_2").ravel()
     bad = np.isfinite(o1) & (o1 > 1) | np.isfinite(o2) & (o2 > 1)
     if bad.any():
         raise ValueError(f"mtg_metrics: oracle above 1 (1 - |part| / |object| cannot be) at rows "

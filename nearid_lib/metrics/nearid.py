@@ -16,12 +16,12 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ._arrays import _to_np
+from ._arrays import to_np
 
 __all__ = ["ssr_pa", "nearid_similarities", "pool_sources", "source_breakdown"]
 
 
-def _ssr_pa_from_margins(margins: np.ndarray, per_identity: bool, overall: bool = True) -> dict:
+def ssr_pa_from_margins(margins: np.ndarray, per_identity: bool, overall: bool = True) -> dict:
     """SSR/PA from a [N, K] margin table with NaN where a trial does not exist.
 
     A trial wins iff margin > 0 (a tie is a loss: the identity must *beat* the confounder).
@@ -90,8 +90,8 @@ def ssr_pa(pos_sim, dist_sim, per_identity: bool = False) -> dict:
         ``n_pa_trials`` (``pa``'s denominator), ``n_success`` (+ per-identity ``wins``, ``trials``
         of the directed margins, ``success`` and ``margins`` [N, 2C]).
     """
-    ps = _to_np(pos_sim, "pos_sim")
-    ds = _to_np(dist_sim, "dist_sim")
+    ps = to_np(pos_sim, "pos_sim")
+    ds = to_np(dist_sim, "dist_sim")
     if ps.ndim != 3 or ps.shape[1] != ps.shape[2]:
         raise ValueError(f"ssr_pa: pos_sim must be [N,P,P], got {ps.shape}")
     if ds.shape != ps.shape[:2]:
@@ -102,7 +102,7 @@ def ssr_pa(pos_sim, dist_sim, per_identity: bool = False) -> dict:
     pair = ps[:, iu, ju]                                  # [N, C] s(p_i, p_j)
     # [N, 2C]: first all i->j margins, then all j->i margins; NaN propagates to missing trials
     margins = np.concatenate([pair - ds[:, iu], pair - ds[:, ju]], axis=1)
-    return _ssr_pa_from_margins(margins, per_identity)
+    return ssr_pa_from_margins(margins, per_identity)
 
 
 def nearid_similarities(pos_emb, dist_emb, pos_mask=None, dist_mask=None):
@@ -117,8 +117,8 @@ def nearid_similarities(pos_emb, dist_emb, pos_mask=None, dist_mask=None):
     Returns:
         ``(pos_sim, dist_sim)`` float64 with NaN wherever an involved image is missing.
     """
-    pe = _to_np(pos_emb, "pos_emb")
-    de = _to_np(dist_emb, "dist_emb")
+    pe = to_np(pos_emb, "pos_emb")
+    de = to_np(dist_emb, "dist_emb")
     if pe.ndim != 3 or de.shape != pe.shape:
         raise ValueError(f"nearid_similarities: need pos_emb and dist_emb [N,P,D] of equal shape, "
                          f"got {pe.shape} and {de.shape}")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._arrays import _l2_normalise, _to_np
+from ._arrays import l2_normalise, to_np
 
 __all__ = ["average_precision", "retrieval_map", "expected_average_precision", "random_ranking_ap", "TIES"]
 
@@ -37,7 +37,7 @@ def _check_ties(ties: str) -> None:
 def expected_average_precision(scores, relevant) -> float:
     """AP of one ranking by descending ``scores``, averaged over every order of tied scores
     (see the module docstring). Raises if there is no relevant item."""
-    s = _to_np(scores, "scores").ravel()
+    s = to_np(scores, "scores").ravel()
     rel = np.asarray(relevant, dtype=bool).ravel()
     if s.shape != rel.shape:
         raise ValueError(f"expected_average_precision: scores {s.shape} and relevant {rel.shape} differ")
@@ -85,7 +85,7 @@ def average_precision(scores, relevant, ties: str = "stable") -> float:
     _check_ties(ties)
     if ties == "expected":
         return expected_average_precision(scores, relevant)
-    s = _to_np(scores, "scores").ravel()
+    s = to_np(scores, "scores").ravel()
     rel = np.asarray(relevant, dtype=bool).ravel()
     if s.shape != rel.shape:
         raise ValueError(f"average_precision: scores {s.shape} and relevant {rel.shape} differ")
@@ -128,8 +128,8 @@ def retrieval_map(query_emb, query_labels, gallery_emb, gallery_labels,
         if shapes disagree, or if an embedding is non-finite or zero.
     """
     _check_ties(ties)
-    q = _l2_normalise(_to_np(query_emb, "query_emb"), "query_emb")
-    g = _l2_normalise(_to_np(gallery_emb, "gallery_emb"), "gallery_emb")
+    q = l2_normalise(to_np(query_emb, "query_emb"), "query_emb")
+    g = l2_normalise(to_np(gallery_emb, "gallery_emb"), "gallery_emb")
     ql = np.asarray(query_labels)
     gl = np.asarray(gallery_labels)
     if q.ndim != 2 or g.ndim != 2 or q.shape[1] != g.shape[1]:

@@ -14,7 +14,7 @@
 """
 from __future__ import annotations
 
-from ..compat import ensure_torchvision
+from ..runtime.compat import ensure_torchvision
 
 ensure_torchvision()  # before anything imports timm / transformers vision code
 

@@ -37,7 +37,7 @@ import torch
 from PIL import Image
 
 from ..imageio import load_image
-from .encoder_base import _RESAMPLE, IMAGENET_MEAN, IMAGENET_STD, Preprocess
+from .encoder_base import RESAMPLE, IMAGENET_MEAN, IMAGENET_STD, Preprocess
 
 __all__ = ["ResizeNormalize", "ShortestEdgeCrop", "ALBU_MEAN", "ALBU_STD", "ALBU_MAX_PIXEL", "MIEWID_SIZE",
            "inter_linear_resize"]
@@ -136,7 +136,7 @@ class ShortestEdgeCrop(Preprocess):
         w, h = image.size
         nw, nh = (s, int(s * h / w)) if w <= h else (int(s * w / h), s)
         if (nw, nh) != (w, h):
-            image = image.resize((nw, nh), _RESAMPLE[self.resample])
+            image = image.resize((nw, nh), RESAMPLE[self.resample])
         if self.crop == "round":
             left, top = int(round((nw - s) / 2.0)), int(round((nh - s) / 2.0))
         else:

@@ -209,7 +209,7 @@ def _hf_dtype(dtype):
             "bfloat16": torch.bfloat16}.get(dtype, dtype)
 
 
-def _from_pretrained(model_cls, name: str, source: str, dtype: Any, hub_id: str | None = None):
+def hub_from_pretrained(model_cls, name: str, source: str, dtype: Any, hub_id: str | None = None):
     """``model_cls.from_pretrained`` of ``source`` through the hub resolver (:mod:`nearid_lib.hub`: a
     local mirror when ``NEARID_HUB_DIR`` is set), with an error that says what to do when offline.
     ``source="random"``: the architecture of ``hub_id`` (its config only) at random init, the chance
@@ -265,7 +265,7 @@ class SiglipEncoder(Encoder):
                                                num_attention_heads=4, image_size=32, patch_size=8)
             model = SiglipVisionModel(cfg)
         else:
-            model = _from_pretrained(SiglipVisionModel, name, weights or hub_id, dtype, hub_id)
+            model = hub_from_pretrained(SiglipVisionModel, name, weights or hub_id, dtype, hub_id)
         size = _native_size(name, model.config.image_size, image_size, tiny)
         super().__init__(name, Preprocess(size, HALF, HALF, "squash", 1.0, "bilinear"), tiny=tiny,
                          frozen=frozen, weights="random" if tiny else (weights or hub_id))
@@ -298,7 +298,7 @@ class CLIPEncoder(Encoder):
                                    num_attention_heads=4, image_size=32, patch_size=8, projection_dim=16)
             model = CLIPVisionModelWithProjection(cfg)
         else:
-            model = _from_pretrained(CLIPVisionModelWithProjection, name, weights or hub_id, dtype, hub_id)
+            model = hub_from_pretrained(CLIPVisionModelWithProjection, name, weights or hub_id, dtype, hub_id)
         size = _native_size(name, model.config.image_size, image_size, tiny)
         super().__init__(name, Preprocess(size, CLIP_MEAN, CLIP_STD, "shorter_crop", 1.0, "bicubic"),
                          tiny=tiny, frozen=frozen, weights="random" if tiny else (weights or hub_id))
@@ -328,7 +328,7 @@ class DinoEncoder(Encoder):
                            image_size=32, patch_size=8, num_register_tokens=2)
         else:
             raise ValueError(f"{name}: DINO version must be 2 or 3, got {version}")
-        model = Model(Cfg(**tiny_kw)) if tiny else _from_pretrained(Model, name, weights or hub_id, dtype, hub_id)
+        model = Model(Cfg(**tiny_kw)) if tiny else hub_from_pretrained(Model, name, weights or hub_id, dtype, hub_id)
         cfg_size = model.config.image_size
         size = image_size or (cfg_size if tiny else 224)
         self._n_prefix = 1 + int(getattr(model.config, "num_register_tokens", 0) or 0)

@@ -28,7 +28,7 @@ CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 HALF = (0.5, 0.5, 0.5)
 
-_RESAMPLE = {"bicubic": Image.BICUBIC, "bilinear": Image.BILINEAR, "lanczos": Image.LANCZOS,
+RESAMPLE = {"bicubic": Image.BICUBIC, "bilinear": Image.BILINEAR, "lanczos": Image.LANCZOS,
              "nearest": Image.NEAREST}
 
 
@@ -69,8 +69,8 @@ class Preprocess:
     def __post_init__(self):
         if self.resize not in ("squash", "shorter_crop"):
             raise ValueError(f"Preprocess: resize must be 'squash' or 'shorter_crop', got {self.resize!r}")
-        if self.resample not in _RESAMPLE:
-            raise ValueError(f"Preprocess: unknown resample {self.resample!r}; valid: {', '.join(_RESAMPLE)}")
+        if self.resample not in RESAMPLE:
+            raise ValueError(f"Preprocess: unknown resample {self.resample!r}; valid: {', '.join(RESAMPLE)}")
 
     def key(self) -> str:
         """A string that changes whenever the produced tensors would (used by the feature cache)."""
@@ -83,14 +83,14 @@ class Preprocess:
         image = load_image(image)
         s = self.image_size
         if self.resize == "squash":
-            return image.resize((s, s), _RESAMPLE[self.resample]) if image.size != (s, s) else image
+            return image.resize((s, s), RESAMPLE[self.resample]) if image.size != (s, s) else image
         short = int(math.floor(s / self.crop_pct))
         w, h = image.size
         # the processors' own arithmetic (same order of operations): rounding instead of truncating
         # moved the crop window by a pixel on some aspect ratios (e.g. 301 x 250 -> 270 vs 269 wide)
         nw, nh = (short, int(short * h / w)) if w <= h else (int(short * w / h), short)
         if (nw, nh) != (w, h):
-            image = image.resize((nw, nh), _RESAMPLE[self.resample])
+            image = image.resize((nw, nh), RESAMPLE[self.resample])
         left, top = (nw - s) // 2, (nh - s) // 2
         return image.crop((left, top, left + s, top + s))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..config_values import ConfigValueError
+from ..config.values import ConfigValueError
 from .losses import REGISTRY, loss_spec
 from .sweep import RowSpec
 

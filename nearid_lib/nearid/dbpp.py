@@ -19,10 +19,10 @@ import pandas as pd
 from PIL import Image
 
 from .. import metrics
-from ..claim_stats import grouped_pearson_columns
+from ..claims.stats import grouped_pearson_columns
 from ..data.eval_datasets import DBPP_DIRNAME, DOWNLOAD_STEPS, DreamBenchPP, human_rating_rows, load_dreambenchpp
 from ..data.schema import DataError
-from ..evidence import Evidence
+from ..claims.evidence import Evidence
 from ..features import file_refs
 from ..paths import downloads_dir
 

@@ -32,7 +32,7 @@ import pandas as pd
 import torch
 
 from .. import metrics
-from ..evidence import Evidence
+from ..claims.evidence import Evidence
 from .dbpp import dbpp_standin
 from ..features.embedder import Embedder
 from ..data.generators import source_family

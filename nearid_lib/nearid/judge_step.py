@@ -24,7 +24,7 @@ from typing import Sequence
 
 from ..config import get_profile
 from ..data import load_nearid, nearid_root
-from ..launch import end_launch, launched_state
+from ..runtime.launch import end_launch, launched_state
 from ..runtime import set_torch_threads
 from .bench import bench_variants
 from .evaluate import evaluate_encoder
@@ -82,6 +82,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    from ..launch import exit_entry
+    from ..runtime.launch import exit_entry
 
     exit_entry(main)

@@ -31,7 +31,7 @@ from ..config import get_profile
 from ..data import load_nearid, nearid_root
 from ..data.groups import group_items, image_groups
 from ..features.stream import VARIANTS
-from ..launch import end_launch, launched_state
+from ..runtime.launch import end_launch, launched_state
 from ..models import load_backbone, resolve_device
 from ..runtime import set_torch_threads
 from .rows import train_groups
@@ -120,6 +120,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    from ..launch import exit_entry
+    from ..runtime.launch import exit_entry
 
     exit_entry(main)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..seeding import make_rng
+from ..runtime.seeding import make_rng
 from ..data.groups import image_groups
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..seeding import make_rng, torch_generator
+from ..runtime.seeding import make_rng, torch_generator
 from . import distributed
 from .losses import compute_loss, loss_spec
 from .rows import TrainRows, random_positive_first

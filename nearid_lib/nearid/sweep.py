@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..evidence import Evidence
+from ..claims.evidence import Evidence
 from ..config import seeds_of, with_overrides
 from ..data import load_nearid
 from ..io_utils import write_csv, write_json

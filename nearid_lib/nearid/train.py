@@ -54,10 +54,10 @@ from ..config import Profile, get_profile, profile_to_dict
 from ..data import load_nearid, nearid_root
 from ..paths import checkpoint_dir
 from ..io_utils import write_json
-from ..launch import collective_timeout, end_launch
+from ..runtime.launch import collective_timeout, end_launch
 from ..models import MAPHead, load_backbone, resolve_device, save_head
 from ..runtime import set_torch_threads
-from ..seeding import make_rng
+from ..runtime.seeding import make_rng
 from . import distributed
 from .checkpoints import finish_train_state, latest_state, load_train_state, run_dir, run_key, save_train_state
 from ..features.embedder import Embedder
@@ -386,6 +386,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    from ..launch import exit_entry
+    from ..runtime.launch import exit_entry
 
     exit_entry(main)

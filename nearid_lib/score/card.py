@@ -34,7 +34,7 @@ from ..io_utils import atomic_write_text
 from ..plots import OKABE_ITO, anchor_distributions, method_color
 from ..report import paper_values_dir, render_markdown_table
 from ..run import Run
-from ..runmeta import git_state
+from ..runtime.runmeta import git_state
 from .headline import HEADLINE, chance_levels, headline_notes, headline_table
 from .participants import Participant
 

@@ -17,7 +17,7 @@ from ..idsim.sensitivity import run_sensitivity
 from ..nearid.bench import run_bench
 from ..nearid.tables import table1, table5, table7
 from ..paths import cache_dir
-from ..seeding import make_rng
+from ..runtime.seeding import make_rng
 from .participants import Participant
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from ..allocator import tune_allocator
+from ..runtime.allocator import tune_allocator
 from ..config import get_profile
 from ..data import NearIDData, build_world, load_nearid, nearid_root
 from ..features import Embedder, profile_embedders
@@ -150,11 +150,11 @@ def score_encoder(encoder: Any, protocols: Sequence[str] = PROTOCOLS, profile: s
         write: False returns the report without writing files.
 
     The calling process gets glibc's malloc thresholds for large tensors
-    (:func:`~nearid_lib.allocator.tune_allocator`; ``runtime.tune_malloc=false`` leaves them).
+    (:func:`~nearid_lib.runtime.allocator.tune_allocator`; ``runtime.tune_malloc=false`` leaves them).
     """
     protocols = _check_protocols(protocols)
     cfg = get_profile(profile, overrides, seed=seed)
-    tune_allocator(cfg.runtime.tune_malloc)       # ~2x faster CPU forwards (nearid_lib.allocator)
+    tune_allocator(cfg.runtime.tune_malloc)       # ~2x faster CPU forwards (nearid_lib.runtime.allocator)
     # a wrong encoder argument fails here, in seconds, before the data is built
     resolved = _resolve(encoder, cfg, name, device, encoder_kw)
     data = data if data is not None else _profile_data(cfg, progress)

@@ -14,8 +14,8 @@ from typing import Sequence
 
 import pandas as pd
 
-from .claim_criteria import AtLeast, AtMost, Greater, RatioAtLeast, Within, criterion_from_text
-from .paths import repo_root
+from .criteria import AtLeast, AtMost, Greater, RatioAtLeast, Within, criterion_from_text
+from ..paths import repo_root
 
 __all__ = ["point_claims", "seeds_line", "why_links", "summary_lines", "calibrated_rows", "FLOAT_ROUNDING_MARGIN",
            "trained", "leaning", "leaning_detail", "not_counted", "own_questions", "firmness_lines",

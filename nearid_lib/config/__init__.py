@@ -24,8 +24,8 @@ import os
 from dataclasses import fields, is_dataclass, replace
 from typing import Any, Mapping
 
-from .config_values import ConfigError, ConfigValueError, coerce as _coerce  # noqa: F401
-from .runtime import PORTABLE_THREADS, PORTABLE_VAR, portable_active
+from .values import ConfigError, ConfigValueError, coerce as _coerce  # noqa: F401
+from ..runtime import PORTABLE_THREADS, PORTABLE_VAR, portable_active
 
 __all__ = [
     "PROFILES", "Profile", "WorldConfig", "BackboneConfig", "HeadConfig", "TrainConfig",
@@ -34,9 +34,9 @@ __all__ = [
 ]
 
 
-from .config_sections import (BackboneConfig, EvalConfig, GenerateConfig, HeadConfig,  # noqa: F401
-                              IDSimConfig, JudgeConfig, Profile, RetrievalConfig, RuntimeConfig,
-                              TrainConfig, WorldConfig)
+from .profile import Profile, RuntimeConfig  # noqa: F401
+from .sections import (BackboneConfig, EvalConfig, GenerateConfig, HeadConfig,  # noqa: F401
+                       IDSimConfig, JudgeConfig, RetrievalConfig, TrainConfig, WorldConfig)
 
 
 def _smoke() -> Profile:

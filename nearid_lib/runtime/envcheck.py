@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import hub
-from . import mirror as M
-from .paths import data_dir
+from .. import hub
+from .. import mirror as M
+from ..paths import data_dir
 
 __all__ = ["device_table", "backbone_table", "dataset_table", "hub_table", "HUB_MODELS", "HUB_DATASETS"]
 

@@ -125,7 +125,7 @@ def criterion_from_text(text: str) -> AtLeast | AtMost | Greater | Within | Rati
     """The criterion a claims table's ``criterion`` cell states, rebuilt from its text (the inverse
     of each criterion's ``criterion(fmt)``; a percent value is read back as a fraction). Claims
     tables keep the text only, and the report re-decides a verdict with moved interval ends
-    (:func:`nearid_lib.report_claims.leaning`). The thresholds are printed to 0.1 points or 3
+    (:func:`nearid_lib.claims.report_section.leaning`). The thresholds are printed to 0.1 points or 3
     decimals, so a declared threshold must be round to that precision to come back exactly
     (``tests/test_claims.py`` checks every declared claim). Raises ValueError on any other text."""
     s = " ".join(str(text).split())

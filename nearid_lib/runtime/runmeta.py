@@ -15,9 +15,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
 
-from .io_utils import atomic_write_text
-from .paths import repo_root
-from .runtime import numerics_record
+from ..io_utils import atomic_write_text
+from ..paths import repo_root
+from . import numerics_record
 
 __all__ = ["git_state", "package_versions", "run_metadata", "write_run_metadata", "code_fingerprint"]
 
@@ -30,13 +30,13 @@ PACKAGES = (
 
 def code_fingerprint(*parts: str, package: Path | None = None) -> str:
     """A short hash of the library source that produced a result: every ``.py`` file under the
-    given parts of the package (sub-packages like ``"data"`` or modules like ``"seeding.py"``;
+    given parts of the package (sub-packages like ``"data"`` or modules like ``"runtime/seeding.py"``;
     none = the whole package), by relative path and content.
 
     Reused results (a built world, feature caches, trained heads, scored runs) carry it in their
     key, so editing the code that made them never serves a stale result; git is not needed (a
     source tarball or an uncommitted edit fingerprints the same way)."""
-    pkg = Path(package) if package is not None else Path(__file__).resolve().parent
+    pkg = Path(package) if package is not None else Path(__file__).resolve().parents[1]
     files: list[Path] = []
     for part in parts or ("",):
         target = pkg / part

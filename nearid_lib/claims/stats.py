@@ -41,7 +41,7 @@ def _ratio(num: str, den: str | None = None) -> Statistic:
     return Statistic((num,) if den is None else (num, den), moments, value)
 
 
-_MTG_PAIRS = (("s_1_1p", "oracle_1"), ("s_2_2p", "oracle_2"), ("s_1_2p", "oracle_2"),
+MTG_PAIRS = (("s_1_1p", "oracle_1"), ("s_2_2p", "oracle_2"), ("s_1_2p", "oracle_2"),
               ("s_2_1p", "oracle_1"))
 
 
@@ -74,8 +74,8 @@ STATISTICS: dict[str, Statistic] = {
     "ssr": replace(_ratio("success"), percent=True, bounds=(0.0, 1.0)),
     "pa": replace(_ratio("wins", "trials"), percent=True, bounds=(0.0, 1.0), chance=0.5),
     # rows = MTG pairs: the four similarities and the two oracles (metrics.mtg_metrics)
-    "mtg_mo": replace(_fisher_pearson(_MTG_PAIRS), bounds=(-1.0, 1.0), chance=0.0),
-    "mtg_mopair": replace(_fisher_pearson(_MTG_PAIRS[:2]), bounds=(-1.0, 1.0), chance=0.0),
+    "mtg_mo": replace(_fisher_pearson(MTG_PAIRS), bounds=(-1.0, 1.0), chance=0.0),
+    "mtg_mopair": replace(_fisher_pearson(MTG_PAIRS[:2]), bounds=(-1.0, 1.0), chance=0.0),
 }
 
 

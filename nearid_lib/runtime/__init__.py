@@ -18,7 +18,7 @@ deterministic switch.
   nothing in motion.
 * :func:`thread_count` / :func:`set_torch_threads`: torch's CPU threads (a profile's
   ``runtime.threads``; one under portable numerics) and glibc's malloc thresholds
-  (:func:`nearid_lib.allocator.tune_allocator`).
+  (:func:`nearid_lib.runtime.allocator.tune_allocator`).
 * :func:`deterministic`: torch's deterministic kernels (``torch.use_deterministic_algorithms``)
   and cuBLAS's fixed workspace (``CUBLAS_WORKSPACE_CONFIG``), cuDNN's benchmark off and TF32 off:
   under it a resumed training is bit-exact on CUDA as it is on CPU, at some speed
@@ -269,7 +269,7 @@ def thread_count(threads: int | None = None) -> int:
 def set_torch_threads(n: int | None = None, tune_malloc: bool = True) -> int:
     """``torch.set_num_threads`` to :func:`thread_count` of ``n`` (a profile's ``runtime.threads``;
     None: every core) and, with ``tune_malloc`` (a profile's ``runtime.tune_malloc``), glibc's malloc
-    thresholds for large tensors (:func:`nearid_lib.allocator.tune_allocator`); returns the count.
+    thresholds for large tensors (:func:`nearid_lib.runtime.allocator.tune_allocator`); returns the count.
 
     Under portable numerics ``n`` None means :data:`PORTABLE_THREADS` (the profile's count is that
     already: :func:`nearid_lib.config.runtime_env`), every OpenBLAS and OpenMP pool loaded is limited

@@ -44,17 +44,17 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .claim_criteria import AtLeast, AtMost, Greater, Precondition, RatioAtLeast, Within, criterion_from_text
-from .claim_stats import (  # noqa: F401
-    _MTG_PAIRS,
+from .criteria import AtLeast, AtMost, Greater, Precondition, RatioAtLeast, Within, criterion_from_text
+from .stats import (  # noqa: F401
+    MTG_PAIRS,
     STATISTICS,
     Statistic,
     grouped_pearson_columns,
     statistic,
 )
 from .evidence import Evidence, pool_seeds
-from .io_utils import write_csv
-from .paper_specs import paper_values_dir
+from ..io_utils import write_csv
+from ..paper_specs import paper_values_dir
 
 __all__ = ["Evidence", "Statistic", "STATISTICS", "AtLeast", "AtMost", "Greater", "Within", "RatioAtLeast",
            "Precondition", "criterion_from_text", "PaperRef", "ClaimSpec", "evaluate_claim", "evaluate_claims",
@@ -312,14 +312,14 @@ _CLAIM_WORD = 0xC1A1
 
 def claim_rng(rng: np.random.Generator, key: str) -> np.random.Generator:
     """Claim ``key``'s own generator under ``rng`` (a notebook's claims generator, made from a seed
-    as :func:`~nearid_lib.seeding.make_rng` does): derived from ``rng``'s seed sequence and the
+    as :func:`~nearid_lib.runtime.seeding.make_rng` does): derived from ``rng``'s seed sequence and the
     key, never from its state, so the claim's bootstrap is the same whichever claims are evaluated
     with it and in whatever order (before, the claims of a notebook drew from one stream in turn, and
     a claim added before another moved the other's interval)."""
     ss = getattr(rng.bit_generator, "seed_seq", None)
     if not isinstance(ss, np.random.SeedSequence):
         raise TypeError(f"claim_rng: claim {key!r}: the generator has no numpy SeedSequence to derive "
-                        f"from; make it with numpy.random.default_rng(seed) or nearid_lib.seeding.make_rng")
+                        f"from; make it with numpy.random.default_rng(seed) or nearid_lib.runtime.seeding.make_rng")
     word = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "little")
     return np.random.default_rng(np.random.SeedSequence(ss.entropy, spawn_key=(*ss.spawn_key, _CLAIM_WORD, word),
                                                         pool_size=ss.pool_size))

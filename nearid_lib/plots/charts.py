@@ -1,74 +1,17 @@
-"""Figure styles shared by the notebooks: one colour-blind-safe palette (Okabe-Ito), readable sizes,
-and the NearID figure types (KernelPCA panels, attention overlays, ECDFs, score grids, radar).
-
-Every function returns the matplotlib ``Figure``; :func:`savefig` writes it atomically as PNG and
-:func:`save` does the same and returns the figure (what ``Run.figure`` uses, so a notebook cell ending
-with it shows the figure inline). Nothing here selects a backend: notebooks keep the inline one.
-Colours are assigned per *method label* so the same method has the same colour in every figure.
-"""
+"""The chart figure types: KernelPCA panels, ECDFs, radar, bar comparisons, the bench overview and the
+anchor distributions; each returns the matplotlib ``Figure`` (:mod:`nearid_lib.plots`)."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Mapping, Sequence
 
-import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.lines import Line2D
-from PIL import Image
 
-from .io_utils import atomic_write
+from .style import OKABE_ITO, method_color
 
-__all__ = ["OKABE_ITO", "apply_style", "method_color", "savefig", "save", "kernel_pca_panels",
-           "attention_overlay_grid", "ecdf_plot", "score_grid", "radar_plot", "bar_compare",
-           "anchor_distributions", "image_grid"]
-
-# Okabe & Ito (2008): distinguishable under the common colour-vision deficiencies.
-OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
-_FIXED = {"nearid": "#0072B2", "ours": "#0072B2", "frozen": "#E69F00", "siglip2": "#E69F00",
-          "oracle": "#000000", "clip": "#009E73", "dino": "#CC79A7", "qwen": "#D55E00", "vlm": "#D55E00",
-          "vsm": "#56B4E9", "chance": "#999999", "@random": "#999999"}   # grey: random init, the chance reference
-_ASSIGNED: dict[str, str] = {}
-
-
-def apply_style() -> None:
-    """Readable defaults (font sizes, grid, no top/right spines); call once per notebook."""
-    mpl.rcParams.update({
-        "figure.dpi": 110, "savefig.dpi": 150, "savefig.bbox": "tight", "font.size": 10,
-        "axes.titlesize": 11, "axes.labelsize": 10, "legend.fontsize": 9, "legend.frameon": False,
-        "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3,
-        "axes.prop_cycle": mpl.cycler(color=OKABE_ITO),
-    })
-
-
-def method_color(label: str) -> str:
-    """A stable colour for a method label: fixed for known families, else the next free palette
-    colour (remembered for the session)."""
-    low = label.lower()
-    for key, col in _FIXED.items():
-        if key in low:
-            return col
-    if label not in _ASSIGNED:
-        used = set(_ASSIGNED.values())
-        free = [c for c in OKABE_ITO if c not in used] or OKABE_ITO
-        _ASSIGNED[label] = free[0]
-    return _ASSIGNED[label]
-
-
-def savefig(fig, path: str | Path, dpi: float | None = None) -> Path:
-    """Write ``fig`` as PNG atomically (creating folders, tight bounding box) and close it; returns
-    the path. ``dpi`` None: matplotlib's ``savefig.dpi``."""
-    path = Path(path)
-    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=dpi, bbox_inches="tight"))
-    plt.close(fig)
-    return path
-
-
-def save(fig, path: str | Path, dpi: float | None = None):
-    """:func:`savefig` that returns the figure: a closed figure still renders when it is the value
-    of a notebook cell, exactly once."""
-    savefig(fig, path, dpi)
-    return fig
+__all__ = ["kernel_pca_panels", "ecdf_plot", "radar_plot", "bar_compare", "metric_bars", "bench_overview",
+           "anchor_distributions"]
 
 
 def kernel_pca_panels(panels: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]], kernel: str = "rbf",
@@ -112,35 +55,6 @@ def kernel_pca_panels(panels: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndar
     return fig
 
 
-def attention_overlay_grid(images: Sequence, attn: Mapping[str, Sequence[np.ndarray]], col_titles: Sequence[str],
-                           title: str = ""):
-    """NearID Figure 3 (left): rows = the input images and, per method, its attention map
-    (``attn[name][k]`` a 2-D token grid, any size) upsampled and overlaid on image ``k``."""
-    rows = 1 + len(attn)
-    fig, axes = plt.subplots(rows, len(images), figsize=(2.3 * len(images), 2.3 * rows), squeeze=False)
-    for k, im in enumerate(images):
-        arr = np.asarray(im.convert("RGB"))
-        axes[0, k].imshow(arr)
-        axes[0, k].set_title(col_titles[k] if k < len(col_titles) else "")
-        for r, (name, maps) in enumerate(attn.items(), start=1):
-            a = np.asarray(maps[k], dtype=np.float64)
-            a = (a - a.min()) / (np.ptp(a) + 1e-12)
-            up = np.asarray(Image.fromarray((a * 255).astype(np.uint8)).resize(arr.shape[1::-1], Image.BILINEAR))
-            axes[r, k].imshow(arr)
-            axes[r, k].imshow(up / 255.0, cmap="inferno", alpha=0.55)
-            if k == 0:
-                axes[r, k].set_ylabel(name, rotation=90)
-        for r in range(rows):
-            axes[r, k].set_xticks([])
-            axes[r, k].set_yticks([])
-            axes[r, k].grid(False)
-    axes[0, 0].set_ylabel("image")
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    return fig
-
-
 def ecdf_plot(series: Mapping[str, np.ndarray], title: str = "", xlabel: str = "score",
               panels: Sequence[Sequence[str]] | None = None, panel_titles: Sequence[str] = (),
               notes: Mapping[str, str] | None = None, footnote: str = ""):
@@ -172,39 +86,6 @@ def ecdf_plot(series: Mapping[str, np.ndarray], title: str = "", xlabel: str = "
     if footnote:
         fig.text(0.5, 0.01, footnote, ha="center", va="bottom", fontsize=8, wrap=True)
     fig.tight_layout(rect=(0, 0.07 if footnote else 0, 1, 1))
-    return fig
-
-
-def score_grid(rows: Sequence[Sequence], labels: Sequence[Sequence[str]], col_titles: Sequence[str],
-               title: str = "", contours: Sequence[Sequence] | None = None):
-    """NearID Figures 7/8: a grid of images with a text box of per-image scores under each.
-
-    ``rows[r][c]`` a PIL image (None = empty cell), ``labels[r][c]`` its score text (e.g.
-    "S=0.93\\nN=0.71"); ``contours[r][c]`` optional list of (bool mask, colour) drawn as outlines."""
-    nr, nc = len(rows), max(len(r) for r in rows)
-    fig, axes = plt.subplots(nr, nc, figsize=(2.4 * nc, 2.75 * nr), squeeze=False)
-    for r in range(nr):
-        for c in range(nc):
-            ax = axes[r, c]
-            ax.set_xticks([])
-            ax.set_yticks([])
-            ax.grid(False)
-            im = rows[r][c] if c < len(rows[r]) else None
-            if im is None:
-                ax.axis("off")
-                continue
-            ax.imshow(np.asarray(im.convert("RGB")))
-            if contours and contours[r] and c < len(contours[r]) and contours[r][c]:
-                for m, col in contours[r][c]:
-                    ax.contour(np.asarray(m, dtype=float), levels=[0.5], colors=[col], linewidths=1.2)
-            txt = labels[r][c] if c < len(labels[r]) else ""
-            if txt:
-                ax.set_xlabel(txt, fontsize=8, family="monospace")
-            if r == 0:
-                ax.set_title(col_titles[c] if c < len(col_titles) else "")
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
     return fig
 
 
@@ -374,30 +255,5 @@ def anchor_distributions(wide, factors: Sequence[str], labels: Mapping[str, str]
     ax.set_ylabel("sensitivity (-slope), per anchor; 0 = chance")
     ax.set_title(title)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
-
-
-def image_grid(cells: Sequence[Sequence], col_titles: Sequence[str], row_labels: Sequence[str] = (),
-               title: str = "", cell_size: tuple[float, float] = (1.9, 2.0)):
-    """A grid of images without axes: ``cells[r][c]`` an image file (path), a PIL image or None (an
-    empty cell); ``col_titles`` over the first row, ``row_labels`` written up the left edge of each
-    row, ``title`` over the figure; ``cell_size`` inches per cell (width, height)."""
-    nr, nc = len(cells), len(col_titles)
-    fig, axes = plt.subplots(nr, nc, figsize=(cell_size[0] * nc, cell_size[1] * nr), squeeze=False)
-    for r in range(nr):
-        for c in range(nc):
-            ax = axes[r, c]
-            ax.axis("off")
-            cell = cells[r][c] if c < len(cells[r]) else None
-            if cell is not None:
-                ax.imshow(Image.open(cell) if isinstance(cell, (str, Path)) else cell)
-            if r == 0:
-                ax.set_title(col_titles[c], fontsize=8)
-        if r < len(row_labels):
-            axes[r, 0].text(-0.05, 0.5, row_labels[r], transform=axes[r, 0].transAxes, rotation=90,
-                            ha="right", va="center", fontsize=7)
-    if title:
-        fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     return fig
