@@ -308,17 +308,17 @@ notebook-figures: $(STAMP)
 	@test -n "$(strip $(EXECUTED_RUNS))" || { echo "notebook-figures: no executed notebooks (make smoke first)" >&2; exit 1; }
 	NEARID_EXECUTED="$(subst $(eval) ,;,$(strip $(EXECUTED_RUNS)))" $(PY) -m pytest -q tests/test_notebook_figures.py -k executed
 
-# pytest keeps about one of CI's two cores busy and is the longest part, so the dry run (its own
-# folders under $(DRYRUN_DIR)) and then smoke, each one notebook at a time, run beside it on the
-# other core (the tests write their caches and runs to a temporary folder, tests/conftest.py, never
-# to cache/ or build/); then the check of their executed notebooks' figures (seconds).
+# pytest keeps about one of CI's two cores busy, so the dry run (its own folders under $(DRYRUN_DIR),
+# one notebook at a time) and then smoke (two at a time, so that both cores stay busy once pytest
+# ends) run beside it (the tests write their caches and runs to a temporary folder, tests/conftest.py,
+# never to cache/ or build/); then the check of their executed notebooks' figures (seconds).
 test: $(STAMP)
 	$(MAKE) --no-print-directory -j2 -o $(STAMP) pytest dryrun-then-smoke
 	$(MAKE) --no-print-directory -o $(STAMP) notebook-figures
 
 dryrun-then-smoke: $(STAMP)
 	$(MAKE) --no-print-directory -o $(STAMP) dryrun-paper DRYRUN_JOBS=1
-	$(MAKE) --no-print-directory -o $(STAMP) smoke NEARID_JOBS=1
+	$(MAKE) --no-print-directory -o $(STAMP) smoke
 
 clean-build:
 	rm -rf build/$(PROFILE)
