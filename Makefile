@@ -71,7 +71,7 @@ NEARID_WORKERS ?= 2
 export NEARID_WORKERS
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: reproduce reproduce-full notebooks test pytest lint-imports smoke dryrun-paper dryrun-then-smoke install lock lab clean clean-build help judge curate prefill preflight wheelhouse gpu-wheels bgremove fpr-generate notebook-figures
+.PHONY: reproduce reproduce-full notebooks test pytest lint-imports smoke dryrun-paper dryrun-paper-then-smoke install lock lab clean clean-build help judge curate prefill preflight wheelhouse gpu-wheels bgremove fpr-generate notebook-figures
 .DEFAULT_GOAL := help
 
 help:
@@ -313,10 +313,10 @@ notebook-figures: $(STAMP)
 # ends) run beside it (the tests write their caches and runs to a temporary folder, tests/conftest.py,
 # never to cache/ or build/); then the check of their executed notebooks' figures (seconds).
 test: $(STAMP)
-	$(MAKE) --no-print-directory -j2 -o $(STAMP) pytest dryrun-then-smoke
+	$(MAKE) --no-print-directory -j2 -o $(STAMP) pytest dryrun-paper-then-smoke
 	$(MAKE) --no-print-directory -o $(STAMP) notebook-figures
 
-dryrun-then-smoke: $(STAMP)
+dryrun-paper-then-smoke: $(STAMP)
 	$(MAKE) --no-print-directory -o $(STAMP) dryrun-paper DRYRUN_JOBS=1
 	$(MAKE) --no-print-directory -o $(STAMP) smoke
 
