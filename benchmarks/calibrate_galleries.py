@@ -43,7 +43,7 @@ from nearid_lib.data.schema import COLUMNS
 from nearid_lib.features import FeatureStore
 from nearid_lib.io_utils import write_csv
 from nearid_lib.models import load_encoder
-from nearid_lib.nearid.published import published_seeds
+from nearid_lib.models.published import published_seeds
 from nearid_lib.paths import out_dir
 from nearid_lib.fpr.experiments import encoder_specs
 from nearid_lib.fpr.protocol import oracle_scores

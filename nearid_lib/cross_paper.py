@@ -20,24 +20,20 @@ the mirror, not trained yet) is left out with its reason in ``notes``.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from .idsim.model import CONFIG_FILE as IDSIM_CONFIG
-from .idsim.release_backbones import RELEASES
-from .idsim.release_model import load_release_row, release_available
-from .idsim.released import load_benchmarks, load_frozen_row, public_scores
 from .features import Embedder, profile_embedders
-from .models import load_encoder, resolve_device, resolve_name
-from .nearid.published import published_seeds
+from .features.profile_encoders import IDSIM_RELEASE, idsim_frozen_row, idsim_release_row
+from .models import checkpoint_seeds, encoder_available, encoder_info, list_encoders, load_encoder, \
+    resolve_device, resolve_name
 from .paths import checkpoint_dir
 from .score import Participant
 from .score.card import assemble_table
-from .score.protocols import run_fpr, run_idsim, run_nearid
+from .score.protocols import run_fpr, run_idsim, run_idsim_public, run_nearid
 
 if TYPE_CHECKING:
     from .config import Profile
@@ -77,14 +73,10 @@ def seed_note(cfg: Profile) -> str:
     where the claims average every seed (issue 53: the figure showed seed 0's numbers beside claims
     on the three-seed means, unsaid). "" when no trained model is published."""
     ck, parts = checkpoint_dir(cfg.name), []
-    if (ck / "nearid").exists():
-        seeds = list(published_seeds(ck / "nearid"))
-        parts.append(f"the NearID head is seed {seeds[0]} of {len(seeds)} ({', '.join(map(str, sorted(seeds)))})")
-    meta = ck / "idsim" / IDSIM_CONFIG
-    if meta.exists():
-        m = json.loads(meta.read_text())
-        seeds = [int(x) for x in m.get("seeds", [m.get("seed", 0)])]
-        parts.append(f"ID-Sim is seed {m.get('seed', 0)} of {len(seeds)} ({', '.join(map(str, sorted(seeds)))})")
+    for name, what in (("nearid", "the NearID head"), ("idsim", "ID-Sim")):
+        if (ck / name).exists():     # each trained encoder reads its own checkpoint's seed list
+            own, seeds = checkpoint_seeds(name, ck / name)
+            parts.append(f"{what} is seed {own} of {len(seeds)} ({', '.join(map(str, seeds))})")
     if not parts:
         return ""
     return ("Trained rows are one training seed, the published checkpoint's: " + "; ".join(parts) + ". The claims "
@@ -113,16 +105,16 @@ def participants(cfg: Profile, data: NearIDData, progress: bool = False) -> tupl
     if cfg.world.source != "procedural" and names.count("nearid-release") and \
             not any(p.key == "nearid-release" for p in parts):
         notes.append("NearID released weights: not loaded (Aleksandar/nearid-siglip2 not in the mirror)")
-    # (key, label, kind, loader): ID-Sim's rows, loaded the way notebook 09 loads them
+    # (key, label, kind, loader): ID-Sim's rows through the registry, loaded the way notebook 09 loads them
     extra: list[tuple[str, str, str, Any]] = []
     if cfg.world.source != "procedural":
-        extra.append(("idsim-release", "ID-Sim, released weights", "idsim", lambda: load_release_row(cfg)))
+        extra.append((IDSIM_RELEASE, "ID-Sim, released weights", "idsim", lambda: idsim_release_row(cfg)))
         # the authors' other three released backbones (rows of their own; only those in the mirror)
-        extra += [(n, f"{s.label}, released weights", "idsim", lambda n=n: load_release_row(cfg, name=n))
-                  for n, s in RELEASES.items() if n != "idsim-release" and release_available(s.repo, s.base) is None]
+        extra += [(n, f"{encoder_info(n).label}, released weights", "idsim", lambda n=n: idsim_release_row(cfg, n))
+                  for n in list_encoders(group=IDSIM_RELEASE) if n != IDSIM_RELEASE and encoder_available(n) is None]
         if resolve_name(cfg.idsim.backbone) != resolve_name(cfg.backbone.name):
             extra.append((cfg.idsim.backbone, f"{cfg.idsim.backbone} (frozen, ID-Sim's backbone)", "frozen",
-                          lambda: load_frozen_row(cfg, cfg.idsim.backbone)))
+                          lambda: idsim_frozen_row(cfg, cfg.idsim.backbone)))
     elif (ck / "idsim").exists():
         extra.append(("idsim", f"ID-Sim ({cfg.idsim.backbone} + LoRA, {cfg.name})", "idsim",
                       lambda: load_encoder("idsim", device=resolve_device(cfg.device), checkpoint=str(ck / "idsim"))[0]))
@@ -140,16 +132,6 @@ def participants(cfg: Profile, data: NearIDData, progress: bool = False) -> tupl
     return parts, notes
 
 
-def _public_idsim(parts, cfg: Profile, notes: list[str]) -> dict[str, dict[str, float]]:
-    """ID-Sim's public benchmarks for every participant (``paper``: no edit grids), as notebook 09
-    scores them (:func:`~nearid_lib.idsim.released.public_scores`)."""
-    s2k, _, pairs, missing = load_benchmarks(cfg)
-    notes += [f"ID-Sim {k}: {v}" for k, v in missing.items()]
-    return {p.key: {f"idsim_{k}": float(v) for k, v in
-                    public_scores(p.model, s2k, pairs, cfg.idsim.eval_batch_size).items()}
-            for p in parts}
-
-
 def cross_paper(cfg: Profile, data: NearIDData, seed: int = 0, progress: bool = False) -> CrossPaper:
     """Score every participant (:func:`participants`) on the three protocols; see the module
     docstring."""
@@ -161,7 +143,7 @@ def cross_paper(cfg: Profile, data: NearIDData, seed: int = 0, progress: bool = 
     table = assemble_table(parts, results, cfg.name)
     table = table[table["kind"] != "paper"].reset_index(drop=True)
     if not (data.grids is not None and len(data.grids)):
-        pub = _public_idsim(parts, cfg, notes)
+        pub = run_idsim_public(parts, cfg, notes)
         for col in ("idsim_subjects2k_ap", "idsim_dreambench_spearman"):
             table[col] = [pub.get(k, {}).get(col, np.nan) for k in table["key"]]
     keep = ["row", "kind", "key"] + [c for c, *_ in CROSS_COLUMNS if c in table.columns and table[c].notna().any()]

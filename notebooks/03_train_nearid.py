@@ -18,7 +18,7 @@
 # The recipe (steps, schedule, data) was chosen on the validation split only (README, "The mini
 # mechanism"); every row of every NearID table is trained with it, for `eval.n_seeds` seeds. The head
 # of the notebook's own seed is the checkpoint later notebooks load; the other seeds' heads are
-# published beside it (`nearid_lib.nearid.published`), so the claims of notebooks 10 and 11 that
+# published beside it (`nearid_lib.models.published`), so the claims of notebooks 10 and 11 that
 # judge the head average over its trainings.
 
 # %% tags=["parameters"]
@@ -39,7 +39,7 @@ from nearid_lib.nearid.ablations import main_row
 from nearid_lib.data.groups import image_groups
 from nearid_lib.features import Embedder
 from nearid_lib.nearid.evaluate import evaluate_split
-from nearid_lib.nearid.published import publish_seeds, published_seeds
+from nearid_lib.models.published import publish_seeds, published_seeds
 from nearid_lib.nearid.rows import train_groups
 from nearid_lib.nearid.sweep import run_rows
 from nearid_lib.paths import checkpoint_dir

@@ -39,7 +39,7 @@ from nearid_lib.idsim.sensitivity import (plot_sensitivity_bars, plot_similarity
                                           similarity_curves)
 from nearid_lib.io_utils import write_csv
 from nearid_lib.models import load_encoder
-from nearid_lib.nearid.published import published_seeds
+from nearid_lib.models.published import published_seeds
 from nearid_lib.paths import cache_dir, checkpoint_dir
 from nearid_lib.run import setup_notebook
 

@@ -52,7 +52,7 @@ from nearid_lib.fpr import tables as T
 from nearid_lib.fpr.claims import retrieval_claims
 from nearid_lib.fpr.seeds import specialised_seed_runs
 from nearid_lib.io_utils import write_csv
-from nearid_lib.nearid.published import published_seeds
+from nearid_lib.models.published import published_seeds
 from nearid_lib.paths import cache_dir
 from nearid_lib.run import start_run
 

@@ -67,3 +67,28 @@ def test_idsim_is_registered_from_its_package_and_the_core_imports_none():
 def test_unknown_spec_lists_what_was_tried():
     with pytest.raises(ValueError, match=r"unknown encoder 'efficientnet-lite9' \(did you mean"):
         load_encoder("efficientnet-lite9")
+
+
+def test_registry_describes_a_group_its_availability_and_its_seeds(tmp_path, monkeypatch):
+    """What a caller above the core asks of a name without building it (issue 54: the cross-paper
+    table finds ID-Sim's released rows this way): the names of a group in registration order, the
+    label, the reason its weights cannot be read, and a checkpoint folder's seeds."""
+    from nearid_lib.models import registry as R
+
+    monkeypatch.setattr(R, "_REGISTRY", dict(R._REGISTRY))
+    build = lambda **kw: None                                                     # noqa: E731
+    R.register_encoder("zz-b", build, "org/b", label="B", group="test-group", available=lambda: "b is absent")
+    R.register_encoder("zz-a", build, "org/a", label="A", group="test-group",
+                       seeds=lambda d: (int((d / "own").read_text()), [0, 1, 2]))
+    assert R.list_encoders(group="test-group") == ["zz-b", "zz-a"]            # registration order
+    assert R.encoder_info("zz-b") == R.EncoderInfo("zz-b", "org/b", "", "B", "test-group")
+    assert R.encoder_available("zz-b") == "b is absent" and R.encoder_available("zz-a") is None
+    (tmp_path / "own").write_text("2")
+    assert R.checkpoint_seeds("zz-a", tmp_path) == (2, [0, 1, 2])
+    assert R.checkpoint_seeds("zz-b", tmp_path) == (0, [0])                     # no hook: one seed
+    # ID-Sim's releases are one group, the paper's first; absent from an empty mirror, with the reason
+    assert R.list_encoders(group="idsim-release")[0] == "idsim-release"
+    monkeypatch.setenv("NEARID_HUB_DIR", str(tmp_path / "empty-mirror"))
+    (tmp_path / "empty-mirror").mkdir()
+    why = R.encoder_available("idsim-release")
+    assert why is not None and "chaenayo/id-sim_dinov3_vitl16_cls_patch" in why

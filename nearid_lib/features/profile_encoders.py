@@ -29,7 +29,8 @@ import torch
 
 from .. import hub
 from ..chance import RANDOM_INIT
-from ..models import load_backbone, load_encoder, load_seed_heads, resolve_name, same_tower, split_weights
+from ..models import load_backbone, load_encoder, load_seed_heads, resolve_device, resolve_name, same_tower, \
+    split_weights
 from ..models.registry import RELEASE_REPO
 from ..paths import cache_dir, checkpoint_dir
 from .embedder import Embedder
@@ -38,9 +39,13 @@ if TYPE_CHECKING:
     from ..config import Profile
     from ..data import NearIDData
 
-__all__ = ["Embedders", "profile_embedders", "release_embedders", "release_why", "RELEASE_FLOAT", "RELEASE_INT8"]
+__all__ = ["Embedders", "profile_embedders", "release_embedders", "release_why", "RELEASE_FLOAT", "RELEASE_INT8",
+           "IDSIM_RELEASE", "idsim_release_row", "idsim_frozen_row"]
 
 RELEASE_FLOAT, RELEASE_INT8 = "nearid-release", "nearid-release-int8"
+# the registered name of the paper's released ID-Sim (the group "idsim-release" holds it and the
+# authors' other released backbones; registered by nearid_lib.idsim through the plug-in entry point)
+IDSIM_RELEASE = "idsim-release"
 
 
 class Embedders(list):
@@ -151,3 +156,22 @@ def profile_embedders(cfg: Profile, data: NearIDData, checkpoint=None,
         out.append(Embedder(enc, data, profile=cfg, progress=progress, store_tokens=None if shared else False,
                             name=canon, label=_frozen_label(canon, getattr(enc, "tiny", False))))
     return out
+
+
+def idsim_release_row(cfg: Profile, name: str | None = None, device=None):
+    """A released ID-Sim as a profile scores it, through the registry: at ``idsim.image_size`` (448
+    in ``paper``), on ``device`` (default: the profile's); ``name`` one of
+    ``list_encoders(group="idsim-release")`` (default: :data:`IDSIM_RELEASE` read from the profile's
+    ``idsim.released_model``, the paper's row of notebooks 09 and 12)."""
+    kw = {"image_size": cfg.idsim.image_size} if cfg.idsim.image_size else {}
+    dev = resolve_device(cfg.device) if device is None else device
+    if name is None or name == IDSIM_RELEASE:
+        return load_encoder(IDSIM_RELEASE, device=dev, checkpoint=cfg.idsim.released_model, **kw)[0]
+    return load_encoder(name, device=dev, **kw)[0]
+
+
+def idsim_frozen_row(cfg: Profile, name: str, device=None):
+    """A frozen encoder as ID-Sim's tables score it (``cfg.idsim.frozen_rows``, its backbone): through
+    the registry, DINO encoders at ``idsim.image_size``, the others at their native size."""
+    kw = {"image_size": cfg.idsim.image_size} if cfg.idsim.image_size and name.startswith("dino") else {}
+    return load_encoder(name, device=resolve_device(cfg.device) if device is None else device, **kw)[0]

@@ -2,7 +2,7 @@
 
 FPR's claims 2-4 judge the specialised encoder (the NearID head in ``mini``). A trained head is one
 draw of its training; notebook 03 trains three and publishes them all
-(:mod:`nearid_lib.nearid.published`). The tables and figures of notebook 11 keep the published
+(:mod:`nearid_lib.models.published`). The tables and figures of notebook 11 keep the published
 head (the notebook's own seed); :func:`specialised_seed_runs` scores each other seed's head with
 the same protocol (oracle, generated images, background ablation) so
 :func:`~nearid_lib.fpr.claims.retrieval_claims` can average the claims' quantities over the seeds and
@@ -31,7 +31,7 @@ def specialised_seed_runs(spec: EncoderSpec, seed_dirs: Mapping[int, str | Path]
                           removed: tuple[pd.DataFrame, pd.DataFrame] | None = None
                           ) -> dict[int, dict[str, pd.DataFrame]]:
     """{seed: {"per_query", "agreement", "oracle_pq", "bg_pq"}} of the heads in ``seed_dirs``
-    ({seed: checkpoint folder}, e.g. :func:`~nearid_lib.nearid.published.published_seeds`) other
+    ({seed: checkpoint folder}, e.g. :func:`~nearid_lib.models.published.published_seeds`) other
     than the one ``spec`` loads (its ``checkpoint``), each loaded with ``spec``'s options and scored
     under ``spec.name`` exactly as :func:`~.experiments.run_fpr` and
     :func:`~.ablations.background_ablation` score the published head (``removed``: the

@@ -7,10 +7,13 @@ and ``load_encoder("idsim-release")`` (the authors' released model).
 """
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from ..models.registry import register_encoder
-from .model import idsim_encoder
+from .model import CONFIG_FILE, idsim_encoder
 from .release_backbones import RELEASES
-from .release_model import release_encoder
+from .release_model import release_available, release_encoder
 
 __all__ = ["register"]
 
@@ -23,12 +26,22 @@ def _idsim_release(name, hub_id, tiny=False, **kw):
     return release_encoder(tiny=tiny, hub_id=hub_id, name=name, **kw)
 
 
+def _checkpoint_seeds(directory: Path) -> tuple[int, list[int]]:
+    """A trained ID-Sim's own seed and every seed its ``idsim.json`` lists (one seed without a list)."""
+    meta = json.loads((directory / CONFIG_FILE).read_text())
+    own = int(meta.get("seed", 0))
+    return own, sorted(int(x) for x in meta.get("seeds", [own]))
+
+
 def register() -> None:
     """Add ``idsim`` and the released checkpoints (``idsim-release`` and its three other backbones,
-    :data:`~.release_backbones.RELEASES`) to the encoder registry."""
+    :data:`~.release_backbones.RELEASES`, the group ``"idsim-release"`` with a check that their weights
+    are in the mirror) to the encoder registry."""
     register_encoder("idsim", _idsim, None, doc="ID-Sim: frozen backbone + LoRA + CLS/patch heads "
-                     "(nearid_lib.idsim.model)")
+                     "(nearid_lib.idsim.model)", label="ID-Sim", seeds=_checkpoint_seeds)
     for spec in RELEASES.values():
         register_encoder(spec.name, _idsim_release, spec.repo,
                          doc=f"the released {spec.label}: its LoRA merged into {spec.base} + mlp_cls / mlp_patch, "
-                             f"448 px (nearid_lib.idsim.release_model; checkpoint=, base=, image_size=)")
+                             f"448 px (nearid_lib.idsim.release_model; checkpoint=, base=, image_size=)",
+                         label=spec.label, group="idsim-release",
+                         available=lambda s=spec: release_available(s.repo, s.base))

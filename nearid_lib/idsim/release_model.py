@@ -66,16 +66,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import hub
-from ..models import load_encoder, resolve_device
 from ..models.encoder_base import IMAGENET_MEAN, IMAGENET_STD, Encoder, EncoderOutput, Preprocess
 from ..runtime.runmeta import code_fingerprint
 from .release_adapter import AdapterConfig, Delta, ReleaseFormatError, encoder_layers, merge_adapter, read_adapter  # noqa: F401
-from .release_backbones import RELEASES, load_base, spec_for
+from .release_backbones import load_base, spec_for
 
 __all__ = ["RELEASE_REPO", "BASE_REPO", "RELEASE_FILES", "RELEASE_IMAGE_SIZE", "HEAD_KEYS", "ReleaseFormatError",
            "AdapterConfig", "ResidualHead", "IDSimRelease", "read_adapter", "merge_adapter", "load_head",
-           "normalize_embedding", "load_idsim_release", "release_encoder", "release_available",
-           "load_release_row"]
+           "normalize_embedding", "load_idsim_release", "release_encoder", "release_available"]
 
 RELEASE_REPO = "chaenayo/id-sim_dinov3_vitl16_cls_patch"
 BASE_REPO = "facebook/dinov3-vitl16-pretrain-lvd1689m"
@@ -382,14 +380,3 @@ def release_encoder(tiny: bool = False, checkpoint: str | os.PathLike | None = N
     spec = spec_for(str(repo))
     return load_idsim_release(repo, base or (spec.base if spec else BASE_REPO), device="cpu", dtype=kw.get("dtype"),
                               image_size=kw.get("image_size"), tiny=tiny, name=kw.get("name") or "idsim-release")
-
-
-def load_release_row(cfg, device=None, name: str | None = None) -> "IDSimRelease":
-    """A released ID-Sim of a profile at ``idsim.image_size`` (448 in ``paper``), on ``device``
-    (default: the profile's): ``name`` one of :data:`RELEASES` (default: the profile's
-    ``idsim.released_model`` as the registered ``idsim-release``, the paper's row of notebooks 09 and 12)."""
-    kw = {"image_size": cfg.idsim.image_size} if cfg.idsim.image_size else {}
-    dev = resolve_device(cfg.device) if device is None else device
-    if name is None or name == "idsim-release":
-        return load_encoder("idsim-release", device=dev, checkpoint=cfg.idsim.released_model, **kw)[0]
-    return load_encoder(RELEASES[name].name, device=dev, **kw)[0]

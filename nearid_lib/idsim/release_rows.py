@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Callable
 
 from .public_eval import public_scores
 from .release_backbones import PRIMARY, RELEASES
-from .release_model import load_release_row, release_available
+from ..features.profile_encoders import idsim_release_row
+from .release_model import release_available
 
 if TYPE_CHECKING:
     from ..config import Profile
@@ -46,7 +47,7 @@ def release_rows(cfg: Profile, s2k, pairs, batch_size: int, log: Callable[[str],
         rel = None
         if why is None:
             try:
-                rel = load_release_row(cfg, name=name)
+                rel = idsim_release_row(cfg, name=name)
             except (OSError, ValueError, KeyError, TypeError) as err:     # HubError is an OSError
                 why = f"released ID-Sim checkpoint {repo} not loaded: {err}"
         if rel is None:

@@ -63,14 +63,15 @@ from .public_eval import (
     subjects2k_gpt_metrics,
     subjects2k_metrics,
 )
-from .release_model import RELEASE_FILES, load_release_row
+from .release_model import RELEASE_FILES
 from .release_rows import RELEASE_LABELS, patch_column, release_rows, row_name, table2a_row
 
 if TYPE_CHECKING:
     from ..config import Profile
 
 from ..data.eval_datasets import DBPP_DIRNAME, DOWNLOAD_STEPS, DreamBenchPP, dbpp_mean_ratings, load_dreambenchpp
-from ..models import load_encoder, resolve_device, resolve_name
+from ..features.profile_encoders import idsim_frozen_row
+from ..models import resolve_device, resolve_name
 from ..paths import downloads_dir
 from .ablations import OUTPUTS, PLACEMENT_OUTPUT
 from .eval_suite import BENCH_INFO
@@ -79,9 +80,9 @@ from .release_model import release_available
 
 __all__ = ["RELEASED_FILES", "DINOV3_NATIVE_WEIGHTS", "SUBJECTS2K_COLUMNS", "UNPUBLISHED_BENCHMARKS",
            "SENSITIVITY_REASON", "PAPER_MODEL_KEYS", "RELEASE_ROW", "RELEASE_KEY", "released_idsim_reason",
-           "load_release_row", "load_subjects2k",
+           "load_subjects2k",
            "pair_scores", "subjects2k_metrics", "subjects2k_gpt_metrics", "dbpp_metrics", "dbpp_gpt_metrics",
-           "judge_pairs", "judge_metrics", "load_frozen_row", "load_frozen_rows", "ReleasedScores",
+           "judge_pairs", "judge_metrics", "load_frozen_rows", "ReleasedScores",
            "load_benchmarks", "public_scores", "score_released", "released_table", "released_mllm_table",
            "released_patch_table", "not_scored", "world_only_tables"]
 
@@ -118,20 +119,13 @@ def released_idsim_reason(repo_id: str) -> str | None:
 
 
 # ----------------------------------------------------------------------------- frozen rows
-def load_frozen_row(cfg: Profile, name: str, device=None):
-    """One of ``cfg.idsim.frozen_rows`` through the encoder registry (weights through
-    :mod:`nearid_lib.hub`; DINO rows at ``idsim.image_size``, the others at their native size)."""
-    kw = {"image_size": cfg.idsim.image_size} if cfg.idsim.image_size and name.startswith("dino") else {}
-    return load_encoder(name, device=resolve_device(cfg.device) if device is None else device, **kw)[0]
-
-
 def load_frozen_rows(cfg: Profile) -> tuple[dict[str, Any], dict[str, str]]:
-    """``(encoders, skipped)``: each of ``cfg.idsim.frozen_rows`` loaded (:func:`load_frozen_row`),
+    """``(encoders, skipped)``: each of ``cfg.idsim.frozen_rows`` loaded (:func:`~nearid_lib.features.profile_encoders.idsim_frozen_row`),
     or its reason (not in the mirror with the download command, or the load error)."""
     encs, skipped = {}, {}
     for name in cfg.idsim.frozen_rows:
         try:
-            encs[name] = load_frozen_row(cfg, name)
+            encs[name] = idsim_frozen_row(cfg, name)
         except (OSError, ValueError, KeyError) as err:     # HubError is an OSError
             skipped[name] = f"frozen row {name} not loaded: {err}"
     return encs, skipped
@@ -205,7 +199,7 @@ def load_benchmarks(cfg: Profile) -> tuple[Any, DreamBenchPP | None, pd.DataFram
 def score_released(cfg: Profile, nearid=None, log=print) -> ReleasedScores:
     """Score every public ID-Sim benchmark (:func:`load_benchmarks`) with every scorer that can be
     had without ID-Sim's unpublished training set: the frozen rows (``idsim.frozen_rows``, one
-    loaded at a time), the released ID-Sim (:func:`load_release_row`: CLS and patch embedding; a
+    loaded at a time), the released ID-Sim (:func:`~nearid_lib.features.profile_encoders.idsim_release_row`: CLS and patch embedding; a
     failed load is a reason in ``missing[RELEASE_KEY]``), the NearID head ``nearid`` (notebook
     03's, when given), the datasets' own
     GPT-4o annotations, and the open MLLM judge ``idsim.mllm_judge`` (on at most
@@ -222,7 +216,7 @@ def score_released(cfg: Profile, nearid=None, log=print) -> ReleasedScores:
 
     for name in cfg.idsim.frozen_rows:
         try:
-            enc = load_frozen_row(cfg, name)
+            enc = idsim_frozen_row(cfg, name)
         except (OSError, ValueError, KeyError) as err:     # HubError is an OSError
             out.missing[name] = f"frozen row {name} not loaded: {err}"
             log(out.missing[name])

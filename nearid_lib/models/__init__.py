@@ -21,8 +21,9 @@ ensure_torchvision()  # before anything imports timm / transformers vision code
 from .backbones import Encoder, EncoderOutput, Preprocess  # noqa: E402
 from .checkpoint import export_release_head, load_head, load_release_head, save_head  # noqa: E402
 from .map_head import MLP, MAPHead, drop_tokens  # noqa: E402
-from .registry import build_registered, encoder_aliases, list_encoders, load_backbone, \
-    register_encoder, resolve_device, resolve_name, split_weights, RANDOM_INIT  # noqa: E402
+from .registry import EncoderInfo, build_registered, checkpoint_seeds, encoder_aliases, encoder_available, \
+    encoder_info, list_encoders, load_backbone, register_encoder, resolve_device, resolve_name, split_weights, \
+    RANDOM_INIT  # noqa: E402
 from .nearid_model import NearIDEncoder, same_tower  # noqa: E402  (registers "nearid")
 from . import specialised  # noqa: E402,F401  (registers "bioclip2", "miewid", "classifier")
 from .callables import EncoderSpecError  # noqa: E402
@@ -34,5 +35,6 @@ __all__ = ["MAPHead", "MLP", "drop_tokens", "Encoder", "EncoderOutput", "Preproc
            "load_encoder", "resolve_encoder", "ResolvedEncoder", "clear_encoder_cache", "encoder_kind",
            "UserEncoder", "EncoderSpecError", "EncoderOutputError", "build_registered",
            "load_backbone", "register_encoder", "list_encoders", "encoder_aliases", "resolve_name",
+           "EncoderInfo", "encoder_info", "encoder_available", "checkpoint_seeds",
            "split_weights", "RANDOM_INIT", "same_tower", "load_seed_heads",
            "resolve_device", "save_head", "load_head", "load_release_head", "export_release_head"]

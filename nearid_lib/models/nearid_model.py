@@ -24,6 +24,7 @@ from ..hub import resolve
 from .backbones import Encoder, EncoderOutput, SiglipEncoder
 from .checkpoint import is_head_checkpoint, load_head, load_release_head, load_release_tower
 from .map_head import MAPHead
+from .published import published_seeds
 from .registry import RELEASE_REPO, StackedEncoder, build_registered, register_encoder, resolve_name
 
 __all__ = ["NearIDEncoder", "same_tower"]
@@ -180,7 +181,13 @@ def _nearid_on(bb: Encoder, name, hub_id, tiny, checkpoint, head, num_heads, tok
     return NearIDEncoder(bb, head, name=name, source=source)
 
 
-register_encoder("nearid", _nearid, RELEASE_REPO, doc="frozen backbone + trained MAP head")
+def _head_seeds(directory: Path) -> tuple[int, list[int]]:
+    seeds = list(published_seeds(directory))
+    return seeds[0], sorted(seeds)
+
+
+register_encoder("nearid", _nearid, RELEASE_REPO, doc="frozen backbone + trained MAP head", label="NearID",
+                 seeds=_head_seeds)
 
 
 def same_tower(a: torch.nn.Module, b: torch.nn.Module) -> bool:

@@ -22,8 +22,10 @@ release safetensors file/folder, or a hub repo id such as ``Aleksandar/nearid-si
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
     from ..config import BackboneConfig, Profile
 
 __all__ = ["load_backbone", "build_registered", "PLUGIN_GROUP", "split_weights", "RANDOM_INIT", "register_encoder", "list_encoders", "encoder_aliases", "resolve_name",
+           "EncoderInfo", "encoder_info", "encoder_available", "checkpoint_seeds",
            "resolve_device", "StackedEncoder", "RELEASE_REPO"]
 
 RELEASE_REPO = "Aleksandar/nearid-siglip2"
@@ -53,6 +56,23 @@ class _Spec:
     builder: Callable[..., Encoder]
     hub_id: str | None
     doc: str
+    label: str = ""
+    group: str = ""
+    available: Callable[[], str | None] | None = None
+    seeds: Callable[[Path], tuple[int, list[int]]] | None = None
+
+
+@dataclass(frozen=True)
+class EncoderInfo:
+    """What the registry knows of a name without building it: its hub ``hub_id``, ``doc``, the
+    ``label`` its table rows carry ("" where none was registered) and its ``group`` (e.g. every
+    released ID-Sim checkpoint is in ``"idsim-release"``)."""
+
+    name: str
+    hub_id: str | None
+    doc: str
+    label: str
+    group: str
 
 
 _REGISTRY: dict[str, _Spec] = {}
@@ -74,17 +94,48 @@ def _load_plugins() -> None:
 
 
 def register_encoder(name: str, builder: Callable[..., Encoder], hub_id: str | None = None,
-                     aliases: tuple[str, ...] = (), doc: str = "") -> None:
-    """Add an encoder: ``builder(name=..., hub_id=..., tiny=..., **kw) -> Encoder``."""
-    _REGISTRY[name] = _Spec(builder, hub_id, doc)
+                     aliases: tuple[str, ...] = (), doc: str = "", label: str = "", group: str = "",
+                     available: Callable[[], str | None] | None = None,
+                     seeds: Callable[[Path], tuple[int, list[int]]] | None = None) -> None:
+    """Add an encoder: ``builder(name=..., hub_id=..., tiny=..., **kw) -> Encoder``. Optional:
+    ``label`` and ``group`` (:class:`EncoderInfo`), ``available()`` (None when its weights can be read
+    now, else why not; loads nothing) and ``seeds(folder) -> (own seed, every seed)`` for a trained
+    checkpoint folder that keeps several training seeds (:func:`checkpoint_seeds`)."""
+    _REGISTRY[name] = _Spec(builder, hub_id, doc, label, group, available, seeds)
     for a in aliases:
         _ALIASES[a] = name
 
 
-def list_encoders() -> list[str]:
-    """Registered names (aliases excluded), plug-ins included."""
+def list_encoders(group: str | None = None) -> list[str]:
+    """Registered names (aliases excluded), plug-ins included, sorted; with ``group``, that group's
+    names in the order they were registered (the order of their rows in a table)."""
     _load_plugins()
-    return sorted(_REGISTRY)
+    if group is None:
+        return sorted(_REGISTRY)
+    return [n for n, s in _REGISTRY.items() if s.group == group]
+
+
+def encoder_info(name: str) -> EncoderInfo:
+    """:class:`EncoderInfo` of a registered name or alias (KeyError naming the valid ones)."""
+    canon = resolve_name(name)
+    s = _REGISTRY[canon]
+    return EncoderInfo(canon, s.hub_id, s.doc, s.label, s.group)
+
+
+def encoder_available(name: str) -> str | None:
+    """None when the weights of a registered encoder can be read now (or it registered no check),
+    else the reason its ``available`` hook gives (e.g. not in the hub mirror, with the download
+    command). Loads nothing."""
+    check = _REGISTRY[resolve_name(name)].available
+    return None if check is None else check()
+
+
+def checkpoint_seeds(name: str, directory: str | os.PathLike) -> tuple[int, list[int]]:
+    """``(own seed, every seed sorted)`` of a trained checkpoint folder of encoder ``name`` (the
+    ``seeds`` hook it registered: ``nearid``'s published heads, ``idsim``'s checkpoints). A name
+    without the hook keeps one seed, 0. Reads metadata only."""
+    read = _REGISTRY[resolve_name(name)].seeds
+    return (0, [0]) if read is None else read(Path(directory))
 
 
 def encoder_aliases() -> dict[str, str]:

@@ -1,7 +1,8 @@
 """The three protocols of :func:`nearid_lib.score.score_encoder`, each over a list of
 :class:`~nearid_lib.score.participants.Participant` (the scored encoder first, then the baselines). Every number
 comes from the library code the notebooks use: NearID-bench (notebook 04), selective sensitivity
-(notebook 10), Finer-Personalization Rank (notebook 11)."""
+(notebook 10) or, without edit grids, ID-Sim's public benchmarks (notebook 09), Finer-Personalization
+Rank (notebook 11)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -13,6 +14,7 @@ from ..features import FeatureStore
 from ..fpr import load_fpr_split, read_generated, simulate_methods
 from ..fpr.experiments import prepare_data
 from ..fpr.experiments import run_fpr as fpr_protocol
+from ..idsim.released import load_benchmarks, public_scores
 from ..idsim.sensitivity import run_sensitivity
 from ..nearid.bench import run_bench
 from ..nearid.tables import table1, table5, table7
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     from ..config import Profile
     from ..data import NearIDData
 
-__all__ = ["run_nearid", "run_idsim", "run_fpr"]
+__all__ = ["run_nearid", "run_idsim", "run_idsim_public", "run_fpr"]
 
 
 def run_nearid(parts: Sequence[Participant], cfg: Profile, data: NearIDData) -> dict[str, Any]:
@@ -55,6 +57,17 @@ def run_idsim(parts: Sequence[Participant], cfg: Profile, data: NearIDData, seed
     emb = {p.key: dict(zip(rels, p.grid_embed(data, rels, masks))) for p in parts}
     res = run_sensitivity(grids, emb, cfg.idsim.n_bootstrap, make_rng(seed, "score-sensitivity"))
     return {"summary": res.summary, "wide": res.wide, "sims": res.sims}
+
+
+def run_idsim_public(parts: Sequence[Participant], cfg: Profile, notes: list[str]) -> dict[str, dict[str, float]]:
+    """ID-Sim's public benchmarks (Subjects2k AP, DreamBench++ Spearman), as notebook 09 scores them
+    (:func:`~nearid_lib.idsim.released.public_scores`), for every participant: ``{key: {"idsim_<metric>":
+    value}}``; a benchmark that cannot be read goes to ``notes`` with its reason."""
+    s2k, _, pairs, missing = load_benchmarks(cfg)
+    notes += [f"ID-Sim {k}: {v}" for k, v in missing.items()]
+    return {p.key: {f"idsim_{k}": float(v) for k, v in
+                    public_scores(p.model, s2k, pairs, cfg.idsim.eval_batch_size).items()}
+            for p in parts}
 
 
 def _fpr_data(cfg: Profile, data: NearIDData):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from nearid_lib.nearid.published import SEEDS_FILE, publish_seeds, published_seeds, seed_dir
+from nearid_lib.models.published import SEEDS_FILE, publish_seeds, published_seeds, seed_dir
 
 
 def _run(tmp_path, seed):
