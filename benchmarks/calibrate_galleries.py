@@ -27,7 +27,6 @@ Needs notebook 03's head (``checkpoint_dir("mini")/"nearid"``). Writes
 """
 from __future__ import annotations
 
-import argparse
 import multiprocessing as mp
 import os
 import time
@@ -47,7 +46,7 @@ from nearid_lib.models.published import published_seeds
 from nearid_lib.paths import out_dir
 from nearid_lib.fpr.experiments import encoder_specs
 from nearid_lib.fpr.protocol import oracle_scores
-from nearid_lib.runtime import set_torch_threads
+from lever_cli import lever_args  # benchmarks/, beside this script
 
 # The mini galleries before calibration: the NearID world's view, size and background values (and,
 # since this issue, fine-grained species and 10 subjects per species: docs/mini.md).
@@ -145,18 +144,10 @@ def write_md(rows: pd.DataFrame, path: Path) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--levers", default="spread_0.55", help=f"comma-separated, of {', '.join(LEVERS)}")
-    ap.add_argument("--list", action="store_true", help="print the levers and exit")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "calibrate_galleries"))
-    args = ap.parse_args()
-    if args.list:
-        for k, (d, ov) in LEVERS.items():
-            print(f"{k:>28s}  {d}  {ov}")
+    args = lever_args(__doc__, LEVERS, "spread_0.55", "calibrate_galleries")
+    if args is None:
         return
-    set_torch_threads(int(os.environ.get("NEARID_THREADS", "2")))
-    csv = Path(args.out).with_suffix(".csv")
-    rows = pd.read_csv(csv).to_dict("records") if csv.exists() else []
+    csv, rows = args.csv, args.rows
     for name in args.levers.split(","):
         what, ov = LEVERS[name]
         if any(r["lever"] == name for r in rows):

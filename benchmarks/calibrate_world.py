@@ -27,7 +27,6 @@ Writes ``benchmarks/results/calibrate_world.{csv,md}``.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from pathlib import Path
@@ -43,7 +42,7 @@ from nearid_lib.nearid.evaluate import evaluate_encoder, source_groups, summary_
 from nearid_lib.nearid.scorers import EmbeddingBenchEncoder
 from nearid_lib.nearid.tables import FROZEN_SOURCE_RANGE
 from nearid_lib.paths import out_dir
-from nearid_lib.runtime import set_torch_threads
+from lever_cli import lever_args  # benchmarks/, beside this script
 
 # Table 1's sources of the mini profile (training + unseen fill generators; issue 38 replaced the
 # earlier one-family sources "recolor" ... "hard" by fill generators, nearid_lib.data.generators).
@@ -205,19 +204,11 @@ def write_md(df: pd.DataFrame, path: Path) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--levers", default="default", help=f"comma-separated, of {', '.join(LEVERS)}")
-    ap.add_argument("--list", action="store_true", help="print the levers and exit")
-    ap.add_argument("--random", action="store_true", help="also score the random-init chance reference")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "calibrate_world"))
-    args = ap.parse_args()
-    if args.list:
-        for k, (d, ov) in LEVERS.items():
-            print(f"{k:>22s}  {d}  {ov}")
+    args = lever_args(__doc__, LEVERS, "default", "calibrate_world", lambda ap: ap.add_argument("--random", action="store_true",
+                                                help="also score the random-init chance reference"))
+    if args is None:
         return
-    set_torch_threads(int(os.environ.get("NEARID_THREADS", "2")))
-    csv = Path(args.out).with_suffix(".csv")
-    rows = pd.read_csv(csv).to_dict("records") if csv.exists() else []
+    csv, rows = args.csv, args.rows
     for name in args.levers.split(","):
         what, ov = LEVERS[name]
         base = {} if name.startswith("mini") else BEFORE

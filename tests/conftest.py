@@ -76,3 +76,15 @@ def fresh_clone(tmp_path, monkeypatch):
     monkeypatch.delenv("NEARID_SET", raising=False)
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+@pytest.fixture
+def clean_hub(monkeypatch):
+    """No hub mirror set and no reads recorded, before and after the test (the hub tests ask for it
+    with ``pytestmark = pytest.mark.usefixtures("clean_hub")``)."""
+    from nearid_lib import hub
+
+    monkeypatch.delenv(hub.HUB_DIR_ENV, raising=False)
+    hub.clear_reads()
+    yield
+    hub.clear_reads()

@@ -12,12 +12,7 @@ from tools.paper_fixtures import SIZE_OVERRIDES, check_tables, overrides_text
 from nearid_lib.io_utils import skip_reason
 
 
-@pytest.fixture(autouse=True)
-def _clean(monkeypatch):
-    monkeypatch.delenv(hub.HUB_DIR_ENV, raising=False)
-    hub.clear_reads()
-    yield
-    hub.clear_reads()
+pytestmark = pytest.mark.usefixtures("clean_hub")          # tests/conftest.py
 
 
 def _repo(mirror, repo_id, commit=None):

@@ -17,12 +17,7 @@ from nearid_lib.hub.__main__ import main
 from nearid_lib.hub.download import DownloadError, download_all
 
 
-@pytest.fixture(autouse=True)
-def _clean(monkeypatch):
-    monkeypatch.delenv(hub.HUB_DIR_ENV, raising=False)
-    hub.clear_reads()
-    yield
-    hub.clear_reads()
+pytestmark = pytest.mark.usefixtures("clean_hub")          # tests/conftest.py
 
 
 @dataclass

@@ -15,6 +15,7 @@ from torch import nn
 from nearid_lib import hub
 from nearid_lib.idsim import release_model as RM
 from nearid_lib.idsim.release_backbones import RELEASES, load_base, meta_dinov2_positions
+from release_parity import head_ref, last_output, random_head  # tests/, beside this file
 
 D, L, H, P, S = 32, 2, 4, 14, 56
 
@@ -65,17 +66,6 @@ def _hf_from_timm(tm):
     return hf.eval()
 
 
-def _last(layer, run):
-    got = []
-    h = layer.register_forward_hook(lambda m, a, o: got.append(o[0] if isinstance(o, (tuple, list)) else o))
-    try:
-        with torch.no_grad():
-            run()
-    finally:
-        h.remove()
-    return got[-1]
-
-
 class _Perceptual(nn.Module):
     """The authors' module tree around the ViT (``extractor.model``), so peft writes their key names."""
 
@@ -86,17 +76,11 @@ class _Perceptual(nn.Module):
 
 
 def _head(seed):
-    g = torch.Generator().manual_seed(seed)
-    return {"ln.weight": 1 + 0.1 * torch.randn(D, generator=g), "ln.bias": 0.1 * torch.randn(D, generator=g),
-            "fc1.weight": torch.randn(16, D, generator=g) / 6, "fc1.bias": 0.1 * torch.randn(16, generator=g),
-            "fc2.weight": torch.randn(D, 16, generator=g) / 4, "fc2.bias": 0.1 * torch.randn(D, generator=g),
-            "beta_logit": torch.tensor(-0.5)}
+    return random_head(seed, D, 16, 6, 4)
 
 
 def _head_ref(sd, x):
-    h = F.layer_norm(x, (D,), sd["ln.weight"], sd["ln.bias"], 1e-5)
-    y = F.linear(F.silu(F.linear(h, sd["fc1.weight"], sd["fc1.bias"])), sd["fc2.weight"], sd["fc2.bias"])
-    y = y + torch.sigmoid(sd["beta_logit"]) * x
+    y = head_ref(sd, x)
     y = y - y.mean(-1, keepdim=True)
     return y / y.norm(dim=-1, keepdim=True)
 
@@ -110,8 +94,8 @@ def test_timm_dinov2_equals_transformers_and_peft_equals_our_merge(tmp_path):
     tm = _timm_dinov2()
     hf = _hf_from_timm(tm)
     x = torch.randn(2, 3, S, S, generator=torch.Generator().manual_seed(3))
-    a = _last(tm.blocks[-1], lambda: tm(x))
-    b = _last(RM.encoder_layers(hf)[-1], lambda: hf(pixel_values=x))
+    a = last_output(tm.blocks[-1], lambda: tm(x))
+    b = last_output(RM.encoder_layers(hf)[-1], lambda: hf(pixel_values=x))
     assert a.shape == b.shape == (2, 1 + (S // P) ** 2, D) and (a - b).abs().max() < 2e-5
     hf.save_pretrained(tmp_path / "base")
     pm = get_peft_model(_Perceptual(tm), LoraConfig(r=4, lora_alpha=8, target_modules=["qkv"], lora_dropout=0.0))
@@ -127,13 +111,13 @@ def test_timm_dinov2_equals_transformers_and_peft_equals_our_merge(tmp_path):
     model = RM.load_idsim_release(tmp_path / "rel", base=tmp_path / "base", image_size=S)
     assert model.info["n_merged"] == 3 * L and model._n_prefix == 1
     vit = pm.base_model.model.extractor.model
-    tok = _last(vit.blocks[-1], lambda: vit(x))
+    tok = last_output(vit.blocks[-1], lambda: vit(x))
     with torch.no_grad():
         out = model(x)
     torch.testing.assert_close(out.pooled, _head_ref(heads["mlp_cls"], tok[:, 0]), rtol=0, atol=1e-5)
     torch.testing.assert_close(out.tokens, _head_ref(heads["mlp_patch"], tok[:, 1:]), rtol=0, atol=1e-5)
     with pm.disable_adapter():
-        tok0 = _last(vit.blocks[-1], lambda: vit(x))
+        tok0 = last_output(vit.blocks[-1], lambda: vit(x))
     assert (tok - tok0).abs().max() > 1e-2                                     # the LoRA matters here
 
 

@@ -29,6 +29,7 @@ from torch import nn
 
 from nearid_lib import hub
 from nearid_lib.idsim import release_model as RM
+from release_parity import head_ref, last_output, random_head  # tests/, beside this file
 
 D, L, HEADS, P, R, S = 64, 2, 4, 16, 4, 64       # width, blocks, heads, patch, registers, image px
 RANK, ALPHA = 4, 8
@@ -109,17 +110,6 @@ def _hf_from_timm(tm: nn.Module):
     return hf.eval()
 
 
-def _last_block_out(layer: nn.Module, run) -> torch.Tensor:
-    got = []
-    h = layer.register_forward_hook(lambda m, a, o: got.append(o[0] if isinstance(o, (tuple, list)) else o))
-    try:
-        with torch.no_grad():
-            run()
-    finally:
-        h.remove()
-    return got[-1]
-
-
 class _Extractor(nn.Module):
     def __init__(self, vit):
         super().__init__()
@@ -138,18 +128,7 @@ class _Perceptual(nn.Module):
 
 
 def _random_head(seed: int, hidden: int = 32) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    return {"ln.weight": 1 + 0.1 * torch.randn(D, generator=g), "ln.bias": 0.1 * torch.randn(D, generator=g),
-            "fc1.weight": torch.randn(hidden, D, generator=g) / 8, "fc1.bias": 0.1 * torch.randn(hidden, generator=g),
-            "fc2.weight": torch.randn(D, hidden, generator=g) / 6, "fc2.bias": 0.1 * torch.randn(D, generator=g),
-            "beta_logit": torch.tensor(-0.5)}
-
-
-def _head_ref(sd, x):
-    """The release's head, written out: fc2(silu(fc1(ln(x)))) + sigmoid(beta_logit) * x."""
-    h = F.layer_norm(x, (D,), sd["ln.weight"], sd["ln.bias"], 1e-5)
-    return F.linear(F.silu(F.linear(h, sd["fc1.weight"], sd["fc1.bias"])), sd["fc2.weight"], sd["fc2.bias"]) \
-        + torch.sigmoid(sd["beta_logit"]) * x
+    return random_head(seed, D, hidden, 8, 6)
 
 
 def _centre_l2(x):
@@ -199,8 +178,8 @@ def test_timm_and_transformers_same_last_block_tokens_before_the_norm():
     tm = _timm_dinov3(0)
     hf = _hf_from_timm(tm)
     x = _pixels()
-    a = _last_block_out(tm.blocks[-1], lambda: tm(x))
-    b = _last_block_out(RM.encoder_layers(hf)[-1], lambda: hf(pixel_values=x))
+    a = last_output(tm.blocks[-1], lambda: tm(x))
+    b = last_output(RM.encoder_layers(hf)[-1], lambda: hf(pixel_values=x))
     assert a.shape == b.shape == (2, 1 + R + (S // P) ** 2, D)
     assert (a - b).abs().max().item() < 2e-5
     # the tokens ID-Sim reads are *before* the final norm: the model's own output is norm(tokens)
@@ -236,9 +215,9 @@ def test_peft_lora_on_timm_equals_our_merge_into_transformers(release):
     model = RM.load_idsim_release(release["rel"], base=release["base"], image_size=S)
     x = _pixels()
     vit = release["peft"].base_model.model.extractor.model
-    tok = _last_block_out(vit.blocks[-1], lambda: vit(x))                          # [B, 1 + R + N, D]
-    cls_ref = _centre_l2(_head_ref(release["heads"]["mlp_cls"], tok[:, 0]))
-    patch_ref = _centre_l2(_head_ref(release["heads"]["mlp_patch"], tok[:, 1 + R:]))
+    tok = last_output(vit.blocks[-1], lambda: vit(x))                          # [B, 1 + R + N, D]
+    cls_ref = _centre_l2(head_ref(release["heads"]["mlp_cls"], tok[:, 0]))
+    patch_ref = _centre_l2(head_ref(release["heads"]["mlp_patch"], tok[:, 1 + R:]))
     with torch.no_grad():
         out = model(x)
     assert out.pooled.shape == (2, D) and out.tokens.shape == (2, (S // P) ** 2, D)
@@ -246,7 +225,7 @@ def test_peft_lora_on_timm_equals_our_merge_into_transformers(release):
     torch.testing.assert_close(out.tokens, patch_ref, rtol=0, atol=1e-5)
     # the LoRA matters at this size (the comparison is not of two unadapted models) ...
     with release["peft"].disable_adapter():
-        tok0 = _last_block_out(vit.blocks[-1], lambda: vit(x))
+        tok0 = last_output(vit.blocks[-1], lambda: vit(x))
     assert (tok - tok0).abs().max() > 1e-2
     # ... and adapters_disabled() gives the base back exactly as peft's disable_adapter does
     with model.adapters_disabled(), torch.no_grad():
