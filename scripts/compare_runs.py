@@ -138,6 +138,9 @@ def compare_verdicts(a: Path, b: Path) -> int:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
+    if "-h" in args or "--help" in args or len([a for a in args if not a.startswith("--")]) < 2:
+        print(__doc__)
+        sys.exit(0 if "-h" in args or "--help" in args else 2)
     tol = None
     if "--atol" in args:
         i = args.index("--atol")
