@@ -177,6 +177,10 @@ def test_seed_checkpoints_load_in_seed_order(cnn, tmp_path):
     single = tmp_path / "single"
     save_idsim(cnn, single, extra={"seed": 0})
     assert list(load_idsim_seeds(single)) == [0]
+    # the registry's seeds hook reads the same list, without loading weights
+    from nearid_lib.models import checkpoint_seeds
+    assert checkpoint_seeds("idsim", tmp_path) == (3, [3, 4])
+    assert checkpoint_seeds("idsim", single) == (0, [0])
     import shutil
     shutil.rmtree(seed_checkpoint_dir(tmp_path, 4))
     with pytest.raises(FileNotFoundError, match="seed 4 is listed"):

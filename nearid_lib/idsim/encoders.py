@@ -7,11 +7,8 @@ and ``load_encoder("idsim-release")`` (the authors' released model).
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from ..models.registry import register_encoder
-from .model import CONFIG_FILE, idsim_encoder
+from .model import checkpoint_seed_list, idsim_encoder
 from .release_backbones import RELEASES
 from .release_model import release_available, release_encoder
 
@@ -26,19 +23,12 @@ def _idsim_release(name, hub_id, tiny=False, **kw):
     return release_encoder(tiny=tiny, hub_id=hub_id, name=name, **kw)
 
 
-def _checkpoint_seeds(directory: Path) -> tuple[int, list[int]]:
-    """A trained ID-Sim's own seed and every seed its ``idsim.json`` lists (one seed without a list)."""
-    meta = json.loads((directory / CONFIG_FILE).read_text())
-    own = int(meta.get("seed", 0))
-    return own, sorted(int(x) for x in meta.get("seeds", [own]))
-
-
 def register() -> None:
     """Add ``idsim`` and the released checkpoints (``idsim-release`` and its three other backbones,
     :data:`~.release_backbones.RELEASES`, the group ``"idsim-release"`` with a check that their weights
     are in the mirror) to the encoder registry."""
     register_encoder("idsim", _idsim, None, doc="ID-Sim: frozen backbone + LoRA + CLS/patch heads "
-                     "(nearid_lib.idsim.model)", label="ID-Sim", seeds=_checkpoint_seeds)
+                     "(nearid_lib.idsim.model)", label="ID-Sim", seeds=checkpoint_seed_list)
     for spec in RELEASES.values():
         register_encoder(spec.name, _idsim_release, spec.repo,
                          doc=f"the released {spec.label}: its LoRA merged into {spec.base} + mlp_cls / mlp_patch, "

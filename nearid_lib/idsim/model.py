@@ -50,7 +50,7 @@ from ..paths import seed_checkpoint_dir
 
 __all__ = ["IDSimSpec", "IDSimModel", "ProjectionMLP", "build_idsim", "save_idsim", "load_idsim",
            "is_idsim_checkpoint", "idsim_encoder", "VIT_LORA_TARGETS", "WEIGHTS_FILE", "CONFIG_FILE",
-           "seed_checkpoint_dir", "load_idsim_seeds"]
+           "seed_checkpoint_dir", "checkpoint_seed_list", "load_idsim_seeds"]
 
 WEIGHTS_FILE = "idsim.safetensors"
 CONFIG_FILE = "idsim.json"
@@ -317,16 +317,23 @@ def load_idsim(directory: str | os.PathLike, device: str | torch.device = "cpu")
     return model, meta
 
 
+def checkpoint_seed_list(directory: str | os.PathLike) -> tuple[int, list[int]]:
+    """A trained ID-Sim checkpoint's own seed and every training seed its ``idsim.json`` lists, in
+    seed order (a checkpoint without the list is its own seed alone); loads no weights."""
+    meta = json.loads((Path(directory) / CONFIG_FILE).read_text())
+    own = int(meta.get("seed", 0))
+    return own, sorted({own, *(int(x) for x in meta.get("seeds", [own]))})
+
+
 def load_idsim_seeds(directory: str | os.PathLike, device: str | torch.device = "cpu") -> dict[int, IDSimModel]:
     """Every training seed of the checkpoint ``directory``: its own model (under its ``seed``) and the
     models of the other seeds its ``idsim.json`` lists (``seeds``; :func:`seed_checkpoint_dir`),
     in seed order. A checkpoint without that list is one seed. Raises FileNotFoundError naming a
     listed seed whose folder is missing."""
-    model, meta = load_idsim(directory, device=device)
-    own = int(meta.get("seed", 0))
-    out = {own: model}
-    for s in meta.get("seeds", [own]):
-        if int(s) != own:
+    own, seeds = checkpoint_seed_list(directory)
+    out = {own: load_idsim(directory, device=device)[0]}
+    for s in seeds:
+        if s != own:
             d = seed_checkpoint_dir(directory, s)
             if not is_idsim_checkpoint(d):
                 raise FileNotFoundError(f"idsim checkpoint {directory}: seed {s} is listed in {CONFIG_FILE} "
