@@ -1,4 +1,4 @@
-"""What a reused result is keyed by (``nearid_lib.code_closure``): the modules its code reaches,
+"""What a reused result is keyed by (``nearid_lib.runtime.code_closure``): the modules its code reaches,
 found by following the code. Checked on the library's own keys: the token store's and a trained
 run's code follow the modules that make them, and an edit of an unrelated module keeps both."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import nearid_lib
-from nearid_lib.code_closure import code_closure
+from nearid_lib.runtime.code_closure import code_closure
 from nearid_lib.nearid import checkpoints as ck
 from nearid_lib.runtime.runmeta import code_fingerprint
 

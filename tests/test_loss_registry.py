@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nearid_lib.code_closure import code_closure
+from nearid_lib.runtime.code_closure import code_closure
 from nearid_lib.config import EvalConfig, get_profile
 from nearid_lib.config.values import ConfigValueError
 from nearid_lib.nearid import checkpoints as ck

@@ -15,7 +15,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from ..code_closure import closure_fingerprint
+from ..runtime.code_closure import closure_fingerprint
 from ..io_utils import Manifest, file_lock, write_csv, write_json
 from ..paths import cache_dir
 from .payloads import ImageRef, backbone_of, variant_images

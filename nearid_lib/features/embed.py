@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..code_closure import closure_fingerprint
+from ..runtime.code_closure import closure_fingerprint
 from ..imageio import load_image, load_mask
 from .payloads import PAYLOADS, ImageRef
 from .store import FeatureStore, FeatureTable

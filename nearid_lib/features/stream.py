@@ -44,7 +44,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..code_closure import closure_fingerprint
+from ..runtime.code_closure import closure_fingerprint
 from .embed import dataset_refs, embed
 from .layouts import ShardGrids
 from .shards import ShardedTokenStore
@@ -248,7 +248,7 @@ def store_dir(backbone, data, cache_root: str | Path, dtype: str = "int8") -> Pa
 def store_code() -> str:
     """Fingerprint of the code between an image and its stored record: the int8 codec
     (:class:`ShardedTokenStore`), its layout and :func:`~nearid_lib.features.embed` with the variants
-    (:func:`~nearid_lib.code_closure.closure_fingerprint`)."""
+    (:func:`~nearid_lib.runtime.code_closure.closure_fingerprint`)."""
     return closure_fingerprint(ShardedTokenStore, ShardGrids, embed, apply_variant)
 
 

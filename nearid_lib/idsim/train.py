@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import pandas as pd
 import torch
 
-from ..code_closure import closure_fingerprint
+from ..runtime.code_closure import closure_fingerprint
 from ..features import dataset_scope
 from ..io_utils import current_umask, write_csv, write_json
 from ..runtime.seeding import derive_seed, make_rng
@@ -280,7 +280,7 @@ class TrainedRuns:
 
 
 # where the code of an ID-Sim training starts (TrainedRuns keys its saved runs by the library modules
-# these reach, nearid_lib.code_closure); dotted names, resolved when a key is computed
+# these reach, nearid_lib.runtime.code_closure); dotted names, resolved when a key is computed
 TRAINING_ROOTS = tuple(f"nearid_lib.{m}" for m in ("idsim.train", "data.schema"))
 
 

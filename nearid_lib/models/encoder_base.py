@@ -15,7 +15,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from .. import imageio
-from ..code_closure import closure_fingerprint
+from ..runtime.code_closure import closure_fingerprint
 from ..imageio import load_image, load_images
 
 __all__ = ["EncoderOutput", "Encoder", "Preprocess", "IMAGENET_MEAN", "IMAGENET_STD", "CLIP_MEAN", "CLIP_STD",
@@ -150,7 +150,7 @@ class Encoder(nn.Module):
     def cache_key(self) -> str:
         """Identity of the produced features: name, weights, dtype, preprocessing and the code that
         computes them -- the modules of this encoder's class, its preprocessing and image reading
-        (:func:`~nearid_lib.code_closure.closure_fingerprint`), not the rest of the library: a change
+        (:func:`~nearid_lib.runtime.code_closure.closure_fingerprint`), not the rest of the library: a change
         to that code never serves features computed by the old code, an unrelated edit keeps them.
         The feature stores add their own code (:mod:`nearid_lib.features`)."""
         code = closure_fingerprint(type(self), type(self.preprocess), imageio)

@@ -22,7 +22,7 @@ from safetensors.torch import load_file, save_file
 
 from ..config import profile_to_dict
 from ..paths import out_dir
-from ..code_closure import closure_fingerprint
+from ..runtime.code_closure import closure_fingerprint
 
 if TYPE_CHECKING:
     from ..config import Profile
@@ -139,7 +139,7 @@ def data_fingerprint(data: NearIDData) -> str:
 
 
 # Where the code of a trained-and-scored run starts (its data, backbone, head, losses, batches,
-# training loop, scoring); :func:`training_code` follows it (:mod:`nearid_lib.code_closure`), so
+# training loop, scoring); :func:`training_code` follows it (:mod:`nearid_lib.runtime.code_closure`), so
 # tables, claims' verdicts, reports, curation and the other papers' packages are not in the key and
 # editing them reuses finished runs. Dotted names: resolved when the key is computed, so this module
 # imports none of them.

@@ -38,7 +38,7 @@ DEFAULT_WEIGHTS: tuple[tuple[str, str | None], ...] = (("disc", None), ("rank", 
 
 class LossSpec(NamedTuple):
     """One registered training objective. A tuple on purpose: the code-keyed caches
-    (:mod:`nearid_lib.code_closure`) follow a tuple's items, so ``terms`` and ``parameters`` key every
+    (:mod:`nearid_lib.runtime.code_closure`) follow a tuple's items, so ``terms`` and ``parameters`` key every
     run trained with this loss."""
 
     name: str

@@ -30,13 +30,13 @@ import types
 from pathlib import Path
 from typing import Any, Iterable
 
-from .runtime.runmeta import code_fingerprint
+from .runmeta import code_fingerprint
 
 __all__ = ["code_closure", "closure_fingerprint"]
 
-PACKAGE = __name__.rpartition(".")[0]
+PACKAGE = __name__.split(".")[0]      # the library (nearid_lib), whose files a closure lists
 # the key machinery itself: how a key is computed, not what a result is made of
-SKIP = frozenset({"code_closure.py", "runtime/runmeta.py"})
+SKIP = frozenset({"runtime/code_closure.py", "runtime/runmeta.py"})
 
 
 def _ours(obj: Any) -> bool:
