@@ -14,7 +14,8 @@ CONSTRAINTS="$HERE/constraints.txt"
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 # pip install -r FILE, skipped when FILE holds no requirement (a lock without that part)
-install_r() { if grep -q '^[A-Za-z0-9]' "$1"; then "$PY" -m pip install --quiet "${@:2}" "${SRC[@]}" -r "$1"; fi; }
+NOCOMPILE=(); [ "${NEARID_PIP_NO_COMPILE:-0}" = 1 ] && NOCOMPILE=(--no-compile)
+install_r() { if grep -q '^[A-Za-z0-9]' "$1"; then "$PY" -m pip install --quiet "${NOCOMPILE[@]}" "${@:2}" "${SRC[@]}" -r "$1"; fi; }
 # pip and the build backends first: the sdists of the lock and nearid_lib itself are built with
 # these (--no-build-isolation), so no unpinned build dependency is fetched.
 lock_entries pip setuptools wheel flit-core > "$TMP/tools.txt"
