@@ -143,7 +143,10 @@ def test_bootstrap_installs_the_lock_with_require_hashes():
     installs = [l for l in lines if l.startswith("install_r ")]
     assert len(installs) >= 3 and all("--require-hashes" in l for l in installs), installs
     assert any(l.startswith('install_r "$REST"') for l in installs) and 'REST="$LOCK"' in lines
-    assert any('"$PY" -m pip install --quiet "${@:2}" "${SRC[@]}" -r "$1"' in l for l in lines)
+    assert any('"$PY" -m pip install --quiet --no-compile "${@:2}" "${SRC[@]}" -r "$1"' in l for l in lines)
+    # the bytecode pip no longer writes is compiled after the last install, on every core
+    assert lines.index(next(l for l in lines if l.startswith('install_r "$REST"'))) < \
+        lines.index(next(l for l in lines if l.startswith('"$PY" -m compileall -q -j 0 ')))
     assert any('bash "$HERE/install_lock.sh" "$PY" "$CUDA"' == l for l in lines)
     assert any("pip install" in l and "--no-deps" in l and l.endswith("-e .") for l in lines)
     makefile = (ROOT / "Makefile").read_text()
