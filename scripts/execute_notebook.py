@@ -1,6 +1,6 @@
 """Execute one jupytext notebook source with papermill in this one process (``scripts/run_notebook.sh``
 calls it): convert ``SRC.py`` to a notebook, start its kernel under portable numerics (the pinned
-code paths and thread counts of :func:`nearid_lib.runtime.portable_environment`, set here before the
+code paths and thread counts of :func:`nearid_lib.runtime.kernel_environment`, set here before the
 kernel starts, since a notebook imports numpy and torch before ``nearid_lib``), execute it into
 ``PARTIAL.ipynb`` and give its progress bars their final text (``finalise_notebook.py``).
 
@@ -27,10 +27,9 @@ def main(argv: list[str]) -> int:
         return 2
     src, partial, profile, seed = Path(argv[0]), Path(argv[1]), argv[2], int(argv[3])
     sys.path.insert(0, os.getcwd())                     # this checkout's nearid_lib, as the kernel sees it
-    from nearid_lib.runtime import PORTABLE_VAR, portable_active, portable_environment
+    from nearid_lib.runtime import kernel_environment
 
-    on = portable_active()
-    os.environ.update({**portable_environment(), PORTABLE_VAR: "1" if on else "0"})
+    os.environ.update(kernel_environment())
 
     import logging
 

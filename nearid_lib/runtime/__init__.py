@@ -48,7 +48,7 @@ from .allocator import tune_allocator
 __all__ = ["thread_count", "set_torch_threads", "deterministic", "deterministic_requested", "fold_batchnorm_enabled",
            "PORTABLE_VAR", "PORTABLE_THREADS", "PINNED_PATHS", "THREAD_VARS", "portable_requested",
            "portable_active", "portable_environment", "apply_portable", "check_portable", "numerics_record",
-           "cpu_facts", "shell_exports"]
+           "cpu_facts", "kernel_environment", "shell_exports"]
 
 # cuBLAS needs a fixed workspace for deterministic GEMMs on CUDA >= 10.2 (":4096:8" or ":16:8").
 CUBLAS_WORKSPACE = ":4096:8"
@@ -187,13 +187,16 @@ def apply_portable(env: MutableMapping[str, str] | None = None) -> dict[str, Any
     return {"on": on, "why": why, "set": wanted}
 
 
+def kernel_environment() -> dict[str, str]:
+    """The variables a notebook kernel must start with: :func:`portable_environment` and the decision
+    (``NEARID_PORTABLE``). A notebook imports numpy before ``nearid_lib``, so whatever starts the
+    kernel sets them first (``scripts/execute_notebook.py``; ``make lab`` through :func:`shell_exports`)."""
+    return {**portable_environment(), PORTABLE_VAR: "1" if portable_active() else "0"}
+
+
 def shell_exports() -> str:
-    """``export VAR='value'`` lines of :func:`portable_environment` and the decision, for a shell that
-    starts a kernel (``scripts/run_notebook.sh``, ``make lab``): a notebook imports numpy before
-    ``nearid_lib``, so its kernel must start with them."""
-    on = portable_active()
-    return "\n".join(f"export {var}='{value}'" for var, value in
-                     {**portable_environment(), PORTABLE_VAR: "1" if on else "0"}.items())
+    """``export VAR='value'`` lines of :func:`kernel_environment`, for a shell that starts a kernel."""
+    return "\n".join(f"export {var}='{value}'" for var, value in kernel_environment().items())
 
 
 def _openblas_pools() -> list[dict[str, Any]]:
