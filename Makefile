@@ -7,7 +7,8 @@
 #   make preflight               # PROFILE=paper: everything the run reads or needs, checked in seconds
 #   make wheelhouse [TORCH=cu128]  # with network: every wheel make install needs, into wheelhouse/
 #   make lab                     # JupyterLab on the notebooks with the repository's kernel
-# Executed notebooks and logs: build/$(PROFILE)/notebooks/. Figures/tables: figures/ (smoke: build/smoke/figures).
+# Executed notebooks and logs: $NEARID_OUT (default build)/$(PROFILE)/notebooks/. Figures/tables: figures/
+# (paper: figures/paper/, smoke: build/smoke/figures; with NEARID_FIGURES set: there, every profile).
 SHELL := /bin/bash
 PROFILE ?= mini
 SEED ?= 0
@@ -15,7 +16,10 @@ VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.nearid-installed
-NB_OUT ?= build/$(PROFILE)/notebooks
+# the build folder of nearid_lib/paths.py (NEARID_OUT, else build/): the executed notebooks sit beside
+# the results and logs they wrote, wherever NEARID_OUT puts them
+OUT_ROOT = $(or $(NEARID_OUT),build)
+NB_OUT ?= $(OUT_ROOT)/$(PROFILE)/notebooks
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
 EXECUTED := $(patsubst notebooks/%.py,$(NB_OUT)/%.ipynb,$(NOTEBOOKS))
 LIB_SRC := $(shell find nearid_lib -name '*.py' 2>/dev/null)
@@ -301,8 +305,9 @@ dryrun-paper: $(STAMP) $(if $(DRYRUN_HUB),,$(DRYRUN_MIRROR))
 # reads the executed notebooks of smoke and of the dry run (papermill's cell times against each PNG's
 # date), so it runs after them, not in the pytest run before them.
 # Each of the two runs is checked when its executed notebooks exist (make test makes both first).
-SMOKE_FIGURES = $(or $(NEARID_FIGURES),$(or $(NEARID_OUT),build)/smoke/figures)
-EXECUTED_RUNS = $(if $(wildcard build/smoke/notebooks),$(abspath build/smoke/notebooks):$(abspath $(SMOKE_FIGURES))) \
+SMOKE_FIGURES = $(or $(NEARID_FIGURES),$(OUT_ROOT)/smoke/figures)
+SMOKE_NB = $(OUT_ROOT)/smoke/notebooks
+EXECUTED_RUNS = $(if $(wildcard $(SMOKE_NB)),$(abspath $(SMOKE_NB)):$(abspath $(SMOKE_FIGURES))) \
 	$(if $(wildcard $(DRYRUN_DIR)/notebooks),$(abspath $(DRYRUN_DIR)/notebooks):$(abspath $(DRYRUN_DIR)/figures))
 notebook-figures: $(STAMP)
 	@test -n "$(strip $(EXECUTED_RUNS))" || { echo "notebook-figures: no executed notebooks (make smoke first)" >&2; exit 1; }
@@ -321,7 +326,7 @@ dryrun-paper-then-smoke: $(STAMP)
 	$(MAKE) --no-print-directory -o $(STAMP) smoke
 
 clean-build:
-	rm -rf build/$(PROFILE)
+	rm -rf $(OUT_ROOT)/$(PROFILE)
 
 clean:
 	rm -rf build cache

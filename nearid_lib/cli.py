@@ -193,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--stop-after", type=int, default=None, help="stop after this many steps (resumable)")
     _common(t)
 
-    p = sub.add_parser("report", help="render figures/README.md from the tables (what notebook 99_report does)")
+    p = sub.add_parser("report", help="render README.md in the profile's figures folder from its tables (what notebook 99_report does)")
     _common(p)
 
     d = sub.add_parser("dbpp-mh", help="DreamBench++ metric-to-human r (NearID Table 2, Table 1's DB++ column, "
@@ -300,11 +300,12 @@ def _train(args, over) -> int:
 def _report(args, over) -> int:
     from .config import get_profile
     from .io_utils import atomic_write_text
-    from .paths import figures_dir
+    from .paths import check_figures_profile, figures_dir
     from .report import profile_note, render_report
 
     cfg = get_profile(args.profile, over)
     figs = figures_dir(cfg.name)
+    check_figures_profile(figs, cfg.name)   # a report titled with one profile over another's tables
     text = render_report(figs, profile_note=profile_note(cfg.name, cfg.backbone.name, cfg.world.source))
     print(f"wrote {atomic_write_text(figs / 'README.md', text)}")
     return 0

@@ -7,6 +7,9 @@
     run.write_table(df, "04_table1_main")                    # figures/tables/04_table1_main.csv
     run.figure(fig, "08_fig5_kernel_pca")                    # figures/08_fig5_kernel_pca.png, returns fig
 
+(``figures/`` is the profile's figures folder, :func:`~nearid_lib.paths.figures_dir`: mini's here,
+paper's in ``figures/paper/``.)
+
 :func:`start_run` resolves the profile with the notebook's seed, seeds python / numpy / torch
 (:func:`~nearid_lib.runtime.seeding.seed_everything`), sets torch's CPU threads to the profile's
 ``runtime.threads`` (which ``NEARID_THREADS``, else ``OMP_NUM_THREADS`` sets when the profile is
@@ -43,7 +46,7 @@ from .data import is_complete, load_profile_data, nearid_root
 from .gates import closed_gates
 from .io_utils import read_table_meta, skipped_path, table_meta_path, write_csv, write_json
 from .models import load_backbone
-from .paths import data_dir, figures_dir, results_dir
+from .paths import check_figures_profile, data_dir, figures_dir, results_dir
 from .plots import save
 from .runtime.runmeta import write_run_metadata
 from .runtime import deterministic, deterministic_requested, set_torch_threads
@@ -164,9 +167,14 @@ def start_run(profile: str, seed: int, notebook: str, *, overrides: Mapping[str,
               **params: Any) -> Run:
     """Set a notebook up: ``cfg = get_profile(profile, seed=seed, **overrides)``, seed everything,
     torch threads (``cfg.runtime.threads``), the results folder and its ``run.json`` (``params``: the
-    notebook's other parameters, recorded there). Returns the :class:`Run`."""
+    notebook's other parameters, recorded there). Refuses (``FileExistsError``) when the profile's
+    figures folder already holds another profile's tables
+    (:func:`~nearid_lib.paths.check_figures_profile`). Returns the :class:`Run`."""
     cfg = get_profile(profile, overrides, seed=seed)
     require_gpu(cfg)
+    figures = figures_dir(profile)
+    # before anything is written: a run that would mix two profiles in one figures folder stops here
+    check_figures_profile(figures, cfg.name)
     seed_everything(seed)
     if deterministic_requested():
         deterministic()
@@ -177,7 +185,7 @@ def start_run(profile: str, seed: int, notebook: str, *, overrides: Mapping[str,
     out = results_dir(profile, notebook)
     meta = json.loads(write_run_metadata(out, recorded, cfg).read_text())
     return Run(cfg=cfg, notebook=notebook, seed=int(seed), params=recorded, threads=threads, results=out,
-               figures=figures_dir(profile), meta=meta)
+               figures=figures, meta=meta)
 
 
 @dataclass

@@ -8,8 +8,9 @@
 
 # %% [markdown]
 # # 99 - Report
-# Renders `figures/README.md`: the claims each notebook checked, every table with the paper's values
-# beside ours (read from `paper_values/` and from the CSVs the notebooks wrote), and every figure.
+# Renders `README.md` in the run's figures folder (`figures/`; paper: `figures/paper/`): the claims each
+# notebook checked, every table with the paper's values beside ours (read from `paper_values/` and from
+# the CSVs the notebooks wrote), and every figure.
 
 # %% tags=["parameters"]
 PROFILE = "mini"
