@@ -215,6 +215,14 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--allow-missing", nargs="+", default=[], metavar="REPO",
                    help="hub repositories you accept to be absent from the mirror (their tables are skipped)")
     _common(f, profile_default="paper")
+
+    pl = sub.add_parser("plan", help="the paper run's resource plan on a machine: every GPU step's placement, memory "
+                        "per GPU, items, hours and bytes; exit 1 naming a step the machine cannot hold")
+    pl.add_argument("--gpus", default=None, metavar="COUNTxMODEL",
+                    help="the machine, e.g. 8xA100-40GB, 8xA100-80GB, 8xH100, 1x24GB (default: the GPUs visible here)")
+    pl.add_argument("--read-GBps", type=float, default=None, metavar="GB/S",
+                    help="the token store's read rate (default: both 0.58, measured on the lent H100's disk, and 3)")
+    _common(pl, profile_default="paper")
     return ap
 
 
@@ -347,6 +355,44 @@ def _preflight(args, over) -> int:
     return 0 if rep.ok else 1
 
 
+def _plan(args, over) -> int:
+    from .config import get_profile
+    from .steps import Sizes, parse_gpus, plan_run, render_text, visible_gpus
+    from .steps.plan import READ_RATES, totals
+
+    cfg = get_profile(args.profile, over)
+    gpus = parse_gpus(args.gpus) if args.gpus else visible_gpus()
+    if not gpus:
+        raise ValueError("no GPU visible here: name the machine with --gpus (e.g. --gpus 8xA100-40GB)")
+    sizes = _release_sizes(cfg)
+    ok = True
+    for rate in ([args.read_GBps] if args.read_GBps else READ_RATES):
+        plans = plan_run(gpus, sizes, cfg, read_GBps=rate)
+        if rate == (args.read_GBps or READ_RATES[-1]):
+            print(render_text(plans, gpus, sizes, rate))
+        else:
+            t = totals(plans)
+            print(f"(at {rate:g} GB/s store reads: {t['wall_h']:,.1f} h wall, {t['gpu_h']:,.0f} GPU-hours)")
+        ok = ok and not totals(plans)["problems"]
+    return 0 if ok else 1
+
+
+def _release_sizes(cfg):
+    """The ledger's sizes counted from the release in the mirror (the preflight's data check, no
+    image read), else the stated ones."""
+    from .hub import hub_dir
+    from .preflight.datasets import check_datasets
+    from .preflight.findings import Report
+    from .steps import Sizes
+
+    mirror = hub_dir()
+    if mirror is None or not mirror.is_dir() or cfg.world.source != "released":
+        return Sizes.stated(cfg)
+    rep = Report(cfg.name)
+    check_datasets(cfg, rep)
+    return Sizes.from_facts(rep.facts, cfg)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``nearid`` / ``python -m nearid_lib``; returns the exit status."""
     ap = build_parser()
@@ -364,7 +410,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rt = get_profile(args.profile, over).runtime
         set_torch_threads(rt.threads, rt.tune_malloc)
         commands = {"score": _score, "sim": _sim, "rank": _rank, "train": _train, "report": _report,
-                    "dbpp-mh": _dbpp_mh, "preflight": _preflight}
+                    "dbpp-mh": _dbpp_mh, "preflight": _preflight, "plan": _plan}
         return commands[args.command](args, over)
     except (ConfigError, FileNotFoundError, ValueError, OSError, KeyError) as err:
         msg = " ".join(str(err).split())        # one line, as the README promises (no traceback)

@@ -118,6 +118,8 @@ def test_committed_cost_table_is_what_the_script_writes():
     section = cost_table.committed()
     assert section is not None, "docs/paper-profile.md lost the cost table's markers"
     assert section == cost_table.render(cost_table.load()), "run benchmarks/cost_table.py"
+    # the plan by machine: the resource ledger's, rendered by the same script
+    assert cost_table.committed_plan() == cost_table.render_plan(), "run benchmarks/cost_table.py"
 
 
 def test_cost_table_takes_its_rows_from_a_gpu_suite_run(tiny_run, tmp_path):

@@ -14,8 +14,7 @@ import pytest
 
 from nearid_lib.config import get_profile
 from nearid_lib.judge import PARSED_STATUSES, parse_judge_answer
-from nearid_lib.judge.plan import (COST_PER_1000_PAIRS, JUDGE_MODELS, device_kwargs, judge_gate, judge_plan,
-                                   model_bytes, replica_of)
+from nearid_lib.judge.plan import JUDGE_MODELS, judge_gate
 from nearid_lib.judge.shards import _share
 
 GB = 10**9
@@ -51,59 +50,6 @@ def test_clipped_is_counted_not_silent():
     assert js.status == ["clipped", "ok", "unparseable"]
     assert js.scores[:2].tolist() == [1.0, 0.5] and np.isnan(js.scores[2])
     assert js.counts()["clipped"] == 1 and js.summary()["n_covered"] == 2
-
-
-# ------------------------------------------------------------------ replicas sized to GPU memory
-def test_plan_of_the_30b_judge_on_h100s_a100s_and_too_small_gpus():
-    mb = model_bytes("Qwen/Qwen3-VL-30B-A3B-Instruct")
-    assert mb == int(31.07e9 * 2)                        # bf16 weights from the parameter count
-    h100 = judge_plan(mb, [80 * GB] * 8)                 # 62 GB fits one 80 GB GPU: one replica per GPU
-    assert h100.replicas == tuple((i,) for i in range(8)) and h100.idle == () and h100.gpus_per_replica == 1
-    a100 = judge_plan(mb, [40 * GB] * 8)                 # needs two 40 GB GPUs: 4 replicas of 2
-    assert a100.replicas == ((0, 1), (2, 3), (4, 5), (6, 7)) and a100.gpus_per_replica == 2
-    odd = judge_plan(mb, [40 * GB] * 3)                  # the third GPU cannot hold a replica alone
-    assert odd.replicas == ((0, 1),) and odd.idle == (2,) and odd.fits
-    small = judge_plan(mb, [24 * GB, 24 * GB])           # 48 GB in all: it does not fit
-    assert not small.fits and small.replicas == () and "does not fit" in small.describe()
-    cpu = judge_plan(mb, [])                             # no GPU: one process on the CPU
-    assert cpu.fits and cpu.replicas == () and "CPU" in cpu.describe()
-    assert judge_plan(mb, [40 * GB] * 8) == a100         # a pure function
-    # the need: weights x (1 + headroom) + reserve, stated in the plan
-    assert a100.need_bytes == int(mb * 1.15) + 4 * 2**30
-    assert "4 replica(s) of 2 GPU(s)" in a100.describe()
-    small4b = judge_plan(model_bytes("Qwen/Qwen3-VL-4B-Instruct"), [40 * GB] * 8)
-    assert small4b.gpus_per_replica == 1 and len(small4b.replicas) == 8
-    with pytest.raises(ValueError):
-        judge_plan(0, [40 * GB])
-    with pytest.raises(ValueError):
-        judge_plan(mb, [40 * GB, 0])
-
-
-def test_device_kwargs_put_one_replica_on_its_gpus_only():
-    plan = judge_plan(62 * GB, [40 * GB] * 4)
-    assert plan.replicas == ((0, 1), (2, 3))
-    kw = device_kwargs(plan, 2)
-    assert kw["device_map"] == "auto" and kw["max_memory"]["cpu"] == 0
-    assert kw["max_memory"][0] == kw["max_memory"][1] == 0
-    share = (plan.need_bytes - plan.model_bytes) // 2
-    assert kw["max_memory"][2] == kw["max_memory"][3] == 40 * GB - share
-    assert replica_of(plan, 2) == (2, 3) and replica_of(plan, 1) is None and device_kwargs(plan, 1) is None
-
-
-def test_model_bytes_prefer_the_mirrors_files(tmp_path):
-    folder = tmp_path / "Qwen" / "Qwen3-VL-8B-Instruct"
-    folder.mkdir(parents=True)
-    (folder / "model-00001.safetensors").write_bytes(b"x" * 1000)
-    (folder / "model-00002.safetensors").write_bytes(b"x" * 500)
-    assert model_bytes("Qwen/Qwen3-VL-8B-Instruct", mirror=tmp_path) == 1500
-    assert model_bytes("Qwen/Qwen3-VL-8B-Instruct") == int(8.77e9 * 2)
-    assert model_bytes("someone/unknown-vl") is None
-
-
-def test_cost_per_1000_pairs_is_documented_for_every_paper_judge():
-    assert set(COST_PER_1000_PAIRS) == set(JUDGE_MODELS)
-    for model, c in COST_PER_1000_PAIRS.items():
-        assert c["gpu_seconds"] > 0 and c["basis"].startswith("projected"), model
 
 
 # ------------------------------------------------------------------ the gate
@@ -254,6 +200,7 @@ def test_judge_table_lists_every_judge_with_its_status_plan_and_cost():
     assert t.loc["Qwen/Qwen3-VL-8B-Instruct", "status"] == "gated"
     assert "not in the mirror" in t.loc["Qwen/Qwen3-VL-8B-Instruct", "why"]
     assert t.loc["Qwen/Qwen3-VL-30B-A3B-Instruct", "status"] == "gated"      # the tiny judge is not the 30B
-    assert t.loc["Qwen/Qwen3-VL-30B-A3B-Instruct", "projected_gpu_seconds_per_1000_pairs"] == 450.0
-    assert t.loc["Qwen/Qwen3-VL-4B-Instruct", "projection_basis"].startswith("projected")
+    # one cost per pair, the resource ledger's (NearID App. D's measurement, 3 A100-hours per ~2,000 pairs)
+    assert t.loc["Qwen/Qwen3-VL-30B-A3B-Instruct", "gpu_seconds_per_1000_pairs"] == pytest.approx(5406, abs=1)
+    assert "App. D" in t.loc["Qwen/Qwen3-VL-4B-Instruct", "cost_basis"]
     assert t.loc["Qwen/Qwen3-VL-4B-Instruct", "plan"].startswith("judge: ")

@@ -18,7 +18,7 @@ from tools.paper_fixtures.damage import damage
 from tools.paper_fixtures.nearid import (write_authors_release, write_disk_repo, write_nearid_datasets,
                                               write_nearid_models)
 from nearid_lib.preflight import run_preflight
-from nearid_lib.judge.plan import judge_plan
+from nearid_lib.steps.placement import plan_replicas
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,9 @@ def test_a_clean_mirror_passes_in_seconds(env):
     text = "\n".join(rep.lines())
     assert "layout images+masks (card at 1a2cc71), 18 rows, 42 views" in text
     assert "train/val/test = 12/2/4 (split column)" in text
-    assert "[disk] token store (int8)" in text and "[gpu] trainer" in text
+    assert "[disk] token store (int8)" in text
+    # every step of the resource ledger, with what one GPU must hold (no GPU here)
+    assert "[gpu] train: siglip2-so400m-patch14-384: no GPU (" in text and "[gpu] judge-nearid: " in text
     assert text.splitlines()[-1].startswith("preflight (paper): OK")
     # a repository absent for a declared reason is a note, not a problem
     assert any("absent" in f.what and "--allow-missing" in f.what for f in rep.findings if f.kind == "note")
@@ -163,11 +165,11 @@ def test_environment_and_gpus(env, monkeypatch):
     probs = _problems(run_preflight(_cfg(), allow))
     assert any("HF_HUB_OFFLINE=1 but NEARID_HUB_DIR is unset" in p for p in probs)
     assert any("no CUDA GPU visible" in p and "NEARID_ALLOW_CPU=1" in p for p in probs)
-    # the judge's sharding plan is the judge step's own (one rule: nearid_lib.judge.plan)
+    # the judge's sharding plan is the judge step's own (one rule: nearid_lib.steps.placement)
     gb = 10**9
-    assert [len(r) for r in judge_plan(62 * gb, [80 * gb] * 8).replicas] == [1] * 8
-    assert [len(r) for r in judge_plan(62 * gb, [40 * gb] * 8).replicas] == [2] * 4
-    assert not judge_plan(200 * gb, [40 * gb] * 2).fits
+    assert [len(r) for r in plan_replicas(62 * gb, [80 * gb] * 8).replicas] == [1] * 8
+    assert [len(r) for r in plan_replicas(62 * gb, [40 * gb] * 8).replicas] == [2] * 4
+    assert not plan_replicas(200 * gb, [40 * gb] * 2).fits
 
 
 def test_disk_projection_against_free_space(env, monkeypatch):

@@ -3,7 +3,7 @@
 Whole batches of pairs are dealt to the processes in contiguous blocks, as accelerate's
 ``PartialState().split_between_processes`` deals them (diffusers' distributed-inference pattern), or
 to the judging ranks only (``workers``: one per replica of a judge that spans several GPUs,
-:func:`~nearid_lib.judge.plan.judge_plan`); each process
+:func:`~nearid_lib.steps.placement.plan_replicas`); each process
 appends its answers to its own ``answers_rank<r>.jsonl`` (a killed run resumes from them, whatever
 its number of processes) and the answers are gathered to every process. A batch holds the same
 pairs whatever the number of processes, so the scores equal one process's; on one process without

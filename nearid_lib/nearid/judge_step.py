@@ -6,7 +6,7 @@ full and FG-only), MTG and the DreamBench++ stand-in where the profile has one -
 :func:`~nearid_lib.nearid.judges.judge_encoders` (``eval.vlm_judge`` and Table 7's
 ``eval.vlm_scales``; same model, prompt, answer reading, cost cap ``eval.vlm_max_ids`` and answers
 folder as notebook 04). Each judge runs as replicas sized to the GPUs' memory
-(:func:`~nearid_lib.judge.plan.judge_plan`: one GPU each when the model fits one, else one replica
+(:func:`~nearid_lib.steps.placement.plan_replicas`: one GPU each when the model fits one, else one replica
 over several GPUs with ``device_map="auto"``, its first rank judging); whole batches of pairs are
 dealt to the judging ranks (:func:`~nearid_lib.judge.score_pairs_sharded`), each appends its answers
 to its own file, a killed step resumes, and notebook 04 then reads every answer instead of judging.

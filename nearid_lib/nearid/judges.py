@@ -20,8 +20,8 @@ import torch
 
 from .. import hub
 from ..judge import VLMJudge, read_prompt_file
-from ..judge.plan import (COST_PER_1000_PAIRS, prompt_path, JUDGE_MODELS, JudgePlan, device_kwargs, judge_gate, judge_plan,
-                          model_bytes, scale_label)
+from ..judge.plan import prompt_path, JUDGE_MODELS, judge_cost, judge_gate, scale_label
+from ..steps.placement import ReplicaPlan, device_kwargs, model_bytes, plan_replicas
 from ..paths import cache_dir
 from .pair_encoder import PairBenchEncoder
 
@@ -65,13 +65,13 @@ def visible_gpu_bytes() -> list[int]:
     return [int(torch.cuda.get_device_properties(i).total_memory) for i in range(torch.cuda.device_count())]
 
 
-def placement_plan(model: str, gpu_bytes: Sequence[int] | None = None) -> JudgePlan | None:
+def placement_plan(model: str, gpu_bytes: Sequence[int] | None = None) -> ReplicaPlan | None:
     """The replica plan of ``model`` over ``gpu_bytes`` (default: the visible GPUs); None when the
     model's size is unknown (a user's folder without safetensors: it is then loaded on one device)."""
     mb = model_bytes(model, hub.hub_dir())
     if mb is None:
         return None
-    return judge_plan(mb, visible_gpu_bytes() if gpu_bytes is None else list(gpu_bytes))
+    return plan_replicas(mb, visible_gpu_bytes() if gpu_bytes is None else list(gpu_bytes))
 
 
 def _judge_kwargs(cfg: Profile) -> dict:
@@ -155,7 +155,8 @@ def judge_table(cfg: Profile, encoders: Sequence, results: Sequence) -> pd.DataF
     ``scale``, ``status`` (``scored`` / ``gated``), ``why`` (the gate's reason), ``plan`` (its replica
     plan over this machine's GPUs), ``coverage`` and ``n_judged`` (pairs asked), ``seconds``
     (scoring time in this run: reading answers when ``make judge`` ran first) and the projected
-    GPU-seconds per 1,000 pairs with its basis (:data:`~nearid_lib.judge.plan.COST_PER_1000_PAIRS`)."""
+    GPU-seconds per 1,000 pairs with its basis (the resource ledger's, :func:`~nearid_lib.nearid.gpu_work.judge_cost`)."""
+    cost = judge_cost()
     gated = dict(getattr(encoders, "gated", {}))
     by_name = {r.name: r for r in results}
     rows = []
@@ -163,14 +164,13 @@ def judge_table(cfg: Profile, encoders: Sequence, results: Sequence) -> pd.DataF
         name = judge_name(model)
         r = by_name.get(name) if any(getattr(b, "model", None) == model for b in encoders) else None
         plan = placement_plan(model) if model != "tiny" else None
-        cost = COST_PER_1000_PAIRS.get(model, {})
         rows.append({"model": model, "scale": scale_label(model), "bench_name": name, "profile": cfg.name,
                      "status": "scored" if r is not None else "gated",
                      "why": "" if r is not None else gated.get(name, "not asked for"),
-                     "plan": plan.describe() if plan is not None else "one device",
+                     "plan": "judge: " + plan.describe() if plan is not None else "one device",
                      "coverage": r.coverage.get("coverage", np.nan) if r is not None else np.nan,
                      "n_judged": r.coverage.get("n_judged", 0) if r is not None else 0,
                      "seconds": r.seconds.get("total", np.nan) if r is not None else np.nan,
-                     "projected_gpu_seconds_per_1000_pairs": cost.get("gpu_seconds", np.nan),
-                     "projection_basis": cost.get("basis", "")})
+                     "gpu_seconds_per_1000_pairs": 1000 * cost.seconds,
+                     "cost_basis": f"{cost.status} on {cost.on}: {cost.basis}"})
     return pd.DataFrame(rows)

@@ -48,7 +48,7 @@ class PairBenchEncoder:
     answer (one file per rank) so that a killed run resumes and a rerun over the same pairs reads
     them instead of judging again (:func:`~nearid_lib.nearid.judges.judge_encoder` gives a real judge
     one under the profile's cache, keyed by the judge's fingerprint). ``workers``: the ranks of a
-    launch that judge (one per replica of :func:`~nearid_lib.judge.plan.judge_plan`; None: all)."""
+    launch that judge (one per replica of :func:`~nearid_lib.steps.placement.plan_replicas`; None: all)."""
 
     kind = "pairs"
 

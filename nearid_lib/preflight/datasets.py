@@ -191,6 +191,7 @@ def _mtg(cfg: Profile, rep: Report, mirror: Path) -> None:
         except Exception as err:                             # noqa: BLE001
             rep.problem("data", f"{repo}: split {split}: a parquet shard cannot be read: {err}", _redownload(repo, mirror))
             continue
+        rep.facts.setdefault("mtg_pairs_by_split", {})[split] = int(rows)
         missing = [c for c in MTG_COLUMNS if c not in names]
         if missing:
             rep.problem("data", f"{repo}: split {split} lacks column(s) {missing}", _redownload(repo, mirror))
@@ -264,6 +265,10 @@ def _splits_and_release(cfg: Profile, rep: Report, mirror: Path, pos: dict | Non
     views = pos["views"]
     rep.facts["views_by_split"] = {s: int(np.nansum([v for v, t in zip(views, split) if t == s]))
                                    for s in ("train", "val", "test")}
+    # the resource ledger's sizes (nearid_lib.steps.ledger.Sizes.from_facts): identities and 3-view ones per split
+    rep.facts["ids_by_split"] = dict(zip(("train", "val", "test"), counts))
+    rep.facts["three_view_by_split"] = {s: int(sum(1 for v, t in zip(views, split) if t == s and v >= 3))
+                                        for s in ("train", "val", "test")}
 
 
 def check_datasets(cfg: Profile, rep: Report) -> None:

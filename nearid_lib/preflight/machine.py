@@ -19,13 +19,12 @@ bytes still to write, summed per file system and compared with its free space:
   of every parquet dataset the run reads (the positives, MTG, Subjects2k, Stanford Cars): their bytes
   in the mirror (a copy already built is reused, so this over-counts a second run).
 
-**GPUs**: the judge's replicas are laid out by the judge step's own rule
-(:func:`nearid_lib.judge.plan.judge_plan`: its ``*.safetensors`` bytes plus headroom for the
-activations and the KV cache; one replica per GPU when that fits one, else one replica over as many
-consecutive GPUs as it needs, as the authors' ``device_map="auto"``), so the plan printed here is the
-one ``make judge`` runs. The trainer needs
-the backbone's weights at ``backbone.dtype`` plus :data:`TRAIN_ACTIVATIONS` (3.5 GB measured at batch
-128 on an H100, docs/paper-profile.md "Performance"), scaled to ``backbone.batch_size``.
+**GPUs**: every step of the resource ledger (:mod:`nearid_lib.steps.ledger`: curation, prefill, the
+head trainings, the judge at every scale over NearID-bench, MTG and DreamBench++, ID-Sim's MLLM row,
+FPR's generators, DreamBooth, background removal, the galleries) placed on the visible GPUs by the
+one placement rule (:func:`nearid_lib.steps.placement.plan_replicas`) with its items counted from the
+release as the data check read it: the plan printed here is the one ``nearid plan`` prints and the
+one the steps run; a step no GPU group holds is a problem, named with its numbers.
 """
 from __future__ import annotations
 
@@ -36,22 +35,20 @@ from typing import TYPE_CHECKING
 
 from .. import hub
 from ..data.schema import is_complete
-from ..judge.plan import judge_plan, model_bytes
 from ..paths import cache_dir, data_dir, downloads_dir
 from ..run import ALLOW_CPU_ENV
-from .datasets import judge_on
+from ..steps import Sizes, plan_run, visible_gpus
 from .findings import Report
-from .repos import vision_geometry, weights_bytes
+from .repos import vision_geometry
 
 if TYPE_CHECKING:
     from ..config import Profile
 
-__all__ = ["check_machine", "disk_plan", "PNG_RATIO", "MASK_RATIO", "TRAIN_ACTIVATIONS"]
+__all__ = ["check_machine", "disk_plan", "PNG_RATIO", "MASK_RATIO"]
 
 # Assumptions of the projection (not measured on the release, which this machine cannot download):
 PNG_RATIO = 0.6          # PNG bytes / raw RGB bytes of a 512 px render at zlib level 1
 MASK_RATIO = 0.02        # bytes per pixel of a binary mask PNG
-TRAIN_ACTIVATIONS = 3.5e9  # bytes at batch 128 (so400m forward, bf16, measured on an H100)
 GB = 1e9
 
 
@@ -69,16 +66,8 @@ def _env(cfg: Profile, rep: Report) -> None:
                         "(export HF_HUB_OFFLINE=1 on a node without internet)")
 
 
-def _gpus() -> list[tuple[str, float]]:
-    import torch
-
-    return [(torch.cuda.get_device_properties(i).name, torch.cuda.get_device_properties(i).total_memory / GB)
-            for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
-
-
 def _gpu(cfg: Profile, rep: Report) -> None:
-    gpus = _gpus()
-    mirror = hub.hub_dir()
+    gpus = visible_gpus()
     if not gpus:
         if os.environ.get(ALLOW_CPU_ENV, "") == "1":
             rep.note("gpu", f"no GPU visible: the run goes to the CPU ({ALLOW_CPU_ENV}=1)")
@@ -86,25 +75,16 @@ def _gpu(cfg: Profile, rep: Report) -> None:
             rep.problem("gpu", "no CUDA GPU visible: PROFILE=paper stops at once",
                         f"run on a GPU node (make install TORCH=cu128; check nvidia-smi, CUDA_VISIBLE_DEVICES), "
                         f"or {ALLOW_CPU_ENV}=1 to run on the CPU anyway")
-    mem = [g for _, g in gpus]
-    if gpus:
-        rep.plan("gpu", f"{len(gpus)} GPU(s): " + ", ".join(f"{n} {g:.0f} GB" for n, g in gpus))
-    repo = next((r for r, _, _ in hub.PAPER_REPOS if r.split("/")[-1] == cfg.backbone.name), None)
-    if mirror is not None and repo and (mirror / repo).is_dir():
-        w = weights_bytes(mirror / repo) * (0.5 if cfg.backbone.dtype in ("float16", "bfloat16") else 1.0)
-        need = (w + TRAIN_ACTIVATIONS * cfg.backbone.batch_size / 128) / GB
-        rep.plan("gpu", f"trainer: {need:.1f} GB per GPU ({repo} weights + activations at batch "
-                        f"{cfg.backbone.batch_size})")
-        if mem and min(mem) < need:
-            rep.problem("gpu", f"the trainer needs {need:.1f} GB, the smallest GPU has {min(mem):.0f} GB",
-                        "lower backbone.batch_size (NEARID_SET=backbone.batch_size=64) or use larger GPUs")
-    if judge_on(cfg) and mirror is not None and (mirror / str(cfg.eval.vlm_judge)).is_dir():
-        plan = judge_plan(model_bytes(str(cfg.eval.vlm_judge), mirror), [int(g * GB) for g in mem])
-        if not plan.fits:
-            rep.problem("gpu", f"{cfg.eval.vlm_judge}: {plan.describe()}", "run the judge step on a larger "
-                        "node (make judge), or NEARID_SET=eval.vlm_judge=none to skip its columns")
-        else:
-            rep.plan("gpu", f"{cfg.eval.vlm_judge}: {plan.describe()}")
+    else:
+        rep.plan("gpu", f"{len(gpus)} GPU(s): " + ", ".join(f"{g.name} {g.memory_bytes / GB:.0f} GB" for g in gpus))
+    sizes = Sizes.from_facts(rep.facts, cfg)
+    for p in plan_run(gpus, sizes, cfg, mirror=hub.hub_dir()):
+        if p.problem:
+            rep.problem("gpu", p.problem, f"run it on larger GPUs (nearid plan --gpus COUNTxMODEL shows where it fits)"
+                        + (f", or skip it: {p.step.skip}" if p.step.skip else ""))
+        elif p.models:
+            rep.plan("gpu", f"{p.step.name}: {p.placement()}; {p.items:,} {p.step.item}"
+                     + (f", {p.wall_h:.1f} h" if p.wall_h is not None else ""))
 
 
 def _png_bytes(rep: Report, cfg: Profile) -> float:

@@ -1,0 +1,179 @@
+"""NearID's GPU-heavy steps in the resource ledger (:mod:`nearid_lib.steps.ledger`): materialising the
+release (curation), the token store (prefill), the head trainings of notebook 03 and of the ablation
+notebooks 04-07, and the VLM judge over NearID-bench, MTG and DreamBench++.
+
+Items are counted by the enumerations the steps run: the judge's pairs as
+:func:`~nearid_lib.nearid.pairs.nearid_pairs` lists them (one positive pair per view pair, one
+distractor pair per view and source, each under full and FG-only inputs), the trainings as notebooks
+03-07 call ``run_rows`` (their rows x the profile's seeds, a run two notebooks share trained once),
+the store's grids as :func:`~nearid_lib.nearid.prefill_step.prefill_items` lists them.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import replace
+from types import SimpleNamespace
+
+from ..judge.plan import judge_cost
+from ..steps.ledger import Cost, ModelUse, Sizes, Step, measured_results, per_source_pairs, register_step
+
+__all__ = ["training_runs", "store_grids"]
+
+GB = 1e9
+STEPS_PER_RUN = 3_350          # NearID App. D: 11 epochs at batch 128
+ROWS_PER_STEP = 128
+PNG_BYTES_PER_VIEW = 512 * 512 * 3 * 0.6      # preflight's PNG ratio at zlib level 1
+
+def _judges(cfg) -> list[str]:
+    from .judges import judge_models
+
+    return judge_models(cfg) if cfg is not None else list(_JUDGE_REPOS)
+
+
+_JUDGE_REPOS = ("Qwen/Qwen3-VL-30B-A3B-Instruct", "Qwen/Qwen3-VL-4B-Instruct", "Qwen/Qwen3-VL-8B-Instruct")
+
+
+def _judge_pairs(s: Sizes, cfg) -> int:
+    pos, dist = per_source_pairs(s, "test")
+    if cfg is not None and cfg.eval.vlm_max_ids:
+        k = min(1.0, cfg.eval.vlm_max_ids / max(1, s.ids.get("test", 0)))
+        pos, dist = pos * k, dist * k
+    variants = 2 if cfg is None or cfg.eval.fg_only else 1
+    return round(variants * (pos + dist * s.eval_sources))
+
+
+def _mtg_pairs(s: Sizes, cfg) -> int:
+    n = s.mtg_pairs.get("test", 0)
+    if cfg is not None and cfg.eval.vlm_max_ids:
+        n = min(n, cfg.eval.vlm_max_ids)
+    # 5 similarity sets (nearid.pairs.mtg_pairs) under full and FG-only inputs
+    return 5 * 2 * n
+
+
+def store_grids(s: Sizes, cfg=None) -> int:
+    """(image, variant) grids of the token store: every training view with its training sources'
+    distractors, every val/test view with every source's, MTG's four images a pair, full and FG-only."""
+    tr = s.views("train") * (1 + s.train_sources)
+    ev = (s.views("val") + s.views("test")) * (1 + s.eval_sources)
+    mtg = 4 * sum(s.mtg_pairs.values())
+    return 2 * (tr + ev + mtg)
+
+
+def _record_bytes() -> tuple[float, str]:
+    sc = measured_results("paper_scale_cuda.json")
+    if sc:
+        return float(sc["store"]["int8"]["record_bytes"]), "int8 record measured (paper_scale_cuda.json)"
+    return 729 * (1152 + 4) * 1.0, "int8 record: 729 tokens x (1,152 + a float32 scale)"
+
+
+def _backbone_cost() -> Cost:
+    sc = measured_results("paper_scale_cuda.json")
+    if sc:
+        rate = sc["backbone"]["full_img_per_s"]
+        return Cost(1.0 / rate, "H100", "compute", "measured",
+                    f"so400m at {rate:.0f} img/s on one H100 ({sc.get('started', '')[:10]}, paper_scale_cuda.json), "
+                    "decoding hidden by DataLoader workers")
+    return Cost(1 / 400, "H100", "compute", "projected", "so400m at ~400 img/s on an H100 (not measured here)")
+
+
+def _head_step_seconds() -> tuple[float, str, str]:
+    sc = measured_results("paper_scale_cuda.json")
+    if sc:
+        one = next(x["fast_s"] for x in sc["head"]["steps"] if x["shape"][0] == 656)
+        return one, "measured", f"a head step of 656 slots {one * 1e3:.0f} ms on one H100 (paper_scale_cuda.json)"
+    return 0.05, "projected", "a head step ~50 ms on an H100 (not measured here)"
+
+
+def training_runs(cfg, notebooks: tuple[str, ...]) -> int:
+    """New head trainings that ``notebooks`` (of 03-07) start, as their ``run_rows`` calls make them:
+    each row x each seed of the profile, a configuration already trained by an earlier call not again."""
+    from ..config import get_profile, profile_to_dict, with_overrides
+    from . import ablations as A
+    from .sweep import RowSpec, seeds_of
+
+    cfg = cfg if cfg is not None else get_profile("paper")
+    data = SimpleNamespace(train_sources=list(cfg.world.train_sources))
+    ceiling = RowSpec("fg_trained", "NearID head trained FG-only (ceiling)",
+                      {"train.mask_p_anchor": 1.0, "train.mask_p_positive": 1.0, "train.mask_p_distractor": 1.0})
+    calls = {"03_train_nearid": [lambda: [A.main_row(cfg)]],
+             "04_eval_nearid_bench": [lambda: [A.main_row(cfg)], lambda: [ceiling]],
+             "05_loss_ablation": [lambda: A.loss_rows(cfg)],
+             "06_alpha_beta_sweep": [lambda: A.alpha_rows(cfg), lambda: A.beta_rows(cfg)],
+             "07_data_ablation": [lambda: [r for r, *_ in A.data_rows(cfg, data)]]}
+    done: set[str] = set()
+    counted = 0
+    for nb, rows in calls.items():
+        for make in rows:
+            for r in make():
+                for seed in seeds_of(cfg):
+                    c = replace(with_overrides(cfg, r.overrides), seed=int(seed))
+                    k = hashlib.sha1(json.dumps(profile_to_dict(c), sort_keys=True, default=str).encode()).hexdigest()
+                    if k not in done:
+                        done.add(k)
+                        counted += nb in notebooks
+    return counted
+
+
+def _slots_per_step(s: Sizes) -> float:
+    ids = max(1, s.ids.get("train", 0))
+    return ROWS_PER_STEP * (s.views("train") / ids + s.train_sources)
+
+
+_so400m = ModelUse("google/siglip2-so400m-patch14-384", working_bytes=int(3.5 * GB), splittable=False,
+                   working_basis="activations at batch 128, measured on an H100")
+_STORE_RESUME = "the store is keyed per grid: a killed prefill resumes at the first grid it lacks"
+
+register_step(Step(
+    name="curate", command="make curate", feeds="every NearID table (the materialised release and its masks)",
+    models=(ModelUse("CIDAS/clipseg-rd64-refined", working_bytes=int(1 * GB), splittable=False),),
+    items=lambda s, cfg: sum(s.ids.values()), item="identities",
+    cost=Cost(4.5 * 3600 / 19_386, "A100-80GB", "cpu", "projected",
+              "4-5 h for the release on one GPU rank (decode, CLIPSeg where a view has no mask, PNG writes)"),
+    resume="an identity is written atomically and skipped when complete",
+    outputs="$NEARID_DATA/paper/nearid (PNG views, masks, distractors)",
+    written=lambda s, cfg: sum(s.views(k) for k in s.ids) * (PNG_BYTES_PER_VIEW * (1 + s.eval_sources) + 512 * 512 * 0.02)))
+
+register_step(Step(
+    name="prefill", command="make prefill", feeds="the token store every head training and evaluation reads",
+    models=(_so400m,), items=lambda s, cfg: store_grids(s, cfg), item="grids", cost=_backbone_cost(),
+    resume=_STORE_RESUME, outputs="$NEARID_CACHE/paper (int8 token store)",
+    written=lambda s, cfg: store_grids(s, cfg) * _record_bytes()[0]))
+
+
+def _train_step(name: str, notebooks: tuple[str, ...], command: str, feeds: str) -> Step:
+    step_s, status, basis = _head_step_seconds()
+
+    def read(s, cfg):
+        return training_runs(cfg, notebooks) * STEPS_PER_RUN * _slots_per_step(s) * _record_bytes()[0]
+
+    return Step(
+        name=name, command=command, feeds=feeds, models=(_so400m,),
+        items=lambda s, cfg: training_runs(cfg, notebooks), item="head trainings",
+        cost=Cost(STEPS_PER_RUN * step_s, "H100", "compute", status,
+                  f"{STEPS_PER_RUN:,} steps x ({basis}); reads of the store counted apart (upper bound: every slot read)"),
+        resume="a run checkpoints every train.checkpoint_every steps and resumes from its last",
+        outputs="$NEARID_OUT/paper/checkpoints", read=read)
+
+
+register_step(_train_step("train", ("03_train_nearid",), "notebook 03 (make reproduce)", "NearID Tables 1, 3"))
+register_step(_train_step("sweep", ("04_eval_nearid_bench", "05_loss_ablation", "06_alpha_beta_sweep",
+                                    "07_data_ablation"), "notebooks 04-07", "NearID Tables 4-9, the FG ceiling"))
+
+_judge_uses = tuple(ModelUse(r) for r in _JUDGE_REPOS)
+_JUDGE_RESUME = "answers appended per pair under $NEARID_CACHE/paper/judge_answers; a rerun judges only the rest"
+register_step(Step(
+    name="judge-nearid", command="make judge", feeds="NearID Table 1's Qwen3-VL row, Table 7's judge scales",
+    models=_judge_uses, models_of=_judges, per_model=True, items=_judge_pairs, item="pairs", cost=judge_cost(),
+    resume=_JUDGE_RESUME, outputs="judge answers (JSONL per rank)",
+    skip="NEARID_SET='eval.vlm_judge=none;eval.vlm_scales=' (their rows stay empty with the reason)"))
+register_step(Step(
+    name="judge-mtg", command="make judge", feeds="MTG M-O / SSR / PA of the judge rows",
+    models=_judge_uses, models_of=_judges, per_model=True, items=_mtg_pairs, item="pairs", cost=judge_cost(),
+    resume=_JUDGE_RESUME, outputs="judge answers (JSONL per rank)",
+    skip="NEARID_SET='eval.vlm_judge=none;eval.vlm_scales='"))
+register_step(Step(
+    name="judge-dbpp", command="make judge", feeds="NearID Table 1's DB++ column and Table 2 for the judge row",
+    models=(ModelUse(_JUDGE_REPOS[0]),), models_of=lambda cfg: [cfg.eval.vlm_judge] if cfg.eval.vlm_judge else [],
+    items=lambda s, cfg: s.dbpp_generations, item="generations", cost=judge_cost(),
+    resume=_JUDGE_RESUME, outputs="judge answers (JSONL per rank)", skip="NEARID_SET=eval.vlm_judge=none"))

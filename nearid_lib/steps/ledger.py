@@ -1,0 +1,218 @@
+"""The resource ledger of the paper path: every GPU-heavy computation of ``make reproduce
+PROFILE=paper`` declared once, as a :class:`Step`, with what the plan, the preflight and the cost
+table need to know about it before it runs:
+
+- its **models**, loaded one after another (never two at once), each with the working set it needs
+  beside its weights on a GPU and whether ``device_map`` may spread it over several GPUs;
+- its **items** at the run's scale, counted from the release's rows and splits (:class:`Sizes`,
+  filled by the preflight's data check from the mirror) by the same enumeration the step runs, never
+  typed; without a mirror the paper's stated sizes stand in and every figure says so;
+- its **cost** per item on one GPU kind with its basis (measured by ``benchmarks/gpu_suite.py`` or
+  by the authors, else projected and how), and the resource that bounds it, so that another kind is
+  costed by its bandwidth or its throughput (:mod:`.gpus`);
+- the bytes it writes and reads, the network it needs, its outputs and how it resumes.
+
+The paper packages declare their steps where their code lives (:func:`register_step`, the registry
+pattern of the encoders); :func:`all_steps` imports the modules of :data:`PROVIDERS` first, so a plan
+made from any entry point sees every step. The plan (:mod:`.plan`) places each step on a
+machine with :func:`~nearid_lib.steps.placement.plan_replicas` and turns items into hours.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+from dataclasses import dataclass, field, replace
+from typing import Callable, Mapping
+
+from .gpus import KINDS, GpuKind
+
+__all__ = ["Sizes", "ModelUse", "Cost", "Step", "register_step", "all_steps", "step", "PROVIDERS", "STATED",
+           "per_source_pairs", "measured_results"]
+
+# The modules that declare steps (imported by :func:`all_steps`, lowest layer first).
+PROVIDERS = ("nearid_lib.nearid.gpu_work", "nearid_lib.idsim.gpu_work", "nearid_lib.fpr.gpu_work")
+
+# The release's sizes as its authors state them (NearID Sec. 4.1 and App. B, the splits of
+# Gorluxor/NearID, DreamBench++'s 7 methods x 1,350 prompts, FPR Sec. 4), used when the mirror has
+# not been read. ``ids``/``three_view`` per split; MTG pairs per split of abdo-eldesokey/mtg-dataset.
+STATED: dict = {
+    "ids": {"train": 18_786, "val": 100, "test": 500},
+    # 6,433 of 19,386 identities have a third view; per split in that proportion
+    "three_view": {"train": round(18_786 * 6_433 / 19_386), "val": round(100 * 6_433 / 19_386),
+                   "test": round(500 * 6_433 / 19_386)},
+    # MTG's train pairs are not stated: 3,350 steps x 128 rows over 11 epochs, less the NearID rows, in
+    # repeats of 4 (NearID App. D); its 100 test pairs are
+    "mtg_pairs": {"train": round((3_350 * 128 / 11 - 18_786) / 4), "test": 100},
+    "dbpp_generations": 7 * 1_350,
+    "basis": "stated by the papers and the authors' splits (the mirror was not read)",
+}
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The run's sizes: identities and 3-view identities per split of the positives, MTG pairs per
+    split, the DreamBench++ generations rated by humans, the profile's sources; ``basis`` says where
+    they come from (the release's rows, or :data:`STATED`)."""
+
+    ids: Mapping[str, int]
+    three_view: Mapping[str, int]
+    mtg_pairs: Mapping[str, int]
+    dbpp_generations: int
+    eval_sources: int
+    train_sources: int
+    basis: str
+    extra: Mapping[str, float] = field(default_factory=dict)
+
+    def views(self, split: str) -> int:
+        """Views of ``split``: two per identity plus the third ones."""
+        return 2 * int(self.ids.get(split, 0)) + int(self.three_view.get(split, 0))
+
+    @classmethod
+    def stated(cls, cfg=None) -> "Sizes":
+        """The authors' stated sizes, with the profile's sources (paper: 9 evaluated, 4 trained)."""
+        ev = len(cfg.world.nearid_sources) if cfg is not None else 9
+        tr = len(cfg.world.train_sources) if cfg is not None else 4
+        return cls(dict(STATED["ids"]), dict(STATED["three_view"]), dict(STATED["mtg_pairs"]),
+                   STATED["dbpp_generations"], ev, tr, STATED["basis"])
+
+    @classmethod
+    def from_facts(cls, facts: Mapping, cfg=None) -> "Sizes":
+        """The sizes the preflight's data check counted from the mirror (``ids_by_split``,
+        ``three_view_by_split``, ``mtg_pairs_by_split``, ``dbpp_generations``); a count it could not
+        make keeps the stated figure, and the basis names both."""
+        base = cls.stated(cfg)
+        got, kept = [], []
+
+        def pick(key, default):
+            if facts.get(key) is not None:
+                got.append(key)
+                return facts[key]
+            kept.append(key)
+            return default
+
+        out = replace(base, ids=pick("ids_by_split", base.ids), three_view=pick("three_view_by_split", base.three_view),
+                      mtg_pairs=pick("mtg_pairs_by_split", base.mtg_pairs),
+                      dbpp_generations=int(pick("dbpp_generations", base.dbpp_generations)))
+        basis = ("counted from the release in the mirror: " + ", ".join(got)) if got else base.basis
+        if got and kept:
+            basis += "; stated: " + ", ".join(kept)
+        return replace(out, basis=basis)
+
+
+@dataclass(frozen=True)
+class ModelUse:
+    """One model a step loads: ``repo``; ``working_bytes`` it needs beside its weights on a GPU
+    (activations, KV cache, optimiser state; None: the placement rule's default for a VLM);
+    ``splittable``: ``device_map`` may spread it over several GPUs (inference), not a training step."""
+
+    repo: str
+    working_bytes: int | None = None
+    splittable: bool = True
+    working_basis: str = ""
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Seconds per item on one GPU of kind ``on`` (a key of :data:`~nearid_lib.steps.gpus.KINDS`),
+    the resource that ``bound``\\ s it (``"memory"``, ``"compute"``, ``"disk"``, ``"network"``,
+    ``"cpu"``), ``status`` (``"measured"``, ``"measured by the authors"``, ``"projected"``) and the basis."""
+
+    seconds: float
+    on: str
+    bound: str
+    status: str
+    basis: str
+
+    def seconds_on(self, kind: GpuKind) -> float:
+        """Seconds per item on ``kind`` (scaled by the bounding resource; the same off the GPU)."""
+        ref = KINDS.get(self.on)
+        return self.seconds if ref is None else self.seconds * kind.scale(ref, self.bound)
+
+
+@dataclass(frozen=True)
+class Step:
+    """A GPU-heavy computation of the paper run (module docstring). ``items(sizes, cfg)`` counts
+    the units of ``item`` it processes; ``per_model``: the items are processed once per model
+    (each judge scale judges every pair); ``gpus``: ``"all"`` (items dealt over every replica),
+    ``"none"`` (no GPU: CPU or network); ``written``/``read``: bytes as functions of the sizes."""
+
+    name: str
+    command: str
+    feeds: str
+    models: tuple[ModelUse, ...]
+    items: Callable
+    item: str
+    cost: Cost
+    resume: str
+    outputs: str
+    per_model: bool = False
+    gpus: str = "all"
+    written: Callable = lambda s, cfg: 0.0
+    read: Callable = lambda s, cfg: 0.0
+    network: str = ""
+    models_of: Callable | None = None       # the models this profile asks for (default: all of ``models``)
+    skip: str = ""                          # the profile switch that leaves the step out, for a plan's fix
+
+    def models_for(self, cfg) -> tuple[ModelUse, ...]:
+        """The models the profile ``cfg`` makes this step load."""
+        if self.models_of is None or cfg is None:
+            return self.models
+        want = set(self.models_of(cfg))
+        return tuple(m for m in self.models if m.repo in want)
+
+    def count(self, sizes: Sizes, cfg=None) -> int:
+        """Items at ``sizes`` (once; :attr:`per_model` multiplies by the models in the plan)."""
+        n = self.items(sizes, cfg)
+        if n < 0 or (isinstance(n, float) and not math.isfinite(n)):
+            raise ValueError(f"step {self.name}: {n} items at sizes {sizes.basis}")
+        return int(round(n))
+
+
+_REGISTRY: dict[str, Step] = {}
+
+
+def register_step(s: Step) -> Step:
+    """Declare ``s`` (a name declared twice is an error: one step, one declaration; a step of several
+    models processes its items once per model)."""
+    if s.name in _REGISTRY and _REGISTRY[s.name] is not s:
+        raise ValueError(f"step {s.name!r} is declared twice")
+    if len(s.models) > 1 and not s.per_model:
+        raise ValueError(f"step {s.name!r}: several models, each loaded alone, need per_model=True")
+    _REGISTRY[s.name] = s
+    return s
+
+
+def all_steps() -> list[Step]:
+    """Every declared step, in run order (the order the providers declare them)."""
+    for mod in PROVIDERS:
+        importlib.import_module(mod)
+    return list(_REGISTRY.values())
+
+
+def step(name: str) -> Step:
+    """The declared step ``name`` (KeyError naming the known ones)."""
+    steps = {s.name: s for s in all_steps()}
+    if name not in steps:
+        raise KeyError(f"no step {name!r}; declared: {', '.join(steps)}")
+    return steps[name]
+
+
+def per_source_pairs(sizes: Sizes, split: str = "test") -> tuple[int, int]:
+    """NearID-bench pairs of one split, as :func:`nearid_lib.nearid.pairs.nearid_pairs` enumerates them:
+    (positive pairs = 1 per 2-view and 3 per 3-view identity, distractor pairs per source = one per view)."""
+    n, t = int(sizes.ids.get(split, 0)), int(sizes.three_view.get(split, 0))
+    return (n - t) + 3 * t, sizes.views(split)
+
+
+def measured_results(name: str) -> dict | None:
+    """A committed benchmark result (``benchmarks/results/<name>``) the ledger takes a rate from, or
+    None where the checkout has none (an installed package without its benchmarks)."""
+    import json
+
+    from ..paths import repo_root
+
+    f = repo_root() / "benchmarks" / "results" / name
+    try:
+        return json.loads(f.read_text())
+    except (OSError, ValueError):
+        return None
