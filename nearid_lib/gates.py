@@ -20,6 +20,7 @@ from typing import Callable
 import os
 
 from . import hub
+from .runtime.reach import endpoint_reason
 from .config import get_profile
 from .paths import downloads_dir
 
@@ -65,9 +66,13 @@ def _dbpp_closed() -> bool:
 
 def _gpt_closed() -> bool:
     """No OpenAI key and no OpenAI-compatible server (``retrieval.gpt_base_url`` of the paper profile,
-    with ``NEARID_SET``, or ``$OPENAI_BASE_URL``): the DB++ column of the FPR tables is not computed."""
-    return not (os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL")
-                or get_profile("paper").retrieval.gpt_base_url)
+    with ``NEARID_SET``, or ``$OPENAI_BASE_URL``), or the server they name not reachable from this
+    node (:func:`nearid_lib.runtime.reach.endpoint_reason`, checked once per process): the DB++
+    column of the FPR tables is not computed."""
+    base = get_profile("paper").retrieval.gpt_base_url
+    if not (os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL") or base):
+        return True
+    return endpoint_reason(base) is not None
 
 
 def _gpt_prompts_closed() -> bool:
@@ -135,7 +140,8 @@ GATES: dict[str, Gate] = {g.key: g for g in (
          "by the FPR authors; generate them, docs/paper-profile.md 'FPR data')", "docs/paper-profile.md, 'FPR data'",
          ("11_fpr_*", "claims_11_retrieval"), _downloads("fpr_generated")),
     Gate("fpr_gpt", "an OpenAI key ($OPENAI_API_KEY) or an OpenAI-compatible server (retrieval.gpt_base_url, "
-         "$OPENAI_BASE_URL) for DreamBench++'s GPT score", "docs/paper-profile.md, 'The DB++ column'",
+         "$OPENAI_BASE_URL), reachable from this node, for DreamBench++'s GPT score",
+         "docs/paper-profile.md, 'The DB++ column'",
          ("11_fpr_*:dbpp",), _gpt_closed),
     Gate("fpr_gpt_prompts", "DreamBench++'s prompts user_prompt_subject_full.txt / gpt_prompt_subject_full.txt in "
          "$NEARID_DOWNLOADS/dreambenchpp (dreambench_plus/prompts of its GitHub repository)",

@@ -36,12 +36,21 @@ __all__ = ["SKIP_FORMATS", "Policy", "POLICIES", "GATED", "KNOWN_SIZES", "RECORD
 
 RECORD_DIR = ".nearid-downloads"
 SKIP_FORMATS = ("*.h5", "*.msgpack", "*.ot", "*.onnx", "*.onnx_data", "*.tflite", "onnx/*", "coreml/*", "openvino/*")
-# Licence accepted on the hub page first (DINOv3: Meta's; SD3 and FLUX.1 [dev]: their own).
-GATED = frozenset({"facebook/dinov3-vitl16-pretrain-lvd1689m", "stabilityai/stable-diffusion-3-medium-diffusers",
-                   "black-forest-labs/FLUX.1-Kontext-dev", "black-forest-labs/FLUX.1-Fill-dev"})
+# Every gated repository the project reads, the one list the download hints, the preflight and the
+# docs use (tests/test_hub.py checks the docs against it): the licence is accepted on the hub page
+# first (DINOv3: Meta's; SD3 and FLUX.1 [dev]: their own). FLUX.1-Canny-dev is read only when the
+# distractor sources are regenerated (generate.specs.DEFAULT_HUB_IDS), so it is not in hub.PAPER_REPOS.
+GATED = frozenset({"facebook/dinov3-vitl16-pretrain-lvd1689m", "facebook/dinov3-vitb16-pretrain-lvd1689m",
+                   "stabilityai/stable-diffusion-3-medium-diffusers", "black-forest-labs/FLUX.1-Kontext-dev",
+                   "black-forest-labs/FLUX.1-Fill-dev", "black-forest-labs/FLUX.1-Canny-dev"})
 # Sizes known from a source (not read from the hub here: no hub access on this machine); every other
 # repository's size is in its download record, or printed by ``python -m nearid_lib.hub download --dry-run``.
-KNOWN_SIZES = {"Aleksandar/NearID-PowerPaint": "2.45 GB (5 shards; the authors' guide)"}
+# The Qwen3-VL judges' sizes are their bf16 weights, 2 bytes per parameter of the model card (the
+# counts of judge.plan.JUDGE_MODELS). All three get the default policy, like every repository not in POLICIES.
+KNOWN_SIZES = {"Aleksandar/NearID-PowerPaint": "2.45 GB (5 shards; the authors' guide)",
+               "Qwen/Qwen3-VL-4B-Instruct": "about 8.9 GB of bf16 weights (4.44 B parameters, its model card)",
+               "Qwen/Qwen3-VL-8B-Instruct": "about 17.5 GB of bf16 weights (8.77 B parameters, its model card)",
+               "Qwen/Qwen3-VL-30B-A3B-Instruct": "about 62 GB of bf16 weights (31.07 B parameters, its model card)"}
 
 
 @dataclass(frozen=True)

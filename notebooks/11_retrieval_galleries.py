@@ -114,14 +114,16 @@ fpr = X.run_fpr(models, split, generated if HAVE_GEN else None, cfg, cache, DATA
 # `paper` only: `gpt-4o-2024-05-13` through the `openai` client (or any OpenAI-compatible server,
 # `retrieval.gpt_base_url`) with DreamBench++'s own subject prompts read from its download, both
 # images at 512 px, the score x 0.25, pairs drawn as the FPR authors' stream draws them
-# (`nearid_lib.fpr.gpt_score`); answers cached per image pair, so a rerun asks nothing twice. Without a
-# key or server the column stays empty and the tables' provenance says why (gate `fpr_gpt`).
+# (`nearid_lib.fpr.gpt_score`); answers cached per image pair, so a rerun asks nothing twice, and a
+# pair whose request failed is asked again by the next run. Without a key or server, or with a server
+# this node cannot reach, the column stays empty and the tables' provenance says why (gate `fpr_gpt`).
 
 # %%
 DBPP = (D.dbpp_columns(cfg, split, generated if HAVE_GEN else None)
         if cfg.world.source == "released" and HAVE_REFS else None)
 if DBPP is not None:
-    print("DB++ column:", DBPP.reason or f"{DBPP.requests} requests this run")
+    print("DB++ column:", DBPP.reason or f"{DBPP.requests} requests this run, "
+          f"{DBPP.info.get('failed_pairs', 0)} pairs failed (asked again by the next run)")
 
 # %% [markdown]
 # ## Oracle: real reference images as queries (paper Table 1)

@@ -1,6 +1,7 @@
 """DreamBench++'s GPT score (:mod:`nearid_lib.fpr.gpt_score`) through the real ``openai`` client
 against a local stand-in of the chat-completions API on 127.0.0.1: the request's shape, the parsing
-of answers, re-asking, the client's retries of server errors, the answer cache and resuming, the
+of answers, re-asking, the client's retries of server errors, failed requests recorded and asked
+again by the next run, the answer cache and resuming, the reachability check of the gate, the
 authors' random stream, and the DB++ columns of the FPR tables (:mod:`nearid_lib.fpr.dbpp_column`)."""
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import base64
 import io
 import json
 import random
+import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
@@ -18,8 +21,26 @@ from PIL import Image
 
 from nearid_lib.fpr import dbpp_column as D
 from nearid_lib.fpr import gpt_score as G
+from nearid_lib.runtime import reach
 
 USER, ASSISTANT = "stand-in rubric: reply Score: N", "stand-in acknowledgement"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_reachability(monkeypatch):
+    """Each test checks reachability anew (the module remembers hosts for the process) and without a
+    proxy of the environment in the way of 127.0.0.1."""
+    monkeypatch.setattr(reach, "_REACHED", {})
+    for v in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY",
+              "no_proxy"):
+        monkeypatch.delenv(v, raising=False)
+
+
+def _closed_port() -> int:
+    """A port of 127.0.0.1 nothing listens on (bound, then released): a connection is refused."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class _Server:
@@ -35,13 +56,15 @@ class _Server:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 owner.bodies.append({"path": self.path, **body})
                 status, text = owner.script.pop(0) if len(owner.script) > 1 else owner.script[0]
+                # status 0: a 200 whose body holds no readable answer (an unparseable response)
                 payload = ({"error": {"message": "stand-in failure", "type": "server_error"}} if status >= 400 else
+                           {"id": "cmpl-1", "object": "chat.completion", "choices": []} if status == 0 else
                            {"id": "cmpl-1", "object": "chat.completion", "created": 0, "model": body["model"],
                             "choices": [{"index": 0, "finish_reason": "stop",
                                          "message": {"role": "assistant", "content": text}}],
                             "usage": {"prompt_tokens": 1450, "completion_tokens": 4, "total_tokens": 1454}})
                 data = json.dumps(payload).encode()
-                self.send_response(status)
+                self.send_response(status or 200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -136,13 +159,13 @@ def test_server_errors_are_retried_by_the_client(server, tmp_path):
     ims = _images(tmp_path)
     assert judge.score([G.Pair("a", ims[0], ims[1], 1)]).score.tolist() == [1.0]
     assert len(s.bodies) == 3 and judge.requests == 1          # two transport retries inside one request
+    # still failing after the client's retries: the pair is recorded as failed, not as answered
     s2 = server([(500, "")])
     j2 = _judge(s2.url, tmp_path / "x", max_retries=1)
-    import openai
-
-    with pytest.raises(openai.InternalServerError):
-        j2.score([G.Pair("a", ims[0], ims[2], 1)])
-    assert not j2.path.exists() or not j2.path.read_text().strip()    # nothing cached for a failed request
+    rows = j2.score([G.Pair("a", ims[0], ims[2], 1)])
+    assert np.isnan(rows.score[0]) and "InternalServerError" in rows.failed[0] and len(s2.bodies) == 2
+    recs = [json.loads(x) for x in j2.path.read_text().splitlines()]
+    assert len(recs) == 1 and recs[0]["failed"].startswith("InternalServerError") and recs[0]["score"] is None
 
 
 def test_answers_are_cached_and_a_run_resumes(server, tmp_path):
@@ -185,24 +208,117 @@ def test_pairs_replay_the_authors_stream():
     assert G.pairs_for("IP Adapter", q, g)[0].src == "r1"
 
 
-def test_prompts_and_the_gate(tmp_path, monkeypatch):
+def test_prompts_and_the_gate(server, tmp_path, monkeypatch):
     for v in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
         monkeypatch.delenv(v, raising=False)
+    live = server([(200, "Score: 1")]).url
     root = tmp_path / "dreambenchpp"
     root.mkdir()
     with pytest.raises(G.GptPromptError, match="dreambench_plus/prompts"):
         G.read_prompts(root)
     assert "OPENAI_API_KEY" in G.gpt_config_reason(None, root)
-    assert "prompts" in G.gpt_config_reason("http://127.0.0.1:9/v1", root)
+    assert "prompts" in G.gpt_config_reason(live, root)
     d = root / "dreambench_plus" / "prompts"
     d.mkdir(parents=True)
     (d / "user_prompt_subject_full.txt").write_text("  rubric \n")
     (d / "gpt_prompt_subject_full.txt").write_text("ack\n")
     assert G.read_prompts(root) == ("rubric", "ack")
-    assert G.gpt_config_reason("http://127.0.0.1:9/v1", root) is None
+    assert G.gpt_config_reason(live, root) is None
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("OPENAI_BASE_URL", live)          # the key's server: $OPENAI_BASE_URL, reachable
     assert G.gpt_config_reason(None, root) is None
     assert G.COST["usd_per_1000_requests"] == pytest.approx(7.325)
+
+
+def test_an_unreachable_server_closes_the_gate_naming_the_host(server, tmp_path, monkeypatch):
+    """A key on a node without internet: the gate closes, with the host, before any request; the
+    declared gate ``fpr_gpt`` (what the dry run's table check reads) closes with it."""
+    from nearid_lib import gates
+
+    root = tmp_path / "dreambenchpp" / "prompts"
+    root.mkdir(parents=True)
+    for f in G.PROMPT_FILES:
+        (root / f).write_text("p")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.delenv("NEARID_SET", raising=False)
+    port = _closed_port()
+    monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{port}/v1")
+    why = G.gpt_config_reason(None, root.parent)
+    assert why and f"127.0.0.1:{port}" in why and "not reachable" in why
+    assert gates.is_closed("fpr_gpt")
+    live = server([(200, "Score: 1")]).url
+    monkeypatch.setenv("OPENAI_BASE_URL", live)
+    assert G.gpt_config_reason(None, root.parent) is None and not gates.is_closed("fpr_gpt")
+    # the column itself: the gate's reason, and not one request
+    from nearid_lib.config import get_profile
+    from nearid_lib.data.fpr_layout import FPRSplit
+
+    monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{port}/v1")
+    cfg = get_profile("paper", {"eval.dbpp_root": str(root.parent)})
+    empty = pd.DataFrame(columns=["name", "species", "file_path", "ref_path"])
+    col = D.dbpp_columns(cfg, FPRSplit(empty, empty, tmp_path), None)
+    assert col.reason and f"127.0.0.1:{port}" in col.reason and col.sidecar() == {"not_produced": {"dbpp": col.reason}}
+
+
+def test_the_reachability_check_is_bounded_and_runs_once(monkeypatch):
+    """A name lookup that hangs (a node without DNS) is given up after the timeout; a host is
+    checked once per process; a proxy of the environment is what is reached."""
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    calls = []
+
+    def hang(addr, timeout=None):
+        calls.append(addr)
+        time.sleep(5)
+        raise OSError("gave up late")                # as a lookup that finally fails would
+
+    monkeypatch.setattr(reach.socket, "create_connection", hang)
+    t0 = time.monotonic()
+    why = reach.endpoint_reason(None, timeout=0.2)                 # OpenAI's own server, the default
+    assert time.monotonic() - t0 < 2.0
+    assert "api.openai.com:443" in why and "no answer within 0.2 s" in why
+    assert reach.endpoint_reason(None, timeout=0.2) == why and len(calls) == 1
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+    assert "through the proxy proxy.internal:3128" in reach.endpoint_reason("https://gpt.example.org/v1", timeout=0.2)
+    assert calls[-1] == ("proxy.internal", 3128)
+    assert "names no host" in reach.endpoint_reason("not a url")
+
+
+def test_failed_requests_are_asked_again_by_the_next_run(server, tmp_path):
+    """A request that fails (HTTP error after the client's retries, an unreadable response) is
+    recorded as failed and the others go on; the next run asks only the failed ones again."""
+    ims = _images(tmp_path, 4)
+    pairs = [G.Pair("a", ims[0], ims[1], 3), G.Pair("a", ims[0], ims[2], 9), G.Pair("b", ims[1], ims[3], 0)]
+    # pair 2 fails on an HTTP error, pair 3 on a response without an answer
+    s = server([(200, "Score: 4"), (500, ""), (0, ""), (200, "Score: 2")])
+    first = _judge(s.url, tmp_path, max_retries=0)
+    rows = first.score(pairs)
+    assert rows.score.tolist()[0] == 1.0 and rows.score[1:].isna().all()
+    assert "InternalServerError" in rows.failed[1] and "IndexError" in rows.failed[2] and pd.isna(rows.failed[0])
+    assert len(s.bodies) == 3 and set(first.failed) == {pairs[1].key, pairs[2].key}
+    # the next run (a new process on the same file): the answered pair is not asked, the failed ones are
+    again = _judge(s.url, tmp_path, max_retries=0)
+    assert set(again.failed) == {pairs[1].key, pairs[2].key}
+    rows = again.score(pairs)
+    assert again.requests == 2 and len(s.bodies) == 5 and [b["seed"] for b in s.bodies[3:]] == [9, 0]
+    assert rows.score.tolist() == [1.0, 0.5, 0.5] and rows.failed.isna().all() and again.failed == {}
+    third = _judge(s.url, tmp_path)
+    assert third.score(pairs).score.tolist() == [1.0, 0.5, 0.5] and third.requests == 0
+
+
+def test_failures_in_a_row_stop_the_run_naming_the_answers_file(server, tmp_path):
+    ims = _images(tmp_path, 4)
+    s = server([(200, "Score: 3"), (503, "")])
+    judge = _judge(s.url, tmp_path, max_retries=0, max_failures=2)
+    pairs = [G.Pair("a", ims[0], ims[i], i) for i in (1, 2, 3)]
+    with pytest.raises(G.GptUnavailableError) as err:
+        judge.score(pairs)
+    msg = str(err.value)
+    assert str(judge.path) in msg and "2 requests in a row" in msg and s.url in msg and "InternalServerError" in msg
+    assert len(s.bodies) == 3                                   # the third pair was the second failure: stopped
+    # one success between failures resets the count
+    s2 = server([(503, ""), (200, "Score: 3"), (503, "")])
+    j2 = _judge(s2.url, tmp_path / "b", max_retries=0, max_failures=2)
+    assert j2.score(pairs).failed.notna().tolist() == [True, False, True]
 
 
 def test_dbpp_columns_of_the_fpr_tables(server, tmp_path):
@@ -228,5 +344,12 @@ def test_dbpp_columns_of_the_fpr_tables(server, tmp_path):
     table = pd.DataFrame({"dataset": ["k", "k"], "method": ["Emu2", "DreamBooth"]})
     assert D.with_generated_dbpp(table, col).dbpp.notna().all()
     assert "requests_this_run" in col.sidecar()["dbpp"]
+    assert col.sidecar()["dbpp"]["failed_pairs"] == 0 and o.n_failed["k/s"] == 0
+    # a failed request: its pair left out of the score, counted, and the sidecar says a rerun asks it
+    s2 = server([(200, "Score: 4"), (500, ""), (200, "Score: 2")])
+    col2 = D.dbpp_columns(get_profile("paper"), FPRSplit(train, gallery, tmp_path), None,
+                          judge=_judge(s2.url, tmp_path / "again", max_retries=0))
+    assert col2.oracle.n_failed.tolist() == [1] and col2.sidecar()["dbpp"]["failed_pairs"] == 1
+    assert "rerun asks them again" in col2.sidecar()["dbpp"]["failed_note"]
     gated = D.DbppColumn(reason="no key")
     assert D.with_generated_dbpp(table, gated).dbpp.isna().all() and gated.sidecar() == {"not_produced": {"dbpp": "no key"}}

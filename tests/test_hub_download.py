@@ -163,7 +163,10 @@ def test_every_registry_entry_gets_a_policy_and_gated_ones_are_listed():
     # a repository added to the registry later gets the default, whatever its name
     assert mirror.fetch_policy("new/model").allow is None and "*.h5" in mirror.fetch_policy("new/model").ignore
     assert mirror.fetch_policy("new/data", "dataset").ignore == ()
-    assert mirror.GATED <= {r for r, _, _ in hub.PAPER_REPOS}
+    # every gated repository is one the project reads (the registry, or the opt-in distractor regeneration)
+    from nearid_lib.generate.specs import DEFAULT_HUB_IDS
+
+    assert mirror.GATED <= {r for r, _, _ in hub.PAPER_REPOS} | set(DEFAULT_HUB_IDS.values())
     assert "hf auth login" in mirror.login_hint(DINO3)
 
 

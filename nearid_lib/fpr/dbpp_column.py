@@ -2,7 +2,9 @@
 score (:mod:`.gpt_score`) per gallery, as the authors' ``get_baseline_results.py`` (Table 1: the
 references judged against one gallery image per subject) and ``get_results.py`` (Tables 5-13: each
 method's generated images, per dataset) aggregate it; or, behind the declared gate ``fpr_gpt``
-(:mod:`nearid_lib.gates`), the reason it is absent (no key or server, no prompts)."""
+(:mod:`nearid_lib.gates`), the reason it is absent (no key or server, no prompts, the server not
+reachable from this node). Pairs whose request failed are left out of this run's scores and counted
+(``n_failed``, the sidecar's ``failed_pairs``); the next run asks them again."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -25,9 +27,9 @@ __all__ = ["DbppColumn", "dbpp_root", "dbpp_columns", "with_oracle_dbpp", "with_
 
 @dataclass
 class DbppColumn:
-    """``oracle``: per species group (``group``, ``dbpp``, ``n_subjects``, ``n_unanswered``, ``n_pairs``);
-    ``generated``: per (``dataset``, ``species``, ``method``) the same; ``reason``: why there is no
-    column (the gate); ``requests``: the requests this run sent (cached answers cost none)."""
+    """``oracle``: per species group (``group``, ``dbpp``, ``n_subjects``, ``n_unanswered``, ``n_failed``,
+    ``n_pairs``); ``generated``: per (``dataset``, ``species``, ``method``) the same; ``reason``: why
+    there is no column (the gate); ``requests``: the requests this run sent (cached answers cost none)."""
 
     oracle: pd.DataFrame | None = None
     generated: pd.DataFrame | None = None
@@ -50,7 +52,8 @@ def dbpp_root(cfg: Profile) -> Path:
 
 def _row(key: dict, rows: pd.DataFrame) -> dict:
     s, n, miss = subject_scores(rows)
-    return {**key, "dbpp": s, "n_subjects": n, "n_unanswered": miss, "n_pairs": int(len(rows))}
+    failed = int(rows["failed"].notna().sum()) if "failed" in rows else 0
+    return {**key, "dbpp": s, "n_subjects": n, "n_unanswered": miss, "n_failed": failed, "n_pairs": int(len(rows))}
 
 
 def dbpp_columns(cfg: Profile, split: FPRSplit, generated: pd.DataFrame | None, judge: GptJudge | None = None
@@ -80,6 +83,12 @@ def dbpp_columns(cfg: Profile, split: FPRSplit, generated: pd.DataFrame | None, 
                              judge.score(pairs_for(method, g, split.train[split.train.species == sp]))))
         out.generated = pd.DataFrame(rows)
     out.requests = judge.requests
+    # counted over this run's rows: the answers file may hold failed pairs of other datasets
+    failed = int(sum(int(f.n_failed.sum()) for f in (out.oracle, out.generated) if f is not None and len(f)))
+    out.info["failed_pairs"] = failed
+    if failed:
+        out.info["failed_note"] = (f"{failed} pair(s) whose request failed are left out of these scores; a rerun "
+                                   f"asks them again (answers file {judge.path})")
     return out
 
 

@@ -27,7 +27,13 @@ next seeds from a stream of its own (the authors' would shift every later draw).
 
 Answers are cached per subject and image pair (:class:`GptJudge`: one JSON line each, appended and
 flushed as it comes, a torn line ignored: a stopped run resumes), with the tokens the server
-reports. Cost (``gpt-4o-2024-05-13`` list price, USD 5 / 1M input and 15 / 1M output tokens): two
+reports. A request that fails (the server unreachable or answering an HTTP error after the client's
+own retries, a response that cannot be read) does not stop the column: the pair is recorded as
+failed with the reason, left without a score in this run and asked again by the next one; only
+:data:`MAX_FAILURES` failed pairs in a row stop the run (:class:`GptUnavailableError`, naming the
+answers file). Before any request the gate checks that the server is reachable from this node at
+all (:func:`endpoint_reason`: one TCP connection, a few seconds, once per process), since compute
+nodes often have no internet. Cost (``gpt-4o-2024-05-13`` list price, USD 5 / 1M input and 15 / 1M output tokens): two
 512 px images at high detail are 2 x 255 tokens, the two prompts ~930 (4,299 characters), so
 ~1,450 input and ~5 output tokens a request: about USD 7.3 per 1,000 requests (:data:`COST`). The
 paper's tables need ~6,400 requests (Table 1: one per reference, ~800; Tables 5-13: one per
@@ -53,10 +59,12 @@ from PIL import Image
 
 from ..generate.personalize import method_key
 from ..imageio import load_image
+from ..runtime.reach import DEFAULT_BASE_URL, REACH_TIMEOUT, api_url, endpoint_reason
 
 __all__ = ["GPT_MODEL", "PROMPT_FILES", "SCORE_SCALE", "STREAM_SEED", "COST", "TRIES", "GptPromptError", "read_prompts",
            "parse_score", "encode_image", "messages", "Pair", "plan_pairs", "GptJudge", "gpt_config_reason",
-           "subject_scores"]
+           "subject_scores", "DEFAULT_BASE_URL", "REACH_TIMEOUT", "MAX_FAILURES", "GptUnavailableError",
+           "api_url", "endpoint_reason"]
 
 GPT_MODEL = "gpt-4o-2024-05-13"
 PROMPT_FILES = ("user_prompt_subject_full.txt", "gpt_prompt_subject_full.txt")   # DreamBench++ dreambench_plus/prompts
@@ -64,6 +72,7 @@ SCORE_SCALE = 0.25
 STREAM_SEED = 101
 TRIES = 5
 IMAGE_PX = 512
+MAX_FAILURES = 5                                    # failed pairs in a row that stop a run
 # USD per 1M tokens (gpt-4o-2024-05-13) and the tokens of one request (see the module docstring)
 COST = {"input_per_mtok": 5.0, "output_per_mtok": 15.0, "input_tokens": 1450, "output_tokens": 5,
         "usd_per_1000_requests": 1000 * (1450 * 5.0 + 5 * 15.0) / 1e6}
@@ -72,6 +81,11 @@ _SCORE = re.compile(r"(?:score|Score):\s*[a-zA-Z]*\s*(\d+)")
 
 class GptPromptError(FileNotFoundError):
     """DreamBench++'s prompt files are not in the download; the message names where they were looked for."""
+
+
+class GptUnavailableError(RuntimeError):
+    """:data:`MAX_FAILURES` pairs in a row failed; the message names the server, the last reason and
+    the answers file a rerun resumes from."""
 
 
 def read_prompts(dbpp_root: str | os.PathLike) -> tuple[str, str]:
@@ -90,7 +104,8 @@ def read_prompts(dbpp_root: str | os.PathLike) -> tuple[str, str]:
 
 def gpt_config_reason(base_url: str | None, dbpp_root: str | os.PathLike | None) -> str | None:
     """Why the DB++ column cannot be computed here (the gate), or None: no key and no server, the
-    ``openai`` client absent, DreamBench++'s prompts absent."""
+    ``openai`` client absent, DreamBench++'s prompts absent, the server unreachable from this node
+    (:func:`endpoint_reason`, checked last: the only check that waits)."""
     if not (os.environ.get("OPENAI_API_KEY") or base_url or os.environ.get("OPENAI_BASE_URL")):
         return ("no OpenAI key ($OPENAI_API_KEY) and no OpenAI-compatible server (retrieval.gpt_base_url or "
                 "$OPENAI_BASE_URL): the DreamBench++ GPT score is not computed")
@@ -104,7 +119,7 @@ def gpt_config_reason(base_url: str | None, dbpp_root: str | os.PathLike | None)
         read_prompts(dbpp_root)
     except GptPromptError as err:
         return str(err)
-    return None
+    return endpoint_reason(base_url)
 
 
 def parse_score(text: str | None) -> int | None:
@@ -171,14 +186,27 @@ def pairs_for(method: str, generated: pd.DataFrame, train: pd.DataFrame) -> list
     return plan_pairs(generated, train if method_key(method) == "dreambooth" else None)
 
 
+def _request_errors() -> tuple[type[BaseException], ...]:
+    """What one failed request raises: the client's errors (connection, timeout, HTTP status, a body
+    it cannot validate), the socket's, and the lookups of a response without the expected fields."""
+    errs: tuple[type[BaseException], ...] = (OSError, AttributeError, IndexError, KeyError, TypeError, ValueError)
+    try:
+        import openai
+    except ImportError:
+        return errs
+    return (openai.OpenAIError, *errs)
+
+
 class GptJudge:
-    """The DB++ scorer (module docstring) with its answers cached in ``cache_dir/answers.jsonl``.
+    """The DB++ scorer (module docstring) with its answers cached in ``cache_dir/<fingerprint>/answers.jsonl``.
     ``client``: an ``openai.OpenAI`` (default: one for ``base_url`` and ``$OPENAI_API_KEY``, with
-    the client's own retries of transport errors and rate limits)."""
+    the client's own retries of transport errors and rate limits). A pair whose request fails is
+    recorded there as failed (``failed``: the reason) and asked again by the next run;
+    ``max_failures`` failed pairs in a row raise :class:`GptUnavailableError`."""
 
     def __init__(self, user_prompt: str, gpt_prompt: str, cache_dir: str | os.PathLike, model: str = GPT_MODEL,
                  base_url: str | None = None, client=None, tries: int = TRIES, timeout: float = 120.0,
-                 max_retries: int = 4):
+                 max_retries: int = 4, max_failures: int = MAX_FAILURES):
         if client is None:
             import openai
 
@@ -190,19 +218,25 @@ class GptJudge:
         fp = hashlib.sha256(json.dumps([model, str(getattr(client, "base_url", base_url)), user_prompt, gpt_prompt,
                                         IMAGE_PX]).encode()).hexdigest()[:12]
         self.path = Path(cache_dir) / fp / "answers.jsonl"
+        self.url = str(getattr(client, "base_url", None) or api_url(base_url))
         self.requests = 0
-        self._answers = self._load()
+        self.max_failures = int(max_failures)
+        self._in_a_row = 0                          # failed pairs since the last answered one
+        self._answers, self.failed = self._load()
 
-    def _load(self) -> dict[str, dict]:
-        out = {}
+    def _load(self) -> tuple[dict[str, dict], dict[str, dict]]:
+        """``(answered, failed)`` records of the answers file by pair key; a pair answered after it
+        failed is answered."""
+        answered, failed = {}, {}
         if self.path.exists():
             for line in self.path.read_text().splitlines():
                 try:
                     rec = json.loads(line)
-                except json.JSONDecodeError:
+                    key = rec["key"]
+                except (json.JSONDecodeError, TypeError, KeyError):
                     continue                        # a line torn by a kill: that pair is asked again
-                out[rec["key"]] = rec
-        return out
+                (failed if rec.get("failed") else answered)[key] = rec
+        return answered, {k: v for k, v in failed.items() if k not in answered}
 
     def _append(self, rec: dict) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -221,42 +255,63 @@ class GptJudge:
         one score (the first at the pair's seed, the others at seeds of a stream of the pair's own)."""
         if pair.key in self._answers:
             return self._answers[pair.key]
+        # outside the request's error handling: an unreadable image is the data's fault, not the server's
         msgs = messages(self.user_prompt, self.gpt_prompt, encode_image(pair.src), encode_image(pair.tgt))
         retry = random.Random(f"{STREAM_SEED}|{pair.key}")
         texts, tokens, seeds = [], [0, 0], []
-        score = None
+        score, failed = None, None
         for attempt in range(self.tries):
             seed = pair.seed if attempt == 0 else retry.randint(0, 100)
             self.requests += 1
-            c = self.client.chat.completions.create(model=self.model, messages=msgs, temperature=1, seed=seed)
-            text = c.choices[0].message.content or ""
-            texts.append(text)
             seeds.append(seed)
-            use = getattr(c, "usage", None)
-            tokens[0] += int(getattr(use, "prompt_tokens", 0) or 0)
-            tokens[1] += int(getattr(use, "completion_tokens", 0) or 0)
+            try:
+                c = self.client.chat.completions.create(model=self.model, messages=msgs, temperature=1, seed=seed)
+                text = c.choices[0].message.content or ""
+                use = getattr(c, "usage", None)
+                used = (int(getattr(use, "prompt_tokens", 0) or 0), int(getattr(use, "completion_tokens", 0) or 0))
+            except _request_errors() as err:
+                failed = f"{type(err).__name__}: {err}".splitlines()[0][:300]
+                break
+            texts.append(text)
+            tokens[0] += used[0]
+            tokens[1] += used[1]
             score = parse_score(text)
             if score is not None:
                 break
         rec = {"key": pair.key, "subject": pair.subject, "src": pair.src, "tgt": pair.tgt, "seeds": seeds,
                "score": score, "answers": texts, "prompt_tokens": tokens[0], "completion_tokens": tokens[1],
                "model": self.model, "time": time.time()}
+        if failed:
+            # kept out of the answers, so the next run (a new GptJudge on this file) asks the pair again
+            rec["failed"] = failed
+            self._append(rec)
+            self.failed[pair.key] = rec
+            self._in_a_row += 1
+            if self._in_a_row >= self.max_failures:
+                raise GptUnavailableError(
+                    f"{self._in_a_row} requests in a row to the GPT server {self.url} failed, the last: {failed}. "
+                    f"The {len(self._answers)} answered pairs are kept in {self.path} (one JSON line each; the "
+                    f"failed ones marked 'failed'); rerun when the server answers: answered pairs are not asked "
+                    f"again, failed ones are")
+            return rec
+        self._in_a_row = 0
         self._append(rec)
         self._answers[pair.key] = rec
+        self.failed.pop(pair.key, None)
         return rec
 
     def score(self, pairs: Sequence[Pair]) -> pd.DataFrame:
         """One row per pair: ``subject``, ``src``, ``tgt``, ``score`` (x 0.25; NaN when no answer held
-        one), ``attempts``, tokens."""
+        one or the request failed), ``attempts``, tokens, ``failed`` (why the request failed, else None)."""
         rows = []
         for p in pairs:
             r = self.ask(p)
             rows.append({"subject": p.subject, "src": p.src, "tgt": p.tgt,
                          "score": np.nan if r["score"] is None else SCORE_SCALE * r["score"],
                          "attempts": len(r["answers"]), "prompt_tokens": r["prompt_tokens"],
-                         "completion_tokens": r["completion_tokens"]})
+                         "completion_tokens": r["completion_tokens"], "failed": r.get("failed")})
         return pd.DataFrame(rows, columns=["subject", "src", "tgt", "score", "attempts", "prompt_tokens",
-                                           "completion_tokens"])
+                                           "completion_tokens", "failed"])
 
 
 def subject_scores(rows: pd.DataFrame) -> tuple[float, int, int]:

@@ -60,6 +60,9 @@ PAPER_REPOS: tuple[tuple[str, str, str], ...] = (
     ("CIDAS/clipseg-rd64-refined", "model", "masks of the NearID views the release ships none for (the earlier "
      "card: all; never loaded when every view has its released mask)"),
     ("Qwen/Qwen3-VL-30B-A3B-Instruct", "model", "VLM judge rows (NearID Table 1, ID-Sim Table 2a)"),
+    # NearID Table 7's other judge scales (judge.plan.JUDGE_MODELS, eval.vlm_scales); absent: gate vlm_judge_scales
+    ("Qwen/Qwen3-VL-4B-Instruct", "model", "VLM judge at 4B (NearID Table 7's judge scales)"),
+    ("Qwen/Qwen3-VL-8B-Instruct", "model", "VLM judge at 8B (NearID Table 7's judge scales)"),
     ("facebook/sam-vit-huge", "model", "PerSAM (ID-Sim Table 2c; the table is skipped in paper, see README)"),
     ("chaenayo/Subjects2k", "dataset", "ID-Sim Subjects2k (Fig. 25, Tables 2a/2b)"),
     ("chaenayo/id-sim_dinov3_vitl16_cls_patch", "model", "released ID-Sim: LoRA + heads over the DINOv3 below "
