@@ -43,15 +43,18 @@ class CallableJudge:
         return JudgeScores.from_answers(answers, key="similarity", hi=1.0)
 
 
-def idsim_judge(name: str, device: str = "cpu", **kw) -> VLMJudge:
+def idsim_judge(name: str, device: str = "cpu", placement: dict | None = None, **kw) -> VLMJudge:
     """An ID-Sim MLLM judge: ``"tiny"`` (random-init tiny Qwen3-VL, offline) or a hub id / folder
     of a transformers image-text-to-text model, prompted with :data:`IDSIM_JUDGE_PROMPT` and read on
-    its ``similarity`` field."""
+    its ``similarity`` field. ``placement``: ``device_map`` / ``max_memory`` of its replica
+    (:func:`nearid_lib.steps.placement.device_kwargs`, e.g. a 30B judge over two 40 GB GPUs); without
+    it the model goes to ``device`` whole."""
     opts = dict(prompt=IDSIM_JUDGE_PROMPT, answer_key="similarity", answer_max=1.0, **kw)
     if name == "tiny":
         return VLMJudge.tiny(**opts)
+    where = dict(placement) if placement is not None else {"device": device}
     # through the hub resolver: the NEARID_HUB_DIR mirror folder, or the repo id (hub / its cache)
-    judge = VLMJudge.from_pretrained(resolve(name, "model").source, device=device, **opts)
+    judge = VLMJudge.from_pretrained(resolve(name, "model").source, **where, **opts)
     judge.name = name.rstrip("/").split("/")[-1]
     return judge
 

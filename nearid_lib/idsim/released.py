@@ -48,7 +48,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
+import torch
 
+from .. import hub
 from ..data.schema import DataError
 from .public_eval import (
     PUBLIC_METRICS,
@@ -73,6 +75,7 @@ from ..data.eval_datasets import DBPP_DIRNAME, DOWNLOAD_STEPS, DreamBenchPP, dbp
 from ..features.profile_encoders import idsim_frozen_row
 from ..models import resolve_device, resolve_name
 from ..paths import downloads_dir
+from ..steps.placement import device_kwargs, model_bytes, plan_replicas
 from .ablations import OUTPUTS, PLACEMENT_OUTPUT
 from .eval_suite import BENCH_INFO
 from .mllm import idsim_judge, mllm_table
@@ -250,12 +253,24 @@ def score_released(cfg: Profile, nearid=None, log=print) -> ReleasedScores:
         if g["n_pairs"] < 3:
             out.missing["gpt_dreambench"] = ("DreamBench++ GPT-4o ratings (data_gpt_rating/concept_preservation_full) "
                                              f"cover {g['n_pairs']} of the rated pairs: no MLLM* DreamBench++ value")
-    if cfg.idsim.mllm_judge:
+    plan = None
+    if cfg.idsim.mllm_judge and cfg.idsim.mllm_judge != "tiny":
+        # the one placement rule of large models: one GPU when it holds the model, else device_map over
+        # a group, else the row is skipped with the numbers (never an out-of-memory an hour into the run)
+        size = model_bytes(cfg.idsim.mllm_judge, hub.hub_dir())
+        gpus = [int(torch.cuda.get_device_properties(i).total_memory) for i in range(torch.cuda.device_count())] \
+            if torch.cuda.is_available() else []
+        plan = plan_replicas(size, gpus) if size else None
+    if cfg.idsim.mllm_judge and plan is not None and not plan.fits:
+        out.missing["judge"] = f"MLLM judge {cfg.idsim.mllm_judge} does not fit this machine's GPUs: {plan.describe()}"
+    elif cfg.idsim.mllm_judge:
+        place = device_kwargs(plan, 0) if plan is not None and plan.replicas else None
         try:
-            judge = idsim_judge(cfg.idsim.mllm_judge, device=str(resolve_device(cfg.device)),
+            judge = idsim_judge(cfg.idsim.mllm_judge, device=str(resolve_device(cfg.device)), placement=place,
                                 max_new_tokens=cfg.idsim.mllm_max_new_tokens)
-        except (OSError, ValueError) as err:
-            out.missing["judge"] = f"MLLM judge {cfg.idsim.mllm_judge} not loaded: {err}"
+        except (OSError, ValueError, torch.OutOfMemoryError) as err:
+            out.missing["judge"] = (f"MLLM judge {cfg.idsim.mllm_judge} not loaded: {' '.join(str(err).split())[:300]}"
+                                    + (f" (placement: {plan.describe()})" if plan is not None else ""))
         else:
             out.judge, out.answers = judge_metrics(judge, s2k, pairs, cfg.idsim.mllm_max_pairs,
                                                    batch_size=max(1, min(bs, 4)))

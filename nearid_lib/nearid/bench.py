@@ -108,5 +108,7 @@ def run_bench(encoders: Sequence[Any], data: NearIDData, cfg: Profile,
         skip = getattr(b, "skip_dbpp", False)
         r = evaluate_encoder(b, data, split, variants, grid=None if skip else grid, dbpp=None if skip else dbpp)
         r.seconds["total"] = clock() - t0
+        # a judge's weights leave the GPUs before the next encoder's arrive
+        getattr(getattr(b, "scorer", None), "release", lambda: None)()
         results.append(r)
     return BenchRun(results, source_groups(data.sources, data.train_sources), variants, split, grid, cache_seconds)

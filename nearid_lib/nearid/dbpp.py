@@ -78,10 +78,24 @@ def _load_rgb(p):
 
 
 def _pair_scores(benc, a: list, b: list) -> np.ndarray:
-    """Cosine (or the scorer's pair score) of reference ``a[i]`` with generated ``b[i]``."""
+    """Cosine (or the scorer's pair score) of reference ``a[i]`` with generated ``b[i]``.
+
+    A pair scorer (the judge) sees each distinct (reference, generated image) pair once, however many
+    rater groups rated the image, through the judge's sharded, resumable path (its answers folder:
+    a killed run resumes, notebook 04 reads what ``make judge`` answered); only the images of a
+    batch are decoded."""
     if benc.kind == "pairs":
-        res = benc.scorer.score_pairs([_load_rgb(x) for x in a], [_load_rgb(x) for x in b])
-        return np.asarray(getattr(res, "scores", res), dtype=np.float64)
+        from ..judge import score_pairs_sharded
+
+        uniq = list(dict.fromkeys(zip(a, b)))
+
+        def load(idx):
+            return [_load_rgb(uniq[i][0]) for i in idx], [_load_rgb(uniq[i][1]) for i in idx]
+
+        res = score_pairs_sharded(benc.scorer, [f"dbpp|{x}|{y}" for x, y in uniq], load,
+                                  answers_dir=getattr(benc, "answers_dir", None), workers=getattr(benc, "workers", None))
+        by_pair = dict(zip(uniq, np.asarray(getattr(res, "scores", res), dtype=np.float64)))
+        return np.array([by_pair[(x, y)] for x, y in zip(a, b)], dtype=np.float64)
     uniq = list(dict.fromkeys(a + b))
     rows = benc.embedder.embed_refs(file_refs(uniq), "full", batch_size=32, desc="DreamBench++ images")
     e = dict(zip(uniq, rows))

@@ -2,7 +2,7 @@
 
 ``torchrun --nproc_per_node N -m nearid_lib.nearid.judge_step --profile paper`` (``make judge
 PROFILE=paper``) judges every pair notebook 04 will ask the judges about -- NearID (every source,
-full and FG-only), MTG and the DreamBench++ stand-in where the profile has one -- with every judge of
+full and FG-only), MTG, DreamBench++'s rated generations (each once) or its procedural stand-in -- with every judge of
 :func:`~nearid_lib.nearid.judges.judge_encoders` (``eval.vlm_judge`` and Table 7's
 ``eval.vlm_scales``; same model, prompt, answer reading, cost cap ``eval.vlm_max_ids`` and answers
 folder as notebook 04). Each judge runs as replicas sized to the GPUs' memory
@@ -22,11 +22,14 @@ import json
 import time
 from typing import Sequence
 
+import torch
+
 from ..config import get_profile
 from ..data import load_nearid, nearid_root
 from ..runtime.launch import end_launch, launched_state
 from ..runtime import set_torch_threads
 from .bench import bench_variants
+from .dbpp import dbpp_for_profile
 from .evaluate import evaluate_encoder
 from .pairs import grid_pairs
 from .judges import judge_encoders, judge_models, placement_plan, visible_gpu_bytes
@@ -38,9 +41,12 @@ def judge_bench(cfg, data, benc) -> dict:
     """Run ``benc`` (a judge bench encoder) over every pair of NearID-bench that notebook 04 scores
     (:func:`~nearid_lib.nearid.evaluate.evaluate_encoder` on ``eval.split``, every variant); returns
     the pairs judged, coverage per benchmark and seconds."""
-    grid = grid_pairs(data, cfg.eval.split) if cfg.eval.dbpp_standin else None
+    skip = getattr(benc, "skip_dbpp", False)          # Table 7's other scales have no DB++ column
+    grid = grid_pairs(data, cfg.eval.split) if cfg.eval.dbpp_standin and not skip else None
+    # DreamBench++'s rated generations too, each judged once: notebook 04 then reads every answer
+    dbpp = None if skip else dbpp_for_profile(cfg)[0]
     t = time.perf_counter()
-    evaluate_encoder(benc, data, cfg.eval.split, bench_variants(cfg), grid=grid, dbpp=None)
+    evaluate_encoder(benc, data, cfg.eval.split, bench_variants(cfg), grid=grid, dbpp=dbpp)
     sec = time.perf_counter() - t
     n = sum(c["n"] for c in benc.coverage.values())
     covered = sum(c["n_covered"] for c in benc.coverage.values())
@@ -74,7 +80,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"judge step: {model} skipped: {why}")
     data = load_nearid(nearid_root(cfg.name)) if encoders else None
     for benc in encoders:
-        out = judge_bench(cfg, data, benc)
+        try:
+            out = judge_bench(cfg, data, benc)
+        except torch.OutOfMemoryError as err:
+            # the step's failure, named with its placement; what was judged stays in the answers folder
+            plan = placement_plan(benc.model, gpus) if benc.model != "tiny" else None
+            print(f"judge step: {benc.model} ran out of GPU memory on rank {rank} "
+                  f"({plan.describe() if plan is not None else 'one device'}): {' '.join(str(err).split())[:300]}. "
+                  f"Its answers so far are kept in {benc.answers_dir}; rerun `make judge` after lowering "
+                  f"eval.vlm_batch_size (NEARID_SET=eval.vlm_batch_size=1) or on larger GPUs "
+                  f"(nearid plan --gpus COUNTxMODEL shows the placement)", flush=True)
+            return 3
+        # one judge scale on the GPUs at a time: this one's weights leave before the next one's arrive
+        getattr(benc.scorer, "release", lambda: None)()
         if main:
             print(json.dumps({"model": benc.model, **out}, indent=1, default=str))
     end_launch()

@@ -28,7 +28,7 @@ from .pair_encoder import PairBenchEncoder
 if TYPE_CHECKING:
     from ..config import Profile
 
-__all__ = ["judge_name", "judge_models", "judge_answers_dir", "judge_encoder", "judge_encoders", "visible_gpu_bytes",
+__all__ = ["LazyJudge", "judge_name", "judge_models", "judge_answers_dir", "judge_encoder", "judge_encoders", "visible_gpu_bytes",
            "placement_plan", "judge_table"]
 
 # the bench encoder names of the paper's judges (nearid.tables.PAPER_KEYS): "vlm" is Table 1's
@@ -82,6 +82,39 @@ def _judge_kwargs(cfg: Profile) -> dict:
     return kw
 
 
+class LazyJudge:
+    """A judge whose weights load at its first pair and are freed by :meth:`release`, so that the
+    profile's judge scales (Table 7: 4B, 8B, 30B) occupy the GPUs one after another, never together,
+    and a judge whose answers are all kept loads nothing. Everything but scoring (its name, its
+    fingerprint, which key its answers folder) comes from the weightless ``shell``."""
+
+    def __init__(self, shell, load):
+        self._shell, self._load, self._real = shell, load, None
+
+    def __getattr__(self, name):
+        return getattr(self._real if self._real is not None else self._shell, name)
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the weights are in memory now."""
+        return self._real is not None
+
+    def score_pairs(self, images_a, images_b):
+        if self._real is None:
+            self._real = self._load()
+        return self._real.score_pairs(images_a, images_b)
+
+    def release(self) -> None:
+        """Free the weights (and the GPU memory they held); the next pair loads them again."""
+        if self._real is not None:
+            self._real = None
+            import gc
+
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+
+
 def judge_encoder(cfg: Profile, judge=None, device: str | None = None, model: str | None = None,
                   placement: dict | None = None, workers: Sequence[int] | None = None,
                   load: bool = True) -> PairBenchEncoder | None:
@@ -101,11 +134,11 @@ def judge_encoder(cfg: Profile, judge=None, device: str | None = None, model: st
             judge = VLMJudge.tiny(**kw)
         elif not load:
             judge = VLMJudge(None, None, name=model.split("/")[-1], **kw)
-        elif placement is not None:
-            judge = VLMJudge.from_pretrained(model, **placement, **kw)
         else:
-            judge = VLMJudge.from_pretrained(model, device=device or ("cuda" if torch.cuda.is_available() else "cpu"),
-                                             **kw)
+            where = dict(placement) if placement is not None else {
+                "device": device or ("cuda" if torch.cuda.is_available() else "cpu")}
+            judge = LazyJudge(VLMJudge(None, None, name=model.split("/")[-1], **kw),
+                              lambda: VLMJudge.from_pretrained(model, **where, **kw))
     label = (f"VLM judge {judge.name} (score/10)" + (f", prompt {prompt_path(cfg.judge.prompt_file).name}"
                                                      if cfg.judge.prompt_file else ", our prompt")
              + (", the authors' answer reading" if getattr(judge, "parsing", "") == "authors" else ""))
