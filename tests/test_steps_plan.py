@@ -176,3 +176,23 @@ def test_nearid_plan_exits_1_naming_the_judge_on_a_24gb_gpu(capsys):
         assert f"\n{s.name}  (" in out, s.name
     assert "total:" in out and "does not fit" not in out
     assert cli_main(["plan", "--gpus", "8xB300"]) == 2
+
+
+def test_step_records_are_checked_against_the_ledger(tmp_path, monkeypatch):
+    from nearid_lib.steps.ledger import check_records, record_items, recorded_items
+
+    monkeypatch.setenv("NEARID_OUT", str(tmp_path))
+    cfg = get_profile("paper", overrides={"eval.vlm_max_ids": "2"})
+    sizes = Sizes({"test": 4}, {"test": 1}, {"test": 3}, 7, 9, 4, "fixture", test_views=(2, 3, 2, 2))
+    # the first two identities: (1 + 3) positive pairs, (2 + 3) x 9 distractor pairs, full and FG-only
+    want = step("judge-nearid").count(sizes, cfg)
+    assert want == 2 * (4 + 5 * 9)
+    record_items("paper", "judge-nearid", {"Qwen/Qwen3-VL-30B-A3B-Instruct": want}, "pairs")
+    record_items("paper", "judge-mtg", {"Qwen/Qwen3-VL-30B-A3B-Instruct": 5 * 2 * 2}, "pairs")
+    assert set(recorded_items("paper")) == {"judge-nearid", "judge-mtg"}
+    assert check_records("paper", sizes, cfg) == []
+    record_items("paper", "judge-dbpp", {"Qwen/Qwen3-VL-30B-A3B-Instruct": 8}, "generations")   # 7 rated
+    probs = check_records("paper", sizes, cfg)
+    assert len(probs) == 1 and "judge-dbpp" in probs[0] and "processed 8 generations" in probs[0] and "counts 7" in probs[0]
+    with pytest.raises(KeyError):
+        record_items("paper", "no-such-step", 1, "things")

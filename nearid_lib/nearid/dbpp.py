@@ -94,7 +94,13 @@ def _pair_scores(benc, a: list, b: list) -> np.ndarray:
 
         res = score_pairs_sharded(benc.scorer, [f"dbpp|{x}|{y}" for x, y in uniq], load,
                                   answers_dir=getattr(benc, "answers_dir", None), workers=getattr(benc, "workers", None))
-        by_pair = dict(zip(uniq, np.asarray(getattr(res, "scores", res), dtype=np.float64)))
+        sc = np.asarray(getattr(res, "scores", res), dtype=np.float64)
+        cov = getattr(benc, "coverage", None)
+        if cov is not None:          # what the judge step records against the ledger
+            c = cov.setdefault("dbpp_human:full", {"n": 0, "n_covered": 0, "status": {}})
+            c["n"] += len(uniq)
+            c["n_covered"] += int(np.isfinite(sc).sum())
+        by_pair = dict(zip(uniq, sc))
         return np.array([by_pair[(x, y)] for x, y in zip(a, b)], dtype=np.float64)
     uniq = list(dict.fromkeys(a + b))
     rows = benc.embedder.embed_refs(file_refs(uniq), "full", batch_size=32, desc="DreamBench++ images")

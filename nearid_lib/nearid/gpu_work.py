@@ -35,10 +35,7 @@ _JUDGE_REPOS = ("Qwen/Qwen3-VL-30B-A3B-Instruct", "Qwen/Qwen3-VL-4B-Instruct", "
 
 
 def _judge_pairs(s: Sizes, cfg) -> int:
-    pos, dist = per_source_pairs(s, "test")
-    if cfg is not None and cfg.eval.vlm_max_ids:
-        k = min(1.0, cfg.eval.vlm_max_ids / max(1, s.ids.get("test", 0)))
-        pos, dist = pos * k, dist * k
+    pos, dist = per_source_pairs(s, "test", cfg.eval.vlm_max_ids if cfg is not None else None)
     variants = 2 if cfg is None or cfg.eval.fg_only else 1
     return round(variants * (pos + dist * s.eval_sources))
 
@@ -48,7 +45,7 @@ def _mtg_pairs(s: Sizes, cfg) -> int:
     if cfg is not None and cfg.eval.vlm_max_ids:
         n = min(n, cfg.eval.vlm_max_ids)
     # 5 similarity sets (nearid.pairs.mtg_pairs) under full and FG-only inputs
-    return 5 * 2 * n
+    return 5 * (2 if cfg is None or cfg.eval.fg_only else 1) * n
 
 
 def store_grids(s: Sizes, cfg=None) -> int:

@@ -28,13 +28,17 @@ from ..config import get_profile
 from ..data import load_nearid, nearid_root
 from ..runtime.launch import end_launch, launched_state
 from ..runtime import set_torch_threads
+from ..steps.ledger import record_items, step
 from .bench import bench_variants
 from .dbpp import dbpp_for_profile
 from .evaluate import evaluate_encoder
 from .pairs import grid_pairs
 from .judges import judge_encoders, judge_models, placement_plan, visible_gpu_bytes
 
-__all__ = ["judge_bench", "main"]
+__all__ = ["judge_bench", "main", "LEDGER_TAGS"]
+
+# the resource ledger's judge steps and the benchmark tag of their pairs (PairBenchEncoder.coverage)
+LEDGER_TAGS = {"judge-nearid": "nearid", "judge-mtg": "mtg", "judge-dbpp": "dbpp_human"}
 
 
 def judge_bench(cfg, data, benc) -> dict:
@@ -79,6 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for model, why in gated.items():
             print(f"judge step: {model} skipped: {why}")
     data = load_nearid(nearid_root(cfg.name)) if encoders else None
+    done: dict[str, dict[str, int]] = {name: {} for name in LEDGER_TAGS}
     for benc in encoders:
         try:
             out = judge_bench(cfg, data, benc)
@@ -95,6 +100,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         getattr(benc.scorer, "release", lambda: None)()
         if main:
             print(json.dumps({"model": benc.model, **out}, indent=1, default=str))
+        for name, tag in LEDGER_TAGS.items():
+            n = sum(v["n"] for k, v in benc.coverage.items() if k.split(":")[0] == tag)
+            if n:
+                done[name][str(benc.model)] = n
+    if main:
+        # the pairs each judge was asked, per ledger step: the dry run checks them against the ledger
+        for name, per_model in done.items():
+            if per_model:
+                record_items(cfg.name, name, per_model, step(name).item, processes=state.num_processes if state else 1)
     end_launch()
     return 0
 

@@ -269,6 +269,27 @@ def _splits_and_release(cfg: Profile, rep: Report, mirror: Path, pos: dict | Non
     rep.facts["ids_by_split"] = dict(zip(("train", "val", "test"), counts))
     rep.facts["three_view_by_split"] = {s: int(sum(1 for v, t in zip(views, split) if t == s and v >= 3))
                                         for s in ("train", "val", "test")}
+    rep.facts["test_views"] = [int(v) if v == v else 0 for v, t in zip(views, split) if t == "test"]
+    n_gen = dbpp_generations(cfg)
+    if n_gen is not None:
+        rep.facts["dbpp_generations"] = n_gen
+
+
+def dbpp_generations(cfg: Profile) -> int | None:
+    """DreamBench++'s human-rated generations (distinct reference and generated image pairs, what the
+    judge is asked about), counted from the download the profile reads; None without one."""
+    from ..data.eval_datasets import DBPP_DIRNAME, human_rating_rows, load_dreambenchpp
+
+    if not cfg.eval.dbpp_human:
+        return None
+    root = Path(cfg.eval.dbpp_root).expanduser() if cfg.eval.dbpp_root else downloads_dir() / DBPP_DIRNAME
+    if not root.is_dir():
+        return None
+    try:
+        hum = human_rating_rows(load_dreambenchpp(root))
+    except DataError:
+        return None                      # the run's own reader names the problem
+    return int(len(hum[["reference", "image"]].drop_duplicates()))
 
 
 def check_datasets(cfg: Profile, rep: Report) -> None:

@@ -27,7 +27,7 @@ from typing import Callable, Mapping
 from .gpus import KINDS, GpuKind
 
 __all__ = ["Sizes", "ModelUse", "Cost", "Step", "register_step", "all_steps", "step", "PROVIDERS", "STATED",
-           "per_source_pairs", "measured_results"]
+           "per_source_pairs", "measured_results", "steps_dir", "record_items", "recorded_items", "check_records"]
 
 # The modules that declare steps (imported by :func:`all_steps`, lowest layer first).
 PROVIDERS = ("nearid_lib.nearid.gpu_work", "nearid_lib.idsim.gpu_work", "nearid_lib.fpr.gpu_work")
@@ -61,7 +61,9 @@ class Sizes:
     eval_sources: int
     train_sources: int
     basis: str
-    extra: Mapping[str, float] = field(default_factory=dict)
+    # views per test identity in the release's row order, where the release was read: a judge capped
+    # at its first K identities (eval.vlm_max_ids) is then counted exactly
+    test_views: tuple[int, ...] | None = None
 
     def views(self, split: str) -> int:
         """Views of ``split``: two per identity plus the third ones."""
@@ -92,7 +94,8 @@ class Sizes:
 
         out = replace(base, ids=pick("ids_by_split", base.ids), three_view=pick("three_view_by_split", base.three_view),
                       mtg_pairs=pick("mtg_pairs_by_split", base.mtg_pairs),
-                      dbpp_generations=int(pick("dbpp_generations", base.dbpp_generations)))
+                      dbpp_generations=int(pick("dbpp_generations", base.dbpp_generations)),
+                      test_views=tuple(facts["test_views"]) if facts.get("test_views") is not None else None)
         basis = ("counted from the release in the mirror: " + ", ".join(got)) if got else base.basis
         if got and kept:
             basis += "; stated: " + ", ".join(kept)
@@ -197,11 +200,67 @@ def step(name: str) -> Step:
     return steps[name]
 
 
-def per_source_pairs(sizes: Sizes, split: str = "test") -> tuple[int, int]:
+def per_source_pairs(sizes: Sizes, split: str = "test", max_ids: int | None = None) -> tuple[float, float]:
     """NearID-bench pairs of one split, as :func:`nearid_lib.nearid.pairs.nearid_pairs` enumerates them:
-    (positive pairs = 1 per 2-view and 3 per 3-view identity, distractor pairs per source = one per view)."""
+    (positive pairs = one per pair of views: 1 for a 2-view and 3 for a 3-view identity, distractor
+    pairs per source = one per view), of the first ``max_ids`` identities when capped (exact where
+    the release's views per identity were read, else in proportion)."""
+    if split == "test" and sizes.test_views is not None:
+        views = sizes.test_views[:max_ids] if max_ids else sizes.test_views
+        return sum(v * (v - 1) // 2 for v in views), sum(views)
     n, t = int(sizes.ids.get(split, 0)), int(sizes.three_view.get(split, 0))
-    return (n - t) + 3 * t, sizes.views(split)
+    k = min(1.0, max_ids / n) if max_ids and n else 1.0
+    return k * ((n - t) + 3 * t), k * sizes.views(split)
+
+
+def steps_dir(profile: str):
+    """Where the steps of a run record what they processed: ``$NEARID_OUT/<profile>/steps``."""
+    from ..paths import out_dir
+
+    return out_dir(profile) / "steps"
+
+
+def record_items(profile: str, name: str, items: Mapping[str, int] | int, item: str, **extra) -> None:
+    """Record that step ``name`` processed ``items`` (per model, or a total) in this run of ``profile``
+    (written atomically by the process that knows the totals), so that the dry run can check every
+    step's real work against the ledger's count at the fixture's size."""
+    import json
+
+    from ..io_utils import atomic_write_text
+
+    if name not in {s.name for s in all_steps()}:
+        raise KeyError(f"record_items: {name!r} is not a declared step")
+    rec = {"step": name, "item": item, "items": items if isinstance(items, int) else dict(items), **extra}
+    d = steps_dir(profile)
+    d.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(d / f"{name}.json", json.dumps(rec, indent=1, default=str))
+
+
+def recorded_items(profile: str) -> dict[str, dict]:
+    """Every step record of a run of ``profile`` (:func:`record_items`), by step name."""
+    import json
+
+    d = steps_dir(profile)
+    return {f.stem: json.loads(f.read_text()) for f in sorted(d.glob("*.json"))} if d.is_dir() else {}
+
+
+def check_records(profile: str, sizes: Sizes, cfg) -> list[str]:
+    """Problems where a step's recorded items differ from the ledger's count at ``sizes`` (per model
+    for a step that judges with several), and records of undeclared steps; empty when they agree."""
+    steps = {s.name: s for s in all_steps()}
+    out = []
+    for name, rec in recorded_items(profile).items():
+        st = steps.get(name)
+        if st is None:
+            out.append(f"step record {name}: no such step in the ledger")
+            continue
+        want = st.count(sizes, cfg)
+        got = rec["items"]
+        for model, n in (got.items() if isinstance(got, dict) else [("", got)]):
+            if int(n) != want:
+                out.append(f"step {name}{f' ({model})' if model else ''}: processed {n} {st.item}, the ledger "
+                           f"counts {want} at these sizes ({sizes.basis})")
+    return out
 
 
 def measured_results(name: str) -> dict | None:

@@ -33,7 +33,7 @@ from .personalize import write_personalize_models
 from .idsim import write_idsim_downloads, write_idsim_models
 from .nearid import write_authors_release, write_nearid_datasets, write_nearid_models
 
-__all__ = ["SIZE_OVERRIDES", "write_mirror", "overrides_text", "check_tables", "record_mirror"]
+__all__ = ["SIZE_OVERRIDES", "write_mirror", "overrides_text", "check_tables", "check_step_records", "record_mirror"]
 
 # Sizes and steps only: the same code paths as a GPU run of the paper profile, on tiny data and
 # tiny models (their native 32 px input, 2 val / 4 test identities, a few training steps).
@@ -125,6 +125,24 @@ def write_mirror(hub_dir: str | Path, downloads_dir: str | Path, seed: int = 0) 
 
 def _numeric(df: pd.DataFrame, col: str) -> pd.Series:
     return pd.to_numeric(df[col], errors="coerce") if col in df else pd.Series(dtype=float)
+
+
+def check_step_records(profile: str = "paper", required: tuple[str, ...] = ("judge-nearid", "judge-mtg")) -> list[str]:
+    """Problems where a step of the dry run processed another number of items than the resource
+    ledger counts at the fixture's size (the sizes read from the fixture mirror by the preflight's
+    data check, with the dry run's size overrides), and ``required`` steps that recorded nothing."""
+    from nearid_lib.config import get_profile
+    from nearid_lib.preflight.datasets import check_datasets
+    from nearid_lib.preflight.findings import Report
+    from nearid_lib.steps.ledger import Sizes, check_records, recorded_items
+
+    cfg = get_profile(profile, overrides=SIZE_OVERRIDES)
+    rep = Report(profile)
+    check_datasets(cfg, rep)
+    sizes = Sizes.from_facts(rep.facts, cfg)
+    done = recorded_items(profile)
+    return check_records(profile, sizes, cfg) + [f"step {s}: no record of its items (did it run?)"
+                                                  for s in required if s not in done]
 
 
 def check_tables(figures: str | Path, profile: str = "paper") -> list[str]:
