@@ -234,24 +234,26 @@ $(NB_OUT)/99_report.ipynb: $(filter-out $(NB_OUT)/99_report.ipynb,$(EXECUTED)) $
 #   the bytes do not depend on the number of processes), so notebook 11 ranks images instead of
 #   generating them in its kernel on one GPU.
 GPU_LAUNCH = $(if $(filter-out 0,$(N_GPUS)),$(VENV)/bin/torchrun --standalone --nproc_per_node $(N_GPUS),$(PY))
-# $(1) step, $(2) module, $(3) what it reads, $(4) the notebook that waits for it (paper)
+# $(1) step (a target of the resource ledger: nearid_lib/steps, `python -m nearid_lib.steps list`; the one
+# runner places its models on the GPUs first and refuses a machine too small before loading any),
+# $(2) what it reads, $(3) the notebook that waits for it (paper)
 define gpu_step
-$$(NB_OUT)/$(1).done: $(3) $$(LIB_SRC) $$(STAMP)
-	mkdir -p $$(NB_OUT) && set -o pipefail && $$(GPU_LAUNCH) -m $(2) --profile $$(PROFILE) 2>&1 | tee $$(NB_OUT)/$(1).log
+$$(NB_OUT)/$(1).done: $(2) $$(LIB_SRC) $$(STAMP)
+	mkdir -p $$(NB_OUT) && set -o pipefail && $$(GPU_LAUNCH) -m nearid_lib.steps run $(1) --profile $$(PROFILE) 2>&1 | tee $$(NB_OUT)/$(1).log
 	@touch $$@
 $(1): $$(NB_OUT)/$(1).done
 ifeq ($$(PROFILE),paper)
-$$(NB_OUT)/$(4).ipynb: $$(NB_OUT)/$(1).done
+$$(NB_OUT)/$(3).ipynb: $$(NB_OUT)/$(1).done
 endif
 endef
-$(eval $(call gpu_step,curate,nearid_lib.data.curate_step,notebooks/01_data_curation.py,01_data_curation))
-$(eval $(call gpu_step,prefill,nearid_lib.nearid.prefill_step,$(call nb,01_data_curation),03_train_nearid))
-$(eval $(call gpu_step,judge,nearid_lib.nearid.judge_step,$(call nb,01_data_curation),04_eval_nearid_bench))
+$(eval $(call gpu_step,curate,notebooks/01_data_curation.py,01_data_curation))
+$(eval $(call gpu_step,prefill,$(call nb,01_data_curation),03_train_nearid))
+$(eval $(call gpu_step,judge,$(call nb,01_data_curation),04_eval_nearid_bench))
 # the galleries and the generators come from the downloads and the mirror: no notebook before it
-$(eval $(call gpu_step,fpr-generate,nearid_lib.fpr.generation,,11_retrieval_galleries))
+$(eval $(call gpu_step,fpr-generate,,11_retrieval_galleries))
 # background removal of the same galleries' references and gallery images (FPR Table 14 is an oracle
 # table: no generated image); after fpr-generate, so that one process builds the galleries at a time
-$(eval $(call gpu_step,bgremove,nearid_lib.fpr.bg_step,$$(NB_OUT)/fpr-generate.done,11_retrieval_galleries))
+$(eval $(call gpu_step,bgremove,$$(NB_OUT)/fpr-generate.done,11_retrieval_galleries))
 
 # ----- tests -----
 # The layers ([tool.importlinter] of pyproject.toml: entry points > paper packages > core, no cycles) are

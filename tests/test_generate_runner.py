@@ -1,9 +1,12 @@
-"""Runner: kill-and-resume equality, sharding, order-independent seeds, quality counts, bad inputs.
+"""Runner: kill-and-resume equality, sharding, order-independent seeds, quality counts, bad inputs; under a
+launch no rank waits for another, and a separate pass merges what every rank recorded.
 
 Runs the real diffusers inpainting code path (tiny random-weight SD pipeline, 64 px) offline."""
 from __future__ import annotations
 
+import json
 import random
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +17,9 @@ from PIL import Image
 
 from nearid_lib.generate.base import FillBackend, FillInputError, get_backend
 from nearid_lib.generate.quality import QualityFilter
-from nearid_lib.generate.items import item_seed, items_from_dataset, load_manifest_records, shard_items
+from nearid_lib.generate import runner
+from nearid_lib.generate.items import (item_seed, items_from_dataset, load_manifest_records, load_shard_records,
+                                       shard_items)
 from nearid_lib.generate.merge import merge_source
 from nearid_lib.generate.runner import generate_source
 from nearid_lib.runtime.seeding import derive_seed
@@ -287,3 +292,77 @@ def test_world_sources_regenerate_identically_in_worker_processes(tmp_path):
                     assert np.array_equal(np.asarray(Image.open(tmp_path / "par" / a)),
                                           np.asarray(Image.open(world / b)))
         assert n == len(items)
+
+
+class _LaunchedRank:
+    """One rank of a 2-process launch as the runner sees it (accelerate's ``PartialState``): its block
+    of the items, and a barrier that fails the test -- no rank may wait for another's generation."""
+
+    def __init__(self, rank: int, world: int = 2):
+        self.process_index, self.num_processes, self.device = rank, world, "cpu"
+        self.is_main_process = rank == 0
+
+    @contextmanager
+    def split_between_processes(self, ordered):
+        yield shard_items(ordered, self.process_index, self.num_processes)
+
+    def wait_for_everyone(self):
+        raise AssertionError(f"rank {self.process_index} met a barrier after its generation")
+
+
+def test_a_launch_never_waits_and_a_separate_pass_merges(tmp_path, monkeypatch, capsys):
+    """Under a launch each rank generates its block, writes its completion record and returns
+    without a barrier or a gather (after a resume the ranks' shares can differ by hours); rank 0
+    reports only its own part. ``--merge-only`` then reads every rank's record and manifest from disk
+    and writes the table a one-process run writes."""
+    import accelerate.utils
+
+    def no_gather(*a, **k):
+        raise AssertionError("the runner gathered over the ranks after their generation")
+
+    monkeypatch.setattr(accelerate.utils, "gather_object", no_gather)
+    one, two = _make_root(tmp_path / "one"), _make_root(tmp_path / "two")
+    cli = ["--profile", "smoke", "--source", "lp", "--backend", "procedural", "--no-progress"]
+    runner.main([*cli, "--root", str(one)])                      # no launch: generate, then merge
+    capsys.readouterr()
+
+    monkeypatch.setattr(runner, "launched_state", lambda: _LaunchedRank(1))
+    s1 = runner.main([*cli, "--root", str(two)])
+    assert (s1["rank"], s1["world_size"]) == (1, 2) and capsys.readouterr().out == ""   # not rank 0: silent
+    # rank 0 is still working: the merge pass says so instead of writing a partial table
+    with pytest.raises(RuntimeError, match="not done yet"):
+        runner.main([*cli, "--root", str(two), "--merge-only"])
+    assert [json.loads(x)["rank"] for x in capsys.readouterr().out.splitlines() if x.startswith("{")] == [1]
+    monkeypatch.setattr(runner, "launched_state", lambda: _LaunchedRank(0))
+    runner.main([*cli, "--root", str(two)])
+    out = capsys.readouterr().out
+    printed = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert [(p["rank"], p["world_size"]) for p in printed] == [(0, 2)]        # its own part only
+    assert "--merge-only" in out and not (two / "distractors/lp.csv").exists()
+
+    monkeypatch.setattr(runner, "launched_state", lambda: None)
+    res = runner.main([*cli, "--root", str(two), "--merge-only"])
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert [(p["rank"], p["world_size"]) for p in printed] == [(0, 2), (1, 2)]
+    assert [r["rank"] for r in res["records"]] == [0, 1]
+    items = items_from_dataset(one)
+    assert sum(p["n_shard"] for p in printed) == len(items)
+    assert _files(one, "lp") == _files(two, "lp")
+    assert ((one / "distractors/lp.work/quality_report.csv").read_bytes()
+            == (two / "distractors/lp.work/quality_report.csv").read_bytes())
+    # the merge pass reads what every rank wrote: one process, never under a launch
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(SystemExit, match="one process"):
+        runner.main([*cli, "--root", str(two), "--merge-only"])
+
+
+def test_shard_records_report_the_latest_run(root):
+    """A rerun with fewer processes leaves the earlier run's higher ranks out of the report."""
+    items, backend = items_from_dataset(root), get_backend("procedural")
+    for r in range(3):
+        generate_source(backend, items, root, "rec", shard=(r, 3), progress=False)
+    assert [(r["rank"], r["world_size"]) for r in load_shard_records(root, "rec")] == [(0, 3), (1, 3), (2, 3)]
+    for r in range(2):
+        generate_source(backend, items, root, "rec", shard=(r, 2), progress=False)
+    recs = load_shard_records(root, "rec")
+    assert [(r["rank"], r["world_size"], r["n_new_ok"]) for r in recs] == [(0, 2, 0), (1, 2, 0)]

@@ -86,12 +86,12 @@ def test_a_first_stamp_does_not_make_an_older_executed_notebook_stale(checkout):
 def test_fpr_generation_runs_over_every_gpu_before_notebook_11_in_paper(tmp_path):
     lines = _make(["-n", "notebooks", "PROFILE=paper", f"NB_OUT={tmp_path}"], env={"CUDA_VISIBLE_DEVICES": "0,1,2"})
     lines = lines.splitlines()
-    gen = [i for i, ln in enumerate(lines) if "-m nearid_lib.fpr.generation --profile paper" in ln]
+    gen = [i for i, ln in enumerate(lines) if "-m nearid_lib.steps run fpr-generate --profile paper" in ln]
     nb11 = [i for i, ln in enumerate(lines) if "run_notebook.sh" in ln and "11_retrieval_galleries" in ln]
     assert len(gen) == 1 and len(nb11) == 1 and gen[0] < nb11[0]
     assert "torchrun --standalone --nproc_per_node 3" in lines[gen[0]]
     # smoke and mini generate nothing there: no step before their notebook 11
-    assert "fpr.generation" not in _make(["-n", "notebooks", "PROFILE=smoke", f"NB_OUT={tmp_path}"])
+    assert "run fpr-generate" not in _make(["-n", "notebooks", "PROFILE=smoke", f"NB_OUT={tmp_path}"])
 
 
 @pytest.mark.parametrize("visible, n", [("0,1", 2), ("3", 1), ("", 0), ("1,-1,2", 1),
@@ -99,9 +99,9 @@ def test_fpr_generation_runs_over_every_gpu_before_notebook_11_in_paper(tmp_path
 def test_the_gpu_count_is_what_the_job_may_use(tmp_path, visible, n):
     out = _make(["-n", "judge", "PROFILE=paper", f"NB_OUT={tmp_path}"], env={"CUDA_VISIBLE_DEVICES": visible})
     if n:
-        assert f"torchrun --standalone --nproc_per_node {n} -m nearid_lib.nearid.judge_step" in out
+        assert f"torchrun --standalone --nproc_per_node {n} -m nearid_lib.steps run judge" in out
     else:       # no GPU the job may use: one plain process (the dry run's way)
-        assert "torchrun" not in out and f"{VENV}/bin/python -m nearid_lib.nearid.judge_step" in out
+        assert "torchrun" not in out and f"{VENV}/bin/python -m nearid_lib.steps run judge" in out
 
 
 def test_n_gpus_on_the_command_line_wins(tmp_path):

@@ -41,6 +41,11 @@ def _manifest_ids(root: Path, source: str, rank: int) -> list[str]:
     return [json.loads(line)["id"] for line in f.read_text().splitlines() if line.strip()]
 
 
+def _records(res: subprocess.CompletedProcess) -> dict[int, dict]:
+    """The JSON summaries a command printed, by rank (each rank's completion record)."""
+    return {s["rank"]: s for s in (json.loads(x) for x in res.stdout.splitlines() if x.startswith("{"))}
+
+
 def test_generation_two_processes_equals_one(smoke_world, tmp_path):
     src = smoke_world.root
     roots = {k: Path(shutil.copytree(src, tmp_path / k)) for k in ("one", "two")}
@@ -48,9 +53,12 @@ def test_generation_two_processes_equals_one(smoke_world, tmp_path):
            "--backend", "procedural", "--no-progress"]
     _run([*cmd, "--root", str(roots["one"])], two=False)
     res = _run([*cmd, "--root", str(roots["two"])], two=True)
-    # rank 0 printed both ranks' gathered summaries
-    summ = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
-    assert sorted((s["rank"], s["world_size"]) for s in summ) == [(0, 2), (1, 2)]
+    # no rank waits for another: rank 0 reports its own part, and the table is a separate pass
+    assert list(_records(res)) == [0] and "--merge-only" in res.stdout
+    assert not (roots["two"] / "distractors" / "mp.csv").exists()
+    res = _run([*cmd, "--root", str(roots["two"]), "--merge-only"], two=False)
+    # the merge pass reports both ranks' completion records
+    assert [(s["rank"], s["world_size"]) for s in _records(res).values()] == [(0, 2), (1, 2)]
     one, two = _outputs(roots["one"], "mp"), _outputs(roots["two"], "mp")
     items = items_from_dataset(roots["two"])
     assert len(one) == len(items) + 2 and one.keys() == two.keys()
@@ -67,8 +75,8 @@ def test_generation_two_processes_equals_one(smoke_world, tmp_path):
     for line in lines[10:]:
         (roots["two"] / json.loads(line)["path"]).unlink()
     (roots["two"] / "distractors" / "mp.csv").unlink()
-    res = _run([*cmd, "--root", str(roots["two"])], two=True)
-    summ = {s["rank"]: s for s in (json.loads(x) for x in res.stdout.splitlines() if x.startswith("{"))}
+    _run([*cmd, "--root", str(roots["two"])], two=True)
+    summ = _records(_run([*cmd, "--root", str(roots["two"]), "--merge-only"], two=False))
     assert summ[0]["n_new_ok"] == 0 and summ[1]["n_new_ok"] == len(lines) - 10
     assert _outputs(roots["two"], "mp") == one
 

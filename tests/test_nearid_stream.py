@@ -124,3 +124,52 @@ def test_store_and_pixel_augmentation_exclude_each_other(smoke_world, encoder, t
     a = flip.tokens(rels * 2, masks * 2, np.zeros(4, bool), np.random.default_rng(0))
     assert flip.stats["forwards"] == 4                              # no deduplication under augmentation
     assert not torch.allclose(a, plain.tokens(rels * 2, masks * 2, np.zeros(4, bool), None), atol=1e-4)
+
+
+def test_store_keeps_its_disk_reserve_and_streams_the_rest(smoke_world, encoder, tmp_path, monkeypatch, capsys):
+    """The store writes while its file system keeps the reserve free, read at every write: two
+    writers that never read each other's shards share that one limit; past it the grids are
+    streamed (the same numbers on every read) and a prefill stops."""
+    import shutil
+
+    from nearid_lib.features import disk
+
+    data = smoke_world
+    rels, masks = _slots(data, 5)
+    fg = np.zeros(5, dtype=bool)
+    rb = record_bytes(encoder.n_tokens, encoder.token_dim, "int8")
+    reserve = 10**6
+
+    def usage(path):                      # room for 2.5 grids above the reserve, less what the stores wrote
+        used = sum(f.stat().st_size for f in tmp_path.rglob("*.bin"))
+        return shutil._ntuple_diskusage(10**9, used, reserve + 2 * rb + rb // 2 - used)
+
+    monkeypatch.setattr(disk.shutil, "disk_usage", usage)
+    # the default reserve: 5% of the disk, at most 20 GB
+    assert open_train_store(encoder, data, tmp_path, dtype="int8", writer="x").keep_free == 5 * 10**7
+    a = StreamFeatures(encoder, data, store=open_train_store(encoder, data, tmp_path, dtype="int8", writer="rank0",
+                                                             keep_free_gb=reserve / 1e9))
+    b = StreamFeatures(encoder, data, store=open_train_store(encoder, data, tmp_path, dtype="int8", writer="rank1",
+                                                             keep_free_gb=reserve / 1e9))
+    a.tokens(rels[:1], masks[:1], fg[:1], None)
+    first = b.tokens(rels[1:], masks[1:], fg[1:], None)
+    assert (len(a.store), len(b.store)) == (1, 1)          # b had room for one more, not two
+    assert a.store.room() == 0 and b.store.room() == 0
+    again = b.tokens(rels[1:], masks[1:], fg[1:], None)
+    assert torch.equal(first, again)                        # refused grids come at the store's precision
+    assert b.stats["hits"] == 1 and b.stats["forwards"] == 4 + 3
+    assert b.prefill([(r, m) for r, m in zip(rels, masks)], progress=False) == 0
+    assert capsys.readouterr().out.count("no more grids are written") == 2     # once per store
+
+
+def test_the_disk_reserve_is_no_part_of_the_stores_key(monkeypatch):
+    """How much a store may write changes no record: the code the store's folder is keyed by
+    (store_code) does not reach the reserve, so changing it keeps a filled store."""
+    from nearid_lib.features import stream
+    from nearid_lib.runtime.code_closure import code_closure
+
+    roots = []
+    monkeypatch.setattr(stream, "closure_fingerprint", lambda *r: roots.extend(r) or "")
+    stream.store_code()
+    mods = code_closure(*roots)
+    assert "features/shards.py" in mods and "features/disk.py" not in mods and "features/stream.py" not in mods

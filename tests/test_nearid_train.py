@@ -1,5 +1,8 @@
-"""Training loop: exact resumption, loss decreases, MTG rows only reach L_rank, cached == uncached."""
+"""Training loop: exact resumption, loss decreases, MTG rows only reach L_rank, cached == uncached; under
+a launch, rank 0 alone clears another run's resume state, before any rank reads the folder."""
 from __future__ import annotations
+
+import shutil
 
 import numpy as np
 import pytest
@@ -236,3 +239,81 @@ def test_head_from_a_half_precision_siglip_is_float32():
     cfg = get_profile("paper")
     head = build_head(cfg, 16, HalfBackbone())
     assert {p.dtype for p in head.parameters()} == {torch.float32}
+
+
+_RMTREE = shutil.rmtree
+
+
+class _Launch:
+    """The accelerator of one rank of a 2-process launch, as :func:`train._head` uses it: it records
+    the barrier in ``events`` and leaves the head unwrapped (no DDP in one process)."""
+
+    def __init__(self, events: list):
+        self.events = events
+
+    def wait_for_everyone(self):
+        self.events.append("barrier")
+
+    def prepare(self, *objs):
+        return objs
+
+    def unwrap_model(self, model):
+        return model
+
+
+def _launched_head(tmp_path, rank: int, events: list | None, monkeypatch, run: str = "run"):
+    """``train._head`` of the smoke profile on rank ``rank`` of 2, its run folder ``tmp_path/<run>``;
+    with ``events``, each read of the resume folder and each deletion is recorded there."""
+    from types import SimpleNamespace
+
+    from nearid_lib.nearid import checkpoints, train
+
+    if events is not None:       # wrap the originals (a second call replaces, never stacks, the wrappers)
+        monkeypatch.setattr(shutil, "rmtree",
+                            lambda p, *a, **k: (events.append(("rmtree", rank)), _RMTREE(p, *a, **k)))
+        monkeypatch.setattr(train, "latest_state",
+                            lambda d: (events.append(("read", rank)), checkpoints.latest_state(d))[1])
+    (tmp_path / "data").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "data" / "manifest.json").write_text('{"world": "toy"}')
+    s = train._Stream(cfg=_cfg(), backbone=SimpleNamespace(token_dim=16), feats=None, dev=torch.device("cpu"),
+                      accel=_Launch(events if events is not None else []), world=2, rank=rank, rows0=None,
+                      B=4, spe=2, total=4)
+    return train._head(s, _cfg(), SimpleNamespace(root=tmp_path / "data"), tmp_path / run, resume=True)
+
+
+def _save_state(tmp_path, monkeypatch, key: str | None, step: int = 2) -> None:
+    """A resume state at ``step`` in ``tmp_path/run`` of the run ``key`` (None: the smoke run's own)."""
+    from nearid_lib.nearid.checkpoints import save_train_state
+
+    h = _launched_head(tmp_path, 0, None, monkeypatch, run="scratch")
+    save_train_state(tmp_path / "run" / "resume", step, h.raw, h.opt, h.sched,
+                     {"config_key": key or h.key, "history": [], "evals": []}, h.loss_params)
+
+
+def test_under_a_launch_only_rank_0_clears_a_foreign_resume_state(tmp_path, monkeypatch):
+    """The resume folder of a launch's run holds another run's state: rank 0 alone deletes it, before
+    the barrier after which every rank reads the folder; another rank never deletes it (it may be
+    what rank 0 reads) and, finding a foreign state there, stops instead of starting apart."""
+    _save_state(tmp_path, monkeypatch, key="another-run")
+    events: list = []
+    with pytest.raises(RuntimeError, match="must train the same configuration"):
+        _launched_head(tmp_path, 1, events, monkeypatch)     # rank 1 first: rank 0 has not cleared yet
+    assert events == ["barrier", ("read", 1)]
+    assert (tmp_path / "run" / "resume").is_dir()               # rank 1 deleted nothing
+    events.clear()
+    h0 = _launched_head(tmp_path, 0, events, monkeypatch)
+    assert events == [("read", 0), ("rmtree", 0), "barrier", ("read", 0)] and h0.start == 0
+    assert not (tmp_path / "run" / "resume").exists()
+    events.clear()
+    h1 = _launched_head(tmp_path, 1, events, monkeypatch)
+    assert events == ["barrier", ("read", 1)] and h1.start == 0
+
+
+def test_under_a_launch_every_rank_resumes_its_runs_state(tmp_path, monkeypatch):
+    """A state of the run itself is resumed by every rank, rank 0 deleting nothing."""
+    _save_state(tmp_path, monkeypatch, key=None, step=2)
+    for rank in (1, 0):
+        events: list = []
+        h = _launched_head(tmp_path, rank, events, monkeypatch)
+        assert h.start == 2 and not any(e[0] == "rmtree" for e in events if isinstance(e, tuple))
+        assert events[-2:] == ["barrier", ("read", rank)]

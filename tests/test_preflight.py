@@ -174,18 +174,92 @@ def test_environment_and_gpus(env, monkeypatch):
 
 def test_disk_projection_against_free_space(env, monkeypatch):
     import nearid_lib.preflight.machine as mach
+    from nearid_lib.steps import Sizes, step
 
     root, allow = env
     rep = run_preflight(_cfg(), allow)
     # the token store by hand: 4 test + 2 val identities' views x (1 + 9 sources) + 12 train identities'
-    # views x (1 + 4 training sources), both variants, (32 // 8)^2 tokens x (32 + 4) bytes (int8)
+    # views x (1 + 4 training sources) + MTG's 4 images a pair in both of the fixture's splits (6 train,
+    # 6 test pairs), both variants, (32 // 8)^2 tokens x (32 + 4) bytes (int8)
     plan = mach.disk_plan(_cfg(), rep)
-    v = rep.facts["views_by_split"]
-    grids = (v["train"] * 5 + (v["val"] + v["test"]) * 10) * 2
+    v, mtg = rep.facts["views_by_split"], rep.facts["mtg_pairs_by_split"]
+    assert mtg == {"train": 6, "test": 6}
+    grids = (v["train"] * 5 + (v["val"] + v["test"]) * 10 + 4 * (6 + 6)) * 2
     assert dict((w, n) for w, _, n in plan)["token store (int8)"] == grids * 16 * 36
+    # one formula: the resource ledger's prefill step counts the same grids
+    assert step("prefill").count(Sizes.from_facts(rep.facts, _cfg()), _cfg()) == grids
     monkeypatch.setattr(mach.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10, 10, 0))
     probs = _problems(run_preflight(_cfg(), allow))
     assert any("projected on the file system" in p and "0.0 GB free" in p for p in probs)
+    # the store streams past its reserve: the problem names the other outputs only
+    assert not any("token store" in p for p in probs)
+
+
+def _store(folder: Path, n: int) -> None:
+    """A token store of the fixture's backbone grids (16 x 32, int8) in ``folder`` holding ``n`` grids."""
+    import torch
+
+    from nearid_lib.features.shards import ShardedTokenStore
+
+    st = ShardedTokenStore(folder, 16, 32, "int8", key=folder.name, writer="w")
+    st.put([(f"img/{i}.png", "full") for i in range(n)], torch.randn(n, 16, 32))
+
+
+def test_only_the_runs_own_store_counts_as_written(env):
+    """A store of another code version (same backbone and dtype, another key) and other cached
+    outputs are used space, named with their size and the folder to delete; only the grids of the
+    store this run opens are subtracted from the need."""
+    import nearid_lib.preflight.machine as mach
+    from nearid_lib.features.stream import store_prefix
+
+    root, allow = env
+    cfg = _cfg()
+    cache = root / "cache" / "paper"
+    stale = cache / "shards" / (store_prefix("siglip2-so400m-patch14-384", "int8") + "0" * 16)
+    _store(stale, 40)
+    (cache / "judge_answers").mkdir(parents=True)
+    (cache / "judge_answers" / "rank0.jsonl").write_text("x" * 5000)
+    # the release is not materialised: the store's key covers its manifest, so no store is this run's
+    folder, why = mach.run_store(cfg)
+    assert folder is None and "not materialised" in why
+    release = root / "data" / "paper" / "nearid"
+    release.mkdir(parents=True)
+    (release / "manifest.json").write_text('{"complete": true}')
+    own, why = mach.run_store(cfg)
+    assert own is not None and own != stale and own.parent == stale.parent and why == ""
+    _store(own, 7)
+    rep = run_preflight(cfg, allow)
+    assert rep.ok, _problems(rep)
+    full = dict((w, n) for w, _, n in mach.disk_plan(cfg, rep))["token store (int8)"]
+    assert full == (rep.facts["token_store"]["grids"] - 7) * 16 * 36
+    notes = [f.what for f in rep.findings if f.kind == "note" and f.area == "disk"]
+    assert any(str(stale) in n and "does not open" in n and f"rm -rf {stale}" in n for n in notes)
+    assert any(str(cache / "judge_answers") in n and f"rm -rf {cache / 'judge_answers'}" in n for n in notes)
+    assert not any(str(own) + ":" in n for n in notes)
+    assert any("7 already in " + str(own) in f.what for f in rep.findings if f.kind == "plan")
+
+
+def test_a_store_larger_than_the_disk_streams_the_rest(env, monkeypatch):
+    """The token store beyond the room its file system keeps is a note with the numbers (the
+    store stops at its reserve and training streams the rest), not a problem."""
+    import nearid_lib.preflight.machine as mach
+
+    root, allow = env
+    cfg = _cfg()
+    rep = run_preflight(cfg, allow)
+    need = dict((w, n) for w, _, n in mach.disk_plan(cfg, rep))
+    store = need.pop("token store (int8)")
+    others = sum(need.values())
+    total = 10**6                                        # a reserve of 5% of it: 50 kB
+    free = others + 50_000 + store / 2
+    monkeypatch.setattr(mach.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(total, total - free, free))
+    rep = run_preflight(cfg, allow)
+    assert rep.ok, _problems(rep)
+    note = next(f.what for f in rep.findings if f.kind == "note" and "streams the backbone" in f.what)
+    assert note.startswith("token store (int8): ") and f"{rep.facts['token_store']['grids']:,} grids" in note
+    assert "the 0.0 GB the store leaves free" in note
+    left = int(-(-(store - store / 2) // (16 * 36)))
+    assert f"({left:,} of " in note
 
 
 def test_command_line_exit_status(env, capsys):

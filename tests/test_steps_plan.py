@@ -196,3 +196,21 @@ def test_step_records_are_checked_against_the_ledger(tmp_path, monkeypatch):
     assert len(probs) == 1 and "judge-dbpp" in probs[0] and "processed 8 generations" in probs[0] and "counts 7" in probs[0]
     with pytest.raises(KeyError):
         record_items("paper", "no-such-step", 1, "things")
+
+
+def test_the_runner_refuses_a_machine_too_small_before_loading_anything(monkeypatch, capsys):
+    from nearid_lib.steps import runner
+
+    cfg = get_profile("paper")
+    probs = runner.preplace("judge", cfg, gpus=parse_gpus("1x24GB"))
+    assert probs and all(p.startswith("step judge-") for p in probs) and "Qwen3-VL-30B-A3B-Instruct" in probs[0]
+    assert runner.preplace("judge", cfg, gpus=parse_gpus("8xH100")) == []
+    assert runner.preplace("judge", cfg, gpus=[]) == []                 # no GPU: the dry run's CPU process
+    monkeypatch.setattr(runner, "visible_gpus", lambda: parse_gpus("1x24GB"))
+    monkeypatch.setattr(runner, "_load_entry", lambda m: pytest.fail(f"{m} imported"))
+    assert runner.main(["run", "judge", "--profile", "paper"]) == 1
+    assert "cannot place: step judge-nearid" in capsys.readouterr().err
+    assert runner.main(["run", "no-such-target"]) == 2
+    # every make target of a GPU step is the ledger's, with its entry module
+    assert set(runner.targets()) == {"curate", "prefill", "judge", "fpr-generate", "bgremove"}
+    assert runner.targets()["judge"][0] == "nearid_lib.nearid.judge_step"

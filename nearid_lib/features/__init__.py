@@ -31,7 +31,8 @@ images in memory, whichever layout keeps them.
 Modules: :mod:`.variants` (image variants and loaders), :mod:`.store` (:class:`FeatureStore`),
 :mod:`.layouts` (token-grid layouts), :mod:`.payloads` (:class:`ImageRef`, :data:`PAYLOADS`),
 :mod:`.embed` (:func:`embed`), :mod:`.cache` (:class:`TokenCache`), :mod:`.shards` (the int8 store),
-:mod:`.stream` (:class:`StreamFeatures`: the store filled as training asks), :mod:`.embedder`
+:mod:`.stream` (:class:`StreamFeatures`: the store filled as training asks), :mod:`.disk` (the store's
+grids at a run's sizes, the free space it leaves, what else lies in a cache), :mod:`.embedder`
 (:class:`Embedder`), :mod:`.profile_encoders` (:func:`profile_embedders`: the encoders a profile
 scores), :mod:`.on_the_fly` (:class:`OnTheFlyFeatures`); every name is re-exported here.
 """
@@ -44,11 +45,13 @@ from .payloads import PAYLOADS, ImageRef, encoder_fingerprint, variant_images
 from .store import FeatureStore, FeatureTable
 from .variants import BG_GREY, VARIANTS, apply_variant, default_loaders, fill_background, register_variant
 from .stream import StreamFeatures, open_train_store, process_writer, store_dir
+from .disk import ReservedTokenStore, reserve_bytes, store_grids
 from .embedder import Embedder
 from .profile_encoders import Embedders, profile_embedders
 
 __all__ = ["FeatureStore", "FeatureTable", "embed", "feature_table", "dataset_scope", "ImageRef", "PAYLOADS", "file_refs", "dataset_refs", "memory_refs",
            "variant_images", "encoder_fingerprint", "TokenCache", "OnTheFlyFeatures", "VARIANTS", "BG_GREY",
            "fill_background", "register_variant", "apply_variant", "default_loaders", "cache_name",
-           "StreamFeatures", "open_train_store", "process_writer", "store_dir", "Embedder", "Embedders",
+           "StreamFeatures", "open_train_store", "process_writer", "store_dir", "ReservedTokenStore", "reserve_bytes",
+           "store_grids", "Embedder", "Embedders",
            "profile_embedders"]

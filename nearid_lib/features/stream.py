@@ -13,7 +13,8 @@ image ~5-40 times over 11 epochs with a random fg/full choice per slot, so strea
 every step (the authors' recipe) costs ~4.6x more backbone FLOPs than encoding each (image, variant)
 once, while a preallocated float16 cache of both variants is ~800 GB. Lazily filling an int8 store
 computes each (image, variant) at most once, never computes what training never reads, halves the
-disk of float16 (0.84 MB per 729 x 1152 grid) and degrades to pure streaming past a disk budget.
+disk of float16 (0.84 MB per 729 x 1152 grid) and degrades to pure streaming past a disk budget
+(by default the reserve of free space its file system keeps, :mod:`~nearid_lib.features.disk`).
 
 Modes:
 * ``store`` given: the store is a layout of a :class:`~nearid_lib.features.FeatureStore`
@@ -45,13 +46,14 @@ import torch
 from tqdm.auto import tqdm
 
 from ..runtime.code_closure import closure_fingerprint
+from .disk import STORES, ReservedTokenStore, reserve_bytes
 from .embed import dataset_refs, embed
 from .layouts import ShardGrids
 from .shards import ShardedTokenStore
 from .store import FeatureStore
 from .variants import apply_variant
 
-__all__ = ["StreamFeatures", "open_train_store", "store_dir", "store_code", "autocast_for", "process_writer",
+__all__ = ["StreamFeatures", "open_train_store", "store_dir", "store_prefix", "store_code", "autocast_for", "process_writer",
            "variant_image", "VARIANTS"]
 
 VARIANTS = ("full", "fg")
@@ -241,8 +243,14 @@ def store_dir(backbone, data, cache_root: str | Path, dtype: str = "int8") -> Pa
     nothing else: an edit of unrelated library code (training, tables, reports) keeps the store."""
     bb = getattr(backbone, "backbone", backbone)
     h = hashlib.sha1(f"{bb.cache_key()}\0{store_code()}\0{_fingerprint(data)}\0{dtype}".encode()).hexdigest()[:16]
-    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in bb.name)
-    return Path(cache_root) / "shards" / f"{name}-{dtype}-{h}"
+    return Path(cache_root) / STORES / f"{store_prefix(bb.name, dtype)}{h}"
+
+
+def store_prefix(backbone_name: str, dtype: str) -> str:
+    """The start of the folder name of every store of this backbone and dtype (:func:`store_dir`):
+    what tells, without the backbone's weights, which folders may be a run's store."""
+    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in backbone_name)
+    return f"{name}-{dtype}-"
 
 
 def store_code() -> str:
@@ -260,12 +268,19 @@ def process_writer(prefix: str = "rank0") -> str:
 
 
 def open_train_store(backbone, data, cache_root: str | Path, dtype: str = "int8", writer: str | None = None,
-                     max_gb: float | None = None, shard_records: int = 1024) -> ShardedTokenStore:
+                     max_gb: float | None = None, shard_records: int = 1024,
+                     keep_free_gb: float | None = None) -> ReservedTokenStore:
     """The writable store of (backbone, dataset, dtype) under ``cache_root`` (created on first use),
-    shared by training and evaluation; ``writer`` defaults to :func:`process_writer`."""
+    shared by training and evaluation; ``writer`` defaults to :func:`process_writer`.
+
+    The store writes while its file system keeps ``keep_free_gb`` free (None: the default reserve,
+    :func:`~.disk.reserve_bytes`; 0: until the disk is full) and at most ``max_gb`` in all; past
+    either it stops writing and a grid it lacks is computed by the backbone when read (streaming),
+    so a full disk ends the store's growth, not the run."""
     bb = getattr(backbone, "backbone", backbone)
     writer = process_writer() if writer is None else writer
     root = store_dir(bb, data, cache_root, dtype)
-    return ShardedTokenStore(root, bb.n_tokens, bb.token_dim, dtype, key=root.name, writer=writer,
-                             shard_records=shard_records,
-                             max_bytes=None if max_gb is None else int(max_gb * 1e9))
+    keep = reserve_bytes(root) if keep_free_gb is None else int(keep_free_gb * 1e9)
+    return ReservedTokenStore(root, bb.n_tokens, bb.token_dim, dtype, key=root.name, writer=writer,
+                              shard_records=shard_records, keep_free=keep,
+                              max_bytes=None if max_gb is None else int(max_gb * 1e9))

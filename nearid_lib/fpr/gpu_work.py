@@ -45,10 +45,13 @@ def _methods(cfg) -> list[str]:
     return list(cfg.retrieval.generate_methods) if cfg is not None else list(_PIPE)
 
 
+_GEN = "nearid_lib.fpr.generation"
+
+
 # a pipeline moves to one GPU whole (diffusers .to(device)): not spread by device_map
 for _m in ("ip_adapter", "ip_adapter_plus", "flux_kontext", "diptych"):
     register_step(Step(
-        name=f"fpr-generate-{_m}", command="make fpr-generate", feeds="FPR Tables 1-2 (the generated images' rows)",
+        name=f"fpr-generate-{_m}", command="make fpr-generate", target="fpr-generate", entry=_GEN, feeds="FPR Tables 1-2 (the generated images' rows)",
         models=(ModelUse(_PIPE[_m], working_bytes=int(6 * GB), splittable=False,
                          working_basis="latents, attention and the VAE decode at 1024 px"),),
         models_of=lambda cfg, m=_m: [_PIPE[m]] if m in _methods(cfg) else [],
@@ -60,7 +63,7 @@ for _m in ("ip_adapter", "ip_adapter_plus", "flux_kontext", "diptych"):
 # full fine-tuning of SD3's 2B transformer: fp32 master weights, gradients and AdamW moments (16 bytes
 # a parameter) beside the bf16 pipeline, and 768 px activations
 register_step(Step(
-    name="fpr-dreambooth-train", command="make fpr-generate", feeds="FPR's DreamBooth rows",
+    name="fpr-dreambooth-train", command="make fpr-generate", target="fpr-generate", entry=_GEN, feeds="FPR's DreamBooth rows",
     models=(ModelUse(_PIPE["dreambooth"], working_bytes=int(2.03e9 * 16 + 8 * GB), splittable=False,
                      working_basis="2.03B trained parameters x 16 bytes (fp32 weights, gradients, AdamW) + activations"),),
     models_of=lambda cfg: [_PIPE["dreambooth"]] if "dreambooth" in _methods(cfg) else [],
@@ -70,7 +73,7 @@ register_step(Step(
     outputs="per-subject weights.safetensors", written=lambda s, cfg: FPR_SIZES["subjects"] * 2.03e9 * 2,
     skip="leave dreambooth out of retrieval.generate_methods, or give its images under $NEARID_DOWNLOADS/fpr_generated"))
 register_step(Step(
-    name="fpr-dreambooth-generate", command="make fpr-generate", feeds="FPR's DreamBooth rows",
+    name="fpr-dreambooth-generate", command="make fpr-generate", target="fpr-generate", entry=_GEN, feeds="FPR's DreamBooth rows",
     models=(ModelUse(_PIPE["dreambooth"], working_bytes=int(4 * GB), splittable=False),),
     models_of=lambda cfg: [_PIPE["dreambooth"]] if "dreambooth" in _methods(cfg) else [],
     items=lambda s, cfg: (generated_images() + FPR_SIZES["class_images"] * FPR_SIZES["datasets"])
@@ -78,7 +81,7 @@ register_step(Step(
     cost=_flop_cost("dreambooth"), resume="images written atomically; done subjects skipped",
     outputs="$NEARID_DATA/paper/fpr_generated/dreambooth", written=lambda s, cfg: generated_images() * 1.5e6))
 register_step(Step(
-    name="bgremove", command="make bgremove", feeds="FPR Table 14 (backgrounds removed)",
+    name="bgremove", command="make bgremove", target="bgremove", entry="nearid_lib.fpr.bg_step", feeds="FPR Table 14 (backgrounds removed)",
     models=(ModelUse("Carve/tracer_b7", working_bytes=int(0.14 * GB + 6 * GB), splittable=False,
                      working_basis="FBA matting's 139 MB weights beside it, and 2,048 px matting"),),
     items=lambda s, cfg: FPR_SIZES["gallery_images"] + 5 * generated_images(), item="images",

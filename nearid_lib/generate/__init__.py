@@ -8,7 +8,8 @@
 - :mod:`.prompts`: near-identity and edit prompts
 - :mod:`.quality`: unchanged / drift filters
 - :mod:`.runner`: ``generate_source`` (sharded, resumable; the CLI); :mod:`.items`: the items of a
-  dataset, their seeds, shards and manifests; :mod:`.merge`: ``merge_source`` (NearID schema)
+  dataset, their seeds, shards, manifests and completion records; :mod:`.merge`: ``merge_source``
+  (NearID schema), ``merge_launch`` (that merge as the pass after a multi-process launch)
 """
 from __future__ import annotations
 

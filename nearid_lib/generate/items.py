@@ -1,11 +1,13 @@
 """What a generation run works on and what it has done: the items of a dataset (one view of one
-identity, ``item_id = "<id>/<k>"``), their per-item seeds and shards, and the per-rank manifests of
-finished items under ``distractors/<source>.work/`` (see :mod:`nearid_lib.generate.runner`)."""
+identity, ``item_id = "<id>/<k>"``), their per-item seeds and shards, the per-rank manifests of
+finished items and the per-rank completion records of finished shards under
+``distractors/<source>.work/`` (see :mod:`nearid_lib.generate.runner`)."""
 from __future__ import annotations
 
 import json
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -13,12 +15,13 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 from PIL import Image
 
+from ..io_utils import write_json
 from ..runtime.seeding import derive_seed
 from .base import FillInputError, validate_fill_inputs
 from .prompts import near_identity_prompt
 
 __all__ = ["VIEWS", "GenItem", "items_from_dataset", "item_seed", "shard_items", "work_dir",
-           "load_manifest_records", "append_record", "load_inputs", "safe_name", "item_relpath", "example_paths"]
+           "load_manifest_records", "append_record", "write_shard_record", "load_shard_records", "load_inputs", "safe_name", "item_relpath", "example_paths"]
 
 
 VIEWS = (1, 2, 3)
@@ -163,6 +166,35 @@ def append_record(path: Path, rec: dict) -> None:
         fh.write(json.dumps(rec, sort_keys=True) + "\n")
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def write_shard_record(out_root: str | Path, source_name: str, summary: dict[str, Any]) -> Path:
+    """Write ``done_rank<r>.json`` (``r = summary["rank"]``): the summary of a shard that finished,
+    stamped with the time, written atomically by the rank itself.
+
+    The ranks of a launch never wait for each other after generating (their shares can differ by
+    hours after a resume, longer than a collective may wait), so what every rank did reaches the
+    merge pass through these files instead of a gather."""
+    path = work_dir(out_root, source_name) / f"done_rank{int(summary['rank'])}.json"
+    write_json({**summary, "finished_at": time.time()}, path)
+    return path
+
+
+def load_shard_records(out_root: str | Path, source_name: str) -> list[dict[str, Any]]:
+    """The completion records of the latest run's shards, by rank: those of its number of
+    processes (the newest record's ``world_size``), so an earlier run with more processes leaves
+    no stale ranks in the report. For reporting only: whether every item is done is what
+    :func:`~nearid_lib.generate.merge.merge_source` checks, on the manifests."""
+    recs = []
+    for f in work_dir(out_root, source_name).glob("done_rank*.json"):
+        try:
+            recs.append(json.loads(f.read_text()))
+        except json.JSONDecodeError:
+            continue            # written atomically: only a foreign file can be torn
+    if not recs:
+        return []
+    world = max(recs, key=lambda r: r.get("finished_at", 0.0)).get("world_size")
+    return sorted((r for r in recs if r.get("world_size") == world), key=lambda r: r["rank"])
 
 
 def load_inputs(root: Path, it: GenItem) -> tuple[Image.Image, Image.Image]:

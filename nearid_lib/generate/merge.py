@@ -1,6 +1,8 @@
 """Finishing a generated source: :func:`merge_source` assembles ``distractors/<source>.csv``
-row-aligned with ``positives.csv`` from every rank's manifest (and the quality report), and
-:func:`register_source` adds the source to the dataset's ``sources.json``."""
+row-aligned with ``positives.csv`` from every rank's manifest (and the quality report),
+:func:`merge_launch` is that merge as the pass after a multi-process launch (it also reports every
+rank's completion record), and :func:`register_source` adds the source to the dataset's
+``sources.json``."""
 from __future__ import annotations
 
 import json
@@ -10,10 +12,10 @@ from typing import Sequence
 import pandas as pd
 
 from ..io_utils import write_csv, write_json
-from .items import VIEWS, GenItem, items_from_dataset, load_manifest_records, work_dir
+from .items import VIEWS, GenItem, items_from_dataset, load_manifest_records, load_shard_records, work_dir
 from .quality import rejection_report
 
-__all__ = ["merge_source", "register_source"]
+__all__ = ["merge_source", "merge_launch", "register_source"]
 
 
 def merge_source(out_root: str | Path, source_name: str, items: Sequence[GenItem] | None = None,
@@ -65,6 +67,23 @@ def merge_source(out_root: str | Path, source_name: str, items: Sequence[GenItem
     report = rejection_report([recs[i] for i in sorted(recs)], source_name, bname, profile)
     write_csv(report, work_dir(out_root, source_name) / "quality_report.csv")
     return table, report
+
+
+def merge_launch(out_root: str | Path, source_name: str, items: Sequence[GenItem] | None = None,
+                 profile: str = "", backend: str | None = None, input_root: str | Path | None = None,
+                 echo: bool = True):
+    """The pass after a launch: print every rank's completion record of the latest run
+    (:func:`~nearid_lib.generate.items.load_shard_records`, one JSON line each, when ``echo``) and
+    assemble the table from every rank's manifest (:func:`merge_source`,
+    whose arguments these are; it raises naming the items not done yet while any rank is still
+    working). Returns ``(records, table, report)``."""
+    records = load_shard_records(out_root, source_name)
+    if echo:
+        for rec in records:
+            print(json.dumps(rec))
+    table, report = merge_source(out_root, source_name, items, profile=profile, backend=backend,
+                                 input_root=input_root)
+    return records, table, report
 
 
 def register_source(root: str | Path, source_name: str, train: bool = False) -> dict:

@@ -5,6 +5,7 @@ runner writes, under the dataset root::
 
     distractors/S/<id>_<k>.png            the distractor of view k (atomic writes)
     distractors/S.work/manifest_rank<r>.jsonl   one line per finished item (ok or rejected)
+    distractors/S.work/done_rank<r>.json  rank r's summary, once its whole shard is done
     distractors/S.work/quality_report.csv       rejections per backend (after the merge)
     distractors/S.csv                     id, split, nimg1, nimg2, nimg3 - row-aligned with
                                           positives.csv (empty cell = no view k, or rejected)
@@ -24,16 +25,24 @@ Scale-out (diffusers' distributed-inference pattern): run the module under ``tor
 --nproc_per_node N`` or ``accelerate launch --num_processes N``; each process takes its contiguous
 block of the id-sorted item list from ``PartialState().split_between_processes`` (in-process callers
 name a block with ``shard=(rank, N)``, :func:`~nearid_lib.generate.items.shard_items`: the same
-blocks), writes its own manifest, and after a barrier rank 0 gathers the summaries and merges the
-manifests into the table. Outputs are byte-identical whatever ``N`` (per-item seeds)::
+blocks), writes its own manifest and completion record, and leaves; rank 0 prints its own summary.
+No rank waits for another: after a resume one rank may still hold its whole block while the others
+have nothing left, hours longer than a collective may wait (:mod:`nearid_lib.runtime.launch`). The
+table is assembled afterwards by a separate pass in one process that reads every rank's manifest and
+record from disk (``--merge-only``, :func:`~nearid_lib.generate.merge.merge_launch`; it names the items
+not done yet while a rank is still working). Outputs are byte-identical whatever ``N`` (per-item
+seeds)::
 
     torchrun --nproc_per_node 8 -m nearid_lib.generate.runner --profile paper --source SDXL
+    python -m nearid_lib.generate.runner --profile paper --source SDXL --merge-only
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,8 +58,8 @@ from ..runtime.launch import end_launch, launched_state
 from ..paths import data_dir
 from .base import FillBackend, FillRequest, get_backend
 from .items import (GenItem, append_record, item_relpath, item_seed, items_from_dataset, load_inputs,
-                    load_manifest_records, shard_items, work_dir)
-from .merge import merge_source
+                    load_manifest_records, shard_items, work_dir, write_shard_record)
+from .merge import merge_launch, merge_source
 from .quality import QualityFilter
 from .specs import NEARID_SOURCES
 
@@ -146,7 +155,10 @@ def generate_source(backend: FillBackend, items: Sequence[GenItem], out_root: st
                     input_root: str | Path | None = None,
                     request_fn: Callable[[GenItem, int], tuple[int, dict]] | None = None,
                     ) -> dict[str, Any]:
-    """Generate this rank's share of ``items`` for ``source_name``; returns a summary dict.
+    """Generate this rank's share of ``items`` for ``source_name``; returns a summary dict, which is
+    also written as this shard's completion record (``done_rank<r>.json``) once every item of the
+    shard is recorded. No collective: under a launch each rank returns as soon as its own share is
+    done (the table is a separate pass, :func:`~nearid_lib.generate.merge.merge_launch`).
 
     Args:
         backend: any :class:`FillBackend` (``get_backend(name, ...)``).
@@ -210,9 +222,12 @@ def generate_source(backend: FillBackend, items: Sequence[GenItem], out_root: st
                     on_item(it.item_id, rec)
     finally:
         bar.close()
-    return {"source": source_name, "backend": backend.name, "rank": rank, "world_size": world,
-            "n_shard": len(mine), "n_skipped": len(mine) - len(pending), "n_new_ok": n_new["ok"],
-            "n_new_rejected": n_new["rejected"], "seconds": time.perf_counter() - t0}
+    summary = {"source": source_name, "backend": backend.name, "rank": rank, "world_size": world,
+               "n_shard": len(mine), "n_skipped": len(mine) - len(pending), "n_new_ok": n_new["ok"],
+               "n_new_rejected": n_new["rejected"], "seconds": time.perf_counter() - t0}
+    # the merge pass reads every rank's part from these records: nothing is gathered at the end
+    write_shard_record(out_root, source_name, summary)
+    return summary
 
 
 # --------------------------------------------------------------------------- CLI
@@ -229,7 +244,12 @@ def _parse(argv: Iterable[str] | None):
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--retries", type=int, default=None)
     p.add_argument("--settings", default="{}", help="JSON dict of backend settings")
-    p.add_argument("--no-merge", action="store_true")
+    p.add_argument("--no-merge", action="store_true",
+                   help="do not assemble the table after generating (under a launch: do not print "
+                        "the --merge-only command)")
+    p.add_argument("--merge-only", action="store_true",
+                   help="generate nothing: report every rank's completion record and assemble the "
+                        "table (run once, in one process, after a multi-process launch)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="profile override, e.g. generate.mixed_precision=bf16")
@@ -237,7 +257,9 @@ def _parse(argv: Iterable[str] | None):
 
 
 def main(argv: Iterable[str] | None = None) -> dict[str, Any]:
-    """CLI entry point; under torchrun / accelerate each process generates its block, rank 0 merges."""
+    """CLI entry point. One process: generate, then merge. Under torchrun / accelerate: each process
+    generates its block and leaves, rank 0 printing its own summary (no barrier, no gather: module
+    docstring); ``--merge-only`` (one process) then reports every rank's record and merges."""
 
     args = _parse(argv)
     cfg = get_profile(args.profile, **dict(kv.split("=", 1) for kv in args.set))
@@ -250,6 +272,13 @@ def main(argv: Iterable[str] | None = None) -> dict[str, Any]:
         resolution = args.resolution if args.resolution == "native" else int(args.resolution)
     root = Path(args.root) if args.root else data_dir(cfg.name) / "nearid"
     seed = cfg.seed if args.seed is None else args.seed
+    items = items_from_dataset(root, seed=seed)
+    if args.merge_only:
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise SystemExit("--merge-only reads what every rank wrote: run it in one process, not under a launch")
+        records, _, report = merge_launch(root, args.source, items, profile=cfg.name, backend=backend_name)
+        print(report.to_string(index=False))
+        return {"source": args.source, "merged": True, "records": records}
     state = launched_state()
     device = str(state.device) if state is not None else ("cuda" if torch.cuda.is_available() else "cpu")
     kw: dict[str, Any] = {}
@@ -257,27 +286,28 @@ def main(argv: Iterable[str] | None = None) -> dict[str, Any]:
         kw = dict(resolution=resolution, mixed_precision=g.mixed_precision,
                   hub_ids=dict(g.hub_ids), device=device)
     backend = get_backend(backend_name, **kw)
-    items = items_from_dataset(root, seed=seed)
     summary = generate_source(
         backend, items, root, args.source, seed=seed, shard=None,
         batch_size=args.batch_size or g.batch_size, settings=json.loads(args.settings),
         quality=QualityFilter(g.reject_unchanged_below, g.reject_drift_above),
         retries=g.retries if args.retries is None else args.retries, progress=not args.no_progress)
-    summaries = [summary]
-    if state is not None:
-        from accelerate.utils import gather_object
-
-        state.wait_for_everyone()           # every manifest is complete before the merge
-        summaries = gather_object([summary])
-    if state is None or state.is_main_process:
-        for s in summaries:
-            print(json.dumps(s))
+    if state is None:
+        print(json.dumps(summary))
         if not args.no_merge:
             _, report = merge_source(root, args.source, items, profile=cfg.name, backend=backend_name)
             print(report.to_string(index=False))
-    end_launch()                            # every rank leaves the group; rank 0 merged outside it
+    elif state.is_main_process:
+        # rank 0's own part only: the other ranks may still be working, for hours after a resume
+        print(json.dumps(summary))
+        if not args.no_merge:
+            cmd = ["python", "-m", "nearid_lib.generate.runner", "--profile", cfg.name, "--source", args.source,
+                   "--root", str(root), *(["--backend", args.backend] if args.backend else []),
+                   *(x for kv in args.set for x in ("--set", kv)), "--merge-only"]
+            print(f"rank 0 of {state.num_processes} is done; every rank records its shard in "
+                  f"{work_dir(root, args.source)}/done_rank<r>.json. Once every rank has finished, "
+                  f"assemble the table with: {shlex.join(cmd)}")
+    end_launch()                            # each rank leaves the group on its own: no barrier
     return summary
-
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from ..data.eval_datasets import DBPP_DIRNAME, DOWNLOAD_STEPS, DreamBenchPP, hum
 from ..data.schema import DataError
 from ..claims.evidence import Evidence
 from ..features import file_refs
+from ..judge import score_pairs_sharded
 from ..paths import downloads_dir
 
 if TYPE_CHECKING:
@@ -85,8 +86,6 @@ def _pair_scores(benc, a: list, b: list) -> np.ndarray:
     a killed run resumes, notebook 04 reads what ``make judge`` answered); only the images of a
     batch are decoded."""
     if benc.kind == "pairs":
-        from ..judge import score_pairs_sharded
-
         uniq = list(dict.fromkeys(zip(a, b)))
 
         def load(idx):

@@ -6,7 +6,8 @@ Items are counted by the enumerations the steps run: the judge's pairs as
 :func:`~nearid_lib.nearid.pairs.nearid_pairs` lists them (one positive pair per view pair, one
 distractor pair per view and source, each under full and FG-only inputs), the trainings as notebooks
 03-07 call ``run_rows`` (their rows x the profile's seeds, a run two notebooks share trained once),
-the store's grids as :func:`~nearid_lib.nearid.prefill_step.prefill_items` lists them.
+the store's grids as :func:`~nearid_lib.nearid.prefill_step.prefill_items` lists them (the formula,
+:func:`~nearid_lib.features.disk.store_grids`, lives in the core: the preflight's disk plan counts with it).
 """
 from __future__ import annotations
 
@@ -15,8 +16,13 @@ import json
 from dataclasses import replace
 from types import SimpleNamespace
 
+from ..features.disk import store_grids
+from ..config import get_profile, profile_to_dict, with_overrides
 from ..judge.plan import judge_cost
 from ..steps.ledger import Cost, ModelUse, Sizes, Step, measured_results, per_source_pairs, register_step
+from . import ablations as A
+from .judges import judge_models
+from .sweep import RowSpec, seeds_of
 
 __all__ = ["training_runs", "store_grids"]
 
@@ -26,8 +32,6 @@ ROWS_PER_STEP = 128
 PNG_BYTES_PER_VIEW = 512 * 512 * 3 * 0.6      # preflight's PNG ratio at zlib level 1
 
 def _judges(cfg) -> list[str]:
-    from .judges import judge_models
-
     return judge_models(cfg) if cfg is not None else list(_JUDGE_REPOS)
 
 
@@ -46,15 +50,6 @@ def _mtg_pairs(s: Sizes, cfg) -> int:
         n = min(n, cfg.eval.vlm_max_ids)
     # 5 similarity sets (nearid.pairs.mtg_pairs) under full and FG-only inputs
     return 5 * (2 if cfg is None or cfg.eval.fg_only else 1) * n
-
-
-def store_grids(s: Sizes, cfg=None) -> int:
-    """(image, variant) grids of the token store: every training view with its training sources'
-    distractors, every val/test view with every source's, MTG's four images a pair, full and FG-only."""
-    tr = s.views("train") * (1 + s.train_sources)
-    ev = (s.views("val") + s.views("test")) * (1 + s.eval_sources)
-    mtg = 4 * sum(s.mtg_pairs.values())
-    return 2 * (tr + ev + mtg)
 
 
 def _record_bytes() -> tuple[float, str]:
@@ -85,10 +80,6 @@ def _head_step_seconds() -> tuple[float, str, str]:
 def training_runs(cfg, notebooks: tuple[str, ...]) -> int:
     """New head trainings that ``notebooks`` (of 03-07) start, as their ``run_rows`` calls make them:
     each row x each seed of the profile, a configuration already trained by an earlier call not again."""
-    from ..config import get_profile, profile_to_dict, with_overrides
-    from . import ablations as A
-    from .sweep import RowSpec, seeds_of
-
     cfg = cfg if cfg is not None else get_profile("paper")
     data = SimpleNamespace(train_sources=list(cfg.world.train_sources))
     ceiling = RowSpec("fg_trained", "NearID head trained FG-only (ceiling)",
@@ -122,7 +113,7 @@ _so400m = ModelUse("google/siglip2-so400m-patch14-384", working_bytes=int(3.5 * 
 _STORE_RESUME = "the store is keyed per grid: a killed prefill resumes at the first grid it lacks"
 
 register_step(Step(
-    name="curate", command="make curate", feeds="every NearID table (the materialised release and its masks)",
+    name="curate", command="make curate", target="curate", entry="nearid_lib.data.curate_step", feeds="every NearID table (the materialised release and its masks)",
     models=(ModelUse("CIDAS/clipseg-rd64-refined", working_bytes=int(1 * GB), splittable=False),),
     items=lambda s, cfg: sum(s.ids.values()), item="identities",
     cost=Cost(4.5 * 3600 / 19_386, "A100-80GB", "cpu", "projected",
@@ -132,10 +123,10 @@ register_step(Step(
     written=lambda s, cfg: sum(s.views(k) for k in s.ids) * (PNG_BYTES_PER_VIEW * (1 + s.eval_sources) + 512 * 512 * 0.02)))
 
 register_step(Step(
-    name="prefill", command="make prefill", feeds="the token store every head training and evaluation reads",
-    models=(_so400m,), items=lambda s, cfg: store_grids(s, cfg), item="grids", cost=_backbone_cost(),
+    name="prefill", command="make prefill", target="prefill", entry="nearid_lib.nearid.prefill_step", feeds="the token store every head training and evaluation reads",
+    models=(_so400m,), items=lambda s, cfg: store_grids(s), item="grids", cost=_backbone_cost(),
     resume=_STORE_RESUME, outputs="$NEARID_CACHE/paper (int8 token store)",
-    written=lambda s, cfg: store_grids(s, cfg) * _record_bytes()[0]))
+    written=lambda s, cfg: store_grids(s) * _record_bytes()[0]))
 
 
 def _train_step(name: str, notebooks: tuple[str, ...], command: str, feeds: str) -> Step:
@@ -158,19 +149,20 @@ register_step(_train_step("sweep", ("04_eval_nearid_bench", "05_loss_ablation", 
                                     "07_data_ablation"), "notebooks 04-07", "NearID Tables 4-9, the FG ceiling"))
 
 _judge_uses = tuple(ModelUse(r) for r in _JUDGE_REPOS)
+_JUDGE_ENTRY = "nearid_lib.nearid.judge_step"
 _JUDGE_RESUME = "answers appended per pair under $NEARID_CACHE/paper/judge_answers; a rerun judges only the rest"
 register_step(Step(
-    name="judge-nearid", command="make judge", feeds="NearID Table 1's Qwen3-VL row, Table 7's judge scales",
+    name="judge-nearid", command="make judge", target="judge", entry=_JUDGE_ENTRY, feeds="NearID Table 1's Qwen3-VL row, Table 7's judge scales",
     models=_judge_uses, models_of=_judges, per_model=True, items=_judge_pairs, item="pairs", cost=judge_cost(),
     resume=_JUDGE_RESUME, outputs="judge answers (JSONL per rank)",
     skip="NEARID_SET='eval.vlm_judge=none;eval.vlm_scales=' (their rows stay empty with the reason)"))
 register_step(Step(
-    name="judge-mtg", command="make judge", feeds="MTG M-O / SSR / PA of the judge rows",
+    name="judge-mtg", command="make judge", target="judge", entry=_JUDGE_ENTRY, feeds="MTG M-O / SSR / PA of the judge rows",
     models=_judge_uses, models_of=_judges, per_model=True, items=_mtg_pairs, item="pairs", cost=judge_cost(),
     resume=_JUDGE_RESUME, outputs="judge answers (JSONL per rank)",
     skip="NEARID_SET='eval.vlm_judge=none;eval.vlm_scales='"))
 register_step(Step(
-    name="judge-dbpp", command="make judge", feeds="NearID Table 1's DB++ column and Table 2 for the judge row",
+    name="judge-dbpp", command="make judge", target="judge", entry=_JUDGE_ENTRY, feeds="NearID Table 1's DB++ column and Table 2 for the judge row",
     models=(ModelUse(_JUDGE_REPOS[0]),), models_of=lambda cfg: [cfg.eval.vlm_judge] if cfg.eval.vlm_judge else [],
     items=lambda s, cfg: s.dbpp_generations, item="generations", cost=judge_cost(),
     resume=_JUDGE_RESUME, outputs="judge answers (JSONL per rank)", skip="NEARID_SET=eval.vlm_judge=none"))

@@ -17,7 +17,13 @@ of the backbone and codec, the dataset: :func:`~nearid_lib.features.stream.store
 training or report code keeps it. Profiles without a sharded store (``train.token_store = "cache"``:
 smoke, mini) have nothing to prefill.
 
-Prints the grids asked for, written and already stored, the seconds and grids per second.
+The store writes while its file system keeps its reserve of free space
+(:func:`~nearid_lib.features.disk.reserve_bytes`): on a disk too small for every grid the prefill
+stops there, says so, and exits 0; training then computes the grids the store lacks each time it
+reads them (streaming), so a full disk costs time, not the run.
+
+Prints the grids asked for, written and already stored, the seconds and grids per second, and
+whether the store stopped at its disk reserve.
 """
 from __future__ import annotations
 
@@ -111,10 +117,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     sec = time.perf_counter() - t0
     # no barrier before rank 0 reports: after a resume the ranks' remaining shares can differ by
     # hours, longer than any collective should wait (launch docstring); rank 0 reports its own part
+    full = store.room() <= 0
     if rank == 0:
         print(json.dumps({"store": str(store.root), "processes": world, "grids": n_grids,
                           "stored_before": before, "written_by_rank0": written, "seconds": sec,
-                          "grids_per_second_rank0": written / sec if sec > 0 else None}, indent=1))
+                          "grids_per_second_rank0": written / sec if sec > 0 else None,
+                          "stopped_at_disk_reserve": full}, indent=1))
+    if full:
+        # every rank says it: after a resume one rank may stop long before the others
+        print(f"prefill rank {rank}: the token store reached its disk reserve ({len(store):,} grids stored, "
+              f"{n_grids:,} asked for): training streams the backbone for the grids it lacks", flush=True)
     end_launch()
     return 0
 

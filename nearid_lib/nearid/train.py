@@ -193,10 +193,21 @@ def _stream(cfg: Profile, data: NearIDData, encoder, cache_root, progress: bool)
     return _Stream(cfg, backbone, feats, dev, accel, world, rank, rows0, B, spe, total)
 
 
+def _clear_foreign_state(resume_dir: Path, key: str) -> bool:
+    """Delete ``resume_dir`` when its newest state belongs to another run than ``key`` (runs are
+    never mixed); returns whether it did. Rank 0's job alone under a launch (:func:`_head`)."""
+    st = latest_state(resume_dir)
+    if st is None or json.loads((st / "state.json").read_text()).get("config_key") == key:
+        return False
+    shutil.rmtree(resume_dir, ignore_errors=True)
+    return True
+
+
 def _head(s: _Stream, cfg: Profile, data: NearIDData, out_dir, resume: bool) -> _Head:
     """A fresh head with its loss parameters, AdamW and schedule, resumed from the newest state of
-    this configuration under ``out_dir/resume`` (a state of another configuration is deleted: runs are
-    never mixed), then wrapped for multi-process training and put in training mode."""
+    this configuration under ``out_dir/resume`` (a state of another configuration is deleted, by rank
+    0 alone and before any rank reads the folder: runs are never mixed), then wrapped for
+    multi-process training and put in training mode."""
     tc = cfg.train
     head = build_head(cfg, s.backbone.token_dim, s.backbone).to(s.dev)
     loss_params = make_loss_parameters(tc.loss, cfg).to(s.dev)
@@ -204,10 +215,21 @@ def _head(s: _Stream, cfg: Profile, data: NearIDData, out_dir, resume: bool) -> 
                             weight_decay=tc.weight_decay)
     sched = make_scheduler(opt, int(tc.warmup_steps), s.total)
     h = _Head(cfg, Path(out_dir) if out_dir is not None else None, head, loss_params, opt, sched, run_key(cfg, data))
-    st = latest_state(h.out_dir / "resume") if h.out_dir is not None and resume else None
-    if st is not None and json.loads((st / "state.json").read_text()).get("config_key") != h.key:
-        shutil.rmtree(h.out_dir / "resume", ignore_errors=True)
-    elif st is not None:
+    resume_dir = h.out_dir / "resume" if h.out_dir is not None and resume else None
+    if resume_dir is not None and s.rank == 0:
+        _clear_foreign_state(resume_dir, h.key)
+    if resume_dir is not None and s.accel is not None:
+        # every rank reads the folder only once rank 0 has cleared it: a rank deleting it (or
+        # reading it mid-deletion) while another loads a state would start the ranks from different
+        # weights. A bounded wait: rank 0 deletes one run's resume folder (one state, newest only),
+        # and what precedes it on every rank is what DDP's prepare below already waits through.
+        s.accel.wait_for_everyone()
+    st = latest_state(resume_dir) if resume_dir is not None else None
+    if st is not None:
+        state_key = json.loads((st / "state.json").read_text()).get("config_key")
+        if state_key != h.key:      # rank 0 cleared every foreign state: the ranks disagree on the key
+            raise RuntimeError(f"rank {s.rank}: {st} belongs to run {state_key}, this rank trains {h.key}; "
+                               f"the processes of a launch must train the same configuration on the same data and code")
         state = load_train_state(st, h.head, h.opt, h.sched, h.loss_params)
         h.start, h.history, h.evals = int(state["step"]), state.get("history", []), state.get("evals", [])
         h.finished = bool(state.get("finished"))

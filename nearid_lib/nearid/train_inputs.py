@@ -104,12 +104,15 @@ def train_features(cfg: Profile, data: NearIDData, backbone, rank: int = 0, cach
     :class:`~nearid_lib.features.stream.StreamFeatures` store, in which each process writes its own
     shards (``rank<k>-<host>-p<pid>``: the sweep's workers are all rank 0) of the grids its batches
     ask for and reads the others'. Evaluation (:class:`~nearid_lib.features.embedder.Embedder`) reads
-    and fills the same store."""
+    and fills the same store. The store writes while its file system keeps the reserve of free space
+    (:func:`~nearid_lib.features.disk.reserve_bytes`, read at every write: the processes sharing
+    the store share that limit); past it a grid the store lacks is computed each time it is read, so
+    a disk too small for the whole store slows training instead of stopping it."""
     tc = cfg.train
     if not tc.use_cache or tc.token_store == "cache":
         return TrainFeatures(backbone, data, cfg, cache_root=cache_root, progress=progress)
     store = open_train_store(backbone, data, cache_root or cache_dir(cfg.name), dtype=tc.token_store,
-                             writer=process_writer(f"rank{rank}"))
+                             writer=process_writer(f"rank{rank}"), keep_free_gb=None)   # None: the default reserve
     cuda = getattr(backbone, "device", torch.device("cpu")).type == "cuda"
     return StreamFeatures(backbone, data, store=store, batch_size=cfg.backbone.batch_size,
                           amp_dtype=torch.bfloat16 if cuda else None)

@@ -22,7 +22,9 @@ without new code here):
   computed from the data and the config, formulas in docs/paper-profile.md), visible GPUs against
   the judge's and the trainer's memory (with the judge's sharding plan).
 
-No model is loaded and no image decoded. :func:`run_preflight` returns a :class:`Report`.
+No model is loaded, but the backbone when a token store of it already lies in the cache (the key of
+the store the run opens covers its weights and code: :func:`.machine.run_store`), and no image is
+decoded. :func:`run_preflight` returns a :class:`Report`.
 """
 from __future__ import annotations
 

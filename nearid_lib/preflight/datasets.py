@@ -14,6 +14,7 @@ import numpy as np
 from .. import hub
 from .. import mirror as M
 from ..data.curation import NEARID_SPLITS
+from ..data.eval_datasets import DBPP_DIRNAME, human_rating_rows, load_dreambenchpp
 from ..data.released_schema import MTG_COLUMNS, positives_layout
 from ..data.schema import DataError
 from ..data.splits import SPLIT_VALUES, official_split_dir, read_split_files
@@ -278,8 +279,6 @@ def _splits_and_release(cfg: Profile, rep: Report, mirror: Path, pos: dict | Non
 def dbpp_generations(cfg: Profile) -> int | None:
     """DreamBench++'s human-rated generations (distinct reference and generated image pairs, what the
     judge is asked about), counted from the download the profile reads; None without one."""
-    from ..data.eval_datasets import DBPP_DIRNAME, human_rating_rows, load_dreambenchpp
-
     if not cfg.eval.dbpp_human:
         return None
     root = Path(cfg.eval.dbpp_root).expanduser() if cfg.eval.dbpp_root else downloads_dir() / DBPP_DIRNAME

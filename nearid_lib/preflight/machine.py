@@ -9,12 +9,20 @@ bytes still to write, summed per file system and compared with its free space:
   :data:`PNG_RATIO` (W x H from the release's ``size1`` column where it has one, else
   ``world.image_size``), masks ``views x W x H x`` :data:`MASK_RATIO`; nothing once the dataset is
   complete;
-- the token store (``$NEARID_CACHE``, ``train.token_store``): grids ``x`` tokens ``x`` bytes per
-  token (int8: width + a float32 scale; float16: 2 x width), tokens ``(backbone.image_size //
-  patch)^2`` and width from the backbone's ``config.json`` in the mirror; grids = training views x
-  (1 + training sources) + val/test views x (1 + sources), both variants (full and FG-only) when
-  ``eval.fg_only``: an upper bound (training fills the store lazily; MTG's few hundred images left
-  out); less what the store already holds;
+- the token store (``$NEARID_CACHE``, ``train.token_store``): grids ``x`` bytes per grid, grids as
+  the resource ledger's prefill step counts them (:func:`~nearid_lib.features.disk.store_grids`:
+  training views x (1 + training sources) + val/test views x (1 + sources) + 4 images per MTG pair,
+  both variants), bytes per grid tokens ``x`` (width + a float32 scale) for int8 and fp8 (``x`` 2
+  width for float16; :func:`~nearid_lib.features.shards.record_bytes`), tokens ``(backbone.image_size
+  // patch)^2`` and width from the backbone's ``config.json`` in the mirror; less the grids already
+  in **the store this run opens** (:func:`run_store`: its key covers the backbone, the codec's code
+  and the materialised release, so the backbone is loaded on the CPU to compute it, and only when
+  a store of that backbone and dtype lies in the cache). Every other entry of the cache (a store
+  of another code version, backbone or dataset; judge answers, embedding caches) is reported as
+  used space with its size and the folder to delete, never subtracted. The store stops writing at
+  the reserve of free space it leaves its file system
+  (:func:`~nearid_lib.features.disk.reserve_bytes`) and the run streams the backbone for the rest:
+  a store larger than the room the other outputs leave is a note with its numbers, not a problem;
 - the ``datasets`` cache (``HF_DATASETS_CACHE``): ``load_dataset("parquet", ...)`` writes an arrow copy
   of every parquet dataset the run reads (the positives, MTG, Subjects2k, Stanford Cars): their bytes
   in the mirror (a copy already built is reused, so this over-counts a second run).
@@ -29,12 +37,19 @@ one the steps run; a step no GPU group holds is a problem, named with its number
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 from .. import hub
 from ..data.schema import is_complete
+from ..features.disk import STORES, cache_entries, reserve_bytes, store_grids, stored_grids
+from ..features.shards import record_bytes
+from ..features.stream import store_dir, store_prefix
+from ..models import load_backbone
+from ..models.registry import resolve_name
 from ..paths import cache_dir, data_dir, downloads_dir
 from ..run import ALLOW_CPU_ENV
 from ..steps import Sizes, plan_run, visible_gpus
@@ -44,12 +59,13 @@ from .repos import vision_geometry
 if TYPE_CHECKING:
     from ..config import Profile
 
-__all__ = ["check_machine", "disk_plan", "PNG_RATIO", "MASK_RATIO"]
+__all__ = ["check_machine", "disk_plan", "run_store", "PNG_RATIO", "MASK_RATIO", "STORE_OUTPUT"]
 
 # Assumptions of the projection (not measured on the release, which this machine cannot download):
 PNG_RATIO = 0.6          # PNG bytes / raw RGB bytes of a 512 px render at zlib level 1
 MASK_RATIO = 0.02        # bytes per pixel of a binary mask PNG
 GB = 1e9
+STORE_OUTPUT = "token store"     # the disk plan's label of the one output that may stream instead
 
 
 def _env(cfg: Profile, rep: Report) -> None:
@@ -94,24 +110,55 @@ def _png_bytes(rep: Report, cfg: Profile) -> float:
     return views * pixels * (3 * PNG_RATIO * (1 + n_src) + MASK_RATIO)
 
 
-def _token_bytes(rep: Report, cfg: Profile) -> float:
+def _grid_bytes(cfg: Profile) -> int | None:
+    """Bytes of one stored grid, from the backbone's ``config.json`` in the mirror (None without it)."""
     mirror = hub.hub_dir()
     repo = next((r for r, _, _ in hub.PAPER_REPOS if r.split("/")[-1] == cfg.backbone.name), None)
     geo = vision_geometry(mirror / repo) if mirror is not None and repo else None
     if geo is None:
-        return 0.0
+        return None
     patch, width = geo
     tokens = (cfg.backbone.image_size // patch) ** 2
-    per_token = width + 4 if cfg.train.token_store == "int8" else 2 * width
-    v = rep.facts.get("views_by_split") or {}
-    grids = v.get("train", 0) * (1 + len(cfg.world.train_sources)) + \
-        (v.get("val", 0) + v.get("test", 0)) * (1 + len(cfg.world.nearid_sources))
-    grids *= 2 if cfg.eval.fg_only else 1
-    return float(grids * tokens * per_token)
+    # the small profiles' per-group caches keep float16 grids
+    dtype = "float16" if cfg.train.token_store == "cache" else cfg.train.token_store
+    return record_bytes(tokens, width, dtype)
 
 
-def _folder_bytes(p: Path) -> int:
-    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.is_dir() else 0
+def run_store(cfg: Profile) -> tuple[Path | None, str]:
+    """The folder of the token store this run opens (:func:`~nearid_lib.features.stream.store_dir`
+    of the profile's backbone, the materialised release and the dtype), or None and why it is not
+    known ("" where no store of this backbone and dtype lies in the cache). The backbone is loaded,
+    on the CPU, only when one does: the key covers its weights, dtype, preprocessing and the code
+    of its forward, which nothing short of the loaded backbone tells."""
+    tc = cfg.train
+    if not tc.use_cache or tc.token_store == "cache":
+        return None, ""                                  # no sharded store: nothing of it to identify
+    shards = cache_dir(cfg.name) / STORES
+    prefix = store_prefix(resolve_name(cfg.backbone.name), tc.token_store)
+    if not shards.is_dir() or not any(p.name.startswith(prefix) for p in shards.iterdir()):
+        return None, ""
+    root = data_dir(cfg.name) / "nearid"
+    if not is_complete(root):
+        return None, (f"the release under {root} is not materialised yet and the store's key covers its "
+                      f"manifest: no store there is this run's")
+    try:
+        backbone = load_backbone(cfg, device="cpu")[0]
+    except Exception as err:                             # noqa: BLE001  (said in the note)
+        return None, f"the backbone could not be loaded to compute the store's key ({type(err).__name__}: {err})"
+    # store_dir reads the dataset's root only (its manifest): the release need not be loaded
+    return store_dir(backbone, SimpleNamespace(root=root), cache_dir(cfg.name), tc.token_store), ""
+
+
+def _token_store(rep: Report, cfg: Profile) -> float:
+    """Bytes the token store still has to write; what was counted goes to ``rep.facts["token_store"]``
+    (read by the notes of :func:`_disk`)."""
+    per_grid = _grid_bytes(cfg)
+    grids = store_grids(Sizes.from_facts(rep.facts, cfg))
+    folder, why = run_store(cfg)
+    written = min(grids, stored_grids(folder)) if folder is not None else 0
+    rep.facts["token_store"] = {"grids": grids, "grid_bytes": per_grid, "written": written, "folder": folder,
+                                "unknown": why, "others": cache_entries(cache_dir(cfg.name), folder)}
+    return float((grids - written) * per_grid) if per_grid is not None else 0.0
 
 
 def _datasets_cache() -> Path:
@@ -125,9 +172,7 @@ def disk_plan(cfg: Profile, rep: Report) -> list[tuple[str, Path, float]]:
     out = []
     root = data_dir(cfg.name) / "nearid"
     out.append(("materialised release (PNG)", root, 0.0 if is_complete(root) else _png_bytes(rep, cfg)))
-    store = cache_dir(cfg.name)
-    out.append((f"token store ({cfg.train.token_store})", store,
-                max(0.0, _token_bytes(rep, cfg) - _folder_bytes(store))))
+    out.append((f"{STORE_OUTPUT} ({cfg.train.token_store})", cache_dir(cfg.name), _token_store(rep, cfg)))
     mirror = hub.hub_dir()
     pq_bytes = 0
     for r, t, _ in hub.PAPER_REPOS:
@@ -152,15 +197,67 @@ def _disk(cfg: Profile, rep: Report) -> None:
     by_dev: dict[int, list] = {}
     for what, folder, need in disk_plan(cfg, rep):
         where = _existing(folder)
-        rep.plan("disk", f"{what}: {_size(need)} to write under {folder}")
+        rep.plan("disk", f"{what}: {_size(need)} to write under {folder}" + _store_detail(what, rep))
         by_dev.setdefault(os.stat(where).st_dev, []).append((what, where, need))
+    _used_space(rep)
     for items in by_dev.values():
-        need = sum(n for _, _, n in items)
+        store = [it for it in items if it[0].startswith(STORE_OUTPUT)]
+        rest = [it for it in items if not it[0].startswith(STORE_OUTPUT)]
+        need = sum(n for _, _, n in rest)
         free = shutil.disk_usage(items[0][1]).free
+        # the store stops at its reserve and the run streams the rest: only the other outputs can fill the disk
         if need > free:
             rep.problem("disk", f"{need / GB:.1f} GB projected on the file system of {items[0][1]} "
-                        f"({', '.join(w for w, _, _ in items)}), {free / GB:.1f} GB free",
+                        f"({', '.join(w for w, _, _ in rest)}), {free / GB:.1f} GB free",
                         "free space, or point NEARID_DATA / NEARID_CACHE / HF_DATASETS_CACHE at a larger disk")
+        elif store:
+            _store_room(rep, store[0], free, need)
+
+
+def _store_detail(what: str, rep: Report) -> str:
+    ts = rep.facts.get("token_store")
+    if not what.startswith(STORE_OUTPUT) or not ts or ts["grid_bytes"] is None:
+        return ""
+    held = f"; {ts['written']:,} already in {ts['folder']}" if ts["folder"] is not None else ""
+    return f" ({ts['grids']:,} grids of {ts['grid_bytes']:,} bytes{held})"
+
+
+def _used_space(rep: Report) -> None:
+    """Notes naming everything under the cache that is not the store this run opens."""
+    ts = rep.facts.get("token_store")
+    if not ts:
+        return
+    if ts["unknown"]:
+        rep.note("disk", f"token store: no grid counted as already written ({ts['unknown']})")
+    for path, n, is_store in ts["others"]:
+        if is_store and ts["unknown"]:
+            what = "a token store, which this run may or may not open (not known, see the note above)"
+        elif is_store:
+            what = "a token store this run does not open (another backbone, dtype, codec version or release)"
+        else:
+            what = "cached outputs other than the token store (reused where still valid, computed again when deleted)"
+        rep.note("disk", f"{_size(n)} already used by {path}: {what}; not counted against the plan "
+                         f"(rm -rf {shlex.quote(str(path))} frees it)")
+
+
+def _store_room(rep: Report, store: tuple[str, Path, float], free: float, others: float) -> None:
+    """A note where the token store needs more than the room its file system keeps for it: the
+    store stops at its reserve of free space and the run streams the backbone for the rest."""
+    what, where, need = store
+    reserve = reserve_bytes(where)
+    room = max(0.0, free - others - reserve)
+    if need <= room:
+        return
+    ts = rep.facts.get("token_store") or {}
+    per_grid, grids = ts.get("grid_bytes") or 0, ts.get("grids") or 0
+    left = int(-(-(need - room) // per_grid)) if per_grid else 0
+    of = f" ({left:,} of {grids:,} grids, {left / grids:.0%})" if left and grids else ""
+    rep.note("disk", f"{what}: {need / GB:.1f} GB projected, {room / GB:.1f} GB of room on the file system of "
+                     f"{where} ({free / GB:.1f} GB free, less {others / GB:.1f} GB of the other outputs there and "
+                     f"the {reserve / GB:.1f} GB the store leaves free): the store stops writing there and the run "
+                     f"streams the backbone for the other {(need - room) / GB:.1f} GB{of}, computing those grids each "
+                     f"time they are read (slower, the same numbers); free space or point NEARID_CACHE at a larger "
+                     f"disk to store them all")
 
 
 def check_machine(cfg: Profile, rep: Report) -> None:

@@ -20,13 +20,16 @@ machine with :func:`~nearid_lib.steps.placement.plan_replicas` and turns items i
 from __future__ import annotations
 
 import importlib
+import json
 import math
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
+from ..io_utils import atomic_write_text
+from ..paths import out_dir, repo_root
 from .gpus import KINDS, GpuKind
 
-__all__ = ["Sizes", "ModelUse", "Cost", "Step", "register_step", "all_steps", "step", "PROVIDERS", "STATED",
+__all__ = ["Sizes", "ModelUse", "Cost", "Step", "register_step", "all_steps", "step", "targets", "PROVIDERS", "STATED",
            "per_source_pairs", "measured_results", "steps_dir", "record_items", "recorded_items", "check_records"]
 
 # The modules that declare steps (imported by :func:`all_steps`, lowest layer first).
@@ -155,6 +158,8 @@ class Step:
     network: str = ""
     models_of: Callable | None = None       # the models this profile asks for (default: all of ``models``)
     skip: str = ""                          # the profile switch that leaves the step out, for a plan's fix
+    target: str = ""                        # the make target whose runner launches it ("": still in a notebook)
+    entry: str = ""                         # the module whose main() the runner calls for that target
 
     def models_for(self, cfg) -> tuple[ModelUse, ...]:
         """The models the profile ``cfg`` makes this step load."""
@@ -192,6 +197,19 @@ def all_steps() -> list[Step]:
     return list(_REGISTRY.values())
 
 
+def targets() -> dict[str, tuple[str, list[Step]]]:
+    """``{make target: (entry module, its ledger steps)}`` of every step the runner launches; one
+    target may run several ledger steps (``judge``: NearID-bench, MTG and DreamBench++)."""
+    out: dict[str, tuple[str, list[Step]]] = {}
+    for s in all_steps():
+        if s.target:
+            entry, steps = out.setdefault(s.target, (s.entry, []))
+            if entry != s.entry:
+                raise ValueError(f"make target {s.target!r}: steps name two entry modules ({entry}, {s.entry})")
+            steps.append(s)
+    return out
+
+
 def step(name: str) -> Step:
     """The declared step ``name`` (KeyError naming the known ones)."""
     steps = {s.name: s for s in all_steps()}
@@ -215,8 +233,6 @@ def per_source_pairs(sizes: Sizes, split: str = "test", max_ids: int | None = No
 
 def steps_dir(profile: str):
     """Where the steps of a run record what they processed: ``$NEARID_OUT/<profile>/steps``."""
-    from ..paths import out_dir
-
     return out_dir(profile) / "steps"
 
 
@@ -224,10 +240,6 @@ def record_items(profile: str, name: str, items: Mapping[str, int] | int, item: 
     """Record that step ``name`` processed ``items`` (per model, or a total) in this run of ``profile``
     (written atomically by the process that knows the totals), so that the dry run can check every
     step's real work against the ledger's count at the fixture's size."""
-    import json
-
-    from ..io_utils import atomic_write_text
-
     if name not in {s.name for s in all_steps()}:
         raise KeyError(f"record_items: {name!r} is not a declared step")
     rec = {"step": name, "item": item, "items": items if isinstance(items, int) else dict(items), **extra}
@@ -238,8 +250,6 @@ def record_items(profile: str, name: str, items: Mapping[str, int] | int, item: 
 
 def recorded_items(profile: str) -> dict[str, dict]:
     """Every step record of a run of ``profile`` (:func:`record_items`), by step name."""
-    import json
-
     d = steps_dir(profile)
     return {f.stem: json.loads(f.read_text()) for f in sorted(d.glob("*.json"))} if d.is_dir() else {}
 
@@ -266,10 +276,6 @@ def check_records(profile: str, sizes: Sizes, cfg) -> list[str]:
 def measured_results(name: str) -> dict | None:
     """A committed benchmark result (``benchmarks/results/<name>``) the ledger takes a rate from, or
     None where the checkout has none (an installed package without its benchmarks)."""
-    import json
-
-    from ..paths import repo_root
-
     f = repo_root() / "benchmarks" / "results" / name
     try:
         return json.loads(f.read_text())
