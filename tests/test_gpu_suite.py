@@ -1,5 +1,5 @@
 """The GPU suite (``benchmarks/gpu_suite.py``) and the paper profile's cost table it feeds
-(``benchmarks/cost_table.py``, issue 55).
+(``benchmarks/cost_table.py``, the resource ledger's plan by machine).
 
 The suite runs on a GPU only when one is lent; here its ``--tiny`` mode runs every entry -- the same
 code on tiny configurations of the same classes -- on the CPU, in a subprocess that cannot import
@@ -117,77 +117,75 @@ def test_real_sizes_have_the_published_parameter_counts(name):
 def test_committed_cost_table_is_what_the_script_writes():
     section = cost_table.committed()
     assert section is not None, "docs/paper-profile.md lost the cost table's markers"
-    assert section == cost_table.render(cost_table.load()), "run benchmarks/cost_table.py"
-    # the plan by machine: the resource ledger's, rendered by the same script
-    assert cost_table.committed_plan() == cost_table.render_plan(), "run benchmarks/cost_table.py"
+    assert section == cost_table.render(), "run benchmarks/cost_table.py"
 
 
-def test_cost_table_takes_its_rows_from_a_gpu_suite_run(tiny_run, tmp_path):
-    """A suite run in the results turns the rows it feeds into measured ones, by the stated model."""
+def _plans(machine="8xH100"):
+    from nearid_lib.config import get_profile
+    from nearid_lib.steps import Sizes, parse_gpus, plan_run
+
+    cfg = get_profile("paper")
+    return {p.step.name: p for p in plan_run(parse_gpus(machine), Sizes.stated(cfg), cfg)}
+
+
+def test_the_ledger_takes_its_costs_from_a_gpu_suite_run(tiny_run, tmp_path, monkeypatch):
+    """A suite run in the results turns the costs it measures into measured ones, by the stated model."""
     res = dict(tiny_run[0], mode="cuda")
     for e in res["entries"]:
         e["run"] = {**e["run"], "device": "TEST GPU"}
     (tmp_path / "gpu_suite_cuda.json").write_text(json.dumps(res))
     for f in ("paper_scale_cuda.json", "bench_fpr_generation_cpu.json"):
-        shutil.copy(cost_table.RESULTS / f, tmp_path / f)
-    inp = cost_table.load(tmp_path)
-    rows = {r.step: r for r in cost_table.rows(inp)}
-    for step in cost_table.SUITE_FEEDS:
-        assert rows[step].status.startswith("**measured**") and "TEST GPU" in rows[step].status, step
+        shutil.copy(BENCH / "results" / f, tmp_path / f)
+    monkeypatch.setenv("NEARID_BENCH_RESULTS", str(tmp_path))
+    plans = _plans()
+    for name in ("curate", "prefill", "train", "sweep", "judge-nearid", "judge-mtg", "judge-dbpp",
+                 "fpr-generate-ip_adapter", "fpr-generate-flux_kontext", "fpr-generate-diptych",
+                 "fpr-dreambooth-train", "fpr-dreambooth-generate"):
+        c = plans[name].cost
+        assert c.status == "measured" and "TEST GPU" in c.basis and "gpu_suite.py" in c.basis, name
     r = {e["name"]: e["result"] for e in res["entries"]}
-    G = cost_table.NODE["gpus"]
+    assert plans["curate"].cost.seconds == pytest.approx(1 / r["curation"]["identities_per_s"])
     jd = r["judge"]
-    assert rows["judge"].wall_h == pytest.approx(
-        cost_table.judge_pairs() / (G * jd["pairs_per_s_at_250_tokens"] * max(1, jd["replicas_per_gpu"] or 1)) / 3600)
-    assert rows["curate"].wall_h == pytest.approx(19_386 / (G * r["curation"]["identities_per_s"]) / 3600)
-    assert rows["curate"].written_gb == pytest.approx(r["curation"]["bytes_per_identity"] * 19_386 / 1e9)
-    # FPR: the measured parts by their entries, the rest projected
+    assert plans["judge-nearid"].cost.seconds == pytest.approx(
+        1 / (jd["pairs_per_s_at_250_tokens"] * max(1, jd["replicas_per_gpu"] or 1)))
+    assert plans["fpr-generate-ip_adapter"].cost.seconds == pytest.approx(r["ip_adapter"]["s_per_image"])
+    # an entry that did not run leaves its cost as it was: the FLOP projection
     del res["entries"][[e["name"] for e in res["entries"]].index("ip_adapter")]
     (tmp_path / "gpu_suite_cuda.json").write_text(json.dumps(res))
-    fpr = {r.step: r for r in cost_table.rows(cost_table.load(tmp_path))}["FPR generation"]
-    assert fpr.status.startswith("**measured**") and "part of it: ip_adapter_plus, flux_kontext" in fpr.status
-    assert fpr.basis.count("from counted denoiser FLOPs") == 1 and "; ip_adapter from counted" in fpr.basis
-    # the rows not fed by the suite keep their basis
-    assert rows["download"].status == "not projected" and rows["notebooks"].bound == ">="
-    assert "measured by the GPU suite (" in cost_table.render(inp)
+    plans = _plans()
+    assert plans["fpr-generate-ip_adapter"].cost.status == "projected"
+    assert plans["fpr-generate-ip_adapter_plus"].cost.status == "measured"
 
 
-def test_cost_table_rows_without_a_suite_run_are_projected():
-    rows = cost_table.rows({**cost_table.load(), "suite": None})
-    assert {r.step for r in rows} == {"download", "curate", "prefill", "train", "sweep", "judge", "FPR generation",
-                                      "notebooks"}
-    assert all(r.status in ("projected", "not projected") for r in rows)
-    by = {r.step: r for r in rows}
-    # prefill: 0.84 MB int8 grids of every training grid plus the test and val evaluation grids
-    assert by["prefill"].written_gb > 400 and by["prefill"].wall_h >= by["prefill"].compute_h
-    # the sweep reads one 1.85 TB pass per batch stream the notebooks train
-    n_pass = sum(len(p["heads_per_pass"]) for p in cost_table.sweep_passes() if p["notebook"] != "03_train_nearid")
-    assert n_pass > 0
-    assert by["sweep"].read_tb == pytest.approx(n_pass * 3350 * 656 * 842_724 / 1e12, rel=0.01)
+def test_without_a_suite_run_no_cost_claims_the_suite():
+    plans = _plans()
+    assert all("gpu_suite.py" not in p.cost.basis for p in plans.values())
+    # prefill: 0.84 MB int8 grids of every training, val, test and MTG grid
+    assert plans["prefill"].written_bytes > 400e9
+    # the sweep reads one pass per batch stream the notebooks train
+    from nearid_lib.nearid.gpu_work import STEPS_PER_RUN, training_passes
+
+    n_pass = sum(len(p["heads_per_pass"]) for p in training_passes() if p["notebook"] != "03_train_nearid")
+    assert n_pass > 0 and plans["sweep"].read_bytes == pytest.approx(
+        n_pass * STEPS_PER_RUN * 128 * (2 + 6_433 / 19_386 + 4) * 842_724, rel=0.01)
 
 
 def test_judge_pairs_by_hand():
-    # 500 test ids, 6,433 of 19,386 with three views (f = 0.33184): positive pairs 500 (1 + 2f) = 831.8,
-    # distractor pairs 500 (2 + f) x 9 sources = 10,493.3; full and FG-only: 22,650.2; MTG 100 x 5 sets x 2
-    assert cost_table.judge_pairs() == 23_650
+    # 500 test ids, round(500 x 6,433 / 19,386) = 166 with three views: positive pairs 334 + 3 x 166 = 832,
+    # distractor pairs (2 x 500 + 166) x 9 sources = 10,494; full and FG-only: 22,652; MTG 100 x 5 sets x 2
+    plans = _plans()
+    assert plans["judge-nearid"].items == 22_652 and plans["judge-mtg"].items == 1_000
 
 
-def test_interpolation_of_the_head_step():
-    pts = [(1, 0.01), (4, 0.03), (12, 0.10)]
-    assert cost_table._interp(pts, 1) == pytest.approx(0.01)
-    assert cost_table._interp(pts, 2) == pytest.approx(0.01 + 0.02 / 3)
-    assert cost_table._interp(pts, 5) == pytest.approx(0.03 + 0.07 / 8)
-    assert cost_table._interp(pts, 16) == pytest.approx(0.03 + 0.07 * 12 / 8)      # beyond: the last segment
-    assert cost_table._interp([(1, 0.02)], 3) == pytest.approx(0.06)
+def test_the_notebooks_make_the_run_rows_calls_the_ledger_counts():
+    from nearid_lib.nearid.gpu_work import NOTEBOOK_RUN_ROWS
 
-
-def test_the_notebooks_make_the_run_rows_calls_the_table_counts():
     marker = {"main": "main_row(cfg)", "fg_ceiling": '"fg_trained"', "loss": "loss_rows(cfg)",
               "alpha": "alpha_rows(cfg)", "beta": "beta_rows(cfg)", "data": "data_rows(cfg, data)"}
-    for nb, calls in cost_table.NOTEBOOK_CALLS.items():
+    for nb, kinds in NOTEBOOK_RUN_ROWS.items():
         src = (ROOT / "notebooks" / f"{nb}.py").read_text()
-        assert src.count("run_rows(") == len(calls), nb
-        for (kind,) in calls:
+        assert src.count("run_rows(") == len(kinds), nb
+        for kind in kinds:
             assert marker[kind] in src, (nb, kind)
 
 
@@ -195,7 +193,9 @@ def test_one_pass_per_batch_stream_as_the_sweep_trains():
     # nearid.sweep.train_grouped gives each worker process whole streams, however many processes the
     # node has (tests/test_nearid_sweep.py::test_worker_processes_take_whole_batch_streams): one pass
     # per stream of a call, every new run in exactly one pass
-    passes = cost_table.sweep_passes()
+    from nearid_lib.nearid.gpu_work import training_passes
+
+    passes = training_passes()
     assert sum(len(p["heads_per_pass"]) for p in passes) == sum(p["streams"] for p in passes) == 27
     assert all(sum(p["heads_per_pass"]) == p["runs"] for p in passes)
     # a stream of several heads is one pass, not one per GPU: notebook 06's five new alpha rows
@@ -206,6 +206,8 @@ def test_one_pass_per_batch_stream_as_the_sweep_trains():
 def test_the_notebooks_train_every_run_of_the_sweep_plan_once():
     from bench_sweep_plan import suite
 
-    passes = cost_table.sweep_passes()
+    from nearid_lib.nearid.gpu_work import training_passes
+
+    passes = training_passes()
     assert sum(p["runs"] for p in passes) == len(suite(3)) == 60
     assert sum(sum(p["heads_per_pass"]) for p in passes) == 60

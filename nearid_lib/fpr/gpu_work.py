@@ -7,7 +7,7 @@ method's denoiser FLOPs counted at its paper settings, at an assumed 40% of an A
 (projected; the GPU suite's entries replace them once measured)."""
 from __future__ import annotations
 
-from ..steps.ledger import Cost, ModelUse, Step, measured_results, register_step
+from ..steps.ledger import Cost, ModelUse, Step, measured_results, register_step, suite_cost, suite_entry
 
 __all__ = ["FPR_SIZES", "generated_images"]
 
@@ -41,6 +41,22 @@ def _flop_cost(method: str) -> Cost:
                 "(bench_fpr_generation_cpu.json)")
 
 
+# the GPU suite's entry measuring each cost, and its field: seconds an image (a subject for training)
+_SUITE = {"ip_adapter": ("ip_adapter", "s_per_image"), "ip_adapter_plus": ("ip_adapter_plus", "s_per_image"),
+          "flux_kontext": ("flux_kontext", "s_per_image"), "diptych": ("diptych", "s_per_image"),
+          "dreambooth": ("dreambooth_infer", "s_per_image"),
+          "dreambooth (training, per subject)": ("dreambooth_train_full", "s_per_subject")}
+
+
+def _gen_cost(method: str) -> Cost:
+    """A method's cost per item: the GPU suite's measurement when committed, else the FLOP count."""
+    entry, field = _SUITE[method]
+    e = suite_entry(entry)
+    if e and e.get(field):
+        return suite_cost(e, float(e[field]), "compute", f"{field.replace('_', ' ')} at the paper's steps")
+    return _flop_cost(method)
+
+
 def _methods(cfg) -> list[str]:
     return list(cfg.retrieval.generate_methods) if cfg is not None else list(_PIPE)
 
@@ -56,7 +72,7 @@ for _m in ("ip_adapter", "ip_adapter_plus", "flux_kontext", "diptych"):
                          working_basis="latents, attention and the VAE decode at 1024 px"),),
         models_of=lambda cfg, m=_m: [_PIPE[m]] if m in _methods(cfg) else [],
         items=lambda s, cfg, m=_m: generated_images() if m in _methods(cfg) else 0, item="images",
-        cost=_flop_cost(_m), resume="a subject's images are written atomically; done subjects are skipped",
+        cost=lambda m=_m: _gen_cost(m), resume="a subject's images are written atomically; done subjects are skipped",
         outputs="$NEARID_DATA/paper/fpr_generated/<method>", written=lambda s, cfg: generated_images() * 1.5e6,
         skip=f"leave {_m} out of retrieval.generate_methods, or give its images under $NEARID_DOWNLOADS/fpr_generated"))
 
@@ -68,7 +84,7 @@ register_step(Step(
                      working_basis="2.03B trained parameters x 16 bytes (fp32 weights, gradients, AdamW) + activations"),),
     models_of=lambda cfg: [_PIPE["dreambooth"]] if "dreambooth" in _methods(cfg) else [],
     items=lambda s, cfg: FPR_SIZES["subjects"] if "dreambooth" in _methods(cfg) else 0, item="subjects",
-    cost=_flop_cost("dreambooth (training, per subject)"),
+    cost=lambda: _gen_cost("dreambooth (training, per subject)"),
     resume="a subject's run checkpoints under resume/step_*/ and resumes bit-identically",
     outputs="per-subject weights.safetensors", written=lambda s, cfg: FPR_SIZES["subjects"] * 2.03e9 * 2,
     skip="leave dreambooth out of retrieval.generate_methods, or give its images under $NEARID_DOWNLOADS/fpr_generated"))
@@ -78,7 +94,7 @@ register_step(Step(
     models_of=lambda cfg: [_PIPE["dreambooth"]] if "dreambooth" in _methods(cfg) else [],
     items=lambda s, cfg: (generated_images() + FPR_SIZES["class_images"] * FPR_SIZES["datasets"])
     if "dreambooth" in _methods(cfg) else 0, item="images",
-    cost=_flop_cost("dreambooth"), resume="images written atomically; done subjects skipped",
+    cost=lambda: _gen_cost("dreambooth"), resume="images written atomically; done subjects skipped",
     outputs="$NEARID_DATA/paper/fpr_generated/dreambooth", written=lambda s, cfg: generated_images() * 1.5e6))
 register_step(Step(
     name="bgremove", command="make bgremove", target="bgremove", entry="nearid_lib.fpr.bg_step", feeds="FPR Table 14 (backgrounds removed)",

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from ..paths import downloads_dir
-from ..steps.ledger import Cost, measured_results
+from ..steps.ledger import Cost, suite_cost, suite_entry
 from ..steps.placement import MODEL_PARAMS
 
 __all__ = ["JUDGE_MODELS", "SCALE_LABELS", "judge_gate", "scale_label", "prompt_path", "DOWNLOADS_TOKEN",
@@ -39,14 +39,14 @@ JUDGE_SECONDS_PER_PAIR = 3 * 3600 / (500 * (1 + 6_433 / 19_386 * 2) + 500 * (2 +
 
 
 def judge_cost() -> Cost:
-    """The judge's per-pair cost: a GPU suite measurement when one is committed
+    """The judge's per-pair cost: the GPU suite's measurement when one is committed
     (``benchmarks/results/gpu_suite_cuda.json``), else :data:`JUDGE_SECONDS_PER_PAIR` (NearID App. D)."""
-    suite = measured_results("gpu_suite_cuda.json") or {}
-    for e in suite.get("entries", []) if suite.get("mode") == "cuda" else []:
-        r = e.get("result") or {}
-        if e.get("name") == "judge" and e.get("status") == "ok" and r.get("pairs_per_s_at_250_tokens"):
-            return Cost(1.0 / r["pairs_per_s_at_250_tokens"], "H100", "memory", "measured",
-                        f"benchmarks/gpu_suite.py on {suite.get('device')}, {suite.get('started', '')[:10]}")
+    jd = suite_entry("judge")
+    if jd and jd.get("pairs_per_s_at_250_tokens"):
+        rep = max(1, jd.get("replicas_per_gpu") or 1)
+        return suite_cost(jd, 1.0 / (jd["pairs_per_s_at_250_tokens"] * rep), "memory",
+                          f"{jd['pairs_per_s_at_250_tokens']:.2f} pairs/s per replica at batch {jd.get('best_batch')}, "
+                          f"{rep} replica(s) per GPU, 250-token answers")
     return Cost(JUDGE_SECONDS_PER_PAIR, "A100-80GB", "memory", "measured by the authors",
                 "NearID App. D: ~3 A100-hours per source and masking condition of 500 test samples "
                 f"(~2,000 pairs as their script counts them): {JUDGE_SECONDS_PER_PAIR:.1f} s a pair")

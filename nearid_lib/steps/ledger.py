@@ -22,15 +22,17 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import os
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Callable, Mapping
 
 from ..io_utils import atomic_write_text
 from ..paths import out_dir, repo_root
-from .gpus import KINDS, GpuKind
+from .gpus import KINDS, GpuKind, kind_of_name
 
 __all__ = ["Sizes", "ModelUse", "Cost", "Step", "register_step", "all_steps", "step", "targets", "PROVIDERS", "STATED",
-           "per_source_pairs", "measured_results", "steps_dir", "record_items", "recorded_items", "check_records"]
+           "per_source_pairs", "measured_results", "suite_entry", "suite_cost", "RESULTS_ENV", "steps_dir", "record_items", "recorded_items", "check_records"]
 
 # The modules that declare steps (imported by :func:`all_steps`, lowest layer first).
 PROVIDERS = ("nearid_lib.nearid.gpu_work", "nearid_lib.idsim.gpu_work", "nearid_lib.fpr.gpu_work")
@@ -148,7 +150,7 @@ class Step:
     models: tuple[ModelUse, ...]
     items: Callable
     item: str
-    cost: Cost
+    cost: Cost | Callable[[], Cost]         # a function: read at plan time (a GPU suite run committed later)
     resume: str
     outputs: str
     per_model: bool = False
@@ -167,6 +169,10 @@ class Step:
             return self.models
         want = set(self.models_of(cfg))
         return tuple(m for m in self.models if m.repo in want)
+
+    def current_cost(self) -> Cost:
+        """The per-item cost as the committed results give it now."""
+        return self.cost() if callable(self.cost) else self.cost
 
     def count(self, sizes: Sizes, cfg=None) -> int:
         """Items at ``sizes`` (once; :attr:`per_model` multiplies by the models in the plan)."""
@@ -273,11 +279,38 @@ def check_records(profile: str, sizes: Sizes, cfg) -> list[str]:
     return out
 
 
+RESULTS_ENV = "NEARID_BENCH_RESULTS"
+
+
 def measured_results(name: str) -> dict | None:
-    """A committed benchmark result (``benchmarks/results/<name>``) the ledger takes a rate from, or
-    None where the checkout has none (an installed package without its benchmarks)."""
-    f = repo_root() / "benchmarks" / "results" / name
+    """A committed benchmark result (``benchmarks/results/<name>``, or ``$NEARID_BENCH_RESULTS/<name>``)
+    the ledger takes a rate from, or None where the checkout has none (an installed package without
+    its benchmarks)."""
+    f = Path(os.environ.get(RESULTS_ENV) or repo_root() / "benchmarks" / "results") / name
     try:
         return json.loads(f.read_text())
     except (OSError, ValueError):
         return None
+
+
+def suite_entry(name: str) -> dict | None:
+    """The result of GPU suite entry ``name`` (``benchmarks/gpu_suite.py`` on a GPU, committed as
+    ``gpu_suite_cuda.json``) when it ran, with ``_run`` = the run that measured it (date, device,
+    commit); None when absent, skipped or failed."""
+    suite = measured_results("gpu_suite_cuda.json") or {}
+    if suite.get("mode") != "cuda":
+        return None
+    for e in suite.get("entries", []):
+        if e.get("name") == name and e.get("status") == "ok":
+            run = e.get("run") or {k: suite.get(k) for k in ("started", "device", "commit")}
+            return {**e["result"], "sizes": e.get("sizes", {}), "_run": run}
+    return None
+
+
+def suite_cost(entry: dict, seconds: float, bound: str, what: str) -> Cost:
+    """A measured :class:`Cost` from a suite entry (:func:`suite_entry`): its device's kind, the run's date."""
+    run = entry["_run"]
+    kind = kind_of_name(str(run.get("device") or ""))
+    return Cost(seconds, kind.rates_of or kind.name, bound, "measured",
+                f"benchmarks/gpu_suite.py, {str(run.get('started') or '')[:10]}, {run.get('device')}, commit "
+                f"{str(run.get('commit') or 'unknown')[:7]}: {what}")

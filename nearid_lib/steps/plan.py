@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .gpus import GB, GpuKind
-from .ledger import Sizes, Step, all_steps
+from .ledger import Cost, Sizes, Step, all_steps
 from .placement import ReplicaPlan, model_size, plan_replicas
 
 __all__ = ["ModelPlan", "StepPlan", "plan_step", "plan_run", "render_text", "render_markdown", "READ_RATES"]
@@ -46,6 +46,7 @@ class StepPlan:
 
     step: Step
     items: int
+    cost: Cost
     models: tuple[ModelPlan, ...]
     wall_h: float | None
     gpu_h: float | None
@@ -75,6 +76,7 @@ def plan_step(st: Step, gpus: Sequence[GpuKind], sizes: Sizes, cfg=None, mirror=
               read_GBps: float = READ_RATES[-1]) -> StepPlan:
     """Place and cost one step on ``gpus`` at ``sizes`` (module docstring)."""
     n = st.count(sizes, cfg)
+    cost = st.current_cost()
     written, read = float(st.written(sizes, cfg)), float(st.read(sizes, cfg))
     mem = [g.memory_bytes for g in gpus]
     kind = gpus[0] if gpus else None
@@ -85,7 +87,7 @@ def plan_step(st: Step, gpus: Sequence[GpuKind], sizes: Sizes, cfg=None, mirror=
         plan = None if size is None else plan_replicas(size.bytes, mem, use.working_bytes, use.splittable)
         h = None
         if plan is not None and plan.fits and plan.replicas and kind is not None:
-            h = n * st.cost.seconds_on(kind) / len(plan.replicas) / 3600
+            h = n * cost.seconds_on(kind) / len(plan.replicas) / 3600
             hours += h
         elif plan is not None and not plan.fits:
             problems.append(f"{use.repo} needs {plan.need_bytes / GB:.1f} GB per replica "
@@ -96,15 +98,15 @@ def plan_step(st: Step, gpus: Sequence[GpuKind], sizes: Sizes, cfg=None, mirror=
                                 "unknown" if size is None else size.basis, plan, h))
     if not uses:
         if st.gpus == "none":
-            hours = n * st.cost.seconds / 3600
+            hours = n * cost.seconds / 3600
         elif kind is not None:
-            hours = n * st.cost.seconds_on(kind) / max(1, len(gpus)) / 3600
+            hours = n * cost.seconds_on(kind) / max(1, len(gpus)) / 3600
     if read and read_GBps:
         hours = max(hours, read / (read_GBps * GB) / 3600)
     wall = None if (problems or (kind is None and st.gpus != "none")) else hours
     gpu_h = None if wall is None else (0.0 if st.gpus == "none" else wall * len(gpus))
     problem = f"step {st.name}: " + "; ".join(problems) if problems else None
-    return StepPlan(st, n, tuple(models), wall, gpu_h, written, read, problem)
+    return StepPlan(st, n, cost, tuple(models), wall, gpu_h, written, read, problem)
 
 
 def plan_run(gpus: Sequence[GpuKind], sizes: Sizes, cfg=None, mirror=None, read_GBps: float = READ_RATES[-1],
@@ -159,8 +161,8 @@ def render_text(plans: Sequence[StepPlan], gpus: Sequence[GpuKind], sizes: Sizes
             L.append(f"    {m.repo}: {m.size_basis}" + (f"; {m.plan.describe()}" if m.plan is not None else ""))
         L.append(f"  hours: {_h(p.wall_h)} wall, {_h(p.gpu_h)} GPU-hours; written {_bytes(p.written_bytes)}, "
                  f"read {_bytes(p.read_bytes)}" + (f"; network: {s.network}" if s.network else ""))
-        where = f" on {s.cost.on}" if s.cost.on else ""
-        L.append(f"  cost: {s.cost.seconds:.3g} s an item ({s.item}){where} ({s.cost.status}: {s.cost.basis})")
+        where = f" on {p.cost.on}" if p.cost.on else ""
+        L.append(f"  cost: {p.cost.seconds:.3g} s an item ({s.item}){where} ({p.cost.status}: {p.cost.basis})")
         L.append(f"  resumes: {s.resume}")
         if p.problem:
             L.append(f"  CANNOT RUN: {p.problem}")
@@ -190,7 +192,7 @@ def render_markdown(machines: Sequence[tuple[str, Sequence[GpuKind]]], sizes: Si
             p = per[name][i]
             cells.append("does not fit" if p.problem else f"{_h(p.wall_h)} ({_h(p.gpu_h).replace(' h', '')})")
         L.append(f"| {s.name} | {p0.items:,} {s.item} | " + " | ".join(cells)
-                 + f" | {p0.placement()} | {s.cost.status}: {s.cost.basis} |")
+                 + f" | {p0.placement()} | {p0.cost.status}: {p0.cost.basis} |")
     L.append("")
     for rate in read_rates:
         row = []
