@@ -97,7 +97,8 @@ def test_every_step_declares_models_that_the_mirror_downloads_its_resume_and_a_c
         assert want in names, want
     repos = {r for r, _, _ in hub.PAPER_REPOS}
     for s in steps:
-        assert s.resume and s.outputs and s.cost.basis and s.cost.status in (
+        c = s.current_cost()
+        assert s.resume and s.outputs and c.basis and c.status in (
             "measured", "measured by the authors", "projected"), s.name
         for m in s.models:
             assert m.repo in repos, (s.name, m.repo)          # a model the download fetches
@@ -214,3 +215,21 @@ def test_the_runner_refuses_a_machine_too_small_before_loading_anything(monkeypa
     # every make target of a GPU step is the ledger's, with its entry module
     assert set(runner.targets()) == {"curate", "prefill", "judge", "fpr-generate", "bgremove"}
     assert runner.targets()["judge"][0] == "nearid_lib.nearid.judge_step"
+
+
+def test_the_placement_catalogue_agrees_with_the_sizes_counted_on_the_meta_device():
+    import sys
+
+    from nearid_lib.paths import repo_root
+
+    sys.path.insert(0, str(repo_root() / "benchmarks"))
+    from gpu_suite_models import PUBLISHED_PARAMS      # checked against the model classes on the meta device
+
+    # the catalogue's counts: whole models, or the sum of a pipeline's parts the suite counts one by one
+    assert MODEL_PARAMS["google/siglip2-so400m-patch14-384"][0] == pytest.approx(PUBLISHED_PARAMS["siglip2_so400m"], rel=0.01)
+    assert MODEL_PARAMS["Qwen/Qwen3-VL-30B-A3B-Instruct"][0] == pytest.approx(PUBLISHED_PARAMS["qwen3vl_30b"], rel=0.01)
+    flux = PUBLISHED_PARAMS["flux_transformer"] + PUBLISHED_PARAMS["t5_xxl_encoder"]
+    assert flux < MODEL_PARAMS["black-forest-labs/FLUX.1-Kontext-dev"][0] < flux * 1.03      # + CLIP-L and the VAE
+    sd3 = PUBLISHED_PARAMS["sd3_transformer"] + PUBLISHED_PARAMS["t5_xxl_encoder"]
+    assert sd3 < MODEL_PARAMS["stabilityai/stable-diffusion-3-medium-diffusers"][0] < sd3 * 1.15   # + two CLIPs, VAE
+    assert PUBLISHED_PARAMS["sdxl_unet"] < MODEL_PARAMS["stabilityai/stable-diffusion-xl-base-1.0"][0]
