@@ -75,7 +75,7 @@ NEARID_WORKERS ?= 2
 export NEARID_WORKERS
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: reproduce reproduce-full notebooks test pytest lint-imports smoke dryrun-paper dryrun-paper-then-smoke install lock lab clean clean-build help judge curate prefill preflight wheelhouse gpu-wheels bgremove fpr-generate notebook-figures
+.PHONY: reproduce reproduce-full notebooks test pytest lint-imports smoke dryrun-paper dryrun-paper-then-smoke install lock lab clean clean-build help judge idsim-judge curate prefill preflight wheelhouse gpu-wheels bgremove fpr-generate notebook-figures
 .DEFAULT_GOAL := help
 
 help:
@@ -249,6 +249,8 @@ endef
 $(eval $(call gpu_step,curate,notebooks/01_data_curation.py,01_data_curation))
 $(eval $(call gpu_step,prefill,$(call nb,01_data_curation),03_train_nearid))
 $(eval $(call gpu_step,judge,$(call nb,01_data_curation),04_eval_nearid_bench))
+# ID-Sim's open MLLM row (Table 2a) reads the public benchmarks only: no notebook before it
+$(eval $(call gpu_step,idsim-judge,,09_train_idsim))
 # the galleries and the generators come from the downloads and the mirror: no notebook before it
 $(eval $(call gpu_step,fpr-generate,,11_retrieval_galleries))
 # background removal of the same galleries' references and gallery images (FPR Table 14 is an oracle

@@ -92,6 +92,9 @@ class Run:
         read = hub.reads()
         if read:    # the hub repositories this notebook read so far, where from, at which revision
             out["hub"] = read
+        loaded = hub.loads()
+        if loaded:  # the models whose weights this kernel loaded (a GPU step's must be read, not loaded)
+            out["loaded"] = loaded
         split = _dataset_record(self.profile, "split")
         if split:   # which train/val/test partition the dataset holds (official, or our rule)
             out["split"] = split

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from nearid_lib.nearid import dbpp as D
-from nearid_lib.nearid.judges import LazyJudge
+from nearid_lib.judge import LazyJudge
 
 
 class CountingJudge:

@@ -127,7 +127,8 @@ def test_the_launched_judge_step_answers_what_notebook_04_asks(tmp_path):
         def score_pairs(self, a, b):
             raise AssertionError("the model was called although every answer was stored")
 
-    cfg = SimpleNamespace(eval=SimpleNamespace(split="test", dbpp_standin=False, fg_only=False))
+    cfg = SimpleNamespace(eval=SimpleNamespace(split="test", dbpp_standin=False, fg_only=False, dbpp_root=None,
+                                               dbpp_human=False))
     step = PairBenchEncoder(Judge(lookup), "vlm", load_images=False, answers_dir=tmp_path / "answers")
     out = judge_bench(cfg, data, step)
     assert out["pairs"] > 0 and out["coverage"] == 1.0 and out["seconds_per_1000_pairs"] > 0

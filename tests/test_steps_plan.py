@@ -213,7 +213,7 @@ def test_the_runner_refuses_a_machine_too_small_before_loading_anything(monkeypa
     assert "cannot place: step judge-nearid" in capsys.readouterr().err
     assert runner.main(["run", "no-such-target"]) == 2
     # every make target of a GPU step is the ledger's, with its entry module
-    assert set(runner.targets()) == {"curate", "prefill", "judge", "fpr-generate", "bgremove"}
+    assert set(runner.targets()) == {"curate", "prefill", "judge", "idsim-judge", "fpr-generate", "bgremove"}
     assert runner.targets()["judge"][0] == "nearid_lib.nearid.judge_step"
 
 
@@ -233,3 +233,32 @@ def test_the_placement_catalogue_agrees_with_the_sizes_counted_on_the_meta_devic
     sd3 = PUBLISHED_PARAMS["sd3_transformer"] + PUBLISHED_PARAMS["t5_xxl_encoder"]
     assert sd3 < MODEL_PARAMS["stabilityai/stable-diffusion-3-medium-diffusers"][0] < sd3 * 1.15   # + two CLIPs, VAE
     assert PUBLISHED_PARAMS["sdxl_unet"] < MODEL_PARAMS["stabilityai/stable-diffusion-xl-base-1.0"][0]
+
+
+def test_a_kernel_that_loads_a_steps_model_fails_the_dry_run(tmp_path, monkeypatch):
+    import json
+
+    from nearid_lib import hub
+    from tools.paper_fixtures import check_kernel_loads
+
+    mirror = tmp_path / "hub"
+    (mirror / "Qwen" / "Qwen3-VL-30B-A3B-Instruct").mkdir(parents=True)
+    monkeypatch.setenv("NEARID_HUB_DIR", str(mirror))
+    hub.clear_reads()
+    # a load by mirror folder is recorded by its repo id
+    hub.note_load(str(mirror / "Qwen" / "Qwen3-VL-30B-A3B-Instruct"), "VLM judge")
+    hub.note_load("google/siglip2-so400m-patch14-384", "backbone")
+    assert hub.loads() == ["Qwen/Qwen3-VL-30B-A3B-Instruct", "google/siglip2-so400m-patch14-384"]
+    hub.clear_reads()
+    assert hub.loads() == []
+    tables = tmp_path / "figures" / "tables"
+    tables.mkdir(parents=True)
+    (tables / "04_x.meta.json").write_text(json.dumps({"notebook": "04_eval_nearid_bench", "loaded": [
+        "Qwen/Qwen3-VL-30B-A3B-Instruct", "google/siglip2-so400m-patch14-384"]}))
+    (tables / "11_x.meta.json").write_text(json.dumps({"notebook": "11_retrieval_galleries", "loaded": ["Carve/fba"]}))
+    (tables / "03_x.meta.json").write_text(json.dumps({"notebook": "03_train_nearid"}))
+    probs = check_kernel_loads(tmp_path / "figures")
+    # the judge (a step's model) is a problem; the backbone of the head trainings (run in notebooks) is not
+    assert len(probs) == 2 and "04_eval_nearid_bench loaded Qwen/Qwen3-VL-30B-A3B-Instruct" in probs[0]
+    assert "step judge-" in probs[0] or "step idsim-mllm" in probs[0]
+    assert "11_retrieval_galleries loaded Carve/fba, a model of step bgremove" in probs[1]

@@ -34,7 +34,7 @@ import torch
 from PIL import Image
 
 from ..generate.tiny_sd import clip_tokenizer_offline
-from ..hub import HubError, download_command, hub_dir, model_source, resolve
+from ..hub import HubError, download_command, hub_dir, model_source, note_load, resolve
 
 __all__ = ["DEFAULT_REPO", "MASK_RULE", "DEFAULT_MIN_FRAC", "ObjectMasker", "binarize",
            "identity_prompt", "masker_fingerprint", "save_tiny_clipseg"]
@@ -132,6 +132,7 @@ class ObjectMasker:
 
         _check_params(threshold, min_frac, batch_size)
         path, kw = model_source(repo_id)  # raises HubError (with the download command) if absent
+        note_load(repo_id, "masks")
         try:
             model = CLIPSegForImageSegmentation.from_pretrained(path, **kw)
             processor = CLIPSegProcessor.from_pretrained(path, **kw)

@@ -165,6 +165,8 @@ def build_interface(weights: BgWeights, device: str = "cpu", seg_size: int = 640
     from carvekit.trimap.generator import TrimapGenerator
 
     s = AUTHORS_SETTINGS
+    hub.note_load(TRACER_REPO, "background removal")
+    hub.note_load(FBA_REPO, "background removal")
     seg = TracerUniversalB7(device=device, input_image_size=int(seg_size), batch_size=s["batch_size_seg"],
                             load_pretrained=False, fp16=s["fp16"], model_path=str(weights.tracer))
     _load(seg, weights.tracer, strict=False)

@@ -68,8 +68,10 @@ _GEN = "nearid_lib.fpr.generation"
 for _m in ("ip_adapter", "ip_adapter_plus", "flux_kontext", "diptych"):
     register_step(Step(
         name=f"fpr-generate-{_m}", command="make fpr-generate", target="fpr-generate", entry=_GEN, feeds="FPR Tables 1-2 (the generated images' rows)",
-        models=(ModelUse(_PIPE[_m], working_bytes=int(6 * GB), splittable=False,
-                         working_basis="latents, attention and the VAE decode at 1024 px"),),
+        models=(ModelUse(_PIPE[_m], working_bytes=int(6 * GB) + (int(3.8 * GB) if _m.startswith("ip_adapter") else 0),
+                         splittable=False, working_basis="latents, attention and the VAE decode at 1024 px"
+                         + ("; the IP-Adapter's image encoder beside it" if _m.startswith("ip_adapter") else ""),
+                         companions=("h94/IP-Adapter",) if _m.startswith("ip_adapter") else ()),),
         models_of=lambda cfg, m=_m: [_PIPE[m]] if m in _methods(cfg) else [],
         items=lambda s, cfg, m=_m: generated_images() if m in _methods(cfg) else 0, item="images",
         cost=lambda m=_m: _gen_cost(m), resume="a subject's images are written atomically; done subjects are skipped",
@@ -99,7 +101,8 @@ register_step(Step(
 register_step(Step(
     name="bgremove", command="make bgremove", target="bgremove", entry="nearid_lib.fpr.bg_step", feeds="FPR Table 14 (backgrounds removed)",
     models=(ModelUse("Carve/tracer_b7", working_bytes=int(0.14 * GB + 6 * GB), splittable=False,
-                     working_basis="FBA matting's 139 MB weights beside it, and 2,048 px matting"),),
+                     working_basis="FBA matting's 139 MB weights beside it, and 2,048 px matting",
+                     companions=("Carve/fba",)),),
     items=lambda s, cfg: FPR_SIZES["gallery_images"] + 5 * generated_images(), item="images",
     cost=Cost(0.3, "A100-80GB", "compute", "projected",
               "TRACER-B7 at 640 px and FBA matting at 2,048 px in fp32 (carvekit's settings); ~0.3 s an image"),

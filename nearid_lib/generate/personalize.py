@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from PIL import Image
 
-from ..hub import model_source
+from ..hub import model_source, note_load
 from .diffusers_backends import torch_dtype
 
 __all__ = ["NEGATIVE_PROMPT", "PROMPTS", "MethodSpec", "METHODS", "GENERATED_HERE", "USER_ONLY", "method_key",
@@ -152,10 +152,12 @@ def load_method_pipeline(key: str, device: str | torch.device = "cuda", mixed_pr
     if spec.pipeline is None:
         raise ValueError(f"{spec.name} is not in diffusers: put its images in the user folder (README, 'FPR data')")
     src, kw = model_source(spec.base)
+    note_load(spec.base, f"{spec.name} pipeline")
     pipe = getattr(diffusers, spec.pipeline).from_pretrained(src, torch_dtype=torch_dtype(mixed_precision), **kw)
     if spec.adapter is not None:
         repo, sub, weight, enc = spec.adapter
         asrc, _ = model_source(repo)
+        note_load(repo, f"{spec.name} adapter")
         pipe.load_ip_adapter(asrc, subfolder=sub, weight_name=weight, image_encoder_folder=enc)
         pipe.set_ip_adapter_scale(spec.adapter_scale)
     pipe.set_progress_bar_config(disable=True)

@@ -34,7 +34,7 @@ from .. import mirror as M
 __all__ = ["HUB_DIR_ENV", "REVISIONS", "PAPER_REPOS", "HubError", "Resolved", "hub_dir", "resolve",
            "model_source", "is_available", "load_hub_dataset", "reads", "clear_reads",
            "download_command", "mirror_revision", "parquet_splits", "GIT_REPOS", "git_command",
-           "download_commands", "arrow_splits", "GIT_COMMITS", "peek_revision", "repo_type_of",
+           "download_commands", "arrow_splits", "GIT_COMMITS", "peek_revision", "repo_type_of", "note_load", "loads",
            "record_command"]
 
 HUB_DIR_ENV = "NEARID_HUB_DIR"
@@ -318,5 +318,29 @@ def reads() -> dict[str, dict[str, Any]]:
 
 
 def clear_reads() -> None:
-    """Forget the recorded reads (tests)."""
+    """Forget the recorded reads and loads (tests)."""
     _READS.clear()
+    _LOADS.clear()
+
+
+_LOADS: dict[str, str] = {}
+
+
+def note_load(repo_or_path: str, what: str = "") -> None:
+    """Record that this process loaded the weights of ``repo_or_path`` (a repo id, or a folder of
+    the mirror, recorded by its repo id): the sidecars say which models a notebook's kernel loaded,
+    and the paper dry run checks that no kernel loads a model a GPU step declares."""
+    key = str(repo_or_path)
+    mirror = hub_dir()
+    p = Path(key).expanduser()
+    if mirror is not None and p.is_absolute():
+        try:
+            key = p.resolve().relative_to(mirror).as_posix()
+        except ValueError:
+            pass
+    _LOADS.setdefault(key, what)
+
+
+def loads() -> list[str]:
+    """The models whose weights this process loaded so far (:func:`note_load`), sorted."""
+    return sorted(_LOADS)

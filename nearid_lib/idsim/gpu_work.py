@@ -15,17 +15,18 @@ _SECONDS = JUDGE_SECONDS_PER_PAIR * (30 / 260 + 0.25)
 
 def _pairs(s, cfg) -> int:
     cap = cfg.idsim.mllm_max_pairs if cfg is not None else 200
-    # Subjects2k and DreamBench++'s rated pairs, each capped (both benchmarks hold thousands of pairs)
-    return 2 * int(cap if cap is not None else s.dbpp_generations)
+    # Subjects2k's pairs (thousands: the cap binds) and DreamBench++'s rated generations, each capped
+    dbpp = s.dbpp_generations if cap is None else min(int(cap), s.dbpp_generations)
+    return int(cap if cap is not None else s.dbpp_generations) + dbpp
 
 
 register_step(Step(
-    name="idsim-mllm", command="notebook 09's judge row (run before the notebook by make judge)",
+    name="idsim-mllm", command="make idsim-judge", target="idsim-judge", entry="nearid_lib.idsim.judge_step",
     feeds="ID-Sim Table 2a's open MLLM row",
     models=(ModelUse("Qwen/Qwen3-VL-30B-A3B-Instruct"),),
     models_of=lambda cfg: [cfg.idsim.mllm_judge] if cfg.idsim.mllm_judge else [],
     items=_pairs, item="pairs",
     cost=Cost(_SECONDS, "A100-80GB", "memory", "projected",
               f"NearID App. D's {JUDGE_SECONDS_PER_PAIR:.1f} s a pair scaled to a ~30-token answer, plus the prefill"),
-    resume="answers kept per pair (judge answers folder); a rerun judges only the rest",
+    resume="answers appended per pair under $NEARID_CACHE/paper/judge_answers; a rerun judges only the rest",
     outputs="ID-Sim judge answers", skip="NEARID_SET=idsim.mllm_judge=none"))

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ..hub import resolve
-from ..judge import JudgeScores, VLMJudge, score_pairs_sharded
+from ..judge import JudgeScores, LazyJudge, VLMJudge, score_pairs_sharded
 from ..judge.prompts import IDSIM_JUDGE_PROMPT
 from .eval_suite import graded_metrics
 
@@ -43,7 +43,7 @@ class CallableJudge:
         return JudgeScores.from_answers(answers, key="similarity", hi=1.0)
 
 
-def idsim_judge(name: str, device: str = "cpu", placement: dict | None = None, **kw) -> VLMJudge:
+def idsim_judge(name: str, device: str = "cpu", placement: dict | None = None, **kw):
     """An ID-Sim MLLM judge: ``"tiny"`` (random-init tiny Qwen3-VL, offline) or a hub id / folder
     of a transformers image-text-to-text model, prompted with :data:`IDSIM_JUDGE_PROMPT` and read on
     its ``similarity`` field. ``placement``: ``device_map`` / ``max_memory`` of its replica
@@ -53,10 +53,17 @@ def idsim_judge(name: str, device: str = "cpu", placement: dict | None = None, *
     if name == "tiny":
         return VLMJudge.tiny(**opts)
     where = dict(placement) if placement is not None else {"device": device}
-    # through the hub resolver: the NEARID_HUB_DIR mirror folder, or the repo id (hub / its cache)
-    judge = VLMJudge.from_pretrained(resolve(name, "model").source, **where, **opts)
-    judge.name = name.rstrip("/").split("/")[-1]
-    return judge
+    label = name.rstrip("/").split("/")[-1]
+
+    def load() -> VLMJudge:
+        # through the hub resolver: the NEARID_HUB_DIR mirror folder, or the repo id (hub / its cache)
+        real = VLMJudge.from_pretrained(resolve(name, "model").source, **where, **opts)
+        real.name = label
+        return real
+
+    # the weights load at the first pair that has no kept answer: after the launched judge step
+    # (python -m nearid_lib.steps run idsim-judge) notebook 09 loads nothing
+    return LazyJudge(VLMJudge(None, None, name=label, **opts), load)
 
 
 def judge_graded(judge, graded: pd.DataFrame, image: Callable, max_pairs: int | None = None

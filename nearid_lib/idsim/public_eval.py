@@ -16,6 +16,7 @@ from .. import metrics as M
 from ..data.eval_datasets import DreamBenchPP
 from ..data.schema import DataError
 from ..imageio import load_images
+from ..judge import score_pairs_sharded
 
 __all__ = ["SUBJECTS2K_COLUMNS", "PUBLIC_METRICS", "load_subjects2k", "pair_scores", "subjects2k_metrics",
            "subjects2k_gpt_metrics", "dbpp_metrics", "dbpp_gpt_metrics", "judge_pairs", "judge_metrics", "public_scores"]
@@ -146,10 +147,21 @@ def dbpp_gpt_metrics(db: DreamBenchPP, pairs: pd.DataFrame) -> dict[str, float]:
     return {**res, **_rank_metrics(s[ok], pairs["rating"].to_numpy(dtype=float)[ok])}
 
 
-def judge_pairs(judge, first: Sequence[Any], second: Sequence[Any], batch_size: int = 16
+def judge_pairs(judge, first: Sequence[Any], second: Sequence[Any], batch_size: int = 16,
+                keys: Sequence[str] | None = None, answers_dir=None, workers: Sequence[int] | None = None
                 ) -> tuple[np.ndarray, pd.DataFrame]:
     """An MLLM judge's 0-1 identity similarity of each pair (NaN where its answer cannot be read),
-    and the per-pair answers (``similarity``, ``status``, ``answer``)."""
+    and the per-pair answers (``similarity``, ``status``, ``answer``). With ``answers_dir`` (and
+    ``keys``, one per pair) the pairs go through the judge's sharded, resumable path: answers kept
+    per pair, a rerun (or the notebook after the launched judge step) reads them instead of judging,
+    ``workers`` the ranks of a launch that judge."""
+    if answers_dir is not None or workers is not None:
+        first, second = list(first), list(second)
+        res = score_pairs_sharded(judge, list(keys), lambda idx: (load_images([first[i] for i in idx]),
+                                                                   load_images([second[i] for i in idx])),
+                                  answers_dir=answers_dir, batch_size=batch_size, workers=workers)
+        return (np.asarray(res.scores, dtype=float),
+                pd.DataFrame({"similarity": list(res.scores), "status": list(res.status), "answer": list(res.raw)}))
     scores, status, raw = [], [], []
     for i in range(0, len(first), batch_size):
         res = judge.score_pairs(load_images(list(first[i:i + batch_size])),
@@ -161,23 +173,28 @@ def judge_pairs(judge, first: Sequence[Any], second: Sequence[Any], batch_size: 
 
 
 def judge_metrics(judge, s2k=None, dbpp_pairs: pd.DataFrame | None = None, max_pairs: int | None = None,
-                  batch_size: int = 16) -> tuple[dict[str, float], pd.DataFrame]:
+                  batch_size: int = 16, answers_dir=None, workers: Sequence[int] | None = None
+                  ) -> tuple[dict[str, float], pd.DataFrame]:
     """Table 2a's open-judge row: the judge on the first ``max_pairs`` pairs of Subjects2k and of
     the DreamBench++ mean-rating pairs; metrics on the pairs it answered (``coverage`` = answered
-    share over both benchmarks). Returns the metrics and the per-pair answers."""
+    share over both benchmarks). Returns the metrics and the per-pair answers. ``answers_dir`` /
+    ``workers``: the judge's answers folder and judging ranks (:func:`judge_pairs`)."""
     res: dict[str, float] = {}
     answers = []
     n = lambda k: k if max_pairs is None else min(int(max_pairs), k)     # noqa: E731
     if s2k is not None and len(s2k):
         sub = s2k.select(range(n(len(s2k))))
-        s, per = judge_pairs(judge, sub["reference_image"], sub["test_image"], batch_size)
+        s, per = judge_pairs(judge, sub["reference_image"], sub["test_image"], batch_size,
+                             keys=[f"s2k|{p}" for p in sub["pair_id"]], answers_dir=answers_dir, workers=workers)
         ok = np.isfinite(s)
         res.update(_binary_metrics(s[ok], np.asarray(sub["binary_label"])[ok]))
         res["n_subjects2k"] = int(len(sub))
         answers.append(per.assign(benchmark="Subjects2k", pair=list(sub["pair_id"])))
     if dbpp_pairs is not None and len(dbpp_pairs):
         sub = dbpp_pairs.iloc[:n(len(dbpp_pairs))]
-        s, per = judge_pairs(judge, sub["reference"].tolist(), sub["image"].tolist(), batch_size)
+        s, per = judge_pairs(judge, sub["reference"].tolist(), sub["image"].tolist(), batch_size,
+                             keys=[f"dbpp|{a}|{b}" for a, b in zip(sub["reference"], sub["image"])],
+                             answers_dir=answers_dir, workers=workers)
         res.update(_rank_metrics(s, sub["rating"].to_numpy(dtype=float)))
         res["n_dreambench"] = int(len(sub))
         answers.append(per.assign(benchmark="DreamBench++", pair=sub["image"].tolist()))

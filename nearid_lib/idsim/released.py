@@ -75,6 +75,7 @@ from ..data.eval_datasets import DBPP_DIRNAME, DOWNLOAD_STEPS, DreamBenchPP, dbp
 from ..features.profile_encoders import idsim_frozen_row
 from ..models import resolve_device, resolve_name
 from ..paths import downloads_dir
+from ..judge.shards import judge_answers_dir
 from ..steps.placement import device_kwargs, model_bytes, plan_replicas
 from .ablations import OUTPUTS, PLACEMENT_OUTPUT
 from .eval_suite import BENCH_INFO
@@ -82,7 +83,7 @@ from .mllm import idsim_judge, mllm_table
 from .release_model import release_available
 
 __all__ = ["RELEASED_FILES", "DINOV3_NATIVE_WEIGHTS", "SUBJECTS2K_COLUMNS", "UNPUBLISHED_BENCHMARKS",
-           "SENSITIVITY_REASON", "PAPER_MODEL_KEYS", "RELEASE_ROW", "RELEASE_KEY", "released_idsim_reason",
+           "SENSITIVITY_REASON", "PAPER_MODEL_KEYS", "RELEASE_ROW", "RELEASE_KEY", "released_idsim_reason", "mllm_row_judge",
            "load_subjects2k",
            "pair_scores", "subjects2k_metrics", "subjects2k_gpt_metrics", "dbpp_metrics", "dbpp_gpt_metrics",
            "judge_pairs", "judge_metrics", "load_frozen_rows", "ReleasedScores",
@@ -265,20 +266,30 @@ def score_released(cfg: Profile, nearid=None, log=print) -> ReleasedScores:
         out.missing["judge"] = f"MLLM judge {cfg.idsim.mllm_judge} does not fit this machine's GPUs: {plan.describe()}"
     elif cfg.idsim.mllm_judge:
         place = device_kwargs(plan, 0) if plan is not None and plan.replicas else None
+        judge = mllm_row_judge(cfg, place)
         try:
-            judge = idsim_judge(cfg.idsim.mllm_judge, device=str(resolve_device(cfg.device)), placement=place,
-                                max_new_tokens=cfg.idsim.mllm_max_new_tokens)
+            # the answers the launched judge step kept are read; only a pair without one loads the weights
+            out.judge, out.answers = judge_metrics(judge, s2k, pairs, cfg.idsim.mllm_max_pairs,
+                                                   batch_size=max(1, min(bs, 4)),
+                                                   answers_dir=judge_answers_dir(cfg.name, judge))
         except (OSError, ValueError, torch.OutOfMemoryError) as err:
             out.missing["judge"] = (f"MLLM judge {cfg.idsim.mllm_judge} not loaded: {' '.join(str(err).split())[:300]}"
                                     + (f" (placement: {plan.describe()})" if plan is not None else ""))
         else:
-            out.judge, out.answers = judge_metrics(judge, s2k, pairs, cfg.idsim.mllm_max_pairs,
-                                                   batch_size=max(1, min(bs, 4)))
             out.judge_label = (f"MLLM judge {judge.name}, identity prompt (coverage {out.judge['coverage']:.0%} "
                                f"of {out.judge['n_pairs']} pairs)")
     else:
         out.missing["judge"] = "idsim.mllm_judge is None: no open MLLM judge row"
     return out
+
+
+def mllm_row_judge(cfg: Profile, placement: dict | None = None):
+    """ID-Sim Table 2a's open MLLM judge (``idsim.mllm_judge``) as the notebook and the launched judge
+    step build it: the same prompt, answer budget and fingerprint, so both use one answers folder
+    (:func:`~nearid_lib.judge.shards.judge_answers_dir`); its weights load only for a pair without a
+    kept answer, on ``placement`` (a replica's ``device_map``) or the profile's device."""
+    return idsim_judge(cfg.idsim.mllm_judge, device=str(resolve_device(cfg.device)), placement=placement,
+                       max_new_tokens=cfg.idsim.mllm_max_new_tokens)
 
 
 def _data_note(mid: str, sc: ReleasedScores) -> tuple[str, int]:

@@ -49,10 +49,12 @@ from importlib import import_module
 from .answers import PARSED_STATUSES, STATUSES, JudgeScores, ParsedAnswer, parse_judge_answer
 
 _LAZY = {"VLMJudge": ".model", "JUDGE_PROMPT": ".model", "build_tiny_qwen3vl": ".model", "read_prompt_file": ".model",
-         "score_pairs_sharded": ".shards", "main": ".cli"}
+         "score_pairs_sharded": ".shards", "judge_answers_dir": ".shards", "LazyJudge": ".model",
+         "main": ".cli"}
 
 __all__ = ["JUDGE_PROMPT", "ParsedAnswer", "JudgeScores", "VLMJudge", "parse_judge_answer",
-           "PARSED_STATUSES", "STATUSES", "build_tiny_qwen3vl", "read_prompt_file", "score_pairs_sharded", "main"]
+           "PARSED_STATUSES", "STATUSES", "build_tiny_qwen3vl", "read_prompt_file", "score_pairs_sharded",
+           "judge_answers_dir", "LazyJudge", "main"]
 
 
 def __getattr__(name: str):

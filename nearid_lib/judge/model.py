@@ -17,7 +17,7 @@ from ..runtime.compat import ensure_torchvision
 from .answers import AUTHORS_KEYS, JudgeScores
 from .plan import prompt_path
 
-__all__ = ["JUDGE_PROMPT", "VLMJudge", "build_tiny_qwen3vl", "read_prompt_file"]
+__all__ = ["JUDGE_PROMPT", "VLMJudge", "LazyJudge", "build_tiny_qwen3vl", "read_prompt_file"]
 
 JUDGE_PROMPT = """You judge INSTANCE identity: whether two images show the same physical object, not merely the same kind of object.
 
@@ -166,6 +166,7 @@ class VLMJudge:
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
         path, hk = hub.model_source(name_or_path)     # NEARID_HUB_DIR mirror / pinned revision
+        hub.note_load(name_or_path, "VLM judge")
         mk = {"dtype": getattr(torch, dtype), "trust_remote_code": trust_remote_code, **hk}
         if attn_implementation:
             mk["attn_implementation"] = attn_implementation
@@ -244,3 +245,36 @@ class VLMJudge:
 
     def __repr__(self) -> str:
         return f"VLMJudge({self.name!r}, max_new_tokens={self.max_new_tokens}, batch_size={self.batch_size})"
+
+
+class LazyJudge:
+    """A judge whose weights load at its first pair and are freed by :meth:`release`, so that the
+    profile's judge scales (Table 7: 4B, 8B, 30B) occupy the GPUs one after another, never together,
+    and a judge whose answers are all kept loads nothing. Everything but scoring (its name, its
+    fingerprint, which key its answers folder) comes from the weightless ``shell``."""
+
+    def __init__(self, shell, load):
+        self._shell, self._load, self._real = shell, load, None
+
+    def __getattr__(self, name):
+        return getattr(self._real if self._real is not None else self._shell, name)
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the weights are in memory now."""
+        return self._real is not None
+
+    def score_pairs(self, images_a, images_b):
+        if self._real is None:
+            self._real = self._load()
+        return self._real.score_pairs(images_a, images_b)
+
+    def release(self) -> None:
+        """Free the weights (and the GPU memory they held); the next pair loads them again."""
+        if self._real is not None:
+            self._real = None
+            import gc
+
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()

@@ -10,8 +10,10 @@ pairs whatever the number of processes, so the scores equal one process's; on on
 an answers folder it is one plain ``scorer.score_pairs`` call."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -19,10 +21,11 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..io_utils import atomic_write_text
+from ..paths import cache_dir
 from ..runtime.launch import launched_state
 from .answers import JudgeScores
 
-__all__ = ["score_pairs_sharded"]
+__all__ = ["score_pairs_sharded", "judge_answers_dir"]
 
 
 def _answers_files(answers_dir: Path) -> list[Path]:
@@ -160,3 +163,13 @@ def score_pairs_sharded(scorer, keys: Sequence[str], load: Callable[[Sequence[in
         return JudgeScores(scores, [r["status"] for r in recs], [r["raw"] for r in recs],
                            np.array([bool(r.get("hit")) for r in recs], dtype=bool))
     return scores
+
+
+def judge_answers_dir(profile: str, judge) -> Path | None:
+    """Where a real judge's answers are kept (per pair, per judge fingerprint) for a run of
+    ``profile``: a killed evaluation resumes, a rerun -- or a notebook after the launched judge step --
+    reads them instead of judging again. None for the tiny test judge."""
+    if getattr(judge, "name", "").endswith("-tiny") or not hasattr(judge, "fingerprint"):
+        return None
+    fp = hashlib.sha1(json.dumps(judge.fingerprint(), sort_keys=True).encode()).hexdigest()[:10]
+    return cache_dir(profile) / "judge_answers" / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', judge.name)}-{fp}"

@@ -8,10 +8,6 @@ hours into a run: :func:`judge_encoders` returns it among the gated ones with th
 tables show its rows empty with that reason (:mod:`.unscored`)."""
 from __future__ import annotations
 
-import hashlib
-import json
-import re
-from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -20,15 +16,16 @@ import torch
 
 from .. import hub
 from ..judge import VLMJudge, read_prompt_file
+from ..judge.model import LazyJudge
 from ..judge.plan import prompt_path, JUDGE_MODELS, judge_cost, judge_gate, scale_label
+from ..judge.shards import judge_answers_dir
 from ..steps.placement import ReplicaPlan, device_kwargs, model_bytes, plan_replicas
-from ..paths import cache_dir
 from .pair_encoder import PairBenchEncoder
 
 if TYPE_CHECKING:
     from ..config import Profile
 
-__all__ = ["LazyJudge", "judge_name", "judge_models", "judge_answers_dir", "judge_encoder", "judge_encoders", "visible_gpu_bytes",
+__all__ = ["judge_name", "judge_models", "judge_encoder", "judge_encoders", "visible_gpu_bytes",
            "placement_plan", "judge_table"]
 
 # the bench encoder names of the paper's judges (nearid.tables.PAPER_KEYS): "vlm" is Table 1's
@@ -46,16 +43,6 @@ def judge_models(cfg: Profile) -> list[str]:
     """Every judge the profile asks for: ``eval.vlm_judge`` (when set), then ``eval.vlm_scales``."""
     main = [cfg.eval.vlm_judge] if cfg.eval.vlm_judge else []
     return list(dict.fromkeys([*main, *cfg.eval.vlm_scales]))
-
-
-def judge_answers_dir(cfg: Profile, judge) -> Path | None:
-    """Where a real judge's answers are kept (per pair, per judge fingerprint): a killed evaluation
-    resumes, a rerun -- or notebook 04 after the launched judge step (:mod:`.judge_step`) -- reads
-    them instead of judging again. None for the tiny test judge."""
-    if getattr(judge, "name", "").endswith("-tiny") or not hasattr(judge, "fingerprint"):
-        return None
-    fp = hashlib.sha1(json.dumps(judge.fingerprint(), sort_keys=True).encode()).hexdigest()[:10]
-    return cache_dir(cfg.name) / "judge_answers" / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', judge.name)}-{fp}"
 
 
 def visible_gpu_bytes() -> list[int]:
@@ -80,39 +67,6 @@ def _judge_kwargs(cfg: Profile) -> dict:
     if cfg.judge.prompt_file:
         kw.update(prompt=read_prompt_file(cfg.judge.prompt_file), prompt_after_images=True)
     return kw
-
-
-class LazyJudge:
-    """A judge whose weights load at its first pair and are freed by :meth:`release`, so that the
-    profile's judge scales (Table 7: 4B, 8B, 30B) occupy the GPUs one after another, never together,
-    and a judge whose answers are all kept loads nothing. Everything but scoring (its name, its
-    fingerprint, which key its answers folder) comes from the weightless ``shell``."""
-
-    def __init__(self, shell, load):
-        self._shell, self._load, self._real = shell, load, None
-
-    def __getattr__(self, name):
-        return getattr(self._real if self._real is not None else self._shell, name)
-
-    @property
-    def loaded(self) -> bool:
-        """Whether the weights are in memory now."""
-        return self._real is not None
-
-    def score_pairs(self, images_a, images_b):
-        if self._real is None:
-            self._real = self._load()
-        return self._real.score_pairs(images_a, images_b)
-
-    def release(self) -> None:
-        """Free the weights (and the GPU memory they held); the next pair loads them again."""
-        if self._real is not None:
-            self._real = None
-            import gc
-
-            gc.collect()
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
 
 
 def judge_encoder(cfg: Profile, judge=None, device: str | None = None, model: str | None = None,
@@ -145,7 +99,7 @@ def judge_encoder(cfg: Profile, judge=None, device: str | None = None, model: st
     if cfg.eval.vlm_max_ids:
         label += f", first {cfg.eval.vlm_max_ids} ids/pairs only"
     benc = PairBenchEncoder(judge, judge_name(model or getattr(judge, "name", "vlm")), label,
-                            max_ids=cfg.eval.vlm_max_ids, answers_dir=judge_answers_dir(cfg, judge))
+                            max_ids=cfg.eval.vlm_max_ids, answers_dir=judge_answers_dir(cfg.name, judge))
     benc.workers = None if workers is None else tuple(workers)
     benc.model = model
     benc.skip_dbpp = model in cfg.eval.vlm_scales and model != cfg.eval.vlm_judge     # Table 7 only

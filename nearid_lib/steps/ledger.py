@@ -111,12 +111,14 @@ class Sizes:
 class ModelUse:
     """One model a step loads: ``repo``; ``working_bytes`` it needs beside its weights on a GPU
     (activations, KV cache, optimiser state; None: the placement rule's default for a VLM);
-    ``splittable``: ``device_map`` may spread it over several GPUs (inference), not a training step."""
+    ``splittable``: ``device_map`` may spread it over several GPUs (inference), not a training step;
+    ``companions``: further repositories loaded with it (an adapter, a matting network)."""
 
     repo: str
     working_bytes: int | None = None
     splittable: bool = True
     working_basis: str = ""
+    companions: tuple[str, ...] = ()        # repositories loaded beside it (counted in working_bytes)
 
 
 @dataclass(frozen=True)

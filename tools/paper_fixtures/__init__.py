@@ -33,7 +33,7 @@ from .personalize import write_personalize_models
 from .idsim import write_idsim_downloads, write_idsim_models
 from .nearid import write_authors_release, write_nearid_datasets, write_nearid_models
 
-__all__ = ["SIZE_OVERRIDES", "write_mirror", "overrides_text", "check_tables", "check_step_records", "record_mirror"]
+__all__ = ["SIZE_OVERRIDES", "write_mirror", "overrides_text", "check_tables", "check_step_records", "check_kernel_loads", "record_mirror"]
 
 # Sizes and steps only: the same code paths as a GPU run of the paper profile, on tiny data and
 # tiny models (their native 32 px input, 2 val / 4 test identities, a few training steps).
@@ -127,7 +127,8 @@ def _numeric(df: pd.DataFrame, col: str) -> pd.Series:
     return pd.to_numeric(df[col], errors="coerce") if col in df else pd.Series(dtype=float)
 
 
-def check_step_records(profile: str = "paper", required: tuple[str, ...] = ("judge-nearid", "judge-mtg")) -> list[str]:
+def check_step_records(profile: str = "paper",
+                       required: tuple[str, ...] = ("judge-nearid", "judge-mtg", "judge-dbpp", "idsim-mllm")) -> list[str]:
     """Problems where a step of the dry run processed another number of items than the resource
     ledger counts at the fixture's size (the sizes read from the fixture mirror by the preflight's
     data check, with the dry run's size overrides), and ``required`` steps that recorded nothing."""
@@ -143,6 +144,27 @@ def check_step_records(profile: str = "paper", required: tuple[str, ...] = ("jud
     done = recorded_items(profile)
     return check_records(profile, sizes, cfg) + [f"step {s}: no record of its items (did it run?)"
                                                   for s in required if s not in done]
+
+
+def check_kernel_loads(figures: str | Path) -> list[str]:
+    """Problems where a notebook's kernel loaded the weights of a model that a GPU step of the runner
+    declares (its tables' sidecars, ``loaded``): in the paper profile a notebook reads the step's
+    outputs (answers, images, stores) and never loads a judge, a generator or a step's model itself.
+    A model that a step still run inside a notebook uses (the backbone of the head trainings) is allowed."""
+    from nearid_lib.steps.ledger import all_steps
+
+    steps = all_steps()
+    in_notebooks = {r for s in steps if not s.target for m in s.models for r in (m.repo, *m.companions)}
+    declared = {r: s.name for s in steps if s.target for m in s.models for r in (m.repo, *m.companions)
+                if r not in in_notebooks}
+    problems = []
+    for side in sorted((Path(figures) / "tables").glob("*.meta.json")):
+        meta = json.loads(side.read_text())
+        for repo in meta.get("loaded") or []:
+            if repo in declared:
+                problems.append(f"{side.name}: notebook {meta.get('notebook')} loaded {repo}, a model of step "
+                                f"{declared[repo]} (python -m nearid_lib.steps run ...): it must read that step's outputs")
+    return sorted(set(problems))
 
 
 def check_tables(figures: str | Path, profile: str = "paper") -> list[str]:

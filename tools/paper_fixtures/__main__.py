@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import check_step_records, check_tables, overrides_text, write_mirror
+from . import check_kernel_loads, check_step_records, check_tables, overrides_text, write_mirror
 from .damage import DEFECTS, damage
 
 
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd == "overrides":
         print(overrides_text())
         return 0
-    problems = check_tables(a.figures_dir) + check_step_records()
+    problems = check_tables(a.figures_dir) + check_step_records() + check_kernel_loads(a.figures_dir)
     for line in problems:
         print("dry run:", line, file=sys.stderr)
     print(f"dry run: {'OK' if not problems else f'{len(problems)} problem(s)'}")
