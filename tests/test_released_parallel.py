@@ -164,3 +164,28 @@ def test_curate_step_two_processes_equal_one(mirror, tmp_path):
     assert _digest(roots[1]) == _digest(roots[2])
     logs = sorted(p.name for p in (roots[2] / "_progress").glob("identities*.jsonl"))
     assert logs == ["identities-r0.jsonl", "identities-r1.jsonl"]
+
+
+def test_rank_0_waits_for_the_other_ranks_records_on_disk_not_in_a_collective(tmp_path, capsys):
+    """After the writes no barrier: rank 0 polls the progress folder (a file-system wait) until every
+    identity's record is there, saying how many are missing now and then."""
+    import json
+
+    from nearid_lib.data.released import await_records
+
+    prog = tmp_path / "_progress"
+    prog.mkdir()
+    now = [0.0]
+    polls = []
+
+    def sleep(s):
+        polls.append(s)
+        now[0] += s
+        # another rank's record arrives after the third poll
+        if len(polls) == 3:
+            (prog / "identities_rank1.jsonl").write_text(json.dumps({"id": 7}) + "\n")
+
+    (prog / "identities_rank0.jsonl").write_text(json.dumps({"id": 5}) + "\n")
+    recs = await_records(prog, ["5", "7"], poll_s=10, say_every_s=20, clock=lambda: now[0], sleep=sleep)
+    assert set(recs) >= {"5", "7"} and polls == [10, 10, 10]
+    assert "waits for 1 identities of the other ranks" in capsys.readouterr().out

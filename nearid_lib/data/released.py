@@ -47,6 +47,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -95,7 +96,7 @@ if TYPE_CHECKING:
 __all__ = ["materialise_released", "load_released_from_hub", "assign_splits", "read_split_files",
            "pil_from_value", "POSITIVE_COLUMNS", "DISTRACTOR_COLUMNS", "RELEASED_SOURCES",
            "TABLE5_TRAIN_SOURCES", "positive_features", "distractor_features", "mtg_features",
-           "positives_layout", "POSITIVE_LAYOUTS", "mtg_oracle"]
+           "positives_layout", "POSITIVE_LAYOUTS", "mtg_oracle", "await_records"]
 
 
 # --------------------------------------------------------------------------- NearID
@@ -133,8 +134,11 @@ def _materialise_nearid(root: Path, positives: Any, distractors: Mapping[str, An
                         ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, pd.DataFrame], dict] | None:
     """Write the identities (:func:`~nearid_lib.data.released_identities.write_identities`, this
     process's share ``shard = (rank, world)``) and return their tables; ``None`` on ranks other than 0,
-    which only write. ``barrier()`` (a launch's) is met after rank 0 has checked the progress folder
-    against ``fingerprint`` and after every rank has written."""
+    which only write and return. ``barrier()`` (a launch's) is met once, after rank 0 has checked the
+    progress folder against ``fingerprint`` (bounded work). After the writes no collective waits:
+    after a resume one rank's share can outlast the others' by hours, longer than a collective's
+    timeout, so rank 0 waits for the other ranks' progress records on disk instead
+    (:func:`await_records`; a rank that fails stops the launch)."""
     rank, world = shard
     barrier = barrier or (lambda: None)
     pos = no_decode(one_split(positives, pos_name))
@@ -164,11 +168,10 @@ def _materialise_nearid(root: Path, positives: Any, distractors: Mapping[str, An
                         f"(two launches on one output folder?)")
     write_identities(root, pos, dists, list(map(str, splits)), masker, pos_name, rank=rank, world=world,
                      io_workers=io_workers, progress=progress, layout=layout, mask_rule=mask_rule)
-    barrier()
     if rank != 0:
         return None
-    recs = progress_records(prog)
     order = [str(int(v)) for v in pos["id"]]
+    recs = await_records(prog, order) if world > 1 else progress_records(prog)
     missing = [k for k in order if k not in recs]
     if missing:
         raise DataError(f"{prog}: {len(missing)} identities were not written (first: id {missing[0]}); "
@@ -179,6 +182,25 @@ def _materialise_nearid(root: Path, positives: Any, distractors: Mapping[str, An
                              columns=["id", "split", "nimg1", "nimg2", "nimg3"]) for s in dists}
     return ids, prows, drows, {**_mask_stats([recs[k] for k in order], masker, mask_rule, layout),
                                "released_columns": _released_columns(pos, layout)}
+
+
+def await_records(prog: Path, order: Sequence[str], poll_s: float = 10.0, say_every_s: float = 300.0,
+                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> dict:
+    """The progress records of every identity of ``order``, read from ``prog`` once the other ranks of
+    a launch have written them: polled every ``poll_s`` seconds (a file-system wait, no collective and
+    so no collective timeout), the number still missing said every ``say_every_s``. A rank that fails
+    ends the launch (torchrun stops every rank), so the wait ends with the launch."""
+    t0 = last = clock()
+    while True:
+        recs = progress_records(prog)
+        left = sum(1 for k in order if k not in recs)
+        if not left:
+            return recs
+        if clock() - last >= say_every_s:
+            last = clock()
+            print(f"curate: rank 0 waits for {left} identities of the other ranks ({(last - t0) / 60:.0f} min)",
+                  flush=True)
+        sleep(poll_s)
 
 
 def _mask_stats(recs: Sequence[dict], masker: Masker | None, rule: str, layout: PositivesLayout) -> dict:

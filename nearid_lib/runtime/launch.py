@@ -35,9 +35,6 @@ RANK0_PHASES_S: dict[str, float] = {
     # ~19,386 identities x (3 views + 3 masks + 27 distractors) = ~640k files at ~300 unlinks/s on a
     # network filesystem
     "curate: rank 0 clears a stale output folder": 640_000 / 300,
-    # data.released: every rank writes its blocks, then a barrier; after an uneven resume one rank may
-    # still hold its whole share: ~4.5 h serially (issue 37's estimate) over 8 GPUs
-    "curate: one rank's whole share after an uneven resume (8 GPUs)": 4.5 * 3600 / 8,
     # nearid.train: rank-0 validation every train.eval_every steps while the others wait in the next
     # step's all-reduce: the val split (100 identities x 9 sources x 3 views, MTG) from a cold store,
     # ~6,000 grids at ~100 images/s (so400m, decode-bound)
