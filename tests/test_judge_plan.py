@@ -124,6 +124,34 @@ def test_batches_go_to_the_judging_ranks_only():
     assert _share(items, 0, 2, (0, 2)) == items and _share(items, 1, 2, (0, 2)) == []
 
 
+def test_gathers_come_every_round_so_no_rank_waits_for_the_whole_list(monkeypatch):
+    """A rank that judges nothing (the second GPU of a spread replica) waits in a gather for one round of
+    a few batches per judging rank, never for the whole list of pairs."""
+    from types import SimpleNamespace
+
+    import accelerate.utils
+
+    from nearid_lib.judge import shards as S
+
+    gathers = []
+    monkeypatch.setattr(accelerate.utils, "gather_object", lambda recs: gathers.append(len(recs)) or recs)
+
+    class Judge:
+        batch_size = 2
+
+        def score_pairs(self, a, b):
+            return np.asarray(a, dtype=float) / 100
+
+    keys = [f"p{i}" for i in range(70)]
+    load = lambda idx: (list(idx), list(idx))                     # noqa: E731
+    state = SimpleNamespace(num_processes=2, process_index=0, wait_for_everyone=lambda: None)
+    got = S.score_pairs_sharded(Judge(), keys, load, state=state, workers=(0,))
+    assert got.tolist() == [i / 100 for i in range(70)]
+    # 35 batches of 2 pairs, one judging rank: rounds of ROUND_BATCHES_PER_RANK batches
+    per_round = S.ROUND_BATCHES_PER_RANK
+    assert len(gathers) == -(-35 // per_round) and max(gathers) == 2 * per_round
+
+
 # ------------------------------------------------------------------ rows that cannot be scored
 def test_unscored_rows_keep_the_paper_rows_with_their_reason():
     from nearid_lib.nearid.unscored import NOT_COMPUTED, VSM_WHY, gated_rows, unscored_rows

@@ -25,7 +25,7 @@ from ..paths import cache_dir
 from ..runtime.launch import launched_state
 from .answers import JudgeScores
 
-__all__ = ["score_pairs_sharded", "judge_answers_dir"]
+__all__ = ["score_pairs_sharded", "judge_answers_dir", "ROUND_BATCHES_PER_RANK"]
 
 
 def _answers_files(answers_dir: Path) -> list[Path]:
@@ -100,6 +100,10 @@ def _records(keys: Sequence[str], res) -> list[dict]:
             for i, (k, s) in enumerate(zip(keys, sc))]
 
 
+# batches each judging rank scores between two gathers (a round: ~3 min at 4 pairs a batch, ~5 s a pair)
+ROUND_BATCHES_PER_RANK = 8
+
+
 def score_pairs_sharded(scorer, keys: Sequence[str], load: Callable[[Sequence[int]], tuple[list, list]],
                         answers_dir: str | os.PathLike | None = None, batch_size: int | None = None,
                         state: Any = "auto", progress: bool = False, workers: Sequence[int] | None = None):
@@ -144,19 +148,28 @@ def score_pairs_sharded(scorer, keys: Sequence[str], load: Callable[[Sequence[in
         state.wait_for_everyone()
         if adir is not None:
             _check_fingerprint(adir, fp, False)
-    new: list[dict] = []
+    # rounds of a few batches per judging rank, gathered after each: a rank that judges nothing (the
+    # other GPUs of a replica spread over several) waits in a collective for one round, never for the
+    # whole list (hours at ~5 s a pair), which would outlast the collective's timeout
+    judging = len({int(w) for w in workers if int(w) < world} or range(world)) if workers is not None else world
+    per_round = max(1, judging) * ROUND_BATCHES_PER_RANK
+    rounds = [pending[r:r + per_round] for r in range(0, len(pending), per_round)] if world > 1 else [pending]
+    bar = tqdm(total=len(_share(pending, rank, world, workers)), desc=f"judge rank {rank}/{world}",
+               disable=not progress, position=rank)
+    for chunk in rounds:
+        new: list[dict] = []
+        for idx in _share(chunk, rank, world, workers):
+            recs = _records([keys[i] for i in idx], scorer.score_pairs(*load(idx)))
+            if adir is not None:
+                _append_answers(adir / f"answers_rank{rank}.jsonl", recs)
+            new += recs
+            bar.update(1)
+        if state is not None and world > 1:
+            from accelerate.utils import gather_object
 
-    for idx in tqdm(_share(pending, rank, world, workers), desc=f"judge rank {rank}/{world}", disable=not progress,
-                    position=rank):
-        recs = _records([keys[i] for i in idx], scorer.score_pairs(*load(idx)))
-        if adir is not None:
-            _append_answers(adir / f"answers_rank{rank}.jsonl", recs)
-        new += recs
-    if state is not None and world > 1:
-        from accelerate.utils import gather_object
-
-        new = gather_object(new)            # a flat list: every rank's records, on every rank
-    done.update({r["key"]: r for r in new})
+            new = gather_object(new)        # a flat list: every rank's records, on every rank
+        done.update({r["key"]: r for r in new})
+    bar.close()
     recs = [done[k] for k in keys]
     scores = np.array([np.nan if r["score"] is None else r["score"] for r in recs], dtype=np.float64)
     if n and all(r.get("status") is not None for r in recs):
