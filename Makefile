@@ -75,7 +75,7 @@ NEARID_WORKERS ?= 2
 export NEARID_WORKERS
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: reproduce reproduce-full notebooks test pytest lint-imports smoke dryrun-paper dryrun-paper-then-smoke install lock lab clean clean-build help judge idsim-judge curate prefill preflight wheelhouse gpu-wheels bgremove fpr-generate notebook-figures
+.PHONY: reproduce reproduce-full notebooks test pytest lint-imports smoke dryrun-paper dryrun-paper-then-smoke install lock lab clean clean-build help judge idsim-judge curate prefill preflight wheelhouse gpu-wheels bgremove fpr-galleries fpr-generate notebook-figures
 .DEFAULT_GOAL := help
 
 help:
@@ -251,8 +251,10 @@ $(eval $(call gpu_step,prefill,$(call nb,01_data_curation),03_train_nearid))
 $(eval $(call gpu_step,judge,$(call nb,01_data_curation),04_eval_nearid_bench))
 # ID-Sim's open MLLM row (Table 2a) reads the public benchmarks only: no notebook before it
 $(eval $(call gpu_step,idsim-judge,,09_train_idsim))
-# the galleries and the generators come from the downloads and the mirror: no notebook before it
-$(eval $(call gpu_step,fpr-generate,,11_retrieval_galleries))
+# FPR's galleries, built once by one process from the hand downloads (no notebook before it); the
+# generators and background removal read them, so no rank waits while one builds
+$(eval $(call gpu_step,fpr-galleries,,11_retrieval_galleries))
+$(eval $(call gpu_step,fpr-generate,$$(NB_OUT)/fpr-galleries.done,11_retrieval_galleries))
 # background removal of the same galleries' references and gallery images (FPR Table 14 is an oracle
 # table: no generated image); after fpr-generate, so that one process builds the galleries at a time
 $(eval $(call gpu_step,bgremove,$$(NB_OUT)/fpr-generate.done,11_retrieval_galleries))

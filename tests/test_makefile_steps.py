@@ -88,7 +88,10 @@ def test_fpr_generation_runs_over_every_gpu_before_notebook_11_in_paper(tmp_path
     lines = lines.splitlines()
     gen = [i for i, ln in enumerate(lines) if "-m nearid_lib.steps run fpr-generate --profile paper" in ln]
     nb11 = [i for i, ln in enumerate(lines) if "run_notebook.sh" in ln and "11_retrieval_galleries" in ln]
+    gal = [i for i, ln in enumerate(lines) if "-m nearid_lib.steps run fpr-galleries --profile paper" in ln]
     assert len(gen) == 1 and len(nb11) == 1 and gen[0] < nb11[0]
+    # the galleries are built once, by their own step, before any step reads them
+    assert len(gal) == 1 and gal[0] < gen[0]
     assert "torchrun --standalone --nproc_per_node 3" in lines[gen[0]]
     # smoke and mini generate nothing there: no step before their notebook 11
     assert "run fpr-generate" not in _make(["-n", "notebooks", "PROFILE=smoke", f"NB_OUT={tmp_path}"])

@@ -93,7 +93,7 @@ def test_every_step_declares_models_that_the_mirror_downloads_its_resume_and_a_c
     names = [s.name for s in steps]
     assert len(names) == len(set(names))
     for want in ("curate", "prefill", "train", "sweep", "judge-nearid", "judge-mtg", "judge-dbpp", "idsim-mllm",
-                 "bgremove", "fpr-galleries", "fpr-gpt", "fpr-dreambooth-train"):
+                 "bgremove", "fpr-galleries", "fpr-embed", "fpr-gpt", "fpr-dreambooth-train"):
         assert want in names, want
     repos = {r for r, _, _ in hub.PAPER_REPOS}
     for s in steps:
@@ -213,7 +213,8 @@ def test_the_runner_refuses_a_machine_too_small_before_loading_anything(monkeypa
     assert "cannot place: step judge-nearid" in capsys.readouterr().err
     assert runner.main(["run", "no-such-target"]) == 2
     # every make target of a GPU step is the ledger's, with its entry module
-    assert set(runner.targets()) == {"curate", "prefill", "judge", "idsim-judge", "fpr-generate", "bgremove"}
+    assert set(runner.targets()) == {"curate", "prefill", "judge", "idsim-judge", "fpr-galleries", "fpr-generate",
+                                     "bgremove"}
     assert runner.targets()["judge"][0] == "nearid_lib.nearid.judge_step"
 
 

@@ -2,8 +2,8 @@
 PROFILE=paper``; the paper profile's notebook 11 depends on it).
 
 ``torchrun --standalone --nproc_per_node N -m nearid_lib.fpr.bg_step --profile paper`` runs one
-process per GPU: rank 0 builds the released galleries (:func:`~.downloads.build_paper_galleries`,
-no generation), then every rank removes the backgrounds of its share of their reference and gallery
+process per GPU: the galleries ``make fpr-galleries`` built (:func:`~.downloads.built_galleries`; a
+lone process builds them itself), then every rank removes the backgrounds of its share of their reference and gallery
 images with carvekit at the FPR authors' settings (:func:`~.bg_removal.remove_backgrounds`:
 copies written once, atomically, resumable per image). Notebook 11 then reads the copies for FPR
 Table 14's "removed" rows (and writes any that are missing itself). Without a launch it is one
@@ -23,7 +23,7 @@ from ..runtime.launch import end_launch, launched_state
 from ..models import resolve_device
 from ..paths import data_dir
 from .bg_removal import remove_backgrounds, weights_reason
-from .downloads import DATASET_KEYS, build_paper_galleries
+from .downloads import DATASET_KEYS, built_galleries
 
 __all__ = ["gallery_images", "main"]
 
@@ -58,10 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         end_launch()
         return 0
     root = data_dir(cfg.name) / "fpr"
-    if rank == 0:
-        build_paper_galleries(cfg, out=root)
-    if state is not None:
-        state.wait_for_everyone()
+    built_galleries(cfg, world)          # built by make fpr-galleries; a lone process builds them itself
     device = str(state.device) if state is not None else str(resolve_device(cfg.device))
     info = remove_backgrounds(gallery_images(root), cfg.name, tuple(cfg.retrieval.bg_sizes), rank, world, device,
                               progress=rank == 0)

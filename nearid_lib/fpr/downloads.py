@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CUB_DIRNAME", "WILDLIFE_DIRNAME", "GENERATED_DIRNAME", "CARS_REPO", "CARS_LABELS", "DATASET_KEYS",
            "read_cub_metadata", "read_wildlife_metadata", "read_cars_test", "GalleryBuild",
-           "build_paper_galleries", "collect_generated", "attach_generated", "POOL_CSV"]
+           "build_paper_galleries", "built_galleries", "collect_generated", "attach_generated", "POOL_CSV"]
 
 CUB_DIRNAME = "CUB_200_2011"
 WILDLIFE_DIRNAME = "WildlifeReID-10k"
@@ -279,6 +279,21 @@ class GalleryBuild:
 
 def _missing(what: str, where: Path, how: str) -> str:
     return f"{what} not found: {how} so that {where} exists (README, 'FPR data')"
+
+
+def built_galleries(cfg: Profile, world: int = 1) -> dict[str, Path]:
+    """The galleries a step reads (paper key -> folder): those ``make fpr-galleries`` built under
+    ``data_dir(profile)/fpr``; a lone process with none builds them itself. A launch of several
+    processes never builds them (one rank would build while the others wait in a collective): without
+    built galleries it stops with the command that builds them."""
+    base = data_dir(cfg.name) / "fpr"
+    folders = {k: base / k for k in DATASET_KEYS if (base / k / "train_data.csv").exists()}
+    if folders:
+        return folders
+    if world == 1:
+        return build_paper_galleries(cfg).folders
+    raise FileNotFoundError(f"no FPR galleries under {base}: build them first with `make fpr-galleries "
+                            f"PROFILE={cfg.name}` (python -m nearid_lib.steps run fpr-galleries)")
 
 
 def build_paper_galleries(cfg: Profile, downloads: str | os.PathLike | None = None,

@@ -41,7 +41,7 @@ from ..runtime.launch import end_launch, launched_state
 from ..models import resolve_device
 from ..paths import data_dir, downloads_dir
 from ..runtime.seeding import derive_seed
-from .downloads import DATASET_KEYS, GENERATED_DIRNAME, build_paper_galleries
+from .downloads import GENERATED_DIRNAME, built_galleries
 
 if TYPE_CHECKING:
     from ..config import Profile
@@ -262,16 +262,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--profile", default="paper")
     ap.add_argument("--methods", nargs="*", default=None, help="method keys (default: retrieval.generate_methods)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = ap.parse_args(argv)
-    cfg = get_profile(args.profile)
+    cfg = get_profile(args.profile, overrides=dict(kv.split("=", 1) for kv in args.set))
     state = launched_state()
     rank, world = (state.process_index, state.num_processes) if state is not None else (0, 1)
-    folders = build_paper_galleries(cfg).folders if rank == 0 else {}
-    if state is not None:
-        state.wait_for_everyone()
-        if rank:              # the galleries rank 0 just wrote (building them again would redo its reads)
-            base = data_dir(cfg.name) / "fpr"
-            folders = {k: base / k for k in DATASET_KEYS if (base / k / "train_data.csv").exists()}
+    # the galleries make fpr-galleries built: no rank waits while one builds them
+    folders = built_galleries(cfg, world)
     run = generate_fpr(cfg, folders, methods=args.methods, shard=(rank, world),
                        device=str(state.device) if state is not None else None)
     print(json.dumps(run.rows(), indent=1))

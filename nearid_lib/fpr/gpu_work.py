@@ -109,7 +109,15 @@ register_step(Step(
     resume="each image's cut-out written atomically; present ones skipped", outputs="background-removed copies",
     written=lambda s, cfg: (FPR_SIZES["gallery_images"] + 5 * generated_images()) * 0.5e6))
 register_step(Step(
-    name="fpr-galleries", command="make fpr-galleries", feeds="FPR Tables 1-2 and 10-14 (gallery embeddings)",
+    name="fpr-galleries", command="make fpr-galleries", target="fpr-galleries", entry="nearid_lib.fpr.galleries_step",
+    feeds="every FPR table (the nine galleries the generation step, background removal and notebook 11 read)",
+    models=(), gpus="none", items=lambda s, cfg: FPR_SIZES["gallery_images"], item="images",
+    cost=Cost(0.002, "", "cpu", "projected", "reading each source image's metadata and writing the tables on one "
+              "core (~500 images/s): no image is decoded"),
+    resume="rebuilt whole, deterministically (a draw seeded by the profile)",
+    outputs="$NEARID_DATA/paper/fpr/<dataset>/{train,gallery}_data.csv"))
+register_step(Step(
+    name="fpr-embed", command="notebook 11", feeds="FPR Tables 1-2 and 10-14 (gallery embeddings)",
     models=(ModelUse("imageomics/bioclip-2", working_bytes=int(4 * GB), splittable=False),
             ModelUse("conservationxlabs/miewid-msv2", working_bytes=int(4 * GB), splittable=False),
             ModelUse("facebook/dinov2-base", working_bytes=int(4 * GB), splittable=False),
