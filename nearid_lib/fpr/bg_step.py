@@ -12,12 +12,11 @@ carvekit or its weights are absent it says why and writes nothing (notebook 11 r
 """
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from typing import Sequence
 
-from ..config import get_profile
+from ..steps.runner import step_arguments
 from ..data.fpr_layout import load_fpr_split
 from ..runtime.launch import end_launch, launched_state
 from ..models import resolve_device
@@ -41,11 +40,7 @@ def gallery_images(root: Path) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m nearid_lib.fpr.bg_step --profile paper [--set KEY=VALUE ...]``."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--profile", default="paper")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    args = ap.parse_args(argv)
-    cfg = get_profile(args.profile, overrides=dict(kv.split("=", 1) for kv in args.set))
+    _, cfg = step_arguments(argv, __doc__)
     state = launched_state()
     rank, world = (state.process_index, state.num_processes) if state is not None else (0, 1)
     if cfg.world.source != "released":

@@ -9,12 +9,11 @@ A dataset whose download is absent is skipped with its reason (:func:`~nearid_li
 """
 from __future__ import annotations
 
-import argparse
 import json
 from typing import Sequence
 
-from ..config import get_profile
 from ..runtime.launch import end_launch, launched_state
+from ..steps.runner import step_arguments
 from .downloads import build_paper_galleries
 
 __all__ = ["main"]
@@ -22,11 +21,7 @@ __all__ = ["main"]
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m nearid_lib.fpr.galleries_step --profile paper [--set KEY=VALUE ...]``."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--profile", default="paper")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    args = ap.parse_args(argv)
-    cfg = get_profile(args.profile, overrides=dict(kv.split("=", 1) for kv in args.set))
+    _, cfg = step_arguments(argv, __doc__)
     state = launched_state()
     if state is None or state.process_index == 0:
         res = build_paper_galleries(cfg)

@@ -11,19 +11,18 @@ out-of-memory is this step's failure, named with its placement and its answers k
 """
 from __future__ import annotations
 
-import argparse
 import json
 from typing import Sequence
 
 import torch
 
 from .. import hub
-from ..config import get_profile
 from ..judge.shards import judge_answers_dir
 from ..runtime import set_torch_threads
 from ..runtime.launch import end_launch, launched_state
 from ..steps.ledger import record_items
 from ..steps.placement import device_kwargs, model_bytes, plan_replicas
+from ..steps.runner import step_arguments
 from .public_eval import judge_metrics
 from .released import load_benchmarks, mllm_row_judge
 
@@ -32,11 +31,7 @@ __all__ = ["main"]
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m nearid_lib.idsim.judge_step --profile paper [--set KEY=VALUE ...]``."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--profile", default="paper")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    args = ap.parse_args(argv)
-    cfg = get_profile(args.profile, overrides=dict(kv.split("=", 1) for kv in args.set))
+    _, cfg = step_arguments(argv, __doc__)
     set_torch_threads(cfg.runtime.threads, cfg.runtime.tune_malloc)
     state = launched_state()
     rank = state.process_index if state is not None else 0

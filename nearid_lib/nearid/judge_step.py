@@ -17,14 +17,13 @@ the seconds per 1,000 pairs.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from typing import Sequence
 
 import torch
 
-from ..config import get_profile
+from ..steps.runner import step_arguments
 from ..data import load_nearid, nearid_root
 from ..runtime.launch import end_launch, launched_state
 from ..runtime import set_torch_threads
@@ -63,12 +62,7 @@ def judge_bench(cfg, data, benc) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m nearid_lib.nearid.judge_step --profile paper [--set KEY=VALUE ...]``."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--profile", default="paper")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    args = ap.parse_args(argv)
-    over = dict(kv.split("=", 1) for kv in args.set)
-    cfg = get_profile(args.profile, overrides=over)
+    _, cfg = step_arguments(argv, __doc__)
     set_torch_threads(cfg.runtime.threads, cfg.runtime.tune_malloc)
     state = launched_state()
     rank = state.process_index if state is not None else 0

@@ -15,14 +15,28 @@ import argparse
 import importlib
 import os
 import sys
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..config import get_profile
 from .gpus import visible_gpus
 from .ledger import Sizes, targets
 from .plan import plan_run
 
-__all__ = ["main", "preplace"]
+__all__ = ["main", "preplace", "step_arguments"]
+
+
+def step_arguments(argv: Sequence[str] | None, doc: str | None,
+                   more: Callable[[argparse.ArgumentParser], None] | None = None) -> tuple[argparse.Namespace, object]:
+    """``(args, cfg)`` of a step entry's command line: ``--profile`` (default paper) and ``--set
+    KEY=VALUE`` (repeatable; ``NEARID_SET`` too) as every entry takes them, plus the entry's own
+    options (``more(parser)``); the profile is resolved with its overrides."""
+    ap = argparse.ArgumentParser(description=(doc or "").split("\n")[0])
+    ap.add_argument("--profile", default="paper")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    if more is not None:
+        more(ap)
+    args = ap.parse_args(argv)
+    return args, get_profile(args.profile, overrides=dict(kv.split("=", 1) for kv in args.set))
 
 
 def preplace(target: str, cfg, gpus=None) -> list[str]:
