@@ -26,7 +26,7 @@ def fresh(fresh_clone, tmp_path, monkeypatch, smoke_world):
     return tmp_path
 
 
-@pytest.mark.parametrize("command", ["score", "sim", "rank", "train", "report"])
+@pytest.mark.parametrize("command", ["score", "sim", "rank", "train", "report", "plan"])
 def test_every_subcommand_has_help_and_profile(command, capsys):
     with pytest.raises(SystemExit) as exc:
         main([command, "--help"])
