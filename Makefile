@@ -75,7 +75,7 @@ NEARID_WORKERS ?= 2
 export NEARID_WORKERS
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: reproduce reproduce-full notebooks test pytest lint-imports smoke dryrun-paper dryrun-paper-then-smoke install lock lab clean clean-build help judge idsim-judge curate prefill preflight wheelhouse gpu-wheels bgremove fpr-galleries fpr-generate notebook-figures
+.PHONY: reproduce reproduce-full notebooks test pytest lint-imports smoke dryrun-paper dryrun-paper-then-smoke install lock lab clean clean-build help judge idsim-judge curate prefill train-heads preflight wheelhouse gpu-wheels bgremove fpr-galleries fpr-generate notebook-figures
 .DEFAULT_GOAL := help
 
 help:
@@ -248,6 +248,8 @@ endif
 endef
 $(eval $(call gpu_step,curate,notebooks/01_data_curation.py,01_data_curation))
 $(eval $(call gpu_step,prefill,$(call nb,01_data_curation),03_train_nearid))
+# every head training of notebooks 03-07 over every GPU at once (notebook 03 alone keeps 3 busy)
+$(eval $(call gpu_step,train-heads,$$(NB_OUT)/prefill.done,03_train_nearid))
 $(eval $(call gpu_step,judge,$(call nb,01_data_curation),04_eval_nearid_bench))
 # ID-Sim's open MLLM row (Table 2a) reads the public benchmarks only: no notebook before it
 $(eval $(call gpu_step,idsim-judge,,09_train_idsim))

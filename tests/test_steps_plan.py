@@ -213,8 +213,8 @@ def test_the_runner_refuses_a_machine_too_small_before_loading_anything(monkeypa
     assert "cannot place: step judge-nearid" in capsys.readouterr().err
     assert runner.main(["run", "no-such-target"]) == 2
     # every make target of a GPU step is the ledger's, with its entry module
-    assert set(runner.targets()) == {"curate", "prefill", "judge", "idsim-judge", "fpr-galleries", "fpr-generate",
-                                     "bgremove"}
+    assert set(runner.targets()) == {"curate", "prefill", "train-heads", "judge", "idsim-judge", "fpr-galleries",
+                                     "fpr-generate", "bgremove"}
     assert runner.targets()["judge"][0] == "nearid_lib.nearid.judge_step"
 
 

@@ -26,7 +26,7 @@ from .group import groups_of
 from .judges import judge_models
 from .sweep import RowSpec, seeds_of
 
-__all__ = ["training_runs", "training_passes", "store_grids", "NOTEBOOK_RUN_ROWS"]
+__all__ = ["training_runs", "training_passes", "run_configs", "store_grids", "NOTEBOOK_RUN_ROWS"]
 
 GB = 1e9
 STEPS_PER_RUN = 3_350          # NearID App. D: 11 epochs at batch 128
@@ -112,33 +112,40 @@ NOTEBOOK_RUN_ROWS = {"03_train_nearid": ("main",), "04_eval_nearid_bench": ("mai
                      "07_data_ablation": ("data",)}
 
 
-def training_passes(cfg=None) -> list[dict]:
-    """Per ``run_rows`` call of notebooks 03-07 (:data:`NOTEBOOK_RUN_ROWS`): the new runs it trains
-    (each row x each seed of the profile; a configuration an earlier call trained is not trained
-    again) and its passes over the token store: one per batch stream (``nearid.group``), since
-    ``nearid.sweep.train_grouped`` gives each worker process whole streams."""
+def run_configs(cfg=None, data=None) -> list[tuple[str, str, list]]:
+    """``[(notebook, rows, configurations)]`` of every ``run_rows`` call of notebooks 03-07
+    (:data:`NOTEBOOK_RUN_ROWS`), in order: each row of the call at each of the profile's seeds, as the
+    notebook builds them (``data``: the release, for notebook 07's data rows; without it a stand-in
+    with the profile's training sources)."""
     cfg = cfg if cfg is not None else get_profile("paper")
-    data = SimpleNamespace(train_sources=list(cfg.world.train_sources))
+    data = data if data is not None else SimpleNamespace(train_sources=list(cfg.world.train_sources))
     ceiling = RowSpec("fg_trained", "NearID head trained FG-only (ceiling)",
                       {"train.mask_p_anchor": 1.0, "train.mask_p_positive": 1.0, "train.mask_p_distractor": 1.0})
     rows = {"main": lambda: [A.main_row(cfg)], "fg_ceiling": lambda: [ceiling], "loss": lambda: A.loss_rows(cfg),
             "alpha": lambda: A.alpha_rows(cfg), "beta": lambda: A.beta_rows(cfg),
             "data": lambda: [r for r, *_ in A.data_rows(cfg, data)]}
+    return [(nb, kind, [replace(with_overrides(cfg, r.overrides), seed=int(seed)) for r in rows[kind]()
+                        for seed in seeds_of(cfg)])
+            for nb, kinds in NOTEBOOK_RUN_ROWS.items() for kind in kinds]
+
+
+def training_passes(cfg=None, data=None) -> list[dict]:
+    """Per ``run_rows`` call of notebooks 03-07 (:func:`run_configs`): the new runs it trains (a
+    configuration an earlier call trained is not trained again) and its passes over the token store:
+    one per batch stream (``nearid.group``), since ``nearid.sweep.train_grouped`` gives each worker
+    process whole streams."""
     done: set[str] = set()
     out = []
-    for nb, kinds in NOTEBOOK_RUN_ROWS.items():
-        for kind in kinds:
-            new = {}
-            for r in rows[kind]():
-                for seed in seeds_of(cfg):
-                    c = replace(with_overrides(cfg, r.overrides), seed=int(seed))
-                    k = hashlib.sha1(json.dumps(profile_to_dict(c), sort_keys=True, default=str).encode()).hexdigest()
-                    if k not in done:
-                        new[k] = c
-            done |= set(new)
-            groups = groups_of(list(new.values()))
-            out.append({"notebook": nb, "rows": kind, "runs": len(new), "streams": len(groups),
-                        "heads_per_pass": [len(g) for g in groups]})
+    for nb, kind, configs in run_configs(cfg, data):
+        new = {}
+        for c in configs:
+            k = hashlib.sha1(json.dumps(profile_to_dict(c), sort_keys=True, default=str).encode()).hexdigest()
+            if k not in done:
+                new[k] = c
+        done |= set(new)
+        groups = groups_of(list(new.values()))
+        out.append({"notebook": nb, "rows": kind, "runs": len(new), "streams": len(groups),
+                    "heads_per_pass": [len(g) for g in groups], "configs": list(new.values())})
     return out
 
 
@@ -153,7 +160,7 @@ def _slots_per_step(s: Sizes) -> float:
 
 
 _so400m = ModelUse("google/siglip2-so400m-patch14-384", working_bytes=int(3.5 * GB), splittable=False,
-                   working_basis="activations at batch 128, measured on an H100")
+                   working_basis="activations at batch 128, measured on an H100", in_kernels=True)
 _STORE_RESUME = "the store is keyed per grid: a killed prefill resumes at the first grid it lacks"
 
 register_step(Step(
@@ -179,15 +186,17 @@ def _train_step(name: str, notebooks: tuple[str, ...], command: str, feeds: str)
         return passes * STEPS_PER_RUN * _slots_per_step(s) * _record_bytes()[0]
 
     return Step(
-        name=name, command=command, feeds=feeds, models=(_so400m,),
+        name=name, command=command, feeds=feeds, models=(_so400m,), target="train-heads",
+        entry="nearid_lib.nearid.train_step",
         items=lambda s, cfg: training_runs(cfg, notebooks), item="head trainings", cost=_head_cost,
         resume="a run checkpoints every train.checkpoint_every steps and resumes from its last",
         outputs="$NEARID_OUT/paper/checkpoints", read=read)
 
 
-register_step(_train_step("train", ("03_train_nearid",), "notebook 03 (make reproduce)", "NearID Tables 1, 3"))
+register_step(_train_step("train", ("03_train_nearid",), "make train-heads (notebook 03's runs)", "NearID Tables 1, 3"))
 register_step(_train_step("sweep", ("04_eval_nearid_bench", "05_loss_ablation", "06_alpha_beta_sweep",
-                                    "07_data_ablation"), "notebooks 04-07", "NearID Tables 4-9, the FG ceiling"))
+                                    "07_data_ablation"), "make train-heads (notebooks 04-07's runs)",
+                          "NearID Tables 4-9, the FG ceiling"))
 
 _judge_uses = tuple(ModelUse(r) for r in _JUDGE_REPOS)
 _JUDGE_ENTRY = "nearid_lib.nearid.judge_step"

@@ -112,13 +112,15 @@ class ModelUse:
     """One model a step loads: ``repo``; ``working_bytes`` it needs beside its weights on a GPU
     (activations, KV cache, optimiser state; None: the placement rule's default for a VLM);
     ``splittable``: ``device_map`` may spread it over several GPUs (inference), not a training step;
-    ``companions``: further repositories loaded with it (an adapter, a matting network)."""
+    ``companions``: further repositories loaded with it (an adapter, a matting network);
+    ``in_kernels``: the notebooks load it themselves as well (to score what the step trained)."""
 
     repo: str
     working_bytes: int | None = None
     splittable: bool = True
     working_basis: str = ""
     companions: tuple[str, ...] = ()        # repositories loaded beside it (counted in working_bytes)
+    in_kernels: bool = False                # the notebooks load it too, to evaluate (the frozen backbone)
 
 
 @dataclass(frozen=True)
