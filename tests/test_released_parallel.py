@@ -11,6 +11,8 @@ import threading
 import numpy as np
 import pytest
 
+from nearid_lib.data.schema import DataError
+
 from nearid_lib import hub
 from nearid_lib.data import load_nearid
 from nearid_lib.data.curate_step import io_workers_per_rank
@@ -123,7 +125,8 @@ def test_restart_with_another_number_of_processes_resumes(inputs, tmp_path):
     ref = BlockMasker()
     materialise_released(tmp_path / "ref", pos, dists, masker=ref)
     # 3 ranks, killed after the first block: one block logged, the manifest never written
-    with pytest.raises((KeyboardInterrupt, threading.BrokenBarrierError)):
+    # the killed rank's error, or rank 0's, told on disk that a rank failed (it waits on disk, not in a barrier)
+    with pytest.raises((KeyboardInterrupt, threading.BrokenBarrierError, DataError)):
         _launch(tmp_path / "w", pos, dists, BlockMasker(die_after=1), 3)
     assert not (tmp_path / "w" / "manifest.json").exists()
     done = len(progress_records(tmp_path / "w" / "_progress"))
@@ -189,3 +192,14 @@ def test_rank_0_waits_for_the_other_ranks_records_on_disk_not_in_a_collective(tm
     recs = await_records(prog, ["5", "7"], poll_s=10, say_every_s=20, clock=lambda: now[0], sleep=sleep)
     assert set(recs) >= {"5", "7"} and polls == [10, 10, 10]
     assert "waits for 1 identities of the other ranks" in capsys.readouterr().out
+
+
+def test_rank_0_stops_waiting_when_another_rank_failed(tmp_path):
+    from nearid_lib.data.released import await_records
+    from nearid_lib.data.schema import DataError
+
+    prog = tmp_path / "_progress"
+    prog.mkdir()
+    (prog / "failed_rank2").write_text("KeyboardInterrupt: killed")
+    with pytest.raises(DataError, match="rank2 failed"):
+        await_records(prog, ["5"], poll_s=0.01, sleep=lambda s: None)

@@ -162,12 +162,19 @@ def _materialise_nearid(root: Path, positives: Any, distractors: Mapping[str, An
             for sub in ("_progress", "pos", "mask", "dist", "distractors"):
                 shutil.rmtree(root / sub, ignore_errors=True)
         write_json(fingerprint, fp_path)
+        for f in prog.glob("failed_rank*"):      # an earlier launch's failures: this launch starts again
+            f.unlink()
     barrier()
     if rank != 0 and (not fp_path.exists() or json.loads(fp_path.read_text()) != fingerprint):
         raise DataError(f"{fp_path}: rank {rank} found another dataset's progress folder than rank 0 wrote "
                         f"(two launches on one output folder?)")
-    write_identities(root, pos, dists, list(map(str, splits)), masker, pos_name, rank=rank, world=world,
-                     io_workers=io_workers, progress=progress, layout=layout, mask_rule=mask_rule)
+    try:
+        write_identities(root, pos, dists, list(map(str, splits)), masker, pos_name, rank=rank, world=world,
+                         io_workers=io_workers, progress=progress, layout=layout, mask_rule=mask_rule)
+    except BaseException as err:
+        # rank 0 waits for this rank's records on disk: say on disk that none will come
+        (prog / f"failed_rank{rank}").write_text(f"{type(err).__name__}: {err}")
+        raise
     if rank != 0:
         return None
     order = [str(int(v)) for v in pos["id"]]
@@ -189,13 +196,18 @@ def await_records(prog: Path, order: Sequence[str], poll_s: float = 10.0, say_ev
     """The progress records of every identity of ``order``, read from ``prog`` once the other ranks of
     a launch have written them: polled every ``poll_s`` seconds (a file-system wait, no collective and
     so no collective timeout), the number still missing said every ``say_every_s``. A rank that fails
-    ends the launch (torchrun stops every rank), so the wait ends with the launch."""
+    says so on disk (``failed_rank<r>``) and the wait stops with a :class:`DataError`; a rank killed
+    from outside ends the launch (torchrun stops every rank), and the wait with it."""
     t0 = last = clock()
     while True:
         recs = progress_records(prog)
         left = sum(1 for k in order if k not in recs)
         if not left:
             return recs
+        failed = sorted(Path(prog).glob("failed_rank*"))
+        if failed:
+            raise DataError(f"{prog}: {failed[0].name.removeprefix('failed_')} failed "
+                            f"({failed[0].read_text().strip()[:200]}); {left} identities not written: rerun to resume")
         if clock() - last >= say_every_s:
             last = clock()
             print(f"curate: rank 0 waits for {left} identities of the other ranks ({(last - t0) / 60:.0f} min)",
