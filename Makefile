@@ -75,7 +75,7 @@ NEARID_WORKERS ?= 2
 export NEARID_WORKERS
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: reproduce reproduce-full notebooks test pytest lint-imports smoke dryrun-paper dryrun-paper-then-smoke install lock lab clean clean-build help judge idsim-judge curate prefill train-heads preflight wheelhouse gpu-wheels bgremove fpr-galleries fpr-generate notebook-figures
+.PHONY: reproduce reproduce-full notebooks test pytest lint-imports smoke dryrun-paper dryrun-paper-then-smoke install lock lab clean clean-build help judge idsim-judge curate prefill train-heads preflight wheelhouse gpu-wheels bgremove fpr-galleries fpr-generate fpr-gpt notebook-figures
 .DEFAULT_GOAL := help
 
 help:
@@ -260,6 +260,9 @@ $(eval $(call gpu_step,fpr-generate,$$(NB_OUT)/fpr-galleries.done,11_retrieval_g
 # background removal of the same galleries' references and gallery images (FPR Table 14 is an oracle
 # table: no generated image); after fpr-generate, so that one process builds the galleries at a time
 $(eval $(call gpu_step,bgremove,$$(NB_OUT)/fpr-generate.done,11_retrieval_galleries))
+# DreamBench++'s GPT score of every reference and generated image (network, no GPU; gated closed
+# without a key or a reachable server), so notebook 11 reads answers instead of asking
+$(eval $(call gpu_step,fpr-gpt,$$(NB_OUT)/fpr-generate.done,11_retrieval_galleries))
 
 # ----- tests -----
 # The layers ([tool.importlinter] of pyproject.toml: entry points > paper packages > core, no cycles) are

@@ -195,3 +195,26 @@ def test_generate_class_images_is_seeded_and_resumable(pipe, tmp_path):
     assert len(more) == 3 and more[0].read_bytes() == first                 # same seed, same image
     assert more[1].stat().st_mtime_ns == stamps[1]                          # kept, not remade
     assert not list(tmp_path.glob(".*"))                                    # no temporary leftovers
+
+
+@pytest.mark.parametrize("mode", ["full", "lora"])
+def test_gradient_checkpointing_changes_memory_not_weights(pipe, tiny, tmp_path, mode):
+    """Recomputing the blocks' activations in the backward pass (the default, so a full run fits an
+    A100-40GB) gives the same losses and weights bit for bit on the CPU as keeping them, leaves the
+    transformer without checkpointing afterwards, and does not change the run's key."""
+    on, off = _cfg(steps=3, mode=mode), _cfg(steps=3, mode=mode, gradient_checkpointing=False)
+    assert on.gradient_checkpointing and db.run_key(pipe, INSTANCE, "dog", CLASS, on) == db.run_key(
+        pipe, INSTANCE, "dog", CLASS, off)
+    a = train_dreambooth(pipe, INSTANCE, "dog", CLASS, on, tmp_path / "on", progress=False)
+    assert not pipe.transformer.is_gradient_checkpointing
+    restore_base(pipe, tiny[1])
+    b = train_dreambooth(pipe, INSTANCE, "dog", CLASS, off, tmp_path / "off", progress=False)
+    assert a.history == b.history
+    wa, wb = load_file(str(a.weights)), load_file(str(b.weights))
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_text_encoders_stay_where_they_are_on_the_cpu(pipe):
+    """Parking the text encoders is for a CUDA run only: on the CPU nothing moves."""
+    assert db._park_text_encoders(pipe, torch.device("cpu")) == []
+    assert all(next(m.parameters()).device.type == "cpu" for m in db._text_encoders(pipe))

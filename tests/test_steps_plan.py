@@ -165,6 +165,19 @@ def test_plan_on_a100s_places_the_30b_judge_on_pairs_and_every_step_gets_hours()
     assert len(a40["judge-nearid"].models) == 3
     # memory-bound judging: slower on the A100-40GB's bandwidth than on the 80 GB card's
     assert a40["judge-dbpp"].wall_h > plans["judge-dbpp"].wall_h
+    # the mission's machines hold every step, DreamBooth's full fine-tune included: its text encoders
+    # wait on the CPU, so the GPU holds the fp32 transformer, its gradients and AdamW moments (16 bytes
+    # a parameter, 32.5 GB for 2.03B) and the VAE, not the 15 GB pipeline beside them
+    assert all(p.problem is None for p in a40.values()), [p.problem for p in a40.values() if p.problem]
+    db = a40["fpr-dreambooth-train"].models[0]
+    assert db.weights_bytes == int(2.03e9 * 4 + 0.084e9 * 2) and "text encoders on the CPU" in db.size_basis
+    assert 2.03e9 * 16 < db.plan.need_bytes < parse_gpus("1xA100-40GB")[0].memory_bytes
+    assert db.plan.placement() == "8 x 1 GPU"
+    # gallery embeddings run in notebook 11's kernel: one GPU, every encoder in turn, not eight
+    emb = a40["fpr-embed"]
+    per = emb.step.current_cost().seconds_on(parse_gpus("1xA100-40GB")[0])
+    assert emb.wall_h == pytest.approx(len(emb.models) * emb.items * per / 3600, rel=1e-9)
+    assert "1 GPU (a notebook's kernel)" in emb.placement()
 
 
 def test_nearid_plan_exits_1_naming_the_judge_on_a_24gb_gpu(capsys):
@@ -176,6 +189,8 @@ def test_nearid_plan_exits_1_naming_the_judge_on_a_24gb_gpu(capsys):
     for s in all_steps():
         assert f"\n{s.name}  (" in out, s.name
     assert "total:" in out and "does not fit" not in out
+    assert cli_main(["plan", "--gpus", "8xA100-40GB"]) == 0
+    assert "does not fit" not in capsys.readouterr().out
     assert cli_main(["plan", "--gpus", "8xB300"]) == 2
 
 
@@ -212,9 +227,14 @@ def test_the_runner_refuses_a_machine_too_small_before_loading_anything(monkeypa
     assert runner.main(["run", "judge", "--profile", "paper"]) == 1
     assert "cannot place: step judge-nearid" in capsys.readouterr().err
     assert runner.main(["run", "no-such-target"]) == 2
-    # every make target of a GPU step is the ledger's, with its entry module
-    assert set(runner.targets()) == {"curate", "prefill", "train-heads", "judge", "idsim-judge", "fpr-galleries",
-                                     "fpr-generate", "bgremove"}
+    # every make target of a GPU step is the ledger's, with its entry module, and the other way round
+    import re
+
+    from nearid_lib.paths import repo_root
+
+    made = set(re.findall(r"^\$\(eval \$\(call gpu_step,([\w-]+),", (repo_root() / "Makefile").read_text(), re.M))
+    assert set(runner.targets()) == made == {"curate", "prefill", "train-heads", "judge", "idsim-judge",
+                                             "fpr-galleries", "fpr-generate", "bgremove", "fpr-gpt"}
     assert runner.targets()["judge"][0] == "nearid_lib.nearid.judge_step"
 
 

@@ -7,6 +7,7 @@ method's denoiser FLOPs counted at its paper settings, at an assumed 40% of an A
 (projected; the GPU suite's entries replace them once measured)."""
 from __future__ import annotations
 
+from ..generate.dreambooth import TRAINING_MEMORY
 from ..steps.ledger import Cost, ModelUse, Step, measured_results, register_step, suite_cost, suite_entry
 
 __all__ = ["FPR_SIZES", "generated_images"]
@@ -15,8 +16,10 @@ GB = 1e9
 # FPR Sec. 4: 80 subjects (CUB, Stanford Cars, WildlifeReID-10k species), 10 images each per method,
 # DreamBooth's 100 class images per dataset of 9; gallery images: CUB-200-2011 11,788, Stanford Cars
 # 16,185, WildlifeReID-10k 140,488 (the datasets' own counts; the galleries are drawn from them)
+# the DB++ column rates the seven methods' images (Sec. 4: five generated here, Emu2 and OminiControl
+# from the user's folder) and every reference (5-10 a subject, Sec. 4.1: the upper end counted)
 FPR_SIZES = {"subjects": 80, "images_per_subject": 10, "class_images": 100, "datasets": 9,
-             "gallery_images": 11_788 + 16_185 + 140_488}
+             "gallery_images": 11_788 + 16_185 + 140_488, "methods_rated": 7, "references_per_subject": 10}
 _PIPE = {"ip_adapter": "stabilityai/stable-diffusion-xl-base-1.0",
          "ip_adapter_plus": "stabilityai/stable-diffusion-xl-base-1.0",
          "flux_kontext": "black-forest-labs/FLUX.1-Kontext-dev", "diptych": "black-forest-labs/FLUX.1-Fill-dev",
@@ -78,12 +81,18 @@ for _m in ("ip_adapter", "ip_adapter_plus", "flux_kontext", "diptych"):
         outputs="$NEARID_DATA/paper/fpr_generated/<method>", written=lambda s, cfg: generated_images() * 1.5e6,
         skip=f"leave {_m} out of retrieval.generate_methods, or give its images under $NEARID_DOWNLOADS/fpr_generated"))
 
-# full fine-tuning of SD3's 2B transformer: fp32 master weights, gradients and AdamW moments (16 bytes
-# a parameter) beside the bf16 pipeline, and 768 px activations
+# full fine-tuning of SD3's 2B transformer (generate.dreambooth.TRAINING_MEMORY): its fp32 weights and
+# the VAE stay on the GPU, gradients and AdamW moments beside them; the text encoders wait on the CPU
+_SD3_TRAINED, _SD3_VAE = 2.03e9, 0.084e9 * 2          # MMDiT parameters; the VAE's bytes in bf16
+_TM = TRAINING_MEMORY
 register_step(Step(
     name="fpr-dreambooth-train", command="make fpr-generate", target="fpr-generate", entry=_GEN, feeds="FPR's DreamBooth rows",
-    models=(ModelUse(_PIPE["dreambooth"], working_bytes=int(2.03e9 * 16 + 8 * GB), splittable=False,
-                     working_basis="2.03B trained parameters x 16 bytes (fp32 weights, gradients, AdamW) + activations"),),
+    models=(ModelUse(_PIPE["dreambooth"], splittable=False,
+                     resident_bytes=int(_SD3_TRAINED * _TM["resident_bytes_per_param"] + _SD3_VAE),
+                     resident_basis="the 2.03B-parameter transformer in fp32 and the VAE; text encoders on the CPU",
+                     working_bytes=int(_SD3_TRAINED * (_TM["bytes_per_trained_param"] - _TM["resident_bytes_per_param"])
+                                       + _TM["beside_bytes"]),
+                     working_basis=f"2.03B trained parameters: gradients and AdamW moments (12 bytes); {_TM['basis']}"),),
     models_of=lambda cfg: [_PIPE["dreambooth"]] if "dreambooth" in _methods(cfg) else [],
     items=lambda s, cfg: FPR_SIZES["subjects"] if "dreambooth" in _methods(cfg) else 0, item="subjects",
     cost=lambda: _gen_cost("dreambooth (training, per subject)"),
@@ -117,7 +126,7 @@ register_step(Step(
     resume="rebuilt whole, deterministically (a draw seeded by the profile)",
     outputs="$NEARID_DATA/paper/fpr/<dataset>/{train,gallery}_data.csv"))
 register_step(Step(
-    name="fpr-embed", command="notebook 11", feeds="FPR Tables 1-2 and 10-14 (gallery embeddings)",
+    name="fpr-embed", command="notebook 11", gpus="one", feeds="FPR Tables 1-2 and 10-14 (gallery embeddings)",
     models=(ModelUse("imageomics/bioclip-2", working_bytes=int(4 * GB), splittable=False),
             ModelUse("conservationxlabs/miewid-msv2", working_bytes=int(4 * GB), splittable=False),
             ModelUse("facebook/dinov2-base", working_bytes=int(4 * GB), splittable=False),
@@ -127,8 +136,11 @@ register_step(Step(
               "a ViT-B/L forward at 224-440 px in batches, decoding in DataLoader workers: ~250 images/s"),
     resume="embeddings cached per encoder and image", outputs="$NEARID_CACHE/paper embedding caches"))
 register_step(Step(
-    name="fpr-gpt", command="notebook 11's DB++ column (OpenAI API)", feeds="FPR Table 1's DB++ (GPT) column",
-    models=(), gpus="none", items=lambda s, cfg: 5 * generated_images(), item="requests",
+    name="fpr-gpt", command="make fpr-gpt", target="fpr-gpt", entry="nearid_lib.fpr.gpt_step",
+    feeds="FPR Table 1's DB++ (GPT) column (notebook 11 reads the answers)",
+    models=(), gpus="none", item="requests",
+    items=lambda s, cfg: (FPR_SIZES["methods_rated"] * generated_images()
+                          + FPR_SIZES["subjects"] * FPR_SIZES["references_per_subject"]),
     cost=Cost(4.0, "", "network", "projected", "one gpt-4o request a generated image, ~4 s (its rate limits may slow it)"),
     network="api.openai.com (OPENAI_API_KEY); gated closed when unreachable",
     resume="answers appended per request; a rerun asks only the missing and failed ones",

@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from ..io_utils import atomic_save_image, atomic_write, atomic_write_text
 from ..runtime.seeding import derive_seed
 
-__all__ = ["LORA_TARGETS", "RECORD_FILE", "WEIGHTS_FILE", "DreamBoothConfig", "DreamBoothResult",
+__all__ = ["LORA_TARGETS", "RECORD_FILE", "TRAINING_MEMORY", "WEIGHTS_FILE", "DreamBoothConfig", "DreamBoothResult",
            "apply_dreambooth", "base_state", "class_prompt", "generate_class_images", "instance_prompt",
            "restore_base", "run_key", "train_dreambooth"]
 
@@ -39,6 +39,15 @@ ADAPTER = "dreambooth"                   # the peft adapter name of mode="lora"
 LORA_TARGETS = ("to_q", "to_k", "to_v", "to_out.0")
 _DENSITY = {"logit_mean": 0.0, "logit_std": 1.0, "mode_scale": 1.29}   # SD3's timestep density
 _ADAMW = {"betas": (0.9, 0.999), "weight_decay": 1e-4, "eps": 1e-8}     # diffusers' DreamBooth defaults
+# What a full run holds on its GPU, per trained parameter and beside them (the resource ledger reads
+# it): the fp32 master weights (4 bytes), their gradients (4) and AdamW's two moments (8); the bf16
+# copies autocast makes in the forward pass (2) are gone before the gradients exist, so the peak is
+# the backward's 16. Beside them: the VAE (bf16), one checkpointed block's recomputed activations and
+# the VAE's encoding of a step's images at 768 px. The text encoders (T5-XXL alone is 9.5 GB) leave
+# the GPU once the two prompts are embedded, as diffusers' script drops them.
+TRAINING_MEMORY = {"bytes_per_trained_param": 16, "resident_bytes_per_param": 4,
+                   "beside_bytes": int(4e9), "basis": "fp32 weights + gradients + AdamW moments; "
+                   "text encoders off the GPU; gradient checkpointing; a block's activations and the VAE"}
 
 
 @dataclass
@@ -52,7 +61,10 @@ class DreamBoothConfig:
     (the trained tensors stay fp32); on CPU, and with ``"no"``, training is fp32.
     ``max_sequence_length``: T5 tokens of the prompt embedding (77, diffusers' DreamBooth SD3
     default). AdamW (betas 0.9/0.999, decay 1e-4, eps 1e-8), the gradient-norm clip and the timestep
-    density (logit-normal 0/1) are diffusers' DreamBooth SD3 defaults too."""
+    density (logit-normal 0/1) are diffusers' DreamBooth SD3 defaults too. ``gradient_checkpointing``
+    recomputes each transformer block's activations in the backward pass instead of keeping them
+    (diffusers' ``--gradient_checkpointing``): the same gradients, less memory; it is not part of
+    :func:`run_key`. What a full run holds on one GPU: :data:`TRAINING_MEMORY`."""
 
     steps: int = 800
     lr: float = 5e-6
@@ -69,6 +81,7 @@ class DreamBoothConfig:
     weighting_scheme: str = "logit_normal"
     max_sequence_length: int = 77
     max_grad_norm: float = 1.0
+    gradient_checkpointing: bool = True
 
     def __post_init__(self) -> None:
         if self.mode not in ("full", "lora") or self.mixed_precision not in ("bf16", "no"):
@@ -113,8 +126,8 @@ def _image_digest(images) -> str:
 def run_key(pipe, instance_images, cls: str, class_images, cfg: DreamBoothConfig) -> str:
     """Hash of what a run's weights depend on: the config (less ``checkpoint_every``), the class, the
     images and the transformer's config (its ``_name_or_path`` included). Resume states and finished
-    runs of another key are not used."""
-    c = {k: v for k, v in asdict(cfg).items() if k != "checkpoint_every"}
+    runs of another key are not used (``gradient_checkpointing`` changes memory, not weights)."""
+    c = {k: v for k, v in asdict(cfg).items() if k not in ("checkpoint_every", "gradient_checkpointing")}
     model = {k: v for k, v in dict(pipe.transformer.config).items() if not k.startswith("_") or k == "_name_or_path"}
     part = {"config": c, "class": cls, "instance": _image_digest(instance_images),
             "class_images": _image_digest(class_images) if cfg.with_prior else None, "model": model}
@@ -226,6 +239,27 @@ def _embed(pipe, cls: str, cfg: DreamBoothConfig, device) -> tuple[torch.Tensor,
     return emb, pooled
 
 
+def _text_encoders(pipe) -> list:
+    return [m for m in (pipe.text_encoder, pipe.text_encoder_2, pipe.text_encoder_3) if m is not None]
+
+
+def _park_text_encoders(pipe, device) -> list:
+    """Move the text encoders off a CUDA ``device`` to the CPU (the prompts are embedded once, before
+    training); returns the ones moved, for :func:`_unpark`. Nothing moves on the CPU."""
+    if torch.device(device).type != "cuda":
+        return []
+    moved = [m for m in _text_encoders(pipe) if next(m.parameters()).device.type == "cuda"]
+    for m in moved:
+        m.to("cpu")
+    torch.cuda.empty_cache()
+    return moved
+
+
+def _unpark(moved: list, device) -> None:
+    for m in moved:
+        m.to(device)
+
+
 def _step_losses(pipe, sched, cfg: DreamBoothConfig, g: torch.Generator, pix: list[torch.Tensor], emb, pooled,
                  wdtype: torch.dtype, amp: bool) -> torch.Tensor:
     """Per-image SD3 flow-matching losses of one step; the VAE sample, noise and timesteps from ``g``."""
@@ -291,8 +325,10 @@ def train_dreambooth(pipe, instance_images: list[Image.Image], cls: str, class_i
     ``resume=False`` starts afresh), the finished run in ``weights.safetensors`` + ``dreambooth.json``
     (then the states go); a finished run is loaded into the pipeline and returned at once.
     ``stop_after`` stops after that many steps without saving (a simulated kill). The optimiser is
-    torch's AdamW (the authors used bitsandbytes' 8-bit Adam, not installed here). The transformer
-    is left in eval mode, frozen, in its original dtype."""
+    torch's AdamW (fused on CUDA). During training the text encoders wait on the CPU (a CUDA run) and
+    the transformer recomputes its blocks' activations (``cfg.gradient_checkpointing``): a full run of
+    SD3-Medium's 2B transformer then needs ~39 GB (:data:`TRAINING_MEMORY`), within an A100-40GB.
+    The transformer is left in eval mode, frozen, in its original dtype, the text encoders back."""
     t0 = time.time()
     if not instance_images or (cfg.with_prior and not class_images):
         raise ValueError("train_dreambooth: needs instance images, and class images when cfg.with_prior")
@@ -317,12 +353,14 @@ def train_dreambooth(pipe, instance_images: list[Image.Image], cls: str, class_i
         m.requires_grad_(False)
     sched = FlowMatchEulerDiscreteScheduler.from_config(pipe.scheduler.config)   # the full training schedule
     emb, pooled = _embed(pipe, cls, cfg, device)
+    parked: list = []
     bs, res = cfg.batch_size, cfg.resolution
     inst = [_resize(im, res) for im in instance_images]
     clss = [_resize(im, res) for im in class_images] if cfg.with_prior else []
     rdir = out / "resume" if out is not None else None
     start, history, weights = 0, [], None
     try:
+        parked = _park_text_encoders(pipe, device)
         tr.requires_grad_(False)
         if cfg.mode == "lora":
             _add_adapter(tr, cfg.lora_rank, cfg.seed)
@@ -335,7 +373,10 @@ def train_dreambooth(pipe, instance_images: list[Image.Image], cls: str, class_i
         params = [p for p in tr.parameters() if p.requires_grad]
         for p in params:
             p.data = p.data.float()
-        opt = torch.optim.AdamW(params, lr=cfg.lr, **_ADAMW)
+        # fused on CUDA: one kernel over every tensor, no foreach temporaries the size of the weights
+        opt = torch.optim.AdamW(params, lr=cfg.lr, fused=torch.device(device).type == "cuda", **_ADAMW)
+        if cfg.gradient_checkpointing and hasattr(tr, "enable_gradient_checkpointing"):
+            tr.enable_gradient_checkpointing()
         if rdir is not None:
             st = sorted(p for p in rdir.glob("step_*") if (p / "state.json").exists()) if resume else []
             if st and json.loads(((st := st[-1]) / "state.json").read_text()).get("key") == key:
@@ -376,8 +417,11 @@ def train_dreambooth(pipe, instance_images: list[Image.Image], cls: str, class_i
             shutil.rmtree(rdir, ignore_errors=True)
     finally:
         tr.requires_grad_(False).eval()
+        if getattr(tr, "is_gradient_checkpointing", False):
+            tr.disable_gradient_checkpointing()
         if any(p.dtype != orig_dtype for p in tr.parameters()):
             tr.to(orig_dtype)
+        _unpark(parked, device)
     return DreamBoothResult(out, len(history), resumed_from, len(history) >= cfg.steps, history,
                             time.time() - t0, weights)
 

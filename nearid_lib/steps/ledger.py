@@ -113,7 +113,10 @@ class ModelUse:
     (activations, KV cache, optimiser state; None: the placement rule's default for a VLM);
     ``splittable``: ``device_map`` may spread it over several GPUs (inference), not a training step;
     ``companions``: further repositories loaded with it (an adapter, a matting network);
-    ``in_kernels``: the notebooks load it themselves as well (to score what the step trained)."""
+    ``in_kernels``: the notebooks load it themselves as well (to score what the step trained);
+    ``resident_bytes``: the bytes of its weights that stay on the GPU while the step works, where
+    that is not all of them (DreamBooth's trained transformer in fp32 and the VAE, its text encoders
+    parked on the CPU), with ``resident_basis``; None: every weight as loaded."""
 
     repo: str
     working_bytes: int | None = None
@@ -121,6 +124,8 @@ class ModelUse:
     working_basis: str = ""
     companions: tuple[str, ...] = ()        # repositories loaded beside it (counted in working_bytes)
     in_kernels: bool = False                # the notebooks load it too, to evaluate (the frozen backbone)
+    resident_bytes: int | None = None
+    resident_basis: str = ""
 
 
 @dataclass(frozen=True)
@@ -146,6 +151,7 @@ class Step:
     """A GPU-heavy computation of the paper run (module docstring). ``items(sizes, cfg)`` counts
     the units of ``item`` it processes; ``per_model``: the items are processed once per model
     (each judge scale judges every pair); ``gpus``: ``"all"`` (items dealt over every replica),
+    ``"one"`` (a notebook's kernel: one replica on one GPU, the others idle meanwhile),
     ``"none"`` (no GPU: CPU or network); ``written``/``read``: bytes as functions of the sizes."""
 
     name: str

@@ -15,7 +15,7 @@ from typing import Sequence
 
 from .gpus import GB, GpuKind
 from .ledger import Cost, Sizes, Step, all_steps
-from .placement import ReplicaPlan, model_size, plan_replicas
+from .placement import ModelSize, ReplicaPlan, model_size, plan_replicas
 
 __all__ = ["ModelPlan", "StepPlan", "plan_step", "plan_run", "render_text", "render_markdown", "READ_RATES"]
 
@@ -67,6 +67,8 @@ class StepPlan:
                 parts.append(f"{name}: no GPU ({m.plan.need_bytes / GB:.0f} GB needed on one)")
             elif not m.plan.fits:
                 parts.append(f"{name}: DOES NOT FIT ({m.plan.need_bytes / GB:.0f} GB needed)")
+            elif self.step.gpus == "one":
+                parts.append(f"{name}: 1 GPU (a notebook's kernel), {m.plan.per_gpu_bytes() / GB:.0f} GB")
             else:
                 parts.append(f"{name}: {m.plan.placement()}, {m.plan.per_gpu_bytes() / GB:.0f} GB/GPU")
         return "; ".join(parts)
@@ -84,10 +86,12 @@ def plan_step(st: Step, gpus: Sequence[GpuKind], sizes: Sizes, cfg=None, mirror=
     uses = st.models_for(cfg)
     for use in uses:
         size = model_size(use.repo, mirror)
+        if size is not None and use.resident_bytes is not None:
+            size = ModelSize(use.repo, int(use.resident_bytes), use.resident_basis or "resident while it works")
         plan = None if size is None else plan_replicas(size.bytes, mem, use.working_bytes, use.splittable)
         h = None
         if plan is not None and plan.fits and plan.replicas and kind is not None:
-            h = n * cost.seconds_on(kind) / len(plan.replicas) / 3600
+            h = n * cost.seconds_on(kind) / (1 if st.gpus == "one" else len(plan.replicas)) / 3600
             hours += h
         elif plan is not None and not plan.fits:
             problems.append(f"{use.repo} needs {plan.need_bytes / GB:.1f} GB per replica "
@@ -158,7 +162,9 @@ def render_text(plans: Sequence[StepPlan], gpus: Sequence[GpuKind], sizes: Sizes
         L.append(f"  items: {p.items:,} {s.item}" + (" per model" if s.per_model and len(p.models) > 1 else ""))
         L.append(f"  placement: {p.placement()}")
         for m in p.models:
-            L.append(f"    {m.repo}: {m.size_basis}" + (f"; {m.plan.describe()}" if m.plan is not None else ""))
+            where = (None if m.plan is None else f"one GPU, {m.plan.need_bytes / GB:.3g} GB needed"
+                     if p.step.gpus == "one" and m.plan.fits else m.plan.describe())
+            L.append(f"    {m.repo}: {m.size_basis}" + (f"; {where}" if where else ""))
         L.append(f"  hours: {_h(p.wall_h)} wall, {_h(p.gpu_h)} GPU-hours; written {_bytes(p.written_bytes)}, "
                  f"read {_bytes(p.read_bytes)}" + (f"; network: {s.network}" if s.network else ""))
         where = f" on {p.cost.on}" if p.cost.on else ""
