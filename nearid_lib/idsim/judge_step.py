@@ -21,7 +21,7 @@ from ..judge.shards import judge_answers_dir
 from ..runtime import set_torch_threads
 from ..runtime.launch import end_launch, launched_state
 from ..steps.ledger import record_items
-from ..steps.placement import device_kwargs, model_bytes, plan_replicas
+from ..steps.placement import device_kwargs, placement_plan
 from ..steps.runner import step_arguments
 from .public_eval import judge_metrics
 from .released import load_benchmarks, mllm_row_judge
@@ -42,10 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("idsim judge step: idsim.mllm_judge is None: no open MLLM judge row")
         end_launch()
         return 0
-    gpus = [int(torch.cuda.get_device_properties(i).total_memory) for i in range(torch.cuda.device_count())] \
-        if torch.cuda.is_available() else []
-    size = model_bytes(model, hub.hub_dir()) if model != "tiny" else None
-    plan = plan_replicas(size, gpus) if size else None
+    plan = placement_plan(model, hub.hub_dir()) if model != "tiny" else None
     on_gpu = plan is not None and bool(plan.replicas)
     workers = tuple(r[0] for r in plan.replicas) if on_gpu else None
     if main_rank:

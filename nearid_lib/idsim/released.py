@@ -76,7 +76,7 @@ from ..features.profile_encoders import idsim_frozen_row
 from ..models import resolve_device, resolve_name
 from ..paths import downloads_dir
 from ..judge.shards import judge_answers_dir
-from ..steps.placement import device_kwargs, model_bytes, plan_replicas
+from ..steps.placement import device_kwargs, placement_plan
 from .ablations import OUTPUTS, PLACEMENT_OUTPUT
 from .eval_suite import BENCH_INFO
 from .mllm import idsim_judge, mllm_table
@@ -258,10 +258,7 @@ def score_released(cfg: Profile, nearid=None, log=print) -> ReleasedScores:
     if cfg.idsim.mllm_judge and cfg.idsim.mllm_judge != "tiny":
         # the one placement rule of large models: one GPU when it holds the model, else device_map over
         # a group, else the row is skipped with the numbers (never an out-of-memory an hour into the run)
-        size = model_bytes(cfg.idsim.mllm_judge, hub.hub_dir())
-        gpus = [int(torch.cuda.get_device_properties(i).total_memory) for i in range(torch.cuda.device_count())] \
-            if torch.cuda.is_available() else []
-        plan = plan_replicas(size, gpus) if size else None
+        plan = placement_plan(cfg.idsim.mllm_judge, hub.hub_dir())
     if cfg.idsim.mllm_judge and plan is not None and not plan.fits:
         out.missing["judge"] = f"MLLM judge {cfg.idsim.mllm_judge} does not fit this machine's GPUs: {plan.describe()}"
     elif cfg.idsim.mllm_judge:

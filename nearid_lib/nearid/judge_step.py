@@ -23,16 +23,19 @@ from typing import Sequence
 
 import torch
 
-from ..steps.runner import step_arguments
+from .. import hub
 from ..data import load_nearid, nearid_root
 from ..runtime.launch import end_launch, launched_state
 from ..runtime import set_torch_threads
+from ..steps.gpus import visible_gpus
 from ..steps.ledger import record_items, step
+from ..steps.placement import placement_plan
+from ..steps.runner import step_arguments
 from .bench import bench_variants
 from .dbpp import dbpp_for_profile
 from .evaluate import evaluate_encoder
 from .pairs import grid_pairs
-from .judges import judge_encoders, judge_models, placement_plan, visible_gpu_bytes
+from .judges import judge_encoders, judge_models
 
 __all__ = ["judge_bench", "main", "LEDGER_TAGS"]
 
@@ -67,10 +70,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     state = launched_state()
     rank = state.process_index if state is not None else 0
     main = state is None or state.is_main_process
-    gpus = visible_gpu_bytes()
+    gpus = [g.memory_bytes for g in visible_gpus()]
     if main:
         for model in judge_models(cfg):
-            plan = placement_plan(model, gpus) if model != "tiny" else None
+            plan = placement_plan(model, hub.hub_dir(), gpus) if model != "tiny" else None
             print(f"{model}: {plan.describe() if plan is not None else 'placement: one device'}")
     encoders, gated = judge_encoders(cfg, rank=rank, gpu_bytes=gpus)
     if main:
@@ -83,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             out = judge_bench(cfg, data, benc)
         except torch.OutOfMemoryError as err:
             # the step's failure, named with its placement; what was judged stays in the answers folder
-            plan = placement_plan(benc.model, gpus) if benc.model != "tiny" else None
+            plan = placement_plan(benc.model, hub.hub_dir(), gpus) if benc.model != "tiny" else None
             print(f"judge step: {benc.model} ran out of GPU memory on rank {rank} "
                   f"({plan.describe() if plan is not None else 'one device'}): {' '.join(str(err).split())[:300]}. "
                   f"Its answers so far are kept in {benc.answers_dir}; rerun `make judge` after lowering "

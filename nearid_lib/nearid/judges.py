@@ -19,14 +19,13 @@ from ..judge import VLMJudge, read_prompt_file
 from ..judge.model import LazyJudge
 from ..judge.plan import prompt_path, JUDGE_MODELS, judge_cost, judge_gate, scale_label
 from ..judge.shards import judge_answers_dir
-from ..steps.placement import ReplicaPlan, device_kwargs, model_bytes, plan_replicas
+from ..steps.placement import device_kwargs, placement_plan
 from .pair_encoder import PairBenchEncoder
 
 if TYPE_CHECKING:
     from ..config import Profile
 
-__all__ = ["judge_name", "judge_models", "judge_encoder", "judge_encoders", "visible_gpu_bytes",
-           "placement_plan", "judge_table"]
+__all__ = ["judge_name", "judge_models", "judge_encoder", "judge_encoders", "judge_table"]
 
 # the bench encoder names of the paper's judges (nearid.tables.PAPER_KEYS): "vlm" is Table 1's
 # judge (the 30B, or any judge of a user's), the other scales are Table 7's rows
@@ -43,22 +42,6 @@ def judge_models(cfg: Profile) -> list[str]:
     """Every judge the profile asks for: ``eval.vlm_judge`` (when set), then ``eval.vlm_scales``."""
     main = [cfg.eval.vlm_judge] if cfg.eval.vlm_judge else []
     return list(dict.fromkeys([*main, *cfg.eval.vlm_scales]))
-
-
-def visible_gpu_bytes() -> list[int]:
-    """Total memory of every visible CUDA device (empty without one)."""
-    if not torch.cuda.is_available():
-        return []
-    return [int(torch.cuda.get_device_properties(i).total_memory) for i in range(torch.cuda.device_count())]
-
-
-def placement_plan(model: str, gpu_bytes: Sequence[int] | None = None) -> ReplicaPlan | None:
-    """The replica plan of ``model`` over ``gpu_bytes`` (default: the visible GPUs); None when the
-    model's size is unknown (a user's folder without safetensors: it is then loaded on one device)."""
-    mb = model_bytes(model, hub.hub_dir())
-    if mb is None:
-        return None
-    return plan_replicas(mb, visible_gpu_bytes() if gpu_bytes is None else list(gpu_bytes))
 
 
 def _judge_kwargs(cfg: Profile) -> dict:
@@ -122,7 +105,7 @@ def judge_encoders(cfg: Profile, judge=None, rank: int = 0,
         if why:
             gated[model] = why
             continue
-        plan = None if model == "tiny" or judge is not None else placement_plan(model, gpu_bytes)
+        plan = None if model == "tiny" or judge is not None else placement_plan(model, hub.hub_dir(), gpu_bytes)
         if plan is not None and not plan.fits:
             gated[model] = plan.describe()
             continue
@@ -150,7 +133,7 @@ def judge_table(cfg: Profile, encoders: Sequence, results: Sequence) -> pd.DataF
     for model in dict.fromkeys([*judge_models(cfg), *JUDGE_MODELS]):
         name = judge_name(model)
         r = by_name.get(name) if any(getattr(b, "model", None) == model for b in encoders) else None
-        plan = placement_plan(model) if model != "tiny" else None
+        plan = placement_plan(model, hub.hub_dir()) if model != "tiny" else None
         rows.append({"model": model, "scale": scale_label(model), "bench_name": name, "profile": cfg.name,
                      "status": "scored" if r is not None else "gated",
                      "why": "" if r is not None else gated.get(name, "not asked for"),

@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from .gpus import visible_gpus
+
 __all__ = ["MODEL_PARAMS", "ModelSize", "ReplicaPlan", "model_size", "model_bytes", "plan_replicas",
-           "replica_of", "device_kwargs", "CUDA_CONTEXT_BYTES"]
+           "placement_plan", "replica_of", "device_kwargs", "CUDA_CONTEXT_BYTES"]
 
 GB = 1e9
 # memory every process holds on a GPU before any tensor (CUDA context, cuBLAS workspace, allocator slack)
@@ -156,6 +158,18 @@ def plan_replicas(model_bytes: int, gpu_bytes: Sequence[int], working_bytes: int
             cur, have = [], 0
     idle = tuple(i for i in range(len(gpus)) if not any(i in r for r in replicas))
     return ReplicaPlan(int(model_bytes), gpus, need, tuple(replicas), idle)
+
+
+def placement_plan(repo: str, mirror: str | os.PathLike | None, gpu_bytes: Sequence[int] | None = None
+                   ) -> ReplicaPlan | None:
+    """The replica plan of ``repo`` (sized by :func:`model_bytes` from ``mirror``) over ``gpu_bytes``
+    (default: the memory of every visible GPU) with the default working set; None when its size is
+    unknown (a user's folder without safetensors: it is then loaded on one device)."""
+    mb = model_bytes(repo, mirror)
+    if mb is None:
+        return None
+    gpus = [g.memory_bytes for g in visible_gpus()] if gpu_bytes is None else list(gpu_bytes)
+    return plan_replicas(mb, gpus)
 
 
 def replica_of(plan: ReplicaPlan, rank: int) -> tuple[int, ...] | None:
