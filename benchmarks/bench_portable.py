@@ -1,9 +1,12 @@
-"""The speed cost of portable numerics (issue 53; ``nearid_lib.runtime``), and whether they change
-the bits on this machine; writes ``benchmarks/results/bench_portable.{json,md}``.
+"""The speed cost of portable numerics (``nearid_lib.runtime``), and whether they change the bits on
+this machine; writes ``benchmarks/results/bench_portable.{json,md}``.
 
-The same workloads run in fresh child processes under ``NEARID_PORTABLE=1`` (pinned code paths, one
-thread) and ``NEARID_PORTABLE=0`` with ``NEARID_THREADS=1`` (each library's own path, one thread: the
-Makefile's thread count before portable numerics), alternating, ``--repeats`` times each:
+The same workloads run in fresh child processes under three settings, in turn, ``--repeats`` times
+each: ``portable`` (``NEARID_PORTABLE=1``: pinned code paths, one thread, the frozen CNN's
+BatchNorms unfolded, the path that gives the same backbone bits on Intel and AMD processors),
+``portable-folded`` (the same with ``NEARID_FOLD_BATCHNORM=1``: the portable path before the
+BatchNorms were unfolded) and ``native`` (``NEARID_PORTABLE=0`` with ``NEARID_THREADS=1``: each
+library's own path, one thread, BatchNorms folded):
 
 1. a frozen EfficientNet-Lite0 forward (the mini backbone, real weights) over 32 photographs at
    224 px, in batches of 32 (oneDNN convolutions) and of 8 (torch runs the 1x1 convolutions as MKL
@@ -39,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))     # the digest helpers of tests/test_portable_numerics.py
 
 ARMS = {"portable": {"NEARID_PORTABLE": "1"},
+        "portable-folded": {"NEARID_PORTABLE": "1", "NEARID_FOLD_BATCHNORM": "1"},
         "native": {"NEARID_PORTABLE": "0", "NEARID_THREADS": "1"}}
 PINNED = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR", "OPENBLAS_CORETYPE", "NPY_DISABLE_CPU_FEATURES",
           "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -127,7 +131,8 @@ def child(world: Path, steps: int) -> dict:
 
 
 def run_child(arm: str, world: Path, steps: int) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in PINNED and k not in ("NEARID_THREADS", "NEARID_PORTABLE")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in PINNED and k not in ("NEARID_THREADS", "NEARID_PORTABLE", "NEARID_FOLD_BATCHNORM")}
     env.update(ARMS[arm], PYTHONPATH=str(ROOT), NEARID_ROOT=str(ROOT), HF_HUB_OFFLINE="1")
     t0 = time.perf_counter()
     res = subprocess.run([sys.executable, __file__, "--child", str(world), "--steps", str(steps)], env=env,
@@ -141,15 +146,18 @@ def run_child(arm: str, world: Path, steps: int) -> dict:
 
 def markdown(res: dict) -> str:
     m, s = res["machine"], res["summary"]
-    lines = ["# Portable numerics: speed cost and bits (issue 53)", "",
+    others = [a for a in ARMS if a != "portable"]
+    lines = ["# Portable numerics: speed cost and bits", "",
              f"Machine: {m['cpu']['model']} ({m['cpu']['machine']}, flags {', '.join(m['cpu']['flags'])}), "
              f"torch's default CPU capability here {m['default_capability']}; {m['platform']}; load average "
              f"{m['loadavg_before']} before, {m['loadavg_after']} after ({'shared machine: other jobs ran beside it' if m['loadavg_before'][0] > 1.5 else 'quiet'}).",
-             f"Child processes alternate `NEARID_PORTABLE=1` and `NEARID_PORTABLE=0 NEARID_THREADS=1`, "
-             f"{res['repeats']} each, one thread each; medians over the repeats. CPU seconds are the "
-             f"measure (a one-thread process's work, which other jobs slow much less than its wall time); "
-             f"wall seconds beside them.", "",
-             "| workload | CPU: portable / native | ratio | wall: portable / native | ratio |", "|---|---|---|---|---|"]
+             f"Child processes take turns: `portable` (`NEARID_PORTABLE=1`, BatchNorms unfolded), "
+             f"`portable-folded` (the same with `NEARID_FOLD_BATCHNORM=1`) and `native` (`NEARID_PORTABLE=0 "
+             f"NEARID_THREADS=1`, folded), {res['repeats']} each, one thread each; medians over the repeats. "
+             f"CPU seconds are the measure (a one-thread process's work, which other jobs slow much less than "
+             f"its wall time); wall seconds beside them. Ratios: `portable` over each other setting.", "",
+             "| workload | CPU: " + " / ".join(ARMS) + " | " + " | ".join(f"ratio to {a}" for a in others)
+             + " | wall: " + " / ".join(ARMS) + " |", "|---|---|" + "---|" * len(others) + "---|"]
     for key, label, unit in (("forward_b32", "Lite0 forward, 224 px, batches of 32 (oneDNN)", "ms / image"),
                              ("forward_b8", "Lite0 forward, 224 px, batches of 8 (1x1 convolutions in MKL)",
                               "ms / image"),
@@ -158,13 +166,15 @@ def markdown(res: dict) -> str:
                              ("train", f"NearID head, mini shape, on cached tokens ({res['steps']} steps)", "ms / step"),
                              ("bootstrap", "claim 4c bootstrap, 10,000 replicates (fastest of 5)", "ms")):
         scale = 1000 if unit.startswith("ms") else 1
-        cells = []
-        for kind in ("cpu", "wall"):
-            p, n = s[f"{key}_{kind}"]["portable"] * scale, s[f"{key}_{kind}"]["native"] * scale
-            cells.append(f"{p:.1f} / {n:.1f} {unit} | {p / n:.2f}")
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    lines += ["", "Bits: the same result under both settings here?", "", "| result | same bits |", "|---|---|"]
-    lines += [f"| {k} | {'yes' if v else 'no'} |" for k, v in res["same_bits"].items()]
+        cpu = {a: s[f"{key}_cpu"][a] * scale for a in ARMS}
+        wall = {a: s[f"{key}_wall"][a] * scale for a in ARMS}
+        lines.append(f"| {label} | " + " / ".join(f"{cpu[a]:.1f}" for a in ARMS) + f" {unit} | "
+                     + " | ".join(f"{cpu['portable'] / cpu[a]:.2f}" for a in others) + " | "
+                     + " / ".join(f"{wall[a]:.1f}" for a in ARMS) + f" {unit} |")
+    lines += ["", "Bits: the same result as `portable` here?", "",
+              "| result | " + " | ".join(others) + " |", "|---|" + "---|" * len(others)]
+    lines += [f"| {k} | " + " | ".join("yes" if v[a] else "no" for a in others) + " |"
+              for k, v in res["same_bits"].items()]
     lines += ["", "Each arm gave the same digests in every repeat: "
               + ("yes" if res["repeatable"] else "NO") + ".", ""]
     return "\n".join(lines)
@@ -190,12 +200,13 @@ def main(argv=None) -> int:
     probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"],
                            env={k: v for k, v in os.environ.items() if k not in PINNED}, capture_output=True,
                            text=True, check=True).stdout.strip()
-    runs: dict[str, list[dict]] = {"portable": [], "native": []}
+    runs: dict[str, list[dict]] = {arm: [] for arm in ARMS}
     with tempfile.TemporaryDirectory() as d:
         world = build_world(get_profile("smoke"), root=Path(d) / "nearid", progress=False, graded=False,
                             splits=("train",))
         for r in range(args.repeats):
-            for arm in (("portable", "native") if r % 2 == 0 else ("native", "portable")):
+            order = list(ARMS)
+            for arm in (order if r % 2 == 0 else order[::-1]):
                 runs[arm].append(run_child(arm, world, args.steps))
                 print(f"repeat {r + 1} {arm}: {runs[arm][-1]['wall_s']:.1f} s", flush=True)
     keys = [f"{k}_{kind}" for k in ("forward_b32", "forward_b8", "fwd_bwd_b24", "cache", "train", "bootstrap")
@@ -203,8 +214,9 @@ def main(argv=None) -> int:
     summary = {k: {arm: statistics.median(x[k] for x in runs[arm]) for arm in runs} for k in keys}
     digests = ("forward_digest", "fwd_bwd_digest", "train_digest", "bootstrap_digest")
     first = {arm: runs[arm][0] for arm in runs}
-    same = {k.replace("_digest", ""): first["portable"][k] == first["native"][k] for k in digests}
-    same.update({f"op {k}": first["portable"]["ops"][k] == first["native"]["ops"][k] for k in first["portable"]["ops"]})
+    same = {k.replace("_digest", ""): {a: first["portable"][k] == first[a][k] for a in ARMS} for k in digests}
+    same.update({f"op {k}": {a: first["portable"]["ops"][k] == first[a]["ops"][k] for a in ARMS}
+                 for k in first["portable"]["ops"]})
     repeatable = all(x[k] == first[arm][k] for arm in runs for x in runs[arm] for k in (*digests, "ops"))
     res = {"machine": {"cpu": cpu_facts(), "platform": platform.platform(), "python": sys.version.split()[0],
                        "default_capability": probe, "loadavg_before": before,

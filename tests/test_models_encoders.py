@@ -233,10 +233,12 @@ def _unfolded(enc, x):
     return out.tokens.detach(), out.pooled.detach()
 
 
-def test_folded_batchnorm_inference_equals_the_model():
-    """A frozen EfficientNet's no-grad forward runs a copy with every BatchNorm folded into its
+def test_folded_batchnorm_inference_equals_the_model(monkeypatch):
+    """With folding on (``NEARID_FOLD_BATCHNORM=1``; the default where portable numerics are off) a
+    frozen EfficientNet's no-grad forward runs a copy with every BatchNorm folded into its
     convolution; with random BatchNorm statistics (so folding matters) it equals the model's own
     forward up to float rounding, and a weight change (load_state_dict) is followed."""
+    monkeypatch.setenv("NEARID_FOLD_BATCHNORM", "1")
     import torch
     from timm.layers.norm_act import BatchNormAct2d
 
@@ -284,15 +286,22 @@ def test_folded_batchnorm_inference_equals_the_model():
 
 
 def test_fold_switch_off_runs_the_model_itself_and_keys_its_features_apart(monkeypatch):
-    """NEARID_FOLD_BATCHNORM=0 (the float-rounding check of docs/mini.md): no-grad forwards run the
-    model as it is, equal bit for bit to the grad-enabled path, and the features' cache key says so,
-    so a cache written with folding is never read without it (and the default key is unchanged)."""
+    """NEARID_FOLD_BATCHNORM=0 (unset: the default under portable numerics, whose unfolded forward
+    gives the same bits on Intel and AMD processors): no-grad forwards run the model as it is, equal
+    bit for bit to the grad-enabled path, and the features' cache key says so, so a cache written
+    with folding is never read without it (and the folded key is the one without the suffix)."""
     import torch
 
     from nearid_lib.models import load_encoder
+    from nearid_lib.runtime import fold_batchnorm_enabled
 
     enc, _ = load_encoder("efficientnet-lite0", tiny=True, image_size=64)
     x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(2))
+    monkeypatch.delenv("NEARID_FOLD_BATCHNORM", raising=False)
+    monkeypatch.setenv("NEARID_PORTABLE", "1")
+    assert not fold_batchnorm_enabled()
+    monkeypatch.setenv("NEARID_PORTABLE", "0")
+    assert fold_batchnorm_enabled()
     key_on = enc.cache_key()
     assert "bn=" not in key_on
     monkeypatch.setenv("NEARID_FOLD_BATCHNORM", "0")
@@ -307,8 +316,10 @@ def test_fold_switch_off_runs_the_model_itself_and_keys_its_features_apart(monke
     assert enc.cache_key() == key_on
 
 
-def test_grad_forwards_use_the_model_and_trained_weights_refold():
+def test_grad_forwards_use_the_model_and_trained_weights_refold(monkeypatch):
     import pickle
+
+    monkeypatch.setenv("NEARID_FOLD_BATCHNORM", "1")
 
     import torch
 

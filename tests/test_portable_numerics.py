@@ -55,7 +55,7 @@ def test_the_environment_it_sets_and_the_choices_it_refuses():
     assert {v: on[v] for v in R.THREAD_VARS} == {v: "1" for v in R.THREAD_VARS}
     if PINNABLE:
         assert {v: on[v] for v in PINNED} == {**PINNED, "NPY_DISABLE_CPU_FEATURES": R._numpy_features()}
-        assert on["MKL_CBWR"] == "COMPATIBLE" and on["ATEN_CPU_CAPABILITY"] == "avx2"
+        assert on["MKL_CBWR"] == "COMPATIBLE,STRICT" and on["ATEN_CPU_CAPABILITY"] == "avx2"
     assert R.portable_environment({"NEARID_PORTABLE": "0", "MKL_CBWR": "AVX512"}) == {}
     # a code path chosen by hand is not overridden silently; a thread pool's default is
     if PINNABLE:
@@ -118,7 +118,7 @@ def test_the_library_import_sets_the_variables_before_numpy_and_torch_read_them(
     assert rec["setting"] == "portable" and rec["escapes"] == []
     assert rec["torch"] == {"threads": 1, "cpu_capability": "AVX2"}
     assert rec["openblas"] and all(p["architecture"] == "Haswell" and p["threads"] == 1 for p in rec["openblas"])
-    assert rec["env"]["MKL_CBWR"] == "COMPATIBLE"
+    assert rec["env"]["MKL_CBWR"] == "COMPATIBLE,STRICT"
 
 
 @pytest.mark.skipif(not PINNABLE, reason="no x86-64 CPU with AVX2 and FMA: nothing is pinned here")

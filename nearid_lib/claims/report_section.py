@@ -191,8 +191,8 @@ def firmness_lines(frame: pd.DataFrame, share: float = FLOAT_ROUNDING_MARGIN) ->
     names = [f"{r.get('key') if isinstance(r.get('key'), str) else r.get('claim')} ({lab})"
              for (_, r), lab in zip(frame.iterrows(), lean) if lab]
     return ["**How firm a verdict is.** A run that differs from this one only in float rounding "
-            "(`NEARID_FOLD_BATCHNORM=0`: the frozen CNN's BatchNorms unfolded; another processor's kernels "
-            "do the same) trains every head anew, a new draw of each seed's training, and with a few seeds "
+            "(`NEARID_FOLD_BATCHNORM` switched: the frozen CNN's BatchNorms folded where this run leaves them "
+            "unfolded, or the reverse; another processor's kernels do the same) trains every head anew, a new draw of each seed's training, and with a few seeds "
             "the seed term of an interval moves with it. In the float-rounding twins recorded so far an end "
             f"of a trained claim's interval moved by up to **{share:.2f} of the interval's width** "
             f"(`{FLOAT_ROUNDING_RESULTS}`, measured by `benchmarks/float_rounding_margin.py`; docs/mini.md, "

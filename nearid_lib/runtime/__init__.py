@@ -27,9 +27,10 @@ deterministic switch.
   which restores the previous settings on exit.
 * :func:`fold_batchnorm_enabled`: whether frozen CNN forwards run through a copy with the
   BatchNorms folded into the convolutions (:func:`nearid_lib.models.backbones.folded_copy`; the
-  default). ``NEARID_FOLD_BATCHNORM=0`` runs the BatchNorms as they are: the same features up to
-  float rounding, slower. It exists to regenerate a run that differs from another only in float
-  rounding (docs/mini.md, "Verdicts under float rounding"); the features' cache keys say which.
+  default where portable numerics are off). ``NEARID_FOLD_BATCHNORM=0`` runs the BatchNorms as they
+  are: the same features up to float rounding, slower, and the same bits on Intel and AMD processors
+  (the default under portable numerics); ``1`` folds them whatever the setting. The features' cache
+  keys say which.
 """
 from __future__ import annotations
 
@@ -69,8 +70,10 @@ PINNED_PATHS: tuple[tuple[str, str], ...] = (
     # MKL (torch's matrix products and im2col convolutions): conditional numerical reproducibility,
     # read at the first MKL call. COMPATIBLE (SSE2 without the approximate rcpps / rsqrtps, whose
     # results differ between Intel and AMD) is the one branch MKL documents as the same on Intel and
-    # compatible CPUs; its AVX2 branch is Intel-only (measured here, on AMD: MKL_VERBOSE "CNR:AUTO")
-    ("MKL_CBWR", "COMPATIBLE"),
+    # compatible CPUs; its AVX2 branch is Intel-only (measured here, on AMD: MKL_VERBOSE "CNR:AUTO").
+    # STRICT: the same bits whatever the operands' memory alignment (without it MKL may take another
+    # kernel for an unaligned operand, e.g. a view in a backward pass; MKL's CNR documentation)
+    ("MKL_CBWR", "COMPATIBLE,STRICT"),
     # numpy's and scipy's OpenBLAS (matrix products, LAPACK): read when the library loads
     ("OPENBLAS_CORETYPE", "Haswell"),
     # numpy's own loops dispatched by CPU (exp, log, tanh, sorts, ...): read at numpy's import;
@@ -305,10 +308,18 @@ def deterministic_requested() -> bool:
 
 
 def fold_batchnorm_enabled() -> bool:
-    """Whether frozen CNN forwards fold their BatchNorms (``NEARID_FOLD_BATCHNORM``: on unless
-    ``0``/``false``/``no``/``off``). Read from the environment at each call, so spawned workers and
-    notebook kernels started under it follow it too."""
-    return os.environ.get("NEARID_FOLD_BATCHNORM", "1").strip().lower() not in _OFF
+    """Whether frozen CNN forwards fold their BatchNorms (``NEARID_FOLD_BATCHNORM``: ``1`` on, ``0``
+    off; unset: off under portable numerics, on otherwise). Read from the environment at each call,
+    so spawned workers and notebook kernels started under it follow it too.
+
+    Portable numerics leave the BatchNorms unfolded: the folded copy runs channels-last, whose
+    oneDNN kernels gave other bits on an Intel Xeon than on an AMD EPYC under the same ISA pins,
+    while the unfolded network's forward (NCHW, oneDNN) gave the same bits on both
+    (``../shared/cpu-probe``, ``tests/test_cpu_probe.py``)."""
+    v = os.environ.get("NEARID_FOLD_BATCHNORM", "").strip().lower()
+    if not v:
+        return not portable_active()
+    return v not in _OFF
 
 
 @dataclass
