@@ -124,7 +124,7 @@ def head_group(ctx: Ctx) -> dict:
     from nearid_lib.config import with_overrides
     from nearid_lib.nearid.group import groups_of
     from nearid_lib.nearid.losses import make_loss_parameters
-    from nearid_lib.nearid.step import amp_context, batch_inputs, dropout_generator, loss_step
+    from nearid_lib.nearid.train import amp_context, batch_inputs, dropout_generator, loss_step
     from nearid_lib.nearid.train import build_head, make_scheduler
 
     runs = suite(1)

@@ -70,8 +70,8 @@ class CrossPaper:
 
 def seed_note(cfg: Profile) -> str:
     """Which training seed each trained row of the table is: the published checkpoint's (one seed),
-    where the claims average every seed (issue 53: the figure showed seed 0's numbers beside claims
-    on the three-seed means, unsaid). "" when no trained model is published."""
+    where the claims average every seed (said on the figure, so that one seed's numbers are not read
+    as the claims' seed means). "" when no trained model is published."""
     ck, parts = checkpoint_dir(cfg.name), []
     for name, what in (("nearid", "the NearID head"), ("idsim", "ID-Sim")):
         if (ck / name).exists():     # each trained encoder reads its own checkpoint's seed list

@@ -123,9 +123,11 @@ def test_patch_grid_pools_tokens_and_conv_head_only_adapters():
     torch.testing.assert_close(c0, t0.mean(1))
 
 
-def test_cnn_prefix_runs_folded_and_equals_the_backbone_stages(cnn):
-    """The frozen prefix runs with its BatchNorms folded: equal to the backbone's own stages up to
-    float rounding (random BatchNorm statistics, so folding matters), the backbone untouched."""
+def test_cnn_prefix_runs_folded_and_equals_the_backbone_stages(cnn, monkeypatch):
+    """With folding on (``NEARID_FOLD_BATCHNORM=1``) the frozen prefix runs with its BatchNorms folded:
+    equal to the backbone's own stages up to float rounding (random BatchNorm statistics, so folding
+    matters), the backbone untouched; with it off (portable numerics' default) it is those stages."""
+    monkeypatch.setenv("NEARID_FOLD_BATCHNORM", "1")
     m = cnn.backbone.model
     g = torch.Generator().manual_seed(3)
     with torch.no_grad():
@@ -138,6 +140,9 @@ def test_cnn_prefix_runs_folded_and_equals_the_backbone_stages(cnn):
     assert (fast - ref).abs().max() > 0
     assert (fast - ref).abs().max() <= 1e-5 * ref.abs().max()
     assert type(m.bn1).__name__ == "BatchNormAct2d"
+    monkeypatch.setenv("NEARID_FOLD_BATCHNORM", "0")
+    with torch.no_grad():
+        assert torch.equal(cnn.prefix(x), ref)
 
 
 def test_spec_defaults_are_the_profile_sections():
@@ -185,3 +190,4 @@ def test_seed_checkpoints_load_in_seed_order(cnn, tmp_path):
     shutil.rmtree(seed_checkpoint_dir(tmp_path, 4))
     with pytest.raises(FileNotFoundError, match="seed 4 is listed"):
         load_idsim_seeds(tmp_path)
+

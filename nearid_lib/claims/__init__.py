@@ -65,7 +65,7 @@ __all__ = ["Evidence", "Statistic", "STATISTICS", "AtLeast", "AtMost", "Greater"
 # whose 2.5% / 97.5% quantiles sit in thin tails: at 1000 replicates an interval end moved by up to
 # 0.03 (sd over 20 draws, NearID 3d) with the evidence fixed, and NearID 6c's verdict changed in 1
 # draw of 20; at 10000 the sd is 3-4 times smaller, at <= 0.2 s per claim
-# (benchmarks/diag_bootstrap_mc.py, removed; git show df9ba8e:benchmarks/diag_bootstrap_mc.py, benchmarks/results/bootstrap_mc_mini_regen.md).
+# (benchmarks/results/bootstrap_mc_mini_regen.md).
 CLAIM_REPLICATES = 10000
 
 VERDICTS = ("holds", "does not hold", "inconclusive", "not testable")
@@ -220,8 +220,8 @@ def evaluate_claim(spec: ClaimSpec, evidence: Mapping[str, Evidence], rng: np.ra
                    n_boot: int = CLAIM_REPLICATES, ci: float = 0.95, profile: str = "",
                    paper_folder: Path | None = None, pair_seeds: bool = True) -> dict:
     """One row of a claims table (see the module docstring for the verdicts). ``pair_seeds=False``
-    draws each side's seed term on its own even where :func:`seeds_paired` (the interval of the
-    committed tables before 6e681ac; ``benchmarks/diag_seed_pairing.py`` (removed; ``git show 519cb69:benchmarks/diag_seed_pairing.py``) compares the two)."""
+    draws each side's seed term on its own even where :func:`seeds_paired` (an earlier interval of
+    this project's; docs/mini.md compares the two)."""
     try:
         vals = [paper_value(r, paper_folder) for r in spec.paper_refs]
         paper = spec.paper_text.format(*vals) if spec.paper_text else ""

@@ -24,9 +24,9 @@ __all__ = ["point_claims", "seeds_line", "why_links", "summary_lines", "calibrat
 VERDICTS = ("holds", "does not hold", "inconclusive", "not testable")
 
 # How far a float-rounding rerun moved an interval end of a trained claim, as a share of the
-# interval's width in the run read: the largest share over the twins recorded so far, rounded up
-# (benchmarks/float_rounding_margin.py, benchmarks/results/float_rounding_margin.md: 3b's upper end in
-# the 6e681ac twin, 0.039 on a width of 0.067). A verdict that such a move would change is "leaning".
+# interval's width in the run read: the largest share over the float-rounding twins recorded so far,
+# rounded up (benchmarks/float_rounding_margin.py, benchmarks/results/float_rounding_margin.md names
+# the twin and the claim). A verdict that such a move would change is "leaning".
 FLOAT_ROUNDING_MARGIN = 0.59
 FLOAT_ROUNDING_RESULTS = "benchmarks/results/float_rounding_margin.md"
 

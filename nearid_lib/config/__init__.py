@@ -80,7 +80,7 @@ def _mini() -> Profile:
         # paper's proportion to the NearID identities), 38 val, 201 test (SSR steps of 0.5 points).
         # The graded set (ID-Sim's Subjects2k / DreamBench++ analogue) has 16 edit-grid anchors of
         # its own. FPR galleries hold near-duplicates (20%) for the curated sampling rule to drop.
-        # Issue 38: sources are fill generators over the same edit kinds (nearid_lib.data.generators);
+        # Sources are fill generators over the same edit kinds (nearid_lib.data.generators);
         # recalibrated on val, frozen only, with the targets unchanged and every generator's frozen SSR
         # in the paper's 12-67% (lever mini_gen2_bg0.25_mag0.7: backgrounds at 25% of their contrast,
         # 0.7x the distractors' colour shifts).

@@ -37,9 +37,9 @@ __all__ = ["FPR_CLAIMS", "retrieval_evidence", "retrieval_claims", "specialised_
 T14 = "fpr_table14_bg_removal"
 # Claims 1 and 2 were re-declared twice. v1 (first commits): claim 1 on the specialised encoder over
 # all methods (rho and spread strictly larger), claim 2 copy-paste mAP >= 0.9 as a point value. v2
-# (1dc7a21, after v1's results): claim 1 on the general encoder over the context-'new' methods with
-# rho_mAP >= rho_sim, claim 2 copy-paste >= 0.9 x the oracle's mAP. v3 (2026-11-24, issue 23, from
-# the paper's words, declared after v2's results were published in the report): both below. The
+# (after v1's results): claim 1 on the general encoder over the context-'new' methods with
+# rho_mAP >= rho_sim, claim 2 copy-paste >= 0.9 x the oracle's mAP. v3 (from the paper's words,
+# declared after v2's results were published in the report): both below. The
 # report keeps the v1 and v2 verdicts, judged on the same run, beside v3's (``with_earlier``).
 REVISION_1 = ("v3 restates Fig. 3's caption: the gallery protocol 'more clearly reveals identity drift of "
               "these models compared with the overall high similarity scores', for the general encoders "
@@ -51,7 +51,7 @@ REVISION_2 = ("v3 restates Fig. 6: 'almost perfect identity preservation scores'
               "reference's own pixels (it is the oracle's query up to the paste)")
 # In mini the copy-paste method pastes the reference's own object pixels onto a new background
 # (nearid_lib.fpr.methods, context "paste"), so its query shows the oracle's reference object itself:
-# its mAP follows from the oracle's, whatever the encoder knows about identity (issue 53). Listed with
+# its mAP follows from the oracle's, whatever the encoder knows about identity. Listed with
 # this reason, not counted as a test.
 COPY_PASTE = ("copy-paste pastes the reference's own object pixels onto a new background here, so its query "
               "shows the oracle's reference object unchanged and its mAP follows the oracle's "

@@ -144,7 +144,7 @@ def data_fingerprint(data: NearIDData) -> str:
 # editing them reuses finished runs. Dotted names: resolved when the key is computed, so this module
 # imports none of them.
 TRAINING_ROOTS = tuple(f"nearid_lib.{m}" for m in (
-    "nearid.train", "nearid.group", "nearid.sweep", "nearid.step", "nearid.evaluate", "features.stream",
+    "nearid.train", "nearid.group", "nearid.sweep", "nearid.evaluate", "features.stream",
     "nearid.train_inputs", "data.schema", "models.backbones", "models.map_head", "config"))
 
 

@@ -36,7 +36,7 @@ def _ceiling(q: str, why: str) -> Precondition:
     return Precondition(q, ">=", 0.90, why)
 
 
-# Issue 53: the same regime precondition applies to the alignment claims whose paper effect the paper
+# The same regime precondition applies to the alignment claims whose paper effect the paper
 # ties to near-perfect discrimination (read in NearID Sec. 4.4 and E.10): +R neg "raises NearID SSR
 # from 61.0% to 99.6% ... The model learns a binary identity decision boundary that ignores graded
 # perceptual similarity" (E.10 (1): its M-O and M-H fall, claims 3d, 3f, 3g); "Circle+Ranking
@@ -46,9 +46,9 @@ def _ceiling(q: str, why: str) -> Precondition:
 # ceiling (mini: +R neg 89%, L_NearID 85%, Circle 55%) the claims compare heads in another regime.
 # Not applied to 8c (the paper credits the ranking term, E.8) nor to 8a, 8b, 9a, 9b (E.8, E.9:
 # effects of the ranking and cohesion weights, not of the ceiling). Declared after their results
-# were seen (26058f7 for 3f-3i, b27e3a5 for 3d), so the verdict without the precondition stays
-# beside "not testable" (``earlier``) and the report does not count them.
-REGIME_53 = ("issue 53: the paper ties this effect to near-perfect discrimination (99.2-99.97% SSR; NearID "
+# were seen, so the verdict without the precondition stays beside "not testable" (``earlier``) and
+# the report does not count them.
+REGIME_REVISION = ("issue 53: the paper ties this effect to near-perfect discrimination (99.2-99.97% SSR; NearID "
              "Sec. 4.4, E.10 (1)); the regime precondition of 3c and 3e applies to it as well")
 RNEG_CEILING = _ceiling("loss.infonce_rneg.full.main.ssr",
                         "the paper's +R neg loses alignment at 99.57% SSR, where it learns 'a binary identity "
@@ -62,7 +62,7 @@ NEARID_BALANCE = _ceiling("nearid.full.main.ssr",
                           "M-H below InfoNCE (Sec. 4.4); a head far below the ceiling is not that trade")
 
 
-def _before_53(test) -> tuple[tuple[str, object], ...]:
+def _before_regime_rule(test) -> tuple[tuple[str, object], ...]:
     """The criterion as first declared, without the regime precondition (judged beside it)."""
     return (("v1, without the regime precondition", test),)
 
@@ -73,7 +73,7 @@ EDGES_EASIER = ("the `edges` generator redraws every colour of the object at a f
                 "to 4: a larger identity change by construction, so 'no drop' on it cannot fail for the reason the "
                 "paper's claim is about")
 
-# Issue 38: claims 2e / 2f were first declared two-sided (|unseen - training| <= 5 points), so an
+# Claims 2e / 2f were first declared two-sided (|unseen - training| <= 5 points), so an
 # unseen group scoring *better* than the training sources "did not hold". The paper's claim is no
 # drop (Table 5: >= 97.8% SSR on all nine sources, unseen ones included), hence one-sided; the
 # two-sided verdict stays in the report beside it.
@@ -166,36 +166,36 @@ NEARID_CLAIMS: tuple[ClaimSpec, ...] = (
               Greater("nearid.mtg.mo", "loss.infonce_rneg.mtg.mo", 0.0), "{0:.3f} vs {1:.3f}",
               (_t(T3, "row_id", "nearid", "mtg_mo"), _t(T3, "row_id", "infonce_rneg", "mtg_mo")),
               preconditions=(RNEG_CEILING, NEAR_CEILING),
-              earlier=_before_53(Greater("nearid.mtg.mo", "loss.infonce_rneg.mtg.mo", 0.0)), revision=REGIME_53),
+              earlier=_before_regime_rule(Greater("nearid.mtg.mo", "loss.infonce_rneg.mtg.mo", 0.0)), revision=REGIME_REVISION),
     ClaimSpec("nearid.3e", "NearID", "3e. Positive cohesion changes L_NearID's SSR little (within 2 points)",
               Within("loss.nearid_cohesion.full.main.ssr", "nearid.full.main.ssr", 0.02), "{0:.2f}% vs {1:.2f}%",
               (_t(T3, "row_id", "nearid_cohesion", "nearid_ssr"), _t(T3, "row_id", "nearid", "nearid_ssr")),
               preconditions=(NEAR_CEILING,)),
-    # --- human alignment of the loss ablation (Tables 3, 10: DB++ M-H; issue 38 item 3)
+    # --- human alignment of the loss ablation (Tables 3, 10: DB++ M-H)
     ClaimSpec("nearid.3f", "NearID", "3f. +R neg loses human alignment (DB++ M-H) against InfoNCE",
               Greater("loss.infonce.dbpp_proc.mh", "loss.infonce_rneg.dbpp_proc.mh", 0.0), "{0:.3f} -> {1:.3f}",
               (_t(T3, "row_id", "infonce", "dbpp_mh"), _t(T3, "row_id", "infonce_rneg", "dbpp_mh")),
               evidence_note=MH_STANDIN,
-              preconditions=(RNEG_CEILING,), revision=REGIME_53,
-              earlier=_before_53(Greater("loss.infonce.dbpp_proc.mh", "loss.infonce_rneg.dbpp_proc.mh", 0.0))),
+              preconditions=(RNEG_CEILING,), revision=REGIME_REVISION,
+              earlier=_before_regime_rule(Greater("loss.infonce.dbpp_proc.mh", "loss.infonce_rneg.dbpp_proc.mh", 0.0))),
     ClaimSpec("nearid.3g", "NearID", "3g. L_NearID keeps human alignment (DB++ M-H) above +R neg",
               Greater("nearid.dbpp_proc.mh", "loss.infonce_rneg.dbpp_proc.mh", 0.0), "{0:.3f} vs {1:.3f}",
               (_t(T3, "row_id", "nearid", "dbpp_mh"), _t(T3, "row_id", "infonce_rneg", "dbpp_mh")),
               evidence_note=MH_STANDIN,
-              preconditions=(RNEG_CEILING, NEAR_CEILING), revision=REGIME_53,
-              earlier=_before_53(Greater("nearid.dbpp_proc.mh", "loss.infonce_rneg.dbpp_proc.mh", 0.0))),
+              preconditions=(RNEG_CEILING, NEAR_CEILING), revision=REGIME_REVISION,
+              earlier=_before_regime_rule(Greater("nearid.dbpp_proc.mh", "loss.infonce_rneg.dbpp_proc.mh", 0.0))),
     ClaimSpec("nearid.3h", "NearID", "3h. L_NearID trades little human alignment against InfoNCE (DB++ M-H: no drop beyond 0.05)",
               Greater("nearid.dbpp_proc.mh", "loss.infonce.dbpp_proc.mh", -0.05), "{0:.3f} vs InfoNCE {1:.3f}",
               (_t(T3, "row_id", "nearid", "dbpp_mh"), _t(T3, "row_id", "infonce", "dbpp_mh")),
               evidence_note=MH_STANDIN,
-              preconditions=(NEARID_BALANCE,), revision=REGIME_53,
-              earlier=_before_53(Greater("nearid.dbpp_proc.mh", "loss.infonce.dbpp_proc.mh", -0.05))),
+              preconditions=(NEARID_BALANCE,), revision=REGIME_REVISION,
+              earlier=_before_regime_rule(Greater("nearid.dbpp_proc.mh", "loss.infonce.dbpp_proc.mh", -0.05))),
     ClaimSpec("nearid.3i", "NearID", "3i. Circle loses human alignment (DB++ M-H) against L_NearID",
               Greater("nearid.dbpp_proc.mh", "loss.circle.dbpp_proc.mh", 0.0), "{0:.3f} vs Circle {1:.3f}",
               (_t(T3, "row_id", "nearid", "dbpp_mh"), _t(T3, "row_id", "circle_rank", "dbpp_mh")),
               evidence_note=MH_STANDIN,
-              preconditions=(CIRCLE_CEILING, NEAR_CEILING), revision=REGIME_53,
-              earlier=_before_53(Greater("nearid.dbpp_proc.mh", "loss.circle.dbpp_proc.mh", 0.0))),
+              preconditions=(CIRCLE_CEILING, NEAR_CEILING), revision=REGIME_REVISION,
+              earlier=_before_regime_rule(Greater("nearid.dbpp_proc.mh", "loss.circle.dbpp_proc.mh", 0.0))),
     # --- alpha / beta (Tables 8, 9)
     ClaimSpec("nearid.8a", "NearID", "8a. MTG M-O rises from alpha = 0 to alpha = 1",
               Greater("alpha.1.0.mtg.mo", "alpha.0.0.mtg.mo", 0.0), "{1:.3f} -> {0:.3f}",

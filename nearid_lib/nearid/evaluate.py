@@ -121,7 +121,7 @@ def embed_split(embedder: Embedder, data: NearIDData, split: str = "test", varia
 # procedural source is structure-conditioned when its family is listed here. The released NearID
 # Canny sources are FluxC and FluxC_1024 (FLUX.1-Canny at 512 and 1024 px).
 STRUCTURE_FAMILIES: tuple[str, ...] = ("edges",)
-# Procedural families reported apart (issue 38): "hard" changes one attribute where every fill
+# Procedural families reported apart: "hard" changes one attribute where every fill
 # generator changes several, so pooling it would mix a kind of change into a comparison of generators.
 APART_FAMILIES: tuple[str, ...] = ("hard",)
 RELEASED_STRUCTURE_PREFIX = "FluxC"

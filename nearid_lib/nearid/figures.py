@@ -29,7 +29,7 @@ OBJECT_COLOUR = "#009E73"       # Okabe-Ito green: the object's outline in Figur
 PART_COLOUR = "#D55E00"         # Okabe-Ito vermillion: the edited part's outline
 ORACLE_LABEL = "Oracle (1 - |part|/|object|)"
 # under Figure 9: two curves that look alike say nothing about whether a scorer orders the edits as
-# the oracle does (issue 53: the head's curve hugs the oracle's while its M-O is near 0)
+# the oracle does (a head's curve can hug the oracle's while its M-O is near 0)
 ECDF_NOTE = ("The curves compare score distributions only. M-O and M-Opair (legend) measure agreement pair by "
              "pair (Fisher-z means of the Pearson r of score and oracle over the same pairs): a curve near the "
              "oracle's with M-O near 0 ranks the edits unlike the oracle.")

@@ -196,7 +196,7 @@ def table5(results: Sequence[EncoderResult], groups: Mapping[str, Sequence[str]]
 
 # The range of SSR the paper's frozen baselines (SigLIP2, Qwen3-VL, VSM) span across its nine sources
 # (NearID E.4: "SSR 12-67%"). A source whose frozen SSR falls outside it is easier or harder than any
-# of the paper's: e.g. a look the frozen encoder reads as a cue (issue 38's withdrawn "grainy" look).
+# of the paper's: e.g. a look the frozen encoder reads as a cue (a withdrawn "grainy" look was one).
 FROZEN_SOURCE_RANGE = (12.0, 67.0)
 
 
