@@ -191,3 +191,66 @@ def test_seed_checkpoints_load_in_seed_order(cnn, tmp_path):
     with pytest.raises(FileNotFoundError, match="seed 4 is listed"):
         load_idsim_seeds(tmp_path)
 
+
+def test_two_trainings_never_share_an_embedding_row(tmp_path):
+    """ID-Sim's ``cache_key`` is its frozen prefix's (two trainings share prefix features), so the
+    key of its embeddings adds what training changed: a model with real backbone weights (not a tiny
+    one, whose every parameter is hashed anyway) whose head or LoRA moved gets another fingerprint,
+    and the one feature store gives it its own rows instead of the other model's."""
+    import copy
+
+    import numpy as np
+    from PIL import Image
+
+    from nearid_lib.features import FeatureStore, encoder_fingerprint
+    from nearid_lib.features.embed import embed, file_refs
+
+    torch.manual_seed(0)
+    a = build_idsim(backbone="efficientnet-lite0", image_size=64, head_hidden=16, head_out=8, adapt_stages=1)
+    assert not a.tiny
+    b = copy.deepcopy(a)
+    assert encoder_fingerprint(b) == encoder_fingerprint(a)          # the same weights: the same rows
+    with torch.no_grad():
+        b.cls_head.fc1.weight.mul_(-1.0)
+    assert encoder_fingerprint(b) != encoder_fingerprint(a)
+    c = copy.deepcopy(a)
+    with torch.no_grad():
+        next(p for n, p in c.named_parameters() if "lora_B" in n).add_(0.1)
+    assert encoder_fingerprint(c) != encoder_fingerprint(a)
+    rng = np.random.default_rng(0)
+    paths = []
+    for i in range(2):
+        paths.append(tmp_path / f"im{i}.png")
+        Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(paths[-1])
+    refs = file_refs([str(x) for x in paths])
+    store = FeatureStore(tmp_path / "rows")
+    ea = embed(a, refs, "full", store, progress=False)
+    eb = embed(b, refs, "full", store, progress=False)
+    assert not np.allclose(ea, eb)
+    assert np.array_equal(embed(a, refs, "full", store, progress=False), ea)
+
+
+def test_the_embedder_scores_id_sim_with_its_own_forward(smoke_world, tmp_path):
+    """ID-Sim keeps its LoRA-adapted backbone as ``.backbone`` but has no NearID head: the Embedder
+    (the NearID-bench protocol, the cross-paper table, the score card) embeds it with its own forward,
+    its projected CLS, never with the inner backbone's pooled output (which the cross-paper table's
+    ID-Sim row once read, so its sensitivities sat near the frozen backbone's). A feature
+    classifier, another encoder around a backbone, likewise."""
+    from nearid_lib.config import get_profile
+    from nearid_lib.features import Embedder
+    from nearid_lib.features.payloads import backbone_of
+
+    torch.manual_seed(0)
+    m = build_idsim(backbone="efficientnet-lite0", tiny=True, head_hidden=16, head_out=8)
+    assert backbone_of(m) is m
+    grids = smoke_world.grids
+    rels, masks = grids.path.tolist()[:6], grids["mask"].tolist()[:6]
+    emb = Embedder(m, smoke_world, profile=get_profile("smoke"), progress=False, store_tokens=False,
+                   cache_root=tmp_path / "cache")
+    got = emb.embed(rels, "full", masks=masks)
+    want = m.embed([smoke_world.image(r) for r in rels])
+    assert got.shape == want.shape == (6, 8)
+    # the group caches keep pooled outputs as float16: equal to that precision
+    assert torch.allclose(got, want, atol=2e-3)
+    inner = torch.nn.functional.normalize(m.backbone.embed([smoke_world.image(r) for r in rels]), dim=-1)
+    assert inner.shape[1] != 8 or not torch.allclose(inner, want, atol=1e-2)

@@ -25,8 +25,10 @@ __all__ = ["ImageRef", "Payload", "PAYLOADS", "variant_images", "encoder_fingerp
 
 def encoder_fingerprint(model) -> str:
     """``cache_key()`` plus a hash of the weights that the key does not pin down: a trained head
-    (``nearid``), a trained classifier, or every parameter of a tiny random-init model. A frozen
-    model's fingerprint is computed once and remembered on it."""
+    (``nearid``), a trained classifier, the tensors a model names as its trained ones
+    (``fingerprint_tensors()``: ID-Sim's LoRA and projection heads, whose ``cache_key`` is its frozen
+    prefix's), or every parameter of a tiny random-init model. A frozen model's fingerprint is
+    computed once and remembered on it."""
     memo = getattr(model, "_store_fingerprint", None)
     if memo is not None and getattr(model, "frozen", False):
         return memo
@@ -35,8 +37,11 @@ def encoder_fingerprint(model) -> str:
     for attr in ("head", "classifier"):
         if isinstance(getattr(model, attr, None), torch.nn.Module):
             parts.append(getattr(model, attr))
-    for mod in parts:
-        for k, v in sorted(mod.state_dict().items()):
+    named = [sorted(mod.state_dict().items()) for mod in parts]
+    if not getattr(model, "tiny", False) and callable(getattr(model, "fingerprint_tensors", None)):
+        named.append(sorted(model.fingerprint_tensors()))
+    for items in named:
+        for k, v in items:
             h.update(k.encode())
             h.update(v.detach().cpu().contiguous().float().numpy().tobytes())
     fp = h.hexdigest()
@@ -47,8 +52,12 @@ def encoder_fingerprint(model) -> str:
 
 def backbone_of(encoder):
     """What grids are cached for: a NearID encoder's backbone (the head is what trains over its
-    tokens); any other encoder is its own backbone."""
-    return getattr(encoder, "backbone", encoder)
+    tokens); any other encoder is its own backbone, one that holds a backbone inside it too (ID-Sim's
+    LoRA and projection heads, a feature classifier): its embedding is its own forward's, never its
+    inner backbone's pooled output."""
+    if isinstance(getattr(encoder, "head", None), torch.nn.Module) and hasattr(encoder, "backbone"):
+        return encoder.backbone
+    return encoder
 
 
 @dataclass(frozen=True)

@@ -242,8 +242,17 @@ class IDSimModel(Encoder):
         return self.backbone.dtype
 
     def cache_key(self) -> str:
-        """Key of the *prefix* features (what a training cache stores)."""
+        """Key of the *prefix* features (what a training cache stores). The model's own embeddings
+        are keyed by it plus :meth:`fingerprint_tensors` (:func:`~nearid_lib.features.encoder_fingerprint`):
+        two trainings share a prefix, never an embedding."""
         return f"idsim-prefix|split={self.split}|{self.backbone.cache_key()}"
+
+    def fingerprint_tensors(self) -> list[tuple[str, torch.Tensor]]:
+        """What training changed, by name: the LoRA matrices and both projection heads."""
+        lora = [(f"backbone.{n}", p) for n, p in self.backbone.model.named_parameters() if "lora_" in n]
+        heads = [(f"{name}.{k}", v) for name in ("cls_head", "patch_head")
+                 for k, v in getattr(self, name).state_dict().items()]
+        return lora + heads
 
 
 # ---------------------------------------------------------------------- build / save / load
