@@ -133,8 +133,14 @@ class Run:
 
     def figure(self, fig, name: str, dpi: int = 120):
         """Save ``fig`` as ``<figures>/<name>.png`` (atomically) and return it, so that a notebook cell
-        ending with this call also shows the figure inline."""
-        return save(fig, self.figures / f"{name}.png", dpi=dpi)
+        ending with this call also shows the figure inline. The PNG says where it comes from in its
+        text chunks: ``Title`` (its name), ``Description`` (notebook, profile, seed) and ``Source``
+        (the commit, marked when the checkout had uncommitted changes)."""
+        git = self.meta.get("git", {})
+        sha = git.get("sha") or "unknown commit"
+        meta = {"Title": name, "Description": f"notebook {self.notebook}, profile {self.profile}, seed {self.seed}",
+                "Source": f"nearid_lib at {sha}" + (" with uncommitted changes" if git.get("dirty") else "")}
+        return save(fig, self.figures / f"{name}.png", dpi=dpi, metadata=meta)
 
 
 def _dataset_record(profile: str, key: str) -> dict | None:

@@ -1,6 +1,7 @@
 """Compare the tables and figures of two runs (e.g. a fresh clone's `make reproduce` against the
-committed `figures/`): exact equality of every CSV cell and every PNG byte, except columns that
-measure time (throughput, seconds), which are listed but never fail the check.
+committed `figures/`): exact equality of every CSV cell and every PNG's pixels (not its text chunks,
+which name the commit that made it), except columns that measure time (throughput, seconds), which
+are listed but never fail the check.
 
     python scripts/compare_runs.py figures /path/to/other/figures
     python scripts/compare_runs.py figures /path/to/other/figures --atol 1e-6
@@ -18,7 +19,7 @@ for the latter (a claim present in one run only counts among them).
 
 ``--atol``: numeric columns that differ by at most that much are listed with their largest
 difference and do not fail the check (a change that reorders floating-point work, e.g. batches of
-another composition). Figures drawn from such numbers may differ in bytes: they are then listed as
+another composition). Figures drawn from such numbers may differ in pixels: they are then listed as
 differing, not failed, with the tables' tolerance as the reason.
 """
 from __future__ import annotations
@@ -29,9 +30,18 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this repository's library
 from nearid_lib.claims.report_section import leaning  # noqa: E402
+
+
+def _pixels_digest(path: Path) -> str:
+    """SHA-1 of a PNG's decoded pixels, its mode and size: two renderings of one figure made at two
+    commits carry different text chunks and are the same figure."""
+    with Image.open(path) as im:
+        return hashlib.sha1(f"{im.mode}{im.size}".encode() + im.tobytes()).hexdigest()
+
 
 TIMING = re.compile(r"(^|_)(s|seconds|sec)(_|$)|per_s$|_per_s_|^s_per|items_per|images_per|throughput|a100_hours")
 
@@ -76,7 +86,8 @@ def compare(a: Path, b: Path, atol: float | None = None) -> int:
             bad += 1
         elif timing:
             print(f"{fa.name}: timing columns differ (expected): {timing}")
-    digest = lambda p: hashlib.sha1(p.read_bytes()).hexdigest()  # noqa: E731
+    # a figure is its pixels: its text chunks (the commit and the date that made it) may differ
+    digest = lambda p: _pixels_digest(p)  # noqa: E731
     for pa in sorted(a.glob("*.png")):
         pb = b / pa.name
         if not pb.exists():

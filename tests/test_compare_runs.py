@@ -71,3 +71,25 @@ def test_a_flip_of_a_leaning_verdict_is_listed_apart_and_does_not_fail(tmp_path)
     c = run(tmp_path / "c", 0.028, 0.125, "inconclusive", "1/1")
     d = run(tmp_path / "d", 0.054, 0.114, "does not hold", "1/1")
     assert _compare(c, d, "--verdicts").returncode == 1
+
+
+def test_a_figure_is_compared_by_its_pixels_not_its_provenance(tmp_path):
+    """Each PNG names the commit that made it (its text chunks): two runs at two commits that drew the
+    same pixels have the same figure; one changed pixel is a difference."""
+    import numpy as np
+    from PIL import Image
+    from PIL.PngImagePlugin import PngInfo
+
+    a, b = (_run(tmp_path / n, {"1a": "holds"}, 0.5, 1.0) for n in ("a", "b"))
+    px = np.zeros((8, 8, 3), np.uint8)
+    for root, sha in ((a, "aaaaaaa"), (b, "bbbbbbb")):
+        info = PngInfo()
+        info.add_text("Source", f"nearid_lib at {sha}")
+        Image.fromarray(px).save(root / "04_overview.png", pnginfo=info)
+    assert (a / "04_overview.png").read_bytes() != (b / "04_overview.png").read_bytes()
+    out = _compare(a, b)
+    assert out.returncode == 0 and "0 non-timing difference(s)" in out.stdout, out.stdout
+    px[3, 3] = 1
+    Image.fromarray(px).save(b / "04_overview.png")
+    out = _compare(a, b)
+    assert out.returncode == 1 and "04_overview.png: figure differs" in out.stdout

@@ -99,6 +99,14 @@ def test_figure_is_saved_and_returned(tmp_path, monkeypatch):
     png = tmp_path / "figs" / "08_line.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not plt.fignum_exists(fig.number)                        # closed: shown once, inline
+    # the PNG says where it comes from: its name, notebook, profile, seed and commit
+    from PIL import Image
+
+    with Image.open(png) as im:
+        text = dict(im.text)
+    assert text["Title"] == "08_line" and text["Description"] == "notebook 08_x, profile smoke, seed 0"
+    sha = run.meta.get("git", {}).get("sha")
+    assert text["Source"].startswith(f"nearid_lib at {sha or 'unknown commit'}")
 
 
 def test_paper_profile_stops_without_a_gpu_unless_allowed(monkeypatch):

@@ -273,7 +273,7 @@ def _verdict_cells(frame: pd.DataFrame, share: float) -> pd.DataFrame:
     return frame
 
 
-_COLUMNS = ("claim", "paper", "ours", "verdict", "leaning", "why", "not counted", "own_question", "flags", "chance",
+_COLUMNS = ("claim", "paper", "ours", "evidence", "verdict", "leaning", "why", "not counted", "own_question", "flags", "chance",
             "calibrated", "by_construction", "earlier_verdicts", "criterion", "detail", "revision", "profile", "source")
 
 

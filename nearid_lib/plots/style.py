@@ -43,17 +43,19 @@ def method_color(label: str) -> str:
     return _ASSIGNED[label]
 
 
-def savefig(fig, path: str | Path, dpi: float | None = None) -> Path:
+def savefig(fig, path: str | Path, dpi: float | None = None, metadata: dict[str, str] | None = None) -> Path:
     """Write ``fig`` as PNG atomically (creating folders, tight bounding box) and close it; returns
-    the path. ``dpi`` None: matplotlib's ``savefig.dpi``."""
+    the path. ``dpi`` None: matplotlib's ``savefig.dpi``; ``metadata``: PNG text chunks (``Title``,
+    ``Description``, ``Source``, ...), e.g. the commit and profile that made the figure."""
     path = Path(path)
-    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=dpi, bbox_inches="tight"))
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=dpi, bbox_inches="tight",
+                                               metadata=metadata))
     plt.close(fig)
     return path
 
 
-def save(fig, path: str | Path, dpi: float | None = None):
+def save(fig, path: str | Path, dpi: float | None = None, metadata: dict[str, str] | None = None):
     """:func:`savefig` that returns the figure: a closed figure still renders when it is the value
     of a notebook cell, exactly once."""
-    savefig(fig, path, dpi)
+    savefig(fig, path, dpi, metadata)
     return fig
