@@ -124,6 +124,16 @@ def test_every_executed_notebook_shows_every_figure_it_wrote(notebooks, figures)
     assert len(written) >= 5 and None not in written.values(), written
 
 
+@pytest.mark.skipif(not _runs(), reason="make notebook-figures sets NEARID_EXECUTED after make smoke / dryrun-paper")
+@pytest.mark.parametrize("notebooks, figures", _runs(), ids=lambda p: str(p))
+def test_executed_run_gives_one_number_per_quantity(notebooks, figures):
+    """The cross-paper table's trained rows equal the tables of the notebooks that own each benchmark
+    (sensitivities of notebook 10, NearID-bench of notebook 04) in the run just made."""
+    from nearid_lib.cross_paper import owner_disagreements
+
+    assert owner_disagreements(figures / "tables") == []
+
+
 def _finaliser():
     spec = importlib.util.spec_from_file_location("finalise_notebook", ROOT / "scripts" / "finalise_notebook.py")
     mod = importlib.util.module_from_spec(spec)

@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from ..runtime.code_closure import closure_fingerprint
 from ..io_utils import Manifest, file_lock, write_csv, write_json
 from ..paths import cache_dir
-from .payloads import ImageRef, backbone_of, variant_images
+from .payloads import ImageRef, backbone_of, encoder_fingerprint, variant_images
 from .variants import ImageLoader, MaskLoader, apply_variant, check_variant, default_loaders, needs_mask
 
 __all__ = ["TokenCache", "cache_name", "backbone_of"]
@@ -222,9 +222,11 @@ def _target(encoder, relpaths, root, masks, variant, cache_root, profile, data, 
     bb = backbone_of(encoder)
     root_p = Path(root) if root is not None else (Path(data.root) if data is not None and
                                                    hasattr(data, "root") else None)
-    # the backbone's key (its code included) and the code of this cache's build and variants
+    # the backbone's key (its code included), the weights its key does not pin down (a trained
+    # encoder's, a tiny one's: encoder_fingerprint) and the code of this cache's build and variants
     code = closure_fingerprint(TokenCache, _Encoder, apply_variant)
-    name, digest = cache_name(f"{bb.cache_key()}|cache_code={code}", bb.name, variant, entries,
+    key = f"{bb.cache_key()}|weights={encoder_fingerprint(bb)}|cache_code={code}"
+    name, digest = cache_name(key, bb.name, variant, entries,
                               _fingerprint(root_p, entries), dtype, store_tokens)
     parent = Path(cache_root) if cache_root is not None else cache_dir(profile) / "features"
     return entries, bb, root_p, name, digest, parent

@@ -51,14 +51,17 @@ _FACTORS = ("identity", "background", "viewpoint", "lighting")
 
 
 def _nearid_cols(res: Mapping[str, Any], key: str) -> dict[str, float]:
-    if key not in res.get("keys", []):
+    """NearID-bench columns of ``key``: the mean over its participants (a trained encoder's seeds)."""
+    idx = [i for i, k in enumerate(res.get("keys", [])) if k == key]
+    if not idx:
         return {}
-    i = res["keys"].index(key)
-    t1 = res["table1"].iloc[i]
-    out = {c: float(t1[c]) for c in ("nearid_ssr", "nearid_pa", "mtg_mo", "mtg_mopair", "dbpp_mh_procedural")}
-    if res.get("table7") is not None and len(res["table7"]) > i:
-        t7 = res["table7"].iloc[i]
-        out.update(nearid_fg_ssr=float(t7["fg_ssr"]), nearid_fg_pa=float(t7["fg_pa"]))
+    t1 = res["table1"].iloc[idx]
+    out = {c: float(t1[c].astype(float).mean()) for c in ("nearid_ssr", "nearid_pa", "mtg_mo", "mtg_mopair",
+                                                          "dbpp_mh_procedural")}
+    if res.get("table7") is not None and len(res["table7"]) > max(idx):
+        t7 = res["table7"].iloc[idx]
+        out.update(nearid_fg_ssr=float(t7["fg_ssr"].astype(float).mean()),
+                   nearid_fg_pa=float(t7["fg_pa"].astype(float).mean()))
     return out
 
 
@@ -74,19 +77,21 @@ def _idsim_cols(res: Mapping[str, Any], key: str) -> dict[str, float]:
 
 
 def _fpr_cols(res: Mapping[str, Any], key: str) -> dict[str, float]:
+    """FPR columns of ``key``: the mean over its participants (a trained encoder's seeds)."""
     out: dict[str, float] = {}
     if "oracle" not in res:
         return out
-    o = res["oracle"][res["oracle"].encoder == key]
+    names = [t for t, k in res.get("keys", {key: key}).items() if k == key]
+    o = res["oracle"][res["oracle"].encoder.isin(names)]
     if len(o):
-        out["fpr_map"], out["fpr_sim"] = float(o["map"].iloc[0]), float(o["sim"].iloc[0])
+        out["fpr_map"], out["fpr_sim"] = float(o["map"].mean()), float(o["sim"].mean())
     a = res["agreement"]
     if a is None:                                       # no generated images to agree on
         return out
     for metric, col in (("ap", "fpr_rho_map"), ("sim", "fpr_rho_sim")):
-        r = a[(a.encoder == key) & (a.metric == metric)]
+        r = a[a.encoder.isin(names) & (a.metric == metric)]
         if len(r):
-            out[col] = float(r["mean_rho"].iloc[0])
+            out[col] = float(r["mean_rho"].mean())
     return out
 
 
@@ -117,15 +122,23 @@ def paper_rows(folder: Path | None = None) -> pd.DataFrame:
 
 
 def assemble_table(parts: Sequence[Participant], results: Mapping[str, Any], profile: str) -> pd.DataFrame:
-    """One row per participant (scored in this run) followed by the papers' rows."""
+    """One row per participant key (scored in this run; a trained encoder's seeds averaged, their
+    count in ``n_seeds``) followed by the papers' rows."""
     rows = []
-    for p in parts:
-        row = {"row": p.label, "kind": p.kind, "source": f"this run ({profile})", "key": p.key}
+    first: dict[str, Participant] = {}
+    for q in parts:
+        first.setdefault(q.key, q)
+    for p in first.values():
+        row = {"row": p.label, "kind": p.kind, "source": f"this run ({profile})", "key": p.key,
+               "n_seeds": sum(q.key == p.key for q in parts)}
         row.update(_nearid_cols(results.get("nearid", {}), p.key))
         row.update(_idsim_cols(results.get("idsim", {}), p.key))
         row.update(_fpr_cols(results.get("fpr", {}), p.key))
         rows.append(row)
-    table = pd.concat([pd.DataFrame(rows), paper_rows()], ignore_index=True)
+    ours = pd.DataFrame(rows)
+    if (ours["n_seeds"] <= 1).all():
+        ours = ours.drop(columns="n_seeds")             # no encoder with several seeds: nothing to say
+    table = pd.concat([ours, paper_rows()], ignore_index=True)
     front = [c for c in CARD_COLUMNS if c in table.columns]
     return table[front + [c for c in table.columns if c not in front]]
 

@@ -54,8 +54,16 @@ def run_idsim(parts: Sequence[Participant], cfg: Profile, data: NearIDData, seed
         notes.append("ID-Sim: the dataset has no edit grids (grids.csv); sensitivity not scored")
         return {}
     rels, masks = grids["path"].tolist(), grids["mask"].tolist()
-    emb = {p.key: dict(zip(rels, p.grid_embed(data, rels, masks))) for p in parts}
-    res = run_sensitivity(grids, emb, cfg.idsim.n_bootstrap, make_rng(seed, "score-sensitivity"))
+    emb: dict[str, dict] = {}
+    seeded: dict[str, dict[int, dict]] = {}
+    for p in parts:
+        e = dict(zip(rels, p.grid_embed(data, rels, masks)))
+        if p.seed is None:
+            emb[p.key] = e
+        else:                           # a trained encoder's seeds: regressed apart, then averaged
+            seeded.setdefault(p.key, {})[int(p.seed)] = e
+    res = run_sensitivity(grids, emb, cfg.idsim.n_bootstrap, make_rng(seed, "score-sensitivity"),
+                          seeded=seeded or None)
     return {"summary": res.summary, "wide": res.wide, "sims": res.sims}
 
 
@@ -95,11 +103,11 @@ def run_fpr(parts: Sequence[Participant], cfg: Profile, data: NearIDData, batch_
     split, gen = _fpr_data(cfg, data)
     ec = FeatureStore(cache_dir(cfg.name) / "retrieval" if cache else None)
     cfg = replace(cfg, retrieval=replace(cfg.retrieval, batch_size=batch_size))
-    res = fpr_protocol({p.key: p.model for p in parts}, split, gen, cfg, ec, progress=progress)
+    res = fpr_protocol({p.tag: p.model for p in parts}, split, gen, cfg, ec, progress=progress)
     oracle = res.oracle[res.oracle.group == "all"].drop(columns="dataset").reset_index(drop=True)
-    methods = res.main.drop(columns="dataset").assign(label=res.main.encoder.map({p.key: p.label for p in parts}))
+    methods = res.main.drop(columns="dataset").assign(label=res.main.encoder.map({p.tag: p.label for p in parts}))
     # the agreement needs a true drift (the procedural world's simulated generators): empty on the
     # released galleries, None without generated images
     agreement = res.agreement.drop(columns=["names", "rhos"]) if res.agreement is not None else None
     return {"oracle": oracle, "methods": methods, "agreement": agreement,
-            "per_query": res.per_query}
+            "per_query": res.per_query, "keys": {p.tag: p.key for p in parts}}
