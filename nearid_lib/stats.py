@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-__all__ = ["sensitivity_ols", "bootstrap_mean_ci", "bootstrap_columns", "bootstrap_ssr_pa"]
+__all__ = ["sensitivity_ols", "bootstrap_mean_ci", "bootstrap_columns", "bootstrap_ssr_pa", "holm_reject"]
 
 
 def sensitivity_ols(df: pd.DataFrame, sim_col: str = "sim", factor_col: str = "factor_change",
@@ -167,4 +167,20 @@ def bootstrap_ssr_pa(wins, trials, n_boot: int = 1000, rng: np.random.Generator 
     out = {"ssr": _summary(ssr_d, succ.mean(), ci), "pa": _summary(pa_d, w.sum() / t.sum(), ci)}
     for v in out.values():
         v["n"] = int(w.size)
+    return out
+
+
+def holm_reject(p_values: Sequence[float], alpha: float) -> list[bool]:
+    """Holm's step-down correction: which of ``p_values`` are rejected at family-wise level
+    ``alpha``. Sorted ascending, the i-th smallest (from 0) is rejected while every p-value up to it
+    is at most ``alpha / (m - i)``; the first that is not stops the procedure. A NaN p-value is
+    never rejected and counts in ``m``."""
+    p = np.asarray(p_values, dtype=float)
+    m = len(p)
+    out = [False] * m
+    order = sorted(range(m), key=lambda i: (np.isnan(p[i]), p[i]))
+    for rank, i in enumerate(order):
+        if not (p[i] <= alpha / (m - rank)):
+            break
+        out[i] = True
     return out

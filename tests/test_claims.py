@@ -460,3 +460,39 @@ def test_claims_read_the_strict_pa_they_were_declared_on():
     assert C.Evidence("pa", units).point() == pytest.approx(pooled["pa_strict"], abs=1e-12)
     assert pooled["pa"] != pytest.approx(pooled["pa_strict"])
     assert C.Evidence("ssr", units).point() == pytest.approx(pooled["ssr"], abs=1e-12)
+
+
+def test_p_hold_is_the_share_of_replicates_outside_the_holding_region():
+    """Each criterion's bootstrap p-value of "holds", by hand on ten replicates."""
+    from nearid_lib.claims.criteria import AtLeast, AtMost, Greater, RatioAtLeast, Within
+
+    d = np.array([-0.3, -0.1, 0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, np.nan])     # 9 finite
+    assert AtLeast("q", 0.1).p_hold(d) == pytest.approx(3 / 9)        # -0.3, -0.1, 0.0 below 0.1
+    assert AtMost("q", 0.1).p_hold(d) == pytest.approx(5 / 9)         # 0.2 .. 0.6 above
+    assert Greater("a", "b", 0.0).p_hold(d) == pytest.approx(3 / 9)   # <= 0: -0.3, -0.1, 0.0
+    assert RatioAtLeast("a", "b", 0.5).p_hold(d) == pytest.approx(7 / 9)
+    assert Within("a", "b", 0.35).p_hold(d) == pytest.approx(max(0, 3) / 9)   # TOST: 0.4, 0.5, 0.6 above
+    assert np.isnan(AtLeast("q", 0.0).p_hold([np.nan]))
+
+
+def test_holm_stops_at_the_first_p_value_over_its_level():
+    from nearid_lib.stats import holm_reject
+
+    # sorted 0.005 <= 0.05/4, 0.01 <= 0.05/3, 0.03 > 0.05/2: stop; 0.04 is not reached
+    assert holm_reject([0.01, 0.04, 0.03, 0.005], 0.05) == [True, False, False, True]
+    assert holm_reject([0.001, float("nan")], 0.05) == [True, False]      # NaN counts in m, never rejected
+    assert holm_reject([], 0.05) == []
+
+
+def test_the_report_gives_holm_beside_each_counted_holds():
+    """A counted "holds" whose p-value does not survive Holm over the counted tests reads so, and the
+    summary says how many "holds" chance alone would give."""
+    from nearid_lib.claims.report_section import holm_column, summary_lines
+
+    frame = pd.DataFrame({"key": ["a", "b", "c"], "claim": ["a", "b", "c"], "verdict": ["holds", "holds", "inconclusive"],
+                          "p_hold": [0.001, 0.02, 0.3], "evidence": "", "criterion": "x >= 0", "ours": ""})
+    tested = pd.Series([True, True, True])
+    assert holm_column(frame, tested).tolist() == ["holds", "not after Holm", ""]   # 0.02 > 0.025 / 2
+    text = " ".join(summary_lines(frame))
+    assert "about 0.1 \"holds\" would be expected by chance alone" in text
+    assert "1 of the 2 \"holds\" remain" in text

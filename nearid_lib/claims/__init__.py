@@ -290,7 +290,7 @@ def evaluate_claim(spec: ClaimSpec, evidence: Mapping[str, Evidence], rng: np.ra
     n_units = [int(evidence[q].table["unit"].nunique()) for q in qs]
     multi = any(len(s) > 1 for s in seeds)
     out = {**row, "ours": ours, "verdict": spec.test.decide(est, low, high), "estimate": est,
-           "ci_low": low, "ci_high": high, "ci_level": ci, "n_boot": n_boot,
+           "ci_low": low, "ci_high": high, "ci_level": ci, "n_boot": n_boot, "p_hold": spec.test.p_hold(dist),
            "seeds": "/".join(str(len(s)) for s in seeds), "n_units": "/".join(map(str, n_units)),
            "detail": f"{int(ci * 100)}% percentile bootstrap over units"
                      + (" and training seeds (hierarchical: the spread of the per-seed differences as "

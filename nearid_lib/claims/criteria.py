@@ -1,7 +1,12 @@
 """The criteria of a claim (:class:`nearid_lib.claims.ClaimSpec`): what a quantity, or two on the
 same units, must satisfy, and the verdict an interval gives (``holds`` / ``does not hold`` /
 ``inconclusive``); a :class:`Precondition` makes a claim testable in a profile at all, and
-:func:`criterion_from_text` rebuilds a criterion from the text a claims table keeps."""
+:func:`criterion_from_text` rebuilds a criterion from the text a claims table keeps.
+
+Each criterion's ``p_hold(dist)`` is the bootstrap p-value of "holds": the share of the statistic's
+replicates outside the region where the claim holds (for :class:`Within`, the larger of its two
+sides: two one-sided tests). "holds" at a 95% two-sided interval is ``p_hold <= 0.025``, so these
+are the p-values a multiple-test correction over the counted claims reads."""
 from __future__ import annotations
 
 import re
@@ -9,7 +14,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["AtLeast", "AtMost", "Greater", "Within", "RatioAtLeast", "Precondition", "criterion_from_text"]
+__all__ = ["AtLeast", "AtMost", "Greater", "Within", "RatioAtLeast", "Precondition", "criterion_from_text",
+           "share_outside"]
+
+
+def share_outside(dist, below: float | None = None, above: float | None = None, strict: bool = False) -> float:
+    """The share of the finite replicates of ``dist`` below ``below`` (or at it, ``strict``) or above
+    ``above``: the bootstrap p-value of a one-sided criterion."""
+    d = np.asarray(dist, dtype=float)
+    d = d[np.isfinite(d)]
+    if not len(d):
+        return float("nan")
+    if below is not None:
+        return float(np.mean(d <= below if strict else d < below))
+    return float(np.mean(d > above))
 
 
 @dataclass(frozen=True)
@@ -26,6 +44,9 @@ class AtLeast:
     def decide(self, est: float, low: float, high: float) -> str:
         return "holds" if low >= self.threshold else "does not hold" if high < self.threshold else "inconclusive"
 
+    def p_hold(self, dist) -> float:
+        return share_outside(dist, below=self.threshold)
+
 
 @dataclass(frozen=True)
 class AtMost:
@@ -40,6 +61,9 @@ class AtMost:
 
     def decide(self, est: float, low: float, high: float) -> str:
         return "holds" if high <= self.threshold else "does not hold" if low > self.threshold else "inconclusive"
+
+    def p_hold(self, dist) -> float:
+        return share_outside(dist, above=self.threshold)
 
 
 @dataclass(frozen=True)
@@ -56,6 +80,9 @@ class Greater:
 
     def decide(self, est: float, low: float, high: float) -> str:
         return "holds" if low > self.margin else "does not hold" if high <= self.margin else "inconclusive"
+
+    def p_hold(self, dist) -> float:
+        return share_outside(dist, below=self.margin, strict=True)
 
 
 @dataclass(frozen=True)
@@ -74,6 +101,9 @@ class Within:
         if -self.tol <= low and high <= self.tol:
             return "holds"
         return "does not hold" if low > self.tol or high < -self.tol else "inconclusive"
+
+    def p_hold(self, dist) -> float:
+        return max(share_outside(dist, below=-self.tol), share_outside(dist, above=self.tol))
 
 
 @dataclass(frozen=True)
@@ -96,6 +126,9 @@ class RatioAtLeast:
 
     def decide(self, est: float, low: float, high: float) -> str:
         return "holds" if low >= self.ratio else "does not hold" if high < self.ratio else "inconclusive"
+
+    def p_hold(self, dist) -> float:
+        return share_outside(dist, below=self.ratio)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import pandas as pd
 
 from .criteria import AtLeast, AtMost, Greater, RatioAtLeast, Within, criterion_from_text
 from ..paths import repo_root
+from ..stats import holm_reject
 
 __all__ = ["point_claims", "seeds_line", "why_links", "summary_lines", "calibrated_rows", "FLOAT_ROUNDING_MARGIN",
            "trained", "leaning", "leaning_detail", "not_counted", "own_questions", "firmness_lines",
@@ -232,6 +233,42 @@ def not_counted(claims: pd.DataFrame) -> pd.Series:
     return out
 
 
+# "holds" is one side of a 95% two-sided interval: a one-sided test at 2.5%
+ONE_SIDED_ALPHA = 0.025
+
+
+def holm_column(claims: pd.DataFrame, tested: pd.Series) -> pd.Series:
+    """Per claim, its verdict after Holm's correction over the counted tests (``tested``): "holds" for
+    a "holds" whose ``p_hold`` (:mod:`.criteria`) survives at family-wise :data:`ONE_SIDED_ALPHA`,
+    "not after Holm" for one that does not; "" for every other row (not a "holds", not counted, or a
+    table written before p-values were kept)."""
+    out = pd.Series("", index=claims.index, dtype=object)
+    if "p_hold" not in claims or not tested.any():
+        return out
+    rows = claims.index[tested]
+    keep = holm_reject(pd.to_numeric(claims.loc[rows, "p_hold"], errors="coerce").to_numpy(), ONE_SIDED_ALPHA)
+    for i, ok in zip(rows, keep):
+        if str(claims.at[i, "verdict"]) == "holds":
+            out[i] = "holds" if ok else "not after Holm"
+    return out
+
+
+def chance_holds_line(claims: pd.DataFrame, tested: pd.Series) -> str:
+    """How many of the counted tests would read "holds" by chance alone, and how many of this run's
+    survive Holm's correction over them."""
+    m = int(tested.sum())
+    holds = int((claims.loc[tested, "verdict"] == "holds").sum()) if m else 0
+    line = (f"**Multiple tests.** Each \"holds\" is a one-sided test at {ONE_SIDED_ALPHA:.1%}: if none of the "
+            f"{m} counted effects were present here, about {m * ONE_SIDED_ALPHA:.1f} \"holds\" would be expected by "
+            "chance alone.")
+    holm = holm_column(claims, tested)
+    if (holm != "").any():
+        kept = int((holm == "holds").sum())
+        line += (f" After Holm's correction over the {m} (family-wise {ONE_SIDED_ALPHA:.1%}, bootstrap p-values "
+                 f"in `p_hold`), {kept} of the {holds} \"holds\" remain (column `Holm`).")
+    return line
+
+
 def summary_lines(claims: pd.DataFrame, share: float = FLOAT_ROUNDING_MARGIN) -> list[str]:
     """The claims summary: verdict counts over the **tests of the papers' claims** only (no reason of
     :func:`not_counted`, not one of :func:`own_questions`), with the leaning ones among them; then
@@ -258,7 +295,7 @@ def summary_lines(claims: pd.DataFrame, share: float = FLOAT_ROUNDING_MARGIN) ->
                    "than one reason): " + "; ".join(f"{n} {label}" for label, n in reasons if n) + ".")
     if own.any():
         out.append(f"Our own questions, not the papers' claims: {int(own.sum())} (section \"Our own questions\").")
-    return [" ".join(out), ""]
+    return [" ".join(out), "", chance_holds_line(claims, tested), ""]
 
 
 def _verdict_cells(frame: pd.DataFrame, share: float) -> pd.DataFrame:
@@ -273,7 +310,7 @@ def _verdict_cells(frame: pd.DataFrame, share: float) -> pd.DataFrame:
     return frame
 
 
-_COLUMNS = ("claim", "paper", "ours", "evidence", "verdict", "leaning", "why", "not counted", "own_question", "flags", "chance",
+_COLUMNS = ("claim", "paper", "ours", "evidence", "verdict", "Holm", "leaning", "why", "not counted", "own_question", "flags", "chance",
             "calibrated", "by_construction", "earlier_verdicts", "criterion", "detail", "revision", "profile", "source")
 
 
@@ -285,7 +322,8 @@ def claims_section(frame: pd.DataFrame, intro: Sequence[str] = (), share: float 
     tables to render."""
     own, why_not = own_questions(frame), not_counted(frame)
     point = point_claims(frame)
-    shown = _verdict_cells(frame, share).assign(**{"not counted": why_not})
+    shown = _verdict_cells(frame, share).assign(**{"not counted": why_not,
+                                                    "Holm": holm_column(frame, ~own & (why_not == ""))})
 
     def cols(rows: pd.DataFrame, drop: Sequence[str]) -> pd.DataFrame:
         """The columns of :data:`_COLUMNS` that some row of ``rows`` fills, less ``drop``."""
