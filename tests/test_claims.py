@@ -496,3 +496,21 @@ def test_the_report_gives_holm_beside_each_counted_holds():
     text = " ".join(summary_lines(frame))
     assert "about 0.1 \"holds\" would be expected by chance alone" in text
     assert "1 of the 2 \"holds\" remain" in text
+
+
+def test_an_interval_end_within_its_monte_carlo_noise_of_the_criterion_is_a_tie():
+    """2d-like: a lower end 0.04997 against ">= 0.05" with the end's Monte Carlo noise 0.001 is a tie,
+    not counted; the same end at 0.2 is a verdict. The noise of a quantile, by the normal case:
+    sqrt(q (1 - q) / n) / phi(z_q), 0.0267 for q = 2.5% of 10,000 standard normal replicates."""
+    from nearid_lib.claims import quantile_mc_se
+    from nearid_lib.claims.report_section import not_counted, ties
+
+    se = quantile_mc_se(np.random.default_rng(0).standard_normal(10_000), 0.025)
+    assert se == pytest.approx(np.sqrt(0.025 * 0.975 / 10_000) / 0.05844, rel=0.2)
+    assert np.isnan(quantile_mc_se(np.ones(50), 0.025))
+    frame = pd.DataFrame({"key": ["2d", "2x"], "claim": ["a", "b"], "verdict": ["inconclusive", "holds"],
+                          "criterion": ["q >= 5.0%", "q >= 5.0%"], "estimate": [0.3, 0.4],
+                          "ci_low": [0.04997, 0.2], "ci_high": [0.6, 0.6],
+                          "ci_low_mc_se": [0.001, 0.001], "ci_high_mc_se": [0.002, 0.002]})
+    assert ties(frame).tolist() == [True, False]
+    assert not_counted(frame.assign(chance="")).tolist() == ["tie", ""]

@@ -277,6 +277,7 @@ def evaluate_claim(spec: ClaimSpec, evidence: Mapping[str, Evidence], rng: np.ra
                 "detail": "the statistic is undefined on this profile's evidence (e.g. a correlation "
                           "over fewer than 3 pairs)"}
     low, high = (float(v) for v in np.nanpercentile(dist, [lo_q, hi_q]))
+    low_se, high_se = (quantile_mc_se(dist, q / 100) for q in (lo_q, hi_q))
     seeds = [evidence[q].seeds for q in qs]
     spreads = [np.nanstd(evidence[q].per_seed(), ddof=1) if len(s) > 1 else float("nan")
                for q, s in zip(qs, seeds)]
@@ -291,6 +292,7 @@ def evaluate_claim(spec: ClaimSpec, evidence: Mapping[str, Evidence], rng: np.ra
     multi = any(len(s) > 1 for s in seeds)
     out = {**row, "ours": ours, "verdict": spec.test.decide(est, low, high), "estimate": est,
            "ci_low": low, "ci_high": high, "ci_level": ci, "n_boot": n_boot, "p_hold": spec.test.p_hold(dist),
+           "ci_low_mc_se": low_se, "ci_high_mc_se": high_se,
            "seeds": "/".join(str(len(s)) for s in seeds), "n_units": "/".join(map(str, n_units)),
            "detail": f"{int(ci * 100)}% percentile bootstrap over units"
                      + (" and training seeds (hierarchical: the spread of the per-seed differences as "
@@ -304,6 +306,20 @@ def evaluate_claim(spec: ClaimSpec, evidence: Mapping[str, Evidence], rng: np.ra
         out = with_earlier(out, [(label, test.criterion(fmt), test.decide(est, low, high))
                                  for label, test in spec.earlier], spec.revision)
     return out
+
+
+def quantile_mc_se(dist, q: float, h: float = 0.01) -> float:
+    """The Monte Carlo standard error of the ``q`` quantile of bootstrap replicates ``dist``: how far
+    that interval end would move with another draw of the same number of replicates,
+    ``sqrt(q (1 - q) / n) / f(x_q)`` with the density at the quantile from the spacing of the
+    quantiles ``q - h`` and ``q + h`` (NaN with fewer than 100 finite replicates)."""
+    d = np.asarray(dist, dtype=float)
+    d = d[np.isfinite(d)]
+    if len(d) < 100:
+        return float("nan")
+    lo, hi = np.percentile(d, [100 * max(q - h, 0.0), 100 * min(q + h, 1.0)])
+    spread = (hi - lo) / (min(q + h, 1.0) - max(q - h, 0.0))       # 1 / density at the quantile
+    return float(np.sqrt(q * (1 - q) / len(d)) * spread)
 
 
 # spawn-key word that sets claim generators apart from rng.spawn() children of the same seed

@@ -39,7 +39,34 @@ NOT_COUNTED = (
     ("not testable", "not testable in this profile"),
     ("chance", "on a metric a random-init network also reaches"),
     ("point", "a point comparison without an interval"),
+    ("tie", "a tie: an interval end within the bootstrap's Monte Carlo noise of the criterion"),
 )
+# an interval end this many Monte Carlo standard errors from its criterion, or nearer, is a tie
+TIE_SE = 2.0
+
+
+def ties(claims: pd.DataFrame) -> pd.Series:
+    """True for a claim whose interval has an end within :data:`TIE_SE` Monte Carlo standard errors
+    (``ci_low_mc_se`` / ``ci_high_mc_se``, :func:`~nearid_lib.claims.quantile_mc_se`) of an edge of its
+    criterion: another draw of the same bootstrap could put that end on the other side, so its
+    verdict is decided by noise. Tables without those columns have no ties."""
+    out = pd.Series(False, index=claims.index)
+    if "ci_low_mc_se" not in claims:
+        return out
+    for i, row in claims.iterrows():
+        iv = _interval(row)
+        try:
+            test = criterion_from_text(str(row.get("criterion", "")))
+        except ValueError:
+            continue
+        if iv is None or row.get("verdict") not in ("holds", "does not hold", "inconclusive"):
+            continue
+        _, low, high = iv
+        for end, se in ((low, row.get("ci_low_mc_se")), (high, row.get("ci_high_mc_se"))):
+            se = pd.to_numeric(se, errors="coerce")
+            if pd.notna(se) and any(abs(end - e) <= TIE_SE * float(se) for e in _edges(test)):
+                out[i] = True
+    return out
 
 
 def _text(frame: pd.DataFrame, col: str) -> pd.Series:
@@ -225,7 +252,8 @@ def not_counted(claims: pd.DataFrame) -> pd.Series:
              "revised": _text(claims, "earlier_verdicts").str.len() > 0,
              "not testable": claims["verdict"].eq("not testable") if "verdict" in claims else False,
              "chance": _text(claims, "chance").str.len() > 0,
-             "point": point_claims(claims)}
+             "point": point_claims(claims),
+             "tie": ties(claims)}
     out = pd.Series([""] * len(claims), index=claims.index, dtype=object)
     for name, _ in NOT_COUNTED:
         hit = pd.Series(flags[name], index=claims.index).astype(bool)
@@ -307,6 +335,8 @@ def _verdict_cells(frame: pd.DataFrame, share: float) -> pd.DataFrame:
     frame.loc[cal, "verdict"] = "calibrated, not tested (" + frame.loc[cal, "verdict"].astype(str) + ")"
     has = lean.astype(bool) & ~cal
     frame.loc[has, "verdict"] = frame.loc[has, "verdict"].astype(str) + " (**" + lean[has] + "**)"
+    tie = ties(frame) & ~cal
+    frame.loc[tie, "verdict"] = "tie (" + frame.loc[tie, "verdict"].astype(str) + ")"
     return frame
 
 
@@ -353,8 +383,9 @@ def claims_section(frame: pd.DataFrame, intro: Sequence[str] = (), share: float 
                 "result was seen (the verdict of every earlier criterion, judged on this run's numbers, stays "
                 "beside it in `earlier_verdicts`, the reason in `revision`); a declared precondition fails here "
                 "(e.g. the paper's effect is between heads near the ceiling and ours are far below it: `detail`); "
-                "or a network at random init reaches the pretrained frozen encoder on its metric (column "
-                "`chance`).", "",
+                "a network at random init reaches the pretrained frozen encoder on its metric (column "
+                "`chance`); or an end of its interval lies within two Monte Carlo standard errors of the "
+                "criterion (a tie, its verdict marked so: another draw of the bootstrap could move it).", "",
                 cols(shown[rest], ("own_question",)), ""]
     if (point & ~own).any():
         out += ["### Point comparisons", "",
