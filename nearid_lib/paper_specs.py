@@ -33,6 +33,8 @@ class TableSpec:
     not_reproduced: str = ""      # why a profile does not produce it (paper_values meta)
     partial: str = ""             # which of the paper's rows a profile cannot produce, and why
     also: tuple[tuple[str, str], ...] = ()   # further tables of ours beside the same paper values: (path, what)
+    # per profile, the cells a world knob was tuned to hit, and the target (paper_values meta "calibrated")
+    calibrated: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_meta(cls, meta_path: Path) -> "TableSpec":
@@ -45,7 +47,8 @@ class TableSpec:
                    key_columns=tuple(meta["key_columns"]), metrics=dict(meta["metrics"]),
                    ours=meta.get("ours"), notes=meta.get("notes", ""), paper_csv=csv,
                    not_reproduced=meta.get("not_reproduced", ""), partial=meta.get("partial", ""),
-                   also=tuple((k, v) for k, v in (meta.get("also") or {}).items()))
+                   also=tuple((k, v) for k, v in (meta.get("also") or {}).items()),
+                   calibrated=tuple((k, v) for k, v in (meta.get("calibrated") or {}).items()))
 
 
 def load_specs(folder: Path | None = None) -> list[TableSpec]:

@@ -340,6 +340,9 @@ def render_report(figures: Path, specs: list[TableSpec] | None = None, title: st
             out += [f"_Ours: not produced in this run (expected `{s.ours}`).{why}_", ""]
         else:
             out += [f"_Ours: `{s.ours}`, profile: {_read_profile(ours, ours_path)}._", ""]
+            cal = dict(s.calibrated).get(_read_profile(ours, ours_path))
+            if cal:
+                out += [f"_**Calibrated, not reproduced:** {cal}_", ""]
             split = (read_table_meta(ours_path) or {}).get("split") or {}
             if split and not split.get("official", True):
                 out += [f"_**Split:** {split.get('note') or 'not the authors official partition'}._", ""]

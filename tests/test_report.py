@@ -308,3 +308,25 @@ def test_placement_section_shows_the_candidates_and_the_choice(tmp_path):
     assert "## ID-Sim: the LoRA placement, chosen on val" in text and "rule: highest ROC AUC; ties: fewer stages" in text
     assert "| LoRA on the last 2 stages + conv_head | 0.730 | 0.920 | 1 | True |" in text
     assert "LoRA placement" not in report.render_report(tmp_path / "none", specs=[])
+
+
+def test_a_calibrated_table_says_so_beside_the_paper(tmp_path):
+    """A table whose rows a world knob was tuned to hit (paper_values meta "calibrated", per profile)
+    carries the target under its heading in that profile's report, and not in another's."""
+    import json
+
+    import pandas as pd
+
+    from nearid_lib.paper_specs import load_specs
+    from nearid_lib.report import render_report
+
+    spec = next(s for s in load_specs() if s.key == "nearid_table1_main")
+    assert "30.7 +- 5" in dict(spec.calibrated)["mini"]
+    for profile in ("mini", "smoke"):
+        figs = tmp_path / profile
+        (figs / "tables").mkdir(parents=True)
+        pd.DataFrame({"row": ["SigLIP2"], "nearid_ssr": [31.2], "profile": [profile]}).to_csv(
+            figs / "tables" / "04_table1_main.csv", index=False)
+        (figs / "tables" / "04_table1_main.meta.json").write_text(json.dumps({"profile": profile}))
+        text = render_report(figs, specs=[spec])
+        assert ("Calibrated, not reproduced:" in text) == (profile == "mini"), profile
