@@ -268,7 +268,8 @@ def benchmark_table(results: Mapping[str, Mapping[str, float]], labels: Mapping[
     ``results``: encoder -> {metric_id: value}; ``labels``: encoder -> (paper model key,
     ours_label), e.g. ``{"frozen": ("DINOv3", "EfficientNet-Lite0 GAP (frozen)")}``; ``seeds``:
     encoder -> (number of training seeds, {metric_id: sd over them}) for a value that is a mean
-    over seeds (:func:`seed_mean`); other encoders have one run (``n_seeds`` 1, ``seed_sd`` NaN)."""
+    over seeds (:func:`seed_mean`); other encoders have one run (``n_seeds`` 1, ``std`` NaN). ``std``
+    is the sd over the training seeds, the quantity of the paper's "std" column (over its 10 seeds)."""
     rows = []
     for enc, res in results.items():
         model, ours_label = labels[enc]
@@ -276,7 +277,7 @@ def benchmark_table(results: Mapping[str, Mapping[str, float]], labels: Mapping[
         for mid, v in res.items():
             bench, metric, mini = BENCH_INFO[mid]
             rows.append({"model": model, "metric_id": mid, "benchmark": bench, "metric": metric,
-                         "value": float(v), "seed_sd": float(sd.get(mid, np.nan)), "n_seeds": int(n),
+                         "value": float(v), "std": float(sd.get(mid, np.nan)), "n_seeds": int(n),
                          "ours_label": ours_label, "mini_benchmark": mini, "profile": profile})
     return pd.DataFrame(rows)
 
