@@ -75,13 +75,14 @@ NEARID_WORKERS ?= 2
 export NEARID_WORKERS
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: reproduce reproduce-full notebooks test pytest lint-imports smoke dryrun-paper dryrun-paper-then-smoke install lock lab clean clean-build help judge idsim-judge curate prefill train-heads preflight wheelhouse gpu-wheels bgremove fpr-galleries fpr-generate fpr-gpt notebook-figures
+.PHONY: reproduce reproduce-full notebooks test test-fast pytest lint-imports smoke dryrun-paper dryrun-paper-then-smoke install lock lab clean clean-build help judge idsim-judge curate prefill train-heads preflight wheelhouse gpu-wheels bgremove fpr-galleries fpr-generate fpr-gpt notebook-figures
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make reproduce [PROFILE=mini|paper]  - run every notebook (only stale ones rerun)"
 	@echo "make reproduce-full [PROFILE=mini]    - the same with ID-Sim Supp. Tables 5-7, 9 and five seeds per trained row, into $(FULL_DIR)"
 	@echo "make test                            - import layers + pytest + every notebook with PROFILE=smoke + make dryrun-paper"
+	@echo "make test-fast                       - import layers + the tests that build no world, start no process, run no notebook"
 	@echo "make dryrun-paper [DRYRUN_HUB=dir]    - every notebook with PROFILE=paper on a local hub mirror"
 	@echo "make install [WHEELHOUSE=dir]        - create/refresh the virtual environment only (offline from a wheelhouse)"
 	@echo "make wheelhouse [TORCH=cu128]        - on a machine with network: the lock's wheels into wheelhouse/"
@@ -331,6 +332,11 @@ notebook-figures: $(STAMP)
 test: $(STAMP)
 	$(MAKE) --no-print-directory -j2 -o $(STAMP) pytest dryrun-paper-then-smoke
 	$(MAKE) --no-print-directory -o $(STAMP) notebook-figures
+
+# The edit-test loop: the tests that build no world, start no process and run no notebook
+# (tests/conftest.py marks the others heavy); make test runs everything.
+test-fast: $(STAMP) lint-imports
+	$(PY) -m pytest -q -m "not heavy and not slow" --durations=10 tests
 
 dryrun-paper-then-smoke: $(STAMP)
 	$(MAKE) --no-print-directory -o $(STAMP) dryrun-paper DRYRUN_JOBS=1

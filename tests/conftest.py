@@ -18,6 +18,32 @@ import pytest  # noqa: E402
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 
+# The edit-test loop (`make test-fast`) leaves out the tests whose cost is a world build, process
+# launches or notebook runs: those using a world fixture, and the modules of launches, installs and
+# end-to-end runs below. `make test` runs everything.
+HEAVY_FIXTURES = frozenset({"smoke_world", "train_world", "fresh_clone"})
+HEAVY_MODULES = frozenset({
+    "test_released_parallel", "test_nearid_sweep", "test_gpu_suite", "test_multiprocess", "test_nearid_distributed",
+    "test_wheelhouse", "test_launch_timeout", "test_portable_numerics", "test_cpu_probe", "test_generate_runner",
+    "test_prefill_step", "test_cli_validation", "test_score", "test_score_card", "test_score_fast", "test_nearid_group",
+    "test_readme", "test_nearid_evaluate", "test_released_pipeline", "test_run_notebook", "test_models_encoders",
+    "test_nearid_train", "test_code_closure", "test_fpr_generation", "test_fpr_bg_removal",
+})
+# single tests of otherwise quick modules that build a world, start an interpreter or kill a writer
+HEAVY_TESTS = frozenset({"test_a_notebook_opened_after_nearid_score_builds_the_world_it_needs",
+                         "test_idsim_is_registered_from_its_package_and_the_core_imports_none",
+                         "test_sigkill_mid_write_resumes"})
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the heavy tests (:data:`HEAVY_FIXTURES`, :data:`HEAVY_MODULES`, :data:`HEAVY_TESTS`) ``heavy``."""
+    for item in items:
+        module = item.nodeid.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py")
+        if (module in HEAVY_MODULES or item.name.split("[")[0] in HEAVY_TESTS
+                or HEAVY_FIXTURES & set(getattr(item, "fixturenames", ()))):
+            item.add_marker(pytest.mark.heavy)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _outputs_outside_the_checkout(tmp_path_factory):
     """Every test's feature caches and build outputs (``NEARID_CACHE``, ``NEARID_OUT``) go to a
