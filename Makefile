@@ -298,7 +298,7 @@ DRYRUN_ENV = NEARID_HUB_DIR=$(abspath $(or $(DRYRUN_HUB),$(DRYRUN_DIR)/hub)) \
 	NEARID_FIGURES=$(abspath $(DRYRUN_DIR)/figures) HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
 	TRANSFORMERS_OFFLINE=1 NEARID_WORKERS=1 NEARID_ALLOW_CPU=1
 
-$(DRYRUN_MIRROR): $(wildcard tools/paper_fixtures/*.py) nearid_lib/data/released.py nearid_lib/data/released_schema.py nearid_lib/mirror.py $(STAMP)
+$(DRYRUN_MIRROR): $(wildcard tools/paper_fixtures/*.py tools/tiny_models/*.py) nearid_lib/data/released.py nearid_lib/data/released_schema.py nearid_lib/mirror.py $(STAMP)
 	rm -rf $(DRYRUN_DIR)/hub $(DRYRUN_DIR)/downloads
 	HF_HUB_OFFLINE=1 $(PY) -m tools.paper_fixtures write $(DRYRUN_DIR)/hub $(DRYRUN_DIR)/downloads
 	@touch $@

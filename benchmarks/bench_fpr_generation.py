@@ -7,7 +7,7 @@ every method's images for the nine FPR datasets, projected from counted FLOPs.
 Writes ``benchmarks/results/bench_fpr_generation_cpu.{json,md}``.
 
 Measured: seconds per image of :func:`nearid_lib.generate.personalize.generate_image` for each
-method on the tiny pipelines of :mod:`nearid_lib.generate.tiny_pipelines` (32 px, 2 steps: the dry
+method on the tiny pipelines of :mod:`tools.tiny_models.pipelines` (32 px, 2 steps: the dry
 run's settings; this times the code path, not the models), and seconds per DreamBooth training step
 (tiny SD3, 32 px, prior preservation on). Counted (``torch.utils.flop_counter`` on meta tensors, no
 weights): FLOPs of each method's denoiser per call at the paper's sizes. Projected: GPU seconds =
@@ -34,7 +34,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 from bench_generation import GPU_MFU, GPU_PEAK, _count, _layer_fit, _meta, denoiser_flops  # noqa: E402
 from nearid_lib.generate import dreambooth as DB  # noqa: E402
 from nearid_lib.generate.personalize import METHODS, generate_image  # noqa: E402
-from nearid_lib.generate.tiny_pipelines import (IP_ADAPTER_WEIGHT_NAMES, build_tiny_flux_fill_pipeline,  # noqa: E402
+from tools.tiny_models.pipelines import (IP_ADAPTER_WEIGHT_NAMES, build_tiny_flux_fill_pipeline,  # noqa: E402
                                                 build_tiny_flux_kontext_pipeline, build_tiny_sd3_pipeline,
                                                 build_tiny_sdxl_pipeline, write_tiny_ip_adapter)
 from nearid_lib.io_utils import atomic_write_text, write_json  # noqa: E402

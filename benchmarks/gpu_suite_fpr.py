@@ -49,7 +49,7 @@ def _image(ctx: Ctx, key: str, pipe, build_s: float, what: str) -> dict:
 
 
 def _ip_adapter(ctx: Ctx, plus: bool) -> dict:
-    from nearid_lib.generate.tiny_pipelines import IP_ADAPTER_WEIGHT_NAMES, write_tiny_ip_adapter
+    from tools.tiny_models.pipelines import IP_ADAPTER_WEIGHT_NAMES, write_tiny_ip_adapter
 
     pipe, build_s = timed(ctx.dev, lambda: sdxl_pipeline(ctx.S, "ipa_vit_h" if plus else "ipa_vit_g", ctx.dev, ctx.dtype))
     folder = ctx.work / ("ipa_plus" if plus else "ipa")

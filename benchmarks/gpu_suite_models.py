@@ -32,7 +32,7 @@ SOURCES = {
             "text_encoder_2/ (OpenCLIP ViT-bigG/14 text), scheduler/ config.json",
     "ip_adapter": "h94/IP-Adapter sdxl_models/image_encoder (OpenCLIP ViT-bigG/14 vision, for "
                   "ip-adapter_sdxl) and models/image_encoder (ViT-H/14 vision, for ip-adapter-plus_sdxl_vit-h) "
-                  "config.json; the adapter weights are laid out by nearid_lib.generate.tiny_pipelines from "
+                  "config.json; the adapter weights are laid out by tools.tiny_models.pipelines from "
                   "these configs (its Resampler is 2048 wide where the release's is 1280: < 1% of a step)",
     "flux": "black-forest-labs/FLUX.1-Kontext-dev and FLUX.1-Fill-dev transformer/ (19 double + 38 single "
             "blocks, 3072 wide; Fill: 384 input channels), vae/, text_encoder/ (CLIP ViT-L/14 text), "
@@ -261,7 +261,7 @@ def flux_text(S: dict, dev: torch.device, dtype: torch.dtype) -> dict:
     the VAE and the dynamically shifted flow-matching scheduler."""
     from diffusers import FlowMatchEulerDiscreteScheduler
 
-    from nearid_lib.generate.tiny_pipelines import t5_tokenizer_offline
+    from tools.tiny_models.pipelines import t5_tokenizer_offline
     from nearid_lib.generate.tiny_sd import clip_tokenizer_offline
 
     with on_device(dev, dtype):
@@ -292,7 +292,7 @@ def sd3_pipeline(S: dict, dev: torch.device, dtype: torch.dtype):
     """``StableDiffusion3Pipeline`` of SD3-Medium: transformer, VAE, CLIP-L, CLIP-bigG and T5-XXL."""
     from diffusers import FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
 
-    from nearid_lib.generate.tiny_pipelines import t5_tokenizer_offline
+    from tools.tiny_models.pipelines import t5_tokenizer_offline
     from nearid_lib.generate.tiny_sd import clip_tokenizer_offline
 
     with on_device(dev, dtype):

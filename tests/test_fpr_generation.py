@@ -17,7 +17,7 @@ from nearid_lib.data.fpr_layout import write_fpr_table
 from nearid_lib.fpr import generation as G
 from nearid_lib.fpr.downloads import collect_generated
 from nearid_lib.generate import personalize as P
-from nearid_lib.generate.tiny_pipelines import (IP_ADAPTER_WEIGHT_NAMES, build_tiny_flux_fill_pipeline,
+from tools.tiny_models.pipelines import (IP_ADAPTER_WEIGHT_NAMES, build_tiny_flux_fill_pipeline,
                                                 build_tiny_flux_kontext_pipeline, build_tiny_sd3_pipeline,
                                                 build_tiny_sdxl_pipeline, write_tiny_ip_adapter)
 

@@ -29,7 +29,7 @@ from nearid_lib.generate.dreambooth import (
     restore_base,
     train_dreambooth,
 )
-from nearid_lib.generate.tiny_pipelines import build_tiny_sd3_pipeline
+from tools.tiny_models.pipelines import build_tiny_sd3_pipeline
 
 torch.set_num_threads(1)
 

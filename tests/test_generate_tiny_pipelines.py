@@ -7,7 +7,7 @@ import pytest
 import torch
 from PIL import Image
 
-from nearid_lib.generate.tiny_pipelines import (
+from tools.tiny_models.pipelines import (
     IP_ADAPTER_WEIGHT_NAMES,
     build_tiny_flux_fill_pipeline,
     build_tiny_flux_kontext_pipeline,

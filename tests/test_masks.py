@@ -12,8 +12,8 @@ import torch
 from PIL import Image
 
 from nearid_lib import hub
-from nearid_lib.data.masks import (DEFAULT_REPO, ObjectMasker, binarize, identity_prompt,
-                                   masker_fingerprint, save_tiny_clipseg)
+from nearid_lib.data.masks import DEFAULT_REPO, ObjectMasker, binarize, identity_prompt, masker_fingerprint
+from tools.tiny_models.clipseg import save_tiny_clipseg
 
 from _tolerance import assert_close_across_batching, decisions_agree
 

@@ -1,5 +1,6 @@
-"""The README's python examples, then docs/library.md's, run as written (one session, in order) in a
-fresh clone: the data, caches and outputs go to temporary folders, the profile is the README's own (``smoke``)."""
+"""The python examples of README.md and docs/library.md (the score example opens the session), run as
+written (one session, in order) in a fresh clone: the data, caches and outputs go to temporary folders,
+the profile is the examples' own (``smoke``)."""
 from __future__ import annotations
 
 import os

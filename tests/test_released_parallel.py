@@ -146,7 +146,7 @@ def test_curate_step_two_processes_equal_one(mirror, tmp_path):
     import subprocess
     import sys
 
-    from nearid_lib.data.masks import save_tiny_clipseg
+    from tools.tiny_models.clipseg import save_tiny_clipseg
 
     save_tiny_clipseg(mirror / "CIDAS" / "clipseg-rd64-refined")
     py = sys.executable

@@ -18,8 +18,7 @@ Mask rule (:func:`binarize`, versioned as :data:`MASK_RULE`)
 
 Loads go through :mod:`nearid_lib.hub` (``NEARID_HUB_DIR`` mirror or the hub), so a missing model is
 a :class:`~nearid_lib.hub.HubError` naming the repository and its download command.
-:func:`save_tiny_clipseg` writes a tiny random-init CLIPSeg folder with the real repository's file
-layout, built fully offline, for tests.
+The tests' and the dry run's tiny CLIPSeg folder is written by :mod:`tools.tiny_models.clipseg`.
 """
 from __future__ import annotations
 
@@ -33,11 +32,10 @@ import numpy as np
 import torch
 from PIL import Image
 
-from ..generate.tiny_sd import clip_tokenizer_offline
 from ..hub import HubError, download_command, hub_dir, model_source, note_load, resolve
 
 __all__ = ["DEFAULT_REPO", "MASK_RULE", "DEFAULT_MIN_FRAC", "ObjectMasker", "binarize",
-           "identity_prompt", "masker_fingerprint", "save_tiny_clipseg"]
+           "identity_prompt", "masker_fingerprint"]
 
 DEFAULT_REPO = "CIDAS/clipseg-rd64-refined"
 # Bumped whenever the mapping logits -> mask changes, so mask caches keyed on the fingerprint
@@ -48,7 +46,7 @@ MASK_RULE = "sigmoid>bilinear(HxW)>p>thr; if <k=ceil(min_frac*HW) pass: top-k (r
 # (non-empty) guess than nothing.
 DEFAULT_MIN_FRAC = 0.01
 # CLIP's text context length; long category descriptions are truncated to it.
-_MAX_TOKENS = 77
+MAX_TOKENS = 77   # CLIPSeg's text length (CLIP's 77 tokens)
 
 
 def identity_prompt(category_description: str | None, category: str | None) -> str:
@@ -174,7 +172,7 @@ class ObjectMasker:
             # padding="max_length": every prompt gets the same 77-token layout whatever it is
             # batched with, so a mask does not depend on its batch neighbours.
             inputs = self.processor(text=prompts[start:start + self.batch_size], images=chunk,
-                                    padding="max_length", truncation=True, max_length=_MAX_TOKENS,
+                                    padding="max_length", truncation=True, max_length=MAX_TOKENS,
                                     return_tensors="pt")
             inputs = {k: v.to(self.device) for k, v in inputs.items()}
             logits = self.model(**inputs).logits.float()
@@ -223,7 +221,7 @@ class ObjectMasker:
         return {"model": "CLIPSegForImageSegmentation", "repo_id": self.repo_id,
                 "revision": self.revision, "weights_sha256": self.weights_digest(),
                 "input_size": dict(size) if size is not None else None,
-                "max_tokens": _MAX_TOKENS, "threshold": self.threshold, "min_frac": self.min_frac,
+                "max_tokens": MAX_TOKENS, "threshold": self.threshold, "min_frac": self.min_frac,
                 "rule": MASK_RULE}
 
 
@@ -233,40 +231,3 @@ def masker_fingerprint(masker: ObjectMasker) -> str:
     computed under a different model, threshold or rule get a different key."""
     blob = json.dumps(masker.provenance(), sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
-
-
-def save_tiny_clipseg(path: Path, seed: int = 0) -> Path:
-    """Write a tiny random-init ``CLIPSegForImageSegmentation`` + ``CLIPSegProcessor`` into ``path``
-    with the layout of a real ``CIDAS/clipseg-rd64-refined`` download (``config.json``,
-    ``model.safetensors``, ``preprocessor_config.json``, tokenizer files); built fully offline
-    (the CLIP tokenizer comes from open_clip's bundled BPE vocabulary). Widths 32, 2 layers, 64 px
-    input: a forward takes milliseconds on CPU. Returns ``path``."""
-    from transformers import CLIPSegConfig, CLIPSegForImageSegmentation, ViTImageProcessor
-
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    config = CLIPSegConfig(
-        text_config=dict(vocab_size=49408, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
-                         num_attention_heads=4, max_position_embeddings=_MAX_TOKENS,
-                         bos_token_id=49406, eos_token_id=49407, pad_token_id=49407),
-        vision_config=dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2,
-                           num_attention_heads=4, image_size=64, patch_size=16),
-        # The refined ("rd64-refined") variant's decoder: complex transposed convolution, FiLM at
-        # layer 0; extract_layers must index the 2 tiny vision layers.
-        projection_dim=32, extract_layers=(0, 1), reduce_dim=16, decoder_num_attention_heads=2,
-        decoder_intermediate_size=32, use_complex_transposed_convolution=True)
-    with torch.random.fork_rng():  # seeded weights without touching the caller's RNG
-        torch.manual_seed(seed)
-        model = CLIPSegForImageSegmentation(config).eval()
-    model.save_pretrained(path)
-    # Saved component by component (not CLIPSegProcessor.save_pretrained, which in transformers 5
-    # writes one processor_config.json) so the folder has the real repository's file names and
-    # the test loads it the way the real download is loaded. Values as in the real
-    # preprocessor_config.json, except the input size (352 there).
-    image_processor = ViTImageProcessor(
-        do_resize=True, size={"height": 64, "width": 64}, resample=Image.BILINEAR, do_rescale=True,
-        rescale_factor=1 / 255, do_normalize=True, image_mean=[0.485, 0.456, 0.406],
-        image_std=[0.229, 0.224, 0.225])
-    image_processor.save_pretrained(path)
-    clip_tokenizer_offline(model_max_length=_MAX_TOKENS).save_pretrained(path)
-    return path

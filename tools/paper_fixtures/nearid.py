@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
-from nearid_lib.data.masks import save_tiny_clipseg
+from tools.tiny_models.clipseg import save_tiny_clipseg
 from nearid_lib.data.released import RELEASED_SOURCES, distractor_features, mtg_features, positive_features
 from nearid_lib.data.released_schema import TODAY, PositivesLayout
 from nearid_lib.judge import build_tiny_qwen3vl

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nearid_lib.generate.personalize import METHODS
-from nearid_lib.generate.tiny_pipelines import (build_tiny_flux_fill_pipeline, build_tiny_flux_kontext_pipeline,
+from tools.tiny_models.pipelines import (build_tiny_flux_fill_pipeline, build_tiny_flux_kontext_pipeline,
                                        build_tiny_sd3_pipeline, build_tiny_sdxl_pipeline, write_tiny_ip_adapter)
 
 __all__ = ["write_personalize_models"]

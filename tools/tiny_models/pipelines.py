@@ -1,5 +1,5 @@
 """Real diffusers SDXL (+ IP-Adapter), SD3, FLUX.1 Kontext and FLUX.1 Fill pipelines with tiny random
-weights, built offline (tests, throughput): every component is the production class, only the widths
+weights, built offline for the tests, the dry run's fixtures and the benchmarks (not part of the library): every component is the production class, only the widths
 are tiny, so each pipeline's full code path runs on CPU in well under a second at 32-64 px.
 
 CLIP tokenizers come from :func:`nearid_lib.generate.tiny_sd.clip_tokenizer_offline`; the T5 tokenizer
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from .tiny_sd import clip_tokenizer_offline
+from nearid_lib.generate.tiny_sd import clip_tokenizer_offline
 
 __all__ = ["IP_ADAPTER_WEIGHT_NAMES", "build_tiny_flux_fill_pipeline", "build_tiny_flux_kontext_pipeline",
            "build_tiny_sd3_pipeline", "build_tiny_sdxl_pipeline", "t5_tokenizer_offline",
