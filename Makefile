@@ -48,6 +48,9 @@ N_GPUS := $(shell if [ -n "$${CUDA_VISIBLE_DEVICES+set}" ]; then \
   else nvidia-smi -L 2>/dev/null | grep -c '^GPU'; fi)
 endif
 N_CORES := $(shell nproc 2>/dev/null || echo 2)
+# Notebooks at once on CPU (smoke, mini): one per core, at most the 6 that can run beside each other
+# after notebook 03 (04-07, 09, 11); `python benchmarks/critical_path.py` projects the wall time.
+CPU_JOBS := $(shell n=$(N_CORES); echo $$(( n < 2 ? 2 : (n > 6 ? 6 : n) )))
 ifeq ($(N_GPUS),0)
 NEARID_PORTABLE ?= 1
 else
@@ -69,9 +72,10 @@ else ifneq ($(filter-out 1,$(NEARID_THREADS)),)
 $(error NEARID_THREADS=$(NEARID_THREADS): portable numerics run one thread per process; set NEARID_PORTABLE=0 as well to run $(NEARID_THREADS))
 endif
 # Independent head trainings of a sweep (notebooks 03-07) run in this many processes, each with
-# one thread (NEARID_THREADS where portable numerics are off); results do not depend on it (nearid_lib/nearid/sweep.py). 2 = this 2-core
-# machine; raise it on a bigger one.
-NEARID_WORKERS ?= 2
+# one thread (NEARID_THREADS where portable numerics are off); results do not depend on it
+# (nearid_lib/nearid/sweep.py). From the core count: each of the notebooks that run at once gets its
+# share of the cores, rounded up, at least 2 (2 on 2 to 12 cores, 3 on 16, 6 on 32).
+NEARID_WORKERS ?= $(shell n=$$(( ($(N_CORES) + $(CPU_JOBS) - 1) / $(CPU_JOBS) )); echo $$(( n > 2 ? n : 2 )))
 export NEARID_WORKERS
 export TOKENIZERS_PARALLELISM := false
 
@@ -132,7 +136,7 @@ lock:
 ifeq ($(PROFILE),paper)
 NEARID_JOBS ?= 1
 endif
-NEARID_JOBS ?= 2
+NEARID_JOBS ?= $(CPU_JOBS)
 # PROFILE=paper checks everything the run reads or needs first (make preflight): a defect it can see
 # stops the run in seconds, not hours in.
 reproduce: $(STAMP)
