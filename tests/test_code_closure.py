@@ -46,11 +46,11 @@ def test_store_and_run_keys_leave_unrelated_code_out():
     train = set(code_closure(*ck.TRAINING_ROOTS))
     assert {"nearid/losses/registry.py", "nearid/train.py", "models/map_head.py", "features/shards.py"} <= train
     # claims/__init__.py (how claims are judged) is not what a run is made of: the runs build Evidence
-    # (claims/evidence.py) and its statistics (claims/stats.py) only, so editing a claim's interval reuses every head
+    # (claims/evidence.py) and its statistics (stats.py) only, so editing a claim's interval reuses every head
     unrelated = {"report.py", "paper_specs.py", "nearid/tables.py", "data/released.py", "data/world.py",
                  "cross_paper.py", "plots/charts.py", "plots/style.py", "claims/__init__.py", "claims/criteria.py",
                  "nearid/claims.py"}
-    assert {"claims/evidence.py", "claims/stats.py"} <= train
+    assert {"claims/evidence.py", "stats.py"} <= train
     assert not train & unrelated
     assert not any(m.startswith(("idsim/", "fpr/", "generate/", "judge/")) for m in train)
 

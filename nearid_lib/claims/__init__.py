@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 
 from .criteria import AtLeast, AtMost, Greater, Precondition, RatioAtLeast, Within, criterion_from_text
-from .stats import (  # noqa: F401
+from ..stats import (  # noqa: F401
     MTG_PAIRS,
     STATISTICS,
     Statistic,

@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .stats import statistic
+from ..stats import statistic
 
 __all__ = ["Evidence", "pool_seeds"]
 

@@ -19,7 +19,7 @@ import pandas as pd
 from PIL import Image
 
 from .. import metrics
-from ..claims.stats import grouped_pearson_columns
+from ..stats import grouped_pearson_columns
 from ..data.eval_datasets import DBPP_DIRNAME, DOWNLOAD_STEPS, DreamBenchPP, human_rating_rows, load_dreambenchpp
 from ..data.schema import DataError
 from ..claims.evidence import Evidence
