@@ -17,6 +17,7 @@ Modules, in the order a run uses them:
   pairs each protocol scores; :mod:`.dbpp`: DreamBench++ metric-to-human (or the procedural stand-in)
 - :mod:`.figures`: what the figures of notebook 08 show (KernelPCA panels, qualitative rows with scores)
 - :mod:`.tables`: Tables 1, 2, 5, 7 and Figure 4 numbers; :mod:`.claims`: the claims of notebook 04
+- :mod:`.bench_eval`: notebook 04 stage by stage (encoders, scoring, every table it writes or skips)
 
 The VLM judge these bench encoders include is shared with ID-Sim and lives in the core:
 :mod:`nearid_lib.judge`.
