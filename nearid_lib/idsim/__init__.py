@@ -15,4 +15,6 @@ patch InfoNCE), its benchmarks and the selective-sensitivity regression (ID-Sim 
 - :mod:`.mllm`: MLLM judges of identity on the graded pairs (Table 2a)
 - :mod:`.persam`: personalized segmentation with patch features, PerSAM-style (Table 2c)
 - :mod:`.claims`: ID-Sim's claims declared, and their per-unit evidence
+- :mod:`.experiment`: notebook 09's stages (train on the world or score the release), every
+  table written or skipped with its reason
 """
