@@ -19,6 +19,7 @@ from nearid_lib.data.schema import DataError
 from tools.paper_fixtures.idsim import (DBPP_FIXTURE_METHODS, DBPP_FIXTURE_SUBJECTS, N_PROMPTS, write_dreambenchpp,
                                      write_subjects2k)
 from nearid_lib.idsim import public_eval as PB
+from nearid_lib.data.eval_datasets import SUBJECTS2K_COLUMNS, load_subjects2k
 from nearid_lib.idsim import released as R
 from nearid_lib.imageio import load_images
 from nearid_lib.data.eval_datasets import dbpp_mean_ratings
@@ -167,13 +168,13 @@ def test_dbpp_mean_ratings_against_a_loop(dbpp_root):
 
 # ----------------------------------------------------------------------------- Subjects2k
 def test_subjects2k_published_schema(in_mirror):
-    ds = R.load_subjects2k("chaenayo/Subjects2k")
-    assert tuple(ds.column_names) == R.SUBJECTS2K_COLUMNS
+    ds = load_subjects2k("chaenayo/Subjects2k")
+    assert tuple(ds.column_names) == SUBJECTS2K_COLUMNS
     assert len(ds) == 12 and 0 < sum(ds["binary_label"]) < 12
     assert all(lab == int(a >= 0.8) for lab, a in zip(ds["binary_label"], ds["human_agreement"]))
     assert all(len(v) == n for v, n in zip(ds["human_votes"], ds["num_human_votes"]))
     assert ds[0]["reference_image"].size == (48, 48)
-    assert len(R.load_subjects2k("chaenayo/Subjects2k", max_pairs=5)) == 5
+    assert len(load_subjects2k("chaenayo/Subjects2k", max_pairs=5)) == 5
     assert hub.reads()["chaenayo/Subjects2k"]["source"] == "mirror"
 
 
@@ -191,15 +192,15 @@ def test_subjects2k_bad_rows_and_missing_repo(in_mirror, tmp_path, monkeypatch):
     monkeypatch.setenv(hub.HUB_DIR_ENV, str(tmp_path / "hub"))
     pid = ds[3]["pair_id"]
     with pytest.raises(DataError, match=rf"row 3 \(pair_id '{pid}'\), field 'binary_label': 2 is not 0 or 1"):
-        R.load_subjects2k("chaenayo/Subjects2k")
+        load_subjects2k("chaenayo/Subjects2k")
     ds.remove_columns("gpt_score").to_parquet(str(pq))
     (bad / "README.md").write_text("# Subjects2k\n")          # a card without the features, like the parquet
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-datasets-bad2")
     with pytest.raises(DataError, match=r"missing field\(s\) \['gpt_score'\]"):
-        R.load_subjects2k("chaenayo/Subjects2k")
+        load_subjects2k("chaenayo/Subjects2k")
     monkeypatch.setenv(hub.HUB_DIR_ENV, str(tmp_path / "empty"))
     with pytest.raises(hub.HubError, match=r"hf download chaenayo/Subjects2k --repo-type dataset"):
-        R.load_subjects2k("chaenayo/Subjects2k")
+        load_subjects2k("chaenayo/Subjects2k")
 
 
 # ----------------------------------------------------------------------------- metrics vs slow references
@@ -259,7 +260,7 @@ def _cos(u, v):
 
 
 def test_pair_scores_pooled_and_patch_against_numpy(in_mirror):
-    ds = R.load_subjects2k("chaenayo/Subjects2k")
+    ds = load_subjects2k("chaenayo/Subjects2k")
     enc = MeanColour()
     a, b = ds["reference_image"], ds["test_image"]
     s = R.pair_scores(enc, a, b, batch_size=5)
@@ -281,7 +282,7 @@ def test_pair_scores_pooled_and_patch_against_numpy(in_mirror):
 
 
 def test_subjects2k_metrics_and_gpt_row_against_slow_references(in_mirror):
-    ds = R.load_subjects2k("chaenayo/Subjects2k")
+    ds = load_subjects2k("chaenayo/Subjects2k")
     res, s = R.subjects2k_metrics(MeanColour(), ds, batch_size=5)
     y = list(ds["binary_label"])
     assert res["n_pairs"] == len(ds)
@@ -332,7 +333,7 @@ class CountingJudge:
 
 
 def test_judge_metrics_cap_and_coverage(in_mirror, dbpp_root):
-    ds = R.load_subjects2k("chaenayo/Subjects2k")
+    ds = load_subjects2k("chaenayo/Subjects2k")
     pairs = dbpp_mean_ratings(load_dreambenchpp(dbpp_root))
     res, per = R.judge_metrics(CountingJudge(), ds, pairs, max_pairs=9, batch_size=4)
     assert res["n_subjects2k"] == 9 and res["n_dreambench"] == 9 and len(per) == 18

@@ -454,6 +454,7 @@ def test_released_idsim_rows_in_the_paper_tables(tiny_mirror, tmp_path, monkeypa
     from nearid_lib.config import get_profile
     from tools.paper_fixtures.idsim import write_dreambenchpp, write_subjects2k
     from nearid_lib.features.profile_encoders import idsim_release_row
+    from nearid_lib.data.eval_datasets import load_subjects2k
     from nearid_lib.idsim import released as REL
 
     write_subjects2k(tiny_mirror / "chaenayo" / "Subjects2k", n_pairs=8)
@@ -468,7 +469,7 @@ def test_released_idsim_rows_in_the_paper_tables(tiny_mirror, tmp_path, monkeypa
     assert set(sc.results[REL.RELEASE_ROW]) >= {"subjects2k_ap", "dreambench_spearman"}
     # its CLS row is the release's CLS cosine
     enc = idsim_release_row(cfg)
-    s2k = REL.load_subjects2k(cfg.idsim.subjects2k_repo)
+    s2k = load_subjects2k(cfg.idsim.subjects2k_repo)
     res, _ = REL.subjects2k_metrics(enc, s2k, 8)
     assert sc.results[REL.RELEASE_ROW]["subjects2k_ap"] == pytest.approx(res["subjects2k_ap"])
     t = REL.released_table(sc, "paper")

@@ -7,6 +7,8 @@
   7 methods' samples and the human / GPT rating zips, unpacked side by side as the release's own
   scripts read them): :func:`load_dreambenchpp`, the human ratings behind NearID Table 2 / Figure 4
   and ID-Sim's DreamBench++ benchmark.
+- Subjects2k (hub dataset ``chaenayo/Subjects2k`` in its published schema, ID-Sim's public
+  benchmark): :func:`load_subjects2k`.
 
 Bad rows raise :class:`~nearid_lib.data.schema.DataError` naming dataset, row and field.
 """
@@ -20,11 +22,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from .. import hub
 from .fpr_layout import FPRLayoutError, check_disjoint, read_fpr_table, resolve_paths
 from .schema import DataError
 
 __all__ = ["load_fpr", "DreamBenchPP", "load_dreambenchpp", "DBPP_CATEGORIES", "DBPP_METHOD_DIRS",
-           "dbpp_collection_id", "human_rating_rows", "dbpp_mean_ratings", "DBPP_DIRNAME", "DOWNLOAD_STEPS"]
+           "dbpp_collection_id", "human_rating_rows", "dbpp_mean_ratings", "DBPP_DIRNAME", "DOWNLOAD_STEPS",
+           "SUBJECTS2K_COLUMNS", "load_subjects2k"]
 
 
 def load_fpr(folder: str | os.PathLike, check_files: bool = True) -> dict[str, pd.DataFrame]:
@@ -306,3 +310,37 @@ def dbpp_mean_ratings(dbpp: DreamBenchPP, max_rows: int | None = None) -> pd.Dat
     g = hum.dropna(subset=["score"]).groupby(keys, sort=True)["score"]
     out = g.agg(rating="mean", n_raters="count").reset_index()
     return out.iloc[:max_rows].reset_index(drop=True) if max_rows is not None else out
+
+
+# ----------------------------------------------------------------------------- Subjects2k
+SUBJECTS2K_COLUMNS = ("reference_image", "test_image", "pair_id", "human_votes", "human_agreement",
+                      "binary_label", "num_human_votes", "gpt_score")
+
+
+def load_subjects2k(repo_id: str = "chaenayo/Subjects2k", max_pairs: int | None = None):
+    """The Subjects2k benchmark (hub dataset ``repo_id`` through :func:`nearid_lib.hub.load_hub_dataset`,
+    i.e. the mirror when ``NEARID_HUB_DIR`` is set) as one ``datasets.Dataset``: the ``test`` split
+    if there is one, else the only split. Checks the released columns (:data:`SUBJECTS2K_COLUMNS`)
+    and that ``binary_label`` is 0/1 and ``human_agreement`` in [0, 1], naming the row's ``pair_id``."""
+    dd = hub.load_hub_dataset(repo_id)
+    splits = list(dd)
+    split = "test" if "test" in splits else (splits[0] if len(splits) == 1 else None)
+    if split is None:
+        raise DataError(f"dataset {repo_id}: several splits {splits} and none named 'test'")
+    ds = dd[split]
+    miss = [c for c in SUBJECTS2K_COLUMNS if c not in ds.column_names]
+    if miss:
+        raise DataError(f"dataset {repo_id} split {split!r}: missing field(s) {miss}; has {ds.column_names}")
+    if max_pairs is not None:
+        ds = ds.select(range(min(int(max_pairs), len(ds))))
+    lab = ds["binary_label"]
+    agr = ds["human_agreement"]
+    ids = ds["pair_id"]
+    for i, (y, c) in enumerate(zip(lab, agr)):
+        if y not in (0, 1):
+            raise DataError(f"dataset {repo_id} split {split!r}, row {i} (pair_id {ids[i]!r}), field "
+                            f"'binary_label': {y!r} is not 0 or 1")
+        if c is None or not 0.0 <= float(c) <= 1.0:
+            raise DataError(f"dataset {repo_id} split {split!r}, row {i} (pair_id {ids[i]!r}), field "
+                            f"'human_agreement': {c!r} is not in [0, 1]")
+    return ds

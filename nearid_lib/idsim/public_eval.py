@@ -1,5 +1,5 @@
-"""ID-Sim's public benchmarks and their metrics, for any encoder or judge: Subjects2k (hub dataset
-``chaenayo/Subjects2k`` in its published schema, AP / ROC AUC of a similarity against
+"""ID-Sim's public benchmarks' metrics, for any encoder or judge: Subjects2k (read by
+:func:`nearid_lib.data.eval_datasets.load_subjects2k`; AP / ROC AUC of a similarity against
 ``binary_label``; the dataset's own GPT-4o ``gpt_score`` as a row) and DreamBench++ (Spearman /
 Kendall-b against the mean human concept-preservation rating; the release's GPT-4o ratings as a
 row), and a VLM judge over both. :mod:`nearid_lib.idsim.released` assembles the paper tables."""
@@ -14,11 +14,10 @@ import torch
 from .. import hub
 from .. import metrics as M
 from ..data.eval_datasets import DreamBenchPP
-from ..data.schema import DataError
 from ..imageio import load_images
 from ..judge import score_pairs_sharded
 
-__all__ = ["SUBJECTS2K_COLUMNS", "PUBLIC_METRICS", "load_subjects2k", "pair_scores", "subjects2k_metrics",
+__all__ = ["PUBLIC_METRICS", "pair_scores", "subjects2k_metrics",
            "subjects2k_gpt_metrics", "dbpp_metrics", "dbpp_gpt_metrics", "judge_pairs", "judge_metrics", "public_scores"]
 
 # our metric ids of the public benchmarks (nearid_lib.idsim.eval_suite.BENCH_INFO keys) -> what was scored
@@ -26,40 +25,6 @@ PUBLIC_METRICS = {"subjects2k_ap": "Subjects2k (chaenayo/Subjects2k), binary_lab
                   "subjects2k_auc": "Subjects2k (chaenayo/Subjects2k), binary_label",
                   "dreambench_spearman": "DreamBench++ generated images, mean human concept-preservation score",
                   "dreambench_kendall": "DreamBench++ generated images, mean human concept-preservation score"}
-
-SUBJECTS2K_COLUMNS = ("reference_image", "test_image", "pair_id", "human_votes", "human_agreement",
-                      "binary_label", "num_human_votes", "gpt_score")
-
-
-# ----------------------------------------------------------------------------- Subjects2k
-def load_subjects2k(repo_id: str = "chaenayo/Subjects2k", max_pairs: int | None = None):
-    """The Subjects2k benchmark (hub dataset ``repo_id`` through :func:`nearid_lib.hub.load_hub_dataset`,
-    i.e. the mirror when ``NEARID_HUB_DIR`` is set) as one ``datasets.Dataset``: the ``test`` split
-    if there is one, else the only split. Checks the released columns (:data:`SUBJECTS2K_COLUMNS`)
-    and that ``binary_label`` is 0/1 and ``human_agreement`` in [0, 1], naming the row's ``pair_id``."""
-    dd = hub.load_hub_dataset(repo_id)
-    splits = list(dd)
-    split = "test" if "test" in splits else (splits[0] if len(splits) == 1 else None)
-    if split is None:
-        raise DataError(f"dataset {repo_id}: several splits {splits} and none named 'test'")
-    ds = dd[split]
-    miss = [c for c in SUBJECTS2K_COLUMNS if c not in ds.column_names]
-    if miss:
-        raise DataError(f"dataset {repo_id} split {split!r}: missing field(s) {miss}; has {ds.column_names}")
-    if max_pairs is not None:
-        ds = ds.select(range(min(int(max_pairs), len(ds))))
-    lab = ds["binary_label"]
-    agr = ds["human_agreement"]
-    ids = ds["pair_id"]
-    for i, (y, c) in enumerate(zip(lab, agr)):
-        if y not in (0, 1):
-            raise DataError(f"dataset {repo_id} split {split!r}, row {i} (pair_id {ids[i]!r}), field "
-                            f"'binary_label': {y!r} is not 0 or 1")
-        if c is None or not 0.0 <= float(c) <= 1.0:
-            raise DataError(f"dataset {repo_id} split {split!r}, row {i} (pair_id {ids[i]!r}), field "
-                            f"'human_agreement': {c!r} is not in [0, 1]")
-    return ds
-
 
 def _pair_embed(encoder, images: Sequence[Any], kind: str, batch_size: int) -> torch.Tensor:
     """L2-normalised ``kind`` embeddings: ``"pooled"`` (the encoder's own: CLS / MAP head / GAP) or

@@ -54,12 +54,10 @@ from .. import hub
 from ..data.schema import DataError
 from .public_eval import (
     PUBLIC_METRICS,
-    SUBJECTS2K_COLUMNS,
     dbpp_gpt_metrics,
     dbpp_metrics,
     judge_metrics,
     judge_pairs,
-    load_subjects2k,
     pair_scores,
     public_scores,
     subjects2k_gpt_metrics,
@@ -71,7 +69,8 @@ from .release_rows import RELEASE_LABELS, patch_column, release_rows, row_name, 
 if TYPE_CHECKING:
     from ..config import Profile
 
-from ..data.eval_datasets import DBPP_DIRNAME, DOWNLOAD_STEPS, DreamBenchPP, dbpp_mean_ratings, load_dreambenchpp
+from ..data.eval_datasets import (DBPP_DIRNAME, DOWNLOAD_STEPS, DreamBenchPP, dbpp_mean_ratings,
+                                  load_dreambenchpp, load_subjects2k)
 from ..features.profile_encoders import idsim_frozen_row
 from ..models import resolve_device, resolve_name
 from ..paths import downloads_dir
@@ -82,9 +81,8 @@ from .eval_suite import BENCH_INFO
 from .mllm import idsim_judge, mllm_table
 from .release_model import release_available
 
-__all__ = ["RELEASED_FILES", "DINOV3_NATIVE_WEIGHTS", "SUBJECTS2K_COLUMNS", "UNPUBLISHED_BENCHMARKS",
+__all__ = ["RELEASED_FILES", "DINOV3_NATIVE_WEIGHTS", "UNPUBLISHED_BENCHMARKS",
            "SENSITIVITY_REASON", "PAPER_MODEL_KEYS", "RELEASE_ROW", "RELEASE_KEY", "released_idsim_reason", "mllm_row_judge",
-           "load_subjects2k",
            "pair_scores", "subjects2k_metrics", "subjects2k_gpt_metrics", "dbpp_metrics", "dbpp_gpt_metrics",
            "judge_pairs", "judge_metrics", "load_frozen_rows", "ReleasedScores",
            "load_benchmarks", "public_scores", "score_released", "released_table", "released_mllm_table",
