@@ -34,6 +34,10 @@
 # (`<downloads>/fpr_generated/<method>/<dataset>/<identity>/`) has them: a user folder wins, and is
 # the only source of Emu2 and OminiControl. A table whose data or encoder is absent is skipped with
 # the reason (what to download, and where), never left empty.
+#
+# Each stage below is one function of `nearid_lib.fpr.reproduction` over the run's study: it
+# computes what the profile has, writes its tables and figures, and returns what the cell shows
+# (nothing where the profile does not produce it: those tables are skipped with their reason).
 
 # %% tags=["parameters"]
 PROFILE = "mini"
@@ -42,36 +46,39 @@ SEED = 0
 # %%
 import time
 
-import pandas as pd
 from IPython.display import display
 
-from nearid_lib import make_rng
-from nearid_lib.features import FeatureStore
-from nearid_lib.fpr import ablations as A, authors_ablations as AA, dbpp_column as D, experiments as X, figures as F
-from nearid_lib.fpr import tables as T
-from nearid_lib.fpr.claims import retrieval_claims
-from nearid_lib.fpr.seeds import specialised_seed_runs
-from nearid_lib.io_utils import write_csv
-from nearid_lib.models.published import published_seeds
-from nearid_lib.paths import cache_dir
+from nearid_lib.fpr.reproduction import (
+    agreement_results,
+    background_results,
+    chance_results,
+    claims_results,
+    encoder_table,
+    gallery_ablation_results,
+    gallery_data,
+    main_figures,
+    main_results,
+    method_sources_table,
+    open_study,
+    oracle_results,
+    per_dataset_results,
+    retrieval_list_figures,
+    run_protocol,
+    sampling_results,
+    score_dbpp,
+    skipped_tables,
+)
 from nearid_lib.run import start_run
 
 t0 = time.time()
 run = start_run(PROFILE, SEED, "11_retrieval_galleries")
-cfg = run.cfg
-rc = cfg.retrieval
-cache = FeatureStore(cache_dir(PROFILE) / "retrieval")
+study = open_study(run)
 
 # %% [markdown]
 # ## Data: reference set, gallery, simulated methods
 
 # %%
-split, generated, DATASET = X.prepare_data(cfg, progress=True)
-POOL = X.ablation_pool_of(split)          # the FPR authors' Re-ID ablation pools (paper), else None
-print(f"{split.train.name.nunique()} identities in {split.train.species.nunique()} species; "
-      f"{len(split.train)} references, {len(split.gallery)} gallery images, {len(generated)} generated "
-      f"({generated.method.nunique()} methods)")
-generated.drop_duplicates("method").drop(columns=["name", "file_path", "ref_path", "mask_path"], errors="ignore")
+gallery_data(study)
 
 # %% [markdown]
 # In `paper`, each method's images come from the user's folder when it has one, else from the
@@ -79,27 +86,19 @@ generated.drop_duplicates("method").drop(columns=["name", "file_path", "ref_path
 # FPR paper configures; Emu2 and OminiControl only from the user's folder). Which did, per dataset:
 
 # %%
-sources = X.method_sources(generated)
-if len(sources):
-    run.write_table(sources, "11_fpr_method_sources")
-sources
+method_sources_table(study)
 
 # %% [markdown]
 # ## Encoders (each loaded once; embeddings cached per encoder and image set)
 
 # %%
-specs = X.encoder_specs(cfg)
-models = X.load_encoders(specs)
-pd.DataFrame([{"encoder": s.name, "role": s.role, "available": s.available, "note": s.note} for s in specs])
+encoder_table(study)
 
 # %% [markdown]
 # Tables this run cannot produce (absent downloads, no generated images, no encoder), each with its reason.
 
 # %%
-skips = X.skip_reasons(split, generated, specs)
-for table_name, why in skips.items():
-    run.skip_table(table_name, why)
-HAVE_REFS, HAVE_GEN = "11_fpr_oracle" not in skips, "11_fpr_generated" not in skips
+skipped_tables(study)
 
 # %% [markdown]
 # ## The protocol: oracle (references as queries) and the generated images of every method
@@ -107,7 +106,7 @@ HAVE_REFS, HAVE_GEN = "11_fpr_oracle" not in skips, "11_fpr_generated" not in sk
 # the references, the gallery and the generated images (cached), then each retrieval is scored.
 
 # %%
-fpr = X.run_fpr(models, split, generated if HAVE_GEN else None, cfg, cache, DATASET, oracle=HAVE_REFS)
+run_protocol(study)
 
 # %% [markdown]
 # ## The DB++ column (Tables 1, 5-13): DreamBench++'s GPT concept-preservation score
@@ -119,35 +118,19 @@ fpr = X.run_fpr(models, split, generated if HAVE_GEN else None, cfg, cache, DATA
 # this node cannot reach, the column stays empty and the tables' provenance says why (gate `fpr_gpt`).
 
 # %%
-DBPP = (D.dbpp_columns(cfg, split, generated if HAVE_GEN else None)
-        if cfg.world.source == "released" and HAVE_REFS else None)
-if DBPP is not None:
-    print("DB++ column:", DBPP.reason or f"{DBPP.requests} requests this run, "
-          f"{DBPP.info.get('failed_pairs', 0)} pairs failed (asked again by the next run)")
+print(score_dbpp(study))
 
 # %% [markdown]
 # ## Oracle: real reference images as queries (paper Table 1)
 
 # %%
-oracle, oracle_pq = fpr.oracle, fpr.oracle_per_query
-if HAVE_REFS:
-    if DBPP is not None:
-        oracle = D.with_oracle_dbpp(oracle, DBPP)
-    run.write_table(oracle, "11_fpr_oracle", **(DBPP.sidecar() if DBPP is not None else {}))
-oracle
+oracle_results(study)
 
 # %% [markdown]
 # ## Main comparison: methods x encoders, similarity and mAP side by side (Figure 3, Tables 5-13)
 
 # %%
-if HAVE_GEN:
-    main, per_query, extras = fpr.main, fpr.per_query, fpr.extras
-    run.write_table(main, "11_fpr_generated_long")
-    write_csv(per_query, run.results / "per_query.csv")
-    agreement = fpr.agreement_of("ap")
-    run.write_table(agreement.drop(columns=["names", "rhos"], errors="ignore"), "11_fpr_drift_agreement")
-    display(main[[c for c in ("method", "drift", "context", "encoder", "sim", "map", "top1", "auc", "ndcg")
-                  if c in main.columns]])
+main_results(study)
 
 # %% [markdown]
 # ## The chance reference
@@ -156,14 +139,11 @@ if HAVE_GEN:
 # with the true drift. Where the random network reaches the pretrained one, the galleries reward pixels.
 
 # %%
-chance = T.chance_table(oracle, fpr.agreement, cfg.retrieval.encoders)
-if len(chance):
-    run.write_table(chance, "11_chance")
-chance
+chance_results(study)
 
 # %%
-if HAVE_GEN:
-    display(run.figure(F.plot_main(main, PROFILE), "11_fpr_main"))
+for figure in main_figures(study):
+    display(figure)
 
 # %% [markdown]
 # ## Per-dataset tables in the paper's columns (Tables 5-13)
@@ -177,19 +157,10 @@ if HAVE_GEN:
 # (the `paper` profile). DB++ and CLIP-T need a GPT judge / a CLIP text tower: not in `mini`.
 
 # %%
-if HAVE_GEN:
-    generated_wide = T.generated_table(T.dataset_view(per_query, DATASET))
-    if DBPP is not None:
-        generated_wide = D.with_generated_dbpp(generated_wide, DBPP)
-    DBPP_META = DBPP.sidecar() if DBPP is not None else {}
-    run.write_table(generated_wide, "11_fpr_generated", **DBPP_META)
-    for table_name, rows in T.split_by_dataset(generated_wide).items():
-        run.write_table(rows, table_name, **DBPP_META)
-    display(generated_wide)
+per_dataset_results(study)
 
 # %%
-if HAVE_GEN:
-    display(agreement)
+agreement_results(study)
 
 # %% [markdown]
 # ## Gallery ablations: images per subject and number of subjects (Figure 5)
@@ -198,11 +169,8 @@ if HAVE_GEN:
 # identities (that draw is ours: the authors' is unseeded).
 
 # %%
-if HAVE_GEN:
-    abl = AA.gallery_ablation(models, split.train, split.gallery, generated, cfg, cache, SEED, pool=POOL)
-    run.write_table(abl, "11_fpr_gallery_ablation")
-    display(abl)
-    display(run.figure(F.plot_gallery_ablation(abl, PROFILE), "11_fpr_gallery_ablation"))
+for shown in gallery_ablation_results(study):
+    display(shown)
 
 # %% [markdown]
 # ## Gallery sampling: random vs k-means vs curated (Table 2, percent)
@@ -210,12 +178,7 @@ if HAVE_GEN:
 # the authors' pools: their random / k-means draws and their gallery as "Ours").
 
 # %%
-if HAVE_GEN:
-    embed_with = X.sampling_encoder(models, POOL)
-    sampling = AA.sampling_table(models, split.train, split.gallery, generated, cfg, cache, embed_with,
-                                 X.sampling_size(cfg), SEED, pool=POOL)
-    run.write_table(sampling, "11_fpr_gallery_sampling")
-    display(sampling)
+sampling_results(study)
 
 # %% [markdown]
 # ## Background removal (Figure 7, Table 14)
@@ -224,25 +187,15 @@ if HAVE_GEN:
 # the copies are written once by `make bgremove` (sharded over the GPUs), any missing one here.
 
 # %%
-REMOVED, REMOVED_BY, NO_REMOVAL = X.background_removed(cfg, split) if HAVE_REFS else (None, None, None)
-if NO_REMOVAL:
-    print("background-removed rows not produced:", NO_REMOVAL)
-bg, bg_pq = (A.background_ablation(models, split.train, split.gallery, cfg, cache, DATASET, per_query=True,
-                                   removed=REMOVED) if HAVE_REFS else (None, None))
-if HAVE_REFS:
-    run.write_table(bg, "11_fpr_bg_removal", **A.background_note(split.train, split.gallery, REMOVED_BY, NO_REMOVAL))
-    display(bg)
-    display(run.figure(F.plot_background(bg, PROFILE), "11_fpr_bg_removal"))
+for shown in background_results(study):
+    display(shown)
 
 # %% [markdown]
 # ## Retrieval lists (Figure 4)
 
 # %%
-if HAVE_GEN:
-    show_enc = "nearid" if "nearid" in models else next(iter(models))
-    cases = X.qualitative_cases(extras[show_enc], per_query, show_enc, ["faithful", "drift_high", "copy_paste"],
-                                rc.n_qualitative, rc.top_k, rc.group_by, SEED)
-    display(run.figure(F.plot_retrieval_lists(cases, PROFILE), "11_fpr_retrieval_lists"))
+for figure in retrieval_list_figures(study):
+    display(figure)
 
 # %% [markdown]
 # ## Claims
@@ -253,15 +206,6 @@ if HAVE_GEN:
 # protocol for the claims only, which average over the seeds and carry their spread.
 
 # %%
-if HAVE_GEN:
-    nearid_spec = next((s for s in specs if s.name == "nearid"), None)
-    seed_dirs = published_seeds(nearid_spec.kwargs["checkpoint"]) if nearid_spec is not None else {}
-    seed_runs = (specialised_seed_runs(nearid_spec, seed_dirs, split, generated, cfg, cache, DATASET,
-                                       oracle=HAVE_REFS, background=HAVE_REFS, removed=REMOVED) if seed_dirs else {})
-    print("NearID head seeds in the claims:", [next(iter(seed_dirs), SEED), *seed_runs])
-    claims = retrieval_claims(main, agreement, specs, PROFILE, per_query, oracle_pq=oracle_pq, bg_pq=bg_pq,
-                              rng=make_rng(SEED, "claims", "11"), seed_runs=seed_runs,
-                              own_seed=next(iter(seed_dirs), SEED))
-    run.write_claims(claims, "11_retrieval")
-    display(claims[["claim", "ours", "verdict"]])
+claims = claims_results(study)
 print(f"notebook 11 ran in {time.time() - t0:.1f} s")
+claims

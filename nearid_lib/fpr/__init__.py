@@ -12,7 +12,8 @@ dataset builders, gallery sampling), :mod:`.downloads` (the paper's galleries fr
 CUB-200-2011 / WildlifeReID-10k / Stanford Cars layouts and the user's generated-image folders), :mod:`.encoders` (evaluation encoders, embedding cache, the
 feature classifier), :mod:`.protocol` (scoring), :mod:`.methods` (simulated personalization methods
 with known drift, ``mini``), :mod:`.analysis` (agreement with the true drift), :mod:`.experiments`
-and :mod:`.ablations` (the notebook's tables), :mod:`.claims`, :mod:`.figures`.
+and :mod:`.ablations` (the notebook's tables), :mod:`.claims`, :mod:`.figures`, :mod:`.reproduction`
+(notebook 11's stages over them, one function per stage).
 """
 from ..data.fpr_layout import (
                        FPR_COLUMNS,
