@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import json
 import math
-import re
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Iterable
 
 import pandas as pd
+from PIL import Image
 
 from .io_utils import read_table_meta, skip_reason
 from .paper_specs import TableSpec, load_specs, paper_values_dir
+from .claims.exclusions import RuleContext, chance_table, quantities_of
 from .claims.report_section import (  # noqa: F401  (re-exported: the report's claims API)
     FLOAT_ROUNDING_MARGIN,
     claims_section,
@@ -32,7 +34,7 @@ from .claims.report_section import (  # noqa: F401  (re-exported: the report's c
 )
 
 __all__ = ["TableSpec", "load_specs", "side_by_side", "render_markdown_table", "render_report", "paper_values_dir",
-           "profile_note"]
+           "profile_note", "png_caption"]
 
 MISSING = "–"
 # a column of ours that stands in for a paper metric the profile cannot measure (mini: M-H against the
@@ -171,20 +173,20 @@ def _reached(chance: pd.DataFrame) -> pd.Series:
 
 
 def chance_notes(claims: pd.DataFrame, tables: Path) -> pd.Series:
-    """Per claim row, the metrics of its ``criterion`` on which the random-init network reaches the
-    pretrained frozen encoder in a NearID chance table (``04_chance.csv``: metric ``mtg_mo`` is the
-    quantity ``<row>.mtg.mo``), with both values; "" for every other claim (and without the table)."""
-    path = tables / "04_chance.csv"
+    """Per claim row, the metrics its ``criterion`` reads on which the random-init network reaches the
+    pretrained frozen encoder in a chance table (``tables/*_chance.csv``; which quantities a metric
+    covers: :data:`nearid_lib.claims.exclusions.CHANCE_METRICS`, e.g. ``mtg_mo`` -> ``<row>.mtg.mo``),
+    with both values; "" for every other claim (and without the tables)."""
     notes = pd.Series([""] * len(claims), index=claims.index, dtype=object)
-    if not path.exists() or "criterion" not in claims:
+    if "criterion" not in claims:
         return notes
-    ch = pd.read_csv(path)
-    ch = ch[_reached(ch)]
-    for _, c in ch.iterrows():
-        pat = re.compile(r"\." + re.escape(str(c["metric"])).replace("_", r"\.", 1) + r"\b")
-        hit = claims["criterion"].fillna("").astype(str).str.contains(pat)
-        note = f"random init reaches the frozen encoder on {c['metric']} ({c['random_init']:.3g} vs {c['frozen']:.3g})"
-        notes[hit] = [f"{n}; {note}" if n else note for n in notes[hit]]
+    ch = chance_table(tables)
+    ch = ch[ch["reaches"]]
+    for i, row in claims.iterrows():
+        qs = quantities_of(row)
+        notes[i] = "; ".join(f"random init reaches the frozen encoder on {c['metric']} ({c['random_init']:.3g} vs "
+                             f"{c['frozen']:.3g})" for _, c in ch.iterrows()
+                             if any(fnmatchcase(q, c["pattern"]) for q in qs))
     return notes
 
 
@@ -263,18 +265,21 @@ def _placement_section(tables: Path) -> list[str]:
 
 # the first paragraph of "Claims checked": how a claim is judged and what its verdicts mean
 _CLAIMS_INTRO = (
-    "Each claim is declared once with a criterion fixed before any result (`nearid_lib/*/claims.py`) and judged "
+    "Each claim is declared once with its criterion (`nearid_lib/*/claims.py`; when each criterion was declared, "
+    "before or after its claim's first committed result, is read from git below) and judged "
     "on a 95% percentile bootstrap interval over test units (identities, MTG pairs, anchors; paired when both "
     "sides are scored on the same units), with every training-dependent quantity averaged over the training "
     "seeds (their spread is shown, and enters the interval as a Student t term with S - 1 degrees of freedom: "
     "with 3 seeds the spread is itself poorly known; where both sides were trained with the same seeds, the "
     "term is drawn once on the per-seed differences, a paired t). Verdicts: **holds** (the interval lies on the "
     "claim's side), **does not hold** (it lies on the other side), **inconclusive** (it straddles the "
-    "criterion), **not testable** (a declared precondition fails in this profile, e.g. the paper's effect is "
-    "between heads near the ceiling and ours are far below it; every side of a comparison sits at the metric's "
-    "floor or ceiling, within 2% of its range; or there is no evidence). Only tests of the papers' claims are "
-    "counted; the others are listed with the reason, and the project's own questions apart. A quantity below "
-    "its metric's chance level (PA 50%, a correlation 0, a triplet accuracy 50%) is named in the column `flags`.")
+    "criterion), **not testable** (no evidence in this profile, a statistic undefined on it, or every side of a "
+    "comparison at the metric's floor or ceiling, within 2% of its range). Only tests of the papers' claims are "
+    "counted: every reason a claim is not counted is a rule applied by code to every claim "
+    "(`nearid_lib.claims.exclusions`; calibrated, by construction, post hoc, not testable, chance floor, regime, "
+    "point, tie), and each claim's row shows every rule's outcome (column `rules`); the project's own questions "
+    "are apart. A quantity below its metric's chance level (PA 50%, a correlation 0, a triplet accuracy 50%) is "
+    "named in the column `flags`.")
 
 
 # what a profile's numbers are, under the report's title (paper: the papers' own scale, nothing to add)
@@ -289,6 +294,20 @@ def profile_note(name: str, backbone: str, source: str) -> str:
     offline profiles, what their numbers are (notebook 99 and ``nearid report`` print the same)."""
     scope = _PROFILE_SCOPE.get(name, "")
     return f"Profile: **{name}** (backbone `{backbone}`, data `{source}`)." + (f" {scope}" if scope else "")
+
+
+def png_caption(path: Path) -> str:
+    """The caption line of a figure the notebooks saved (:meth:`nearid_lib.run.Run.figure`): its
+    ``Comment`` chunk (the figure's titles) in italics, then where it comes from (``Description``,
+    ``Source``); "" for a PNG without them."""
+    try:
+        with Image.open(path) as im:
+            text = dict(getattr(im, "text", {}) or {})
+    except OSError:
+        return ""
+    where = "; ".join(v for v in (text.get("Description", ""), text.get("Source", "")) if v)
+    caption = text.get("Comment", "")
+    return ((f"*{caption}*" if caption else "") + (f" ({where})" if where else "")).strip()
 
 
 def render_report(figures: Path, specs: list[TableSpec] | None = None, title: str = "Reproduced results",
@@ -317,8 +336,9 @@ def render_report(figures: Path, specs: list[TableSpec] | None = None, title: st
             frame.loc[legacy, "verdict"] = frame.loc[legacy, "holds"].map({True: "holds", False: "does not hold"})
         frame["chance"] = chance_notes(frame, figures / "tables")
         frame["why"] = why_links(frame)
+        context = RuleContext(tables=figures / "tables")
         out += [render_markdown_table(x) if isinstance(x, pd.DataFrame) else x
-                for x in claims_section(frame, [_CLAIMS_INTRO, ""])]
+                for x in claims_section(frame, [_CLAIMS_INTRO, ""], context=context)]
 
     out += _chance_section(figures / "tables")
     out += _cross_section(figures / "tables")
@@ -387,4 +407,7 @@ def render_report(figures: Path, specs: list[TableSpec] | None = None, title: st
         out += ["## Figures", ""]
         for p in pngs:
             out += [f"### {p.stem}", "", f"![{p.stem}]({p.name})", ""]
+            caption = png_caption(p)
+            if caption:
+                out += [caption, ""]
     return "\n".join(out).rstrip() + "\n"

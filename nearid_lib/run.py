@@ -56,7 +56,18 @@ if TYPE_CHECKING:
     from .data import NearIDData
 
 __all__ = ["Run", "start_run", "NotebookSetup", "setup_notebook",
-           "read_table_meta"]
+           "read_table_meta", "figure_caption"]
+
+
+def figure_caption(fig) -> str:
+    """A figure's caption from its own titles: the suptitle, else its panels' titles ("; "-joined,
+    at most four), else ""."""
+    sup = getattr(fig, "_suptitle", None)
+    if sup is not None and sup.get_text().strip():
+        return " ".join(sup.get_text().split())
+    titles = [" ".join(ax.get_title().split()) for ax in fig.get_axes() if ax.get_title().strip()]
+    return "; ".join(titles[:4]) + ("; ..." if len(titles) > 4 else "")
+
 
 @dataclass
 class Run:
@@ -134,12 +145,14 @@ class Run:
     def figure(self, fig, name: str, dpi: int = 120):
         """Save ``fig`` as ``<figures>/<name>.png`` (atomically) and return it, so that a notebook cell
         ending with this call also shows the figure inline. The PNG says where it comes from in its
-        text chunks: ``Title`` (its name), ``Description`` (notebook, profile, seed) and ``Source``
-        (the commit, marked when the checkout had uncommitted changes)."""
+        text chunks: ``Title`` (its name), ``Description`` (notebook, profile, seed), ``Source``
+        (the commit, marked when the checkout had uncommitted changes) and ``Comment`` (its caption,
+        :func:`figure_caption`), which the report prints under the figure."""
         git = self.meta.get("git", {})
         sha = git.get("sha") or "unknown commit"
         meta = {"Title": name, "Description": f"notebook {self.notebook}, profile {self.profile}, seed {self.seed}",
-                "Source": f"nearid_lib at {sha}" + (" with uncommitted changes" if git.get("dirty") else "")}
+                "Source": f"nearid_lib at {sha}" + (" with uncommitted changes" if git.get("dirty") else ""),
+                "Comment": figure_caption(fig)}
         return save(fig, self.figures / f"{name}.png", dpi=dpi, metadata=meta)
 
 

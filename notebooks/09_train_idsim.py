@@ -172,6 +172,6 @@ display(*ablations.tables)
 # pairs and over DreamBench++'s subjects.
 
 # %%
-claims = idsim_claims(run, cfg, bench, ablations)
+claims = idsim_claims(run, cfg, bench, ablations, persam)
 display(*claims.tables)
 print(f"notebook 09 total {time.time() - t_start:.1f}s")

@@ -414,13 +414,17 @@ def test_a_precondition_declared_after_a_result_keeps_the_verdict_it_replaced():
 
 
 def test_own_questions_and_truths_by_construction_are_written_per_profile():
+    """A truth by construction is a fact of the profile's world keyed by quantity
+    (claims.world_facts), written into every claim that reads the quantity in that profile only."""
+    from nearid_lib.claims.world_facts import COPY_PASTE
+
     z = pd.DataFrame({"unit": list("abcd"), "x": [1.0, 1.0, 1.0, 1.0]})
-    spec = C.ClaimSpec("k", "P", "x", C.AtLeast("q", 0.5), by_construction=(("mini", "made so"),),
-                       own_question="not the paper's")
-    ev = {"q": C.Evidence("mean:x", z)}
+    spec = C.ClaimSpec("k", "P", "x", C.AtLeast("specialised.copy_paste.map", 0.5), own_question="not the paper's")
+    ev = {"specialised.copy_paste.map": C.Evidence("mean:x", z)}
     mini = C.evaluate_claim(spec, ev, make_rng(0, "c"), n_boot=20, profile="mini")
     paper = C.evaluate_claim(spec, ev, make_rng(0, "c"), n_boot=20, profile="paper")
-    assert (mini["by_construction"], paper["by_construction"]) == ("made so", "")
+    assert (mini["by_construction"], paper["by_construction"]) == (COPY_PASTE, "")
+    assert mini["calibrated"] == paper["calibrated"] == ""
     assert mini["own_question"] == paper["own_question"] == "not the paper's"
 
 

@@ -133,10 +133,12 @@ def _executed(out: str) -> set[str]:
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make")
 @pytest.mark.parametrize("profile", ["mini", "paper", "smoke"])
 def test_make_puts_executed_notebooks_under_nearid_out(tmp_path, profile):
-    executed = _executed(_make_n(["notebooks", f"PROFILE={profile}"], NEARID_OUT=str(tmp_path / "x")))
+    # -B: every notebook counts as out of date, whatever a run beside the tests (make test's smoke run)
+    # or before them left in build/
+    executed = _executed(_make_n(["-B", "notebooks", f"PROFILE={profile}"], NEARID_OUT=str(tmp_path / "x")))
     assert executed and all(e.startswith(f"{tmp_path}/x/{profile}/notebooks/") for e in executed), executed
     # without NEARID_OUT: build/, as nearid_lib.paths.out_dir
-    executed = _executed(_make_n(["notebooks", f"PROFILE={profile}"]))
+    executed = _executed(_make_n(["-B", "notebooks", f"PROFILE={profile}"]))
     assert executed and all(e.startswith(f"build/{profile}/notebooks/") for e in executed), executed
 
 

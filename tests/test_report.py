@@ -149,33 +149,46 @@ def test_point_valued_claims_are_listed_apart(tmp_path):
     assert report.point_claims(pd.DataFrame({"verdict": ["holds"]})).tolist() == [False]
 
 
-def test_summary_counts_only_tests_of_the_papers_claims():
-    """Calibration targets, truths by construction, revised criteria, untestable claims, claims on a
-    metric a random-init network also reaches and point comparisons are listed with their reasons but
-    never counted as tests; the project's own questions are apart (issues 38, 53)."""
+def test_summary_counts_only_tests_of_the_papers_claims(tmp_path):
+    """Every reason a claim is not counted is a rule applied to its data (claims.exclusions): a
+    calibration target of the world, a truth by construction, a criterion declared after the claim's
+    first result, an untestable claim, a metric at the random-init floor, a point comparison; the
+    project's own questions are apart."""
+    from nearid_lib.claims.exclusions import RuleContext
+    from nearid_lib.claims.history import COLUMNS
+    from nearid_lib.claims.report_section import outcomes_of
     from nearid_lib.report import summary_lines
 
+    (tmp_path / "04_chance.csv").write_text("benchmark,group,metric,frozen,random_init,margin,random_reaches_frozen\n"
+                                            "NearID Table 1,,mtg_mo,0.15,0.22,-0.07,True\n")
+    late = "nearid.full.structure.ssr - nearid.full.train.ssr > -5.0%"       # declared at c2, first result c1
+    history = pd.DataFrame([dict(zip(COLUMNS, ("k.late", "v1", late, "", "c2", "", "c2", "mini", "c1", "", "False",
+                                               "True")))])
+    ctx = RuleContext(tables=tmp_path, history=history)
+    base = {"profile": "mini", "criterion": "a.x - b.x > 0.000", "ci_low": 0.1}
     frame = pd.DataFrame([
-        {"verdict": "holds", "ci_low": 0.1, "calibrated": "world tuned to it", "chance": ""},
-        {"verdict": "holds", "ci_low": 0.1, "calibrated": "", "chance": "random init reaches mtg_mo"},
-        {"verdict": "holds", "ci_low": None, "calibrated": "", "chance": ""},          # point comparison
-        {"verdict": "holds", "ci_low": 0.1, "by_construction": "copy-paste is the reference", "chance": ""},
-        {"verdict": "holds", "ci_low": 0.1, "earlier_verdicts": "v1: ... -> holds", "by_construction": "edges"},
-        {"verdict": "not testable", "ci_low": None, "calibrated": "", "chance": ""},
-        {"verdict": "holds", "ci_low": 0.1, "own_question": "not in Fig. 6"},
-        {"verdict": "holds", "ci_low": 0.2, "calibrated": "", "chance": ""},
-        {"verdict": "does not hold", "ci_low": 0.0, "calibrated": "", "chance": ""},
-        {"verdict": "inconclusive", "ci_low": 0.0, "calibrated": "", "chance": ""},
+        {**base, "verdict": "holds", "criterion": "frozen.full.main.ssr <= 50.0%"},            # calibrated
+        {**base, "verdict": "holds", "criterion": "nearid.mtg.mo - frozen.mtg.mo > 0.000"},   # chance floor
+        {**base, "verdict": "holds", "ci_low": None},                                          # point comparison
+        {**base, "verdict": "holds", "criterion": "specialised.copy_paste.map >= 0.900"},     # by construction
+        {**base, "verdict": "holds", "key": "k.late", "criterion": late},    # post hoc, by construction (edges)
+        {**base, "verdict": "not testable", "ci_low": None},
+        {**base, "verdict": "holds", "own_question": "not in Fig. 6"},
+        {**base, "verdict": "holds", "ci_low": 0.2},
+        {**base, "verdict": "does not hold", "ci_low": 0.0},
+        {**base, "verdict": "inconclusive", "ci_low": 0.0},
     ])
-    line = summary_lines(frame)[0]
+    outcomes = outcomes_of(frame, ctx)
+    line = summary_lines(frame, outcomes=outcomes)[0]
     assert line.startswith("Summary over the 3 tests of the papers' claims: 1 holds, 1 does not hold, "
                            "1 inconclusive.")
     assert "Not counted as tests: 6 claim(s)" in line
-    assert ("1 calibrated, not tested (the world was tuned to the criterion); 2 true by construction in this "
-            "profile; 1 criterion revised after a result was seen (its history beside it); 1 not testable in this "
-            "profile; 1 on a metric a random-init network also reaches; 1 a point comparison") in line
+    assert ("1 calibrated, not tested (the world was tuned to every quantity of the criterion); 2 true by "
+            "construction in this profile; 1 post hoc (the criterion was declared after the claim's first committed "
+            "result); 1 not testable in this profile; 1 on a metric a random-init network reaches or where the "
+            "frozen encoder sits at the random-init floor; 1 a point comparison") in line
     assert "Our own questions, not the papers' claims: 1" in line
-    assert report.not_counted(frame).tolist()[3:6] == ["by construction", "by construction; revised",
+    assert report.not_counted(frame, outcomes).tolist()[3:6] == ["by construction", "by construction; post hoc",
                                                                  "not testable"]
 
 
@@ -237,7 +250,7 @@ def test_claims_section_puts_own_questions_and_uncounted_claims_apart(tmp_path):
         {"key": "k.1", "claim": "tested claim", "verdict": "holds", "ci_low": 0.01, "ci_high": 0.17,
          "estimate": 0.09, "criterion": "a - b > 0.000", "seeds": "3/3", "profile": "mini"},
         {"key": "k.2", "claim": "made claim", "verdict": "holds", "ci_low": 0.9, "ci_high": 1.0, "estimate": 0.95,
-         "criterion": "a >= 0.900", "seeds": "3", "profile": "mini", "by_construction": "pasted pixels"},
+         "criterion": "specialised.copy_paste.map >= 0.900", "seeds": "3", "profile": "mini"},
         {"key": "k.3", "claim": "our claim", "verdict": "holds", "ci_low": 0.3, "ci_high": 0.4, "estimate": 0.35,
          "criterion": "a - b > 0.000", "seeds": "3/1", "profile": "mini", "own_question": "not in Fig. 6"},
     ]).to_csv(tmp_path / "tables" / "claims_x.csv", index=False)
@@ -246,6 +259,7 @@ def test_claims_section_puts_own_questions_and_uncounted_claims_apart(tmp_path):
     uncounted, _, own = rest.partition("### Our own questions")
     assert "| tested claim |" in tests and "holds (**leaning holds**)" in tests and "| made claim |" not in tests
     assert "| made claim |" in uncounted and "| by construction |" in uncounted and "| our claim |" not in uncounted
+    assert "by construction: yes (copy-paste pastes the reference's own object pixels" in uncounted
     assert "| our claim |" in own and "not in Fig. 6" in own
     assert ("Summary over the 1 tests of the papers' claims: 1 holds (1 leaning holds), 0 does not hold, "
             "0 inconclusive.") in text
@@ -330,3 +344,29 @@ def test_a_calibrated_table_says_so_beside_the_paper(tmp_path):
         (figs / "tables" / "04_table1_main.meta.json").write_text(json.dumps({"profile": profile}))
         text = render_report(figs, specs=[spec])
         assert ("Calibrated, not reproduced:" in text) == (profile == "mini"), profile
+
+
+def test_a_figure_carries_its_caption_and_the_report_prints_it(tmp_path):
+    """Run.figure stores the figure's titles as its PNG ``Comment`` (the caption) beside notebook,
+    profile, seed and commit; the report prints them under the figure."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from nearid_lib.plots import save
+    from nearid_lib.report import png_caption, render_report
+    from nearid_lib.run import figure_caption
+
+    fig, ax = plt.subplots(1, 2)
+    ax[0].set_title("SSR per source")
+    ax[1].set_title("PA\nper source")
+    assert figure_caption(fig) == "SSR per source; PA per source"
+    fig.suptitle("NearID-bench")
+    assert figure_caption(fig) == "NearID-bench"
+    (tmp_path / "tables").mkdir()
+    save(fig, tmp_path / "04_x.png", metadata={"Title": "04_x", "Description": "notebook 04, profile mini, seed 0",
+                                               "Source": "nearid_lib at abc1234", "Comment": figure_caption(fig)})
+    plt.close(fig)
+    line = "*NearID-bench* (notebook 04, profile mini, seed 0; nearid_lib at abc1234)"
+    assert png_caption(tmp_path / "04_x.png") == line
+    assert line in render_report(tmp_path, specs=[])

@@ -20,15 +20,21 @@ the per-seed differences. Each claim of :func:`evaluate_claims` draws from a gen
 (:func:`claim_rng`: the notebook's seed and the claim's key), so adding, removing or reordering a
 claim moves no other claim's interval.
 
-Criteria are fixed before results (they live in the declarations, never in a notebook) and give
-one of four verdicts:
+Criteria live in the declarations, never in a notebook; when each was declared, before or after
+its claim's first committed result, is read from git (:mod:`.history`). A criterion gives one of
+four verdicts:
 
 * ``holds``         - the interval lies on the claim's side of the criterion;
 * ``does not hold`` - the interval lies on the other side;
 * ``inconclusive``  - the interval straddles the criterion;
-* ``not testable``  - a declared precondition fails (e.g. "both sides far from the paper's regime"),
-  every side of a comparison sits at the metric's floor or ceiling (:func:`at_bound`), or the
-  profile has no evidence for it.
+* ``not testable``  - a precondition fails (the machinery keeps them; no declared claim has one:
+  the regime is a rule over every claim, :mod:`.exclusions`), every side of a comparison sits at the
+  metric's floor or ceiling (:func:`at_bound`), or the profile has no evidence for it.
+
+Whether a claim counts as a test is decided later, in the report, by the rules of :mod:`.exclusions`
+(calibrated, by construction, post hoc, not testable, chance floor, regime, point, tie), applied to
+every claims row alike; the row itself carries the two facts of the profile's world keyed by
+quantity (:mod:`.world_facts`: ``calibrated``, ``by_construction``).
 
 A quantity whose estimate lies below its metric's chance level (PA 1/2, a correlation 0, a
 triplet accuracy 1/2; :attr:`Evidence.chance_level`) is flagged in the row's ``flags`` column.
@@ -53,6 +59,7 @@ from ..stats import (  # noqa: F401
     statistic,
 )
 from .evidence import Evidence, pool_seeds
+from .world_facts import calibration_target, construction_reasons
 from ..io_utils import write_csv
 from ..paper_specs import paper_values_dir
 
@@ -200,13 +207,9 @@ class ClaimSpec:
     # interval and shown beside it, with the reason the criterion was revised (from the paper's text)
     earlier: tuple[tuple[str, Any], ...] = ()
     revision: str = ""
-    # a profile whose world was calibrated to this very criterion (mini: docs/mini.md "Calibration")
-    # holds it by construction: {profile: the calibration target}; the report lists the claim as
-    # "calibrated, not tested" there and does not count it
-    calibrated: tuple[tuple[str, str], ...] = ()
-    # a profile in which the claim is true by how the data is made, whatever the model knows
-    # ({profile: why}); listed with the reason, not counted as a test
-    by_construction: tuple[tuple[str, str], ...] = ()
+    # (no per-claim exclusion: whether a profile's world was calibrated to a claim's quantities or
+    # makes them true by construction is a fact of the world, keyed by quantity in .world_facts, and
+    # every other reason a claim is not counted is a rule of .exclusions applied to every claim)
     # a question of this project's, no paper's claim (why); judged like the claims, shown apart
     own_question: str = ""
 
@@ -229,8 +232,8 @@ def evaluate_claim(spec: ClaimSpec, evidence: Mapping[str, Evidence], rng: np.ra
         paper = f"{spec.paper_text} (paper value unavailable: {err})"
     row = {"key": spec.key, "paper_name": spec.paper, "claim": spec.statement, "paper": paper,
            "profile": profile, "evidence": spec.evidence_note,
-           "calibrated": dict(spec.calibrated).get(profile, ""),
-           "by_construction": dict(spec.by_construction).get(profile, ""), "own_question": spec.own_question}
+           "calibrated": calibration_target(profile, spec.test.quantities),
+           "by_construction": construction_reasons(profile, spec.test.quantities), "own_question": spec.own_question}
     qs = spec.test.quantities
     missing = [q for q in qs if q not in evidence]
     if missing:

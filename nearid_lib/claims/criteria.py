@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["AtLeast", "AtMost", "Greater", "Within", "RatioAtLeast", "Precondition", "criterion_from_text",
-           "share_outside"]
+           "share_outside", "edges"]
 
 
 def share_outside(dist, below: float | None = None, above: float | None = None, strict: bool = False) -> float:
@@ -168,3 +168,15 @@ def criterion_from_text(text: str) -> AtLeast | AtMost | Greater | Within | Rati
             *names, num, pct = m.groups()
             return make(*names, float(num) / (100.0 if pct else 1.0))
     raise ValueError(f"criterion_from_text: not a criterion this module writes: {text!r}")
+
+
+def edges(test) -> tuple[float, ...]:
+    """The values where ``test``'s verdict changes, on the scale of its interval: ``-tol`` and
+    ``tol`` for :class:`Within`, else its margin, ratio or threshold."""
+    if isinstance(test, Within):
+        return (-test.tol, test.tol)
+    if isinstance(test, Greater):
+        return (test.margin,)
+    if isinstance(test, RatioAtLeast):
+        return (test.ratio,)
+    return (test.threshold,)

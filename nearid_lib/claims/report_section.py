@@ -1,7 +1,8 @@
 """The claims section of the report (``figures/README.md``): which claims are tests of the papers'
-claims and which are not counted (and why), the project's own questions apart, how firm each
-verdict is (**leaning** verdicts), the summary line, the training seeds behind them and the link
-from a failing claim to its explanation.
+claims and which are not counted (and why: the rules of :mod:`.exclusions`, each outcome shown per
+claim), when each criterion was declared (:mod:`.history`), the project's own questions apart, how
+firm each verdict is (**leaning** verdicts), the summary line, the training seeds behind them and the
+link from a failing claim to its explanation.
 
 :func:`claims_section` returns the section as Markdown lines and tables (DataFrames), which
 :func:`nearid_lib.report.render_report` renders.
@@ -14,13 +15,14 @@ from typing import Sequence
 
 import pandas as pd
 
-from .criteria import AtLeast, AtMost, Greater, RatioAtLeast, Within, criterion_from_text
+from .criteria import criterion_from_text, edges
+from .exclusions import RULES, TIE_SE, RuleContext, excluded, history_cell, rule_outcomes, rules_cell, tie_detail
 from ..paths import repo_root
 from ..stats import holm_reject
 
 __all__ = ["point_claims", "seeds_line", "why_links", "summary_lines", "calibrated_rows", "FLOAT_ROUNDING_MARGIN",
            "trained", "leaning", "leaning_detail", "not_counted", "own_questions", "firmness_lines",
-           "claims_section", "VERDICTS", "NOT_COUNTED"]
+           "claims_section", "VERDICTS", "NOT_COUNTED", "TIE_SE", "ties", "history_line", "outcomes_of"]
 
 VERDICTS = ("holds", "does not hold", "inconclusive", "not testable")
 
@@ -31,49 +33,32 @@ VERDICTS = ("holds", "does not hold", "inconclusive", "not testable")
 FLOAT_ROUNDING_MARGIN = 0.59
 FLOAT_ROUNDING_RESULTS = "benchmarks/results/float_rounding_margin.md"
 
-# why a claim row is not counted among the tests of the papers' claims, in the order the report lists them
-NOT_COUNTED = (
-    ("calibrated", "calibrated, not tested (the world was tuned to the criterion)"),
-    ("by construction", "true by construction in this profile"),
-    ("revised", "criterion revised after a result was seen (its history beside it)"),
-    ("not testable", "not testable in this profile"),
-    ("chance", "on a metric a random-init network also reaches"),
-    ("point", "a point comparison without an interval"),
-    ("tie", "a tie: an interval end within the bootstrap's Monte Carlo noise of the criterion"),
-)
-# an interval end this many Monte Carlo standard errors from its criterion, or nearer, is a tie
-TIE_SE = 2.0
+# why a claim row is not counted among the tests of the papers' claims: the rules of .exclusions,
+# in the order the report lists them
+NOT_COUNTED = tuple((r.name, r.label) for r in RULES)
+
+
+def outcomes_of(claims: pd.DataFrame, context: RuleContext | None = None) -> pd.DataFrame:
+    """Every rule's outcome on every claims row (:func:`~nearid_lib.claims.exclusions.rule_outcomes`);
+    ``context`` None: no run tables (the rules that read them say "unknown"), the committed history."""
+    return rule_outcomes(claims, context if context is not None else RuleContext())
 
 
 def ties(claims: pd.DataFrame) -> pd.Series:
     """True for a claim whose interval has an end within :data:`TIE_SE` Monte Carlo standard errors
-    (``ci_low_mc_se`` / ``ci_high_mc_se``, :func:`~nearid_lib.claims.quantile_mc_se`) of an edge of its
-    criterion: another draw of the same bootstrap could put that end on the other side, so its
-    verdict is decided by noise. Tables without those columns have no ties."""
-    out = pd.Series(False, index=claims.index)
-    if "ci_low_mc_se" not in claims:
-        return out
-    for i, row in claims.iterrows():
-        iv = _interval(row)
-        try:
-            test = criterion_from_text(str(row.get("criterion", "")))
-        except ValueError:
-            continue
-        if iv is None or row.get("verdict") not in ("holds", "does not hold", "inconclusive"):
-            continue
-        _, low, high = iv
-        for end, se in ((low, row.get("ci_low_mc_se")), (high, row.get("ci_high_mc_se"))):
-            se = pd.to_numeric(se, errors="coerce")
-            if pd.notna(se) and any(abs(end - e) <= TIE_SE * float(se) for e in _edges(test)):
-                out[i] = True
-    return out
+    of an edge of its criterion (:func:`~nearid_lib.claims.exclusions.tie_detail`): its verdict is
+    decided by noise. Tables without the standard-error columns have no ties."""
+    if not len(claims):
+        return pd.Series([], dtype=bool)
+    return claims.apply(lambda r: bool(tie_detail(r)), axis=1).astype(bool)
 
 
 def _text(frame: pd.DataFrame, col: str) -> pd.Series:
     """A text column as strings, "" where absent or empty."""
     if col not in frame:
         return pd.Series([""] * len(frame), index=frame.index, dtype=object)
-    return frame[col].fillna("").astype(str)
+    vals = frame[col].astype(object)
+    return vals.where(vals.notna(), "").astype(str)
 
 
 def point_claims(claims: pd.DataFrame) -> pd.Series:
@@ -132,10 +117,12 @@ def why_links(claims: pd.DataFrame, docs: Path | None = None) -> pd.Series:
     return out
 
 
-def calibrated_rows(claims: pd.DataFrame) -> pd.Series:
-    """True for a claim whose criterion is a calibration target of the profile's world (column
+def calibrated_rows(claims: pd.DataFrame, outcomes: pd.DataFrame | None = None) -> pd.Series:
+    """True for a claim whose every quantity is a calibration target of the profile's world (rule
     ``calibrated``): listed as "calibrated, not tested", never counted."""
-    return _text(claims, "calibrated").str.len() > 0
+    outcomes = outcomes if outcomes is not None else outcomes_of(claims)
+    return outcomes["calibrated"].map(lambda o: o.state == "yes").astype(bool) if len(claims) else \
+        pd.Series([], dtype=bool)
 
 
 # --------------------------------------------------------------------------- how firm a verdict is
@@ -181,17 +168,6 @@ def leaning(row, share: float = FLOAT_ROUNDING_MARGIN) -> str:
     return f"leaning {side}" if side in ("holds", "does not hold") else ""
 
 
-def _edges(test) -> tuple[float, ...]:
-    if isinstance(test, Within):
-        return (-test.tol, test.tol)
-    if isinstance(test, Greater):
-        return (test.margin,)
-    if isinstance(test, RatioAtLeast):
-        return (test.ratio,)
-    assert isinstance(test, (AtLeast, AtMost))
-    return (test.threshold,)
-
-
 def leaning_detail(row, share: float = FLOAT_ROUNDING_MARGIN) -> str:
     """For a leaning verdict (:func:`leaning`): which end lies how near the criterion, against the
     margin, e.g. ``"lower end 1.0% is 1.0% from the criterion 0.0%; margin 9.5% (0.59 x the width
@@ -206,7 +182,7 @@ def leaning_detail(row, share: float = FLOAT_ROUNDING_MARGIN) -> str:
     m = share * (high - low)
     near = []
     for name, v in (("lower", low), ("upper", high)):
-        edge = min(_edges(test), key=lambda e: abs(v - e))
+        edge = min(edges(test), key=lambda e: abs(v - e))
         if abs(v - edge) <= m:
             near.append(f"{name} end {fmt(v)} is {fmt(abs(v - edge))} from the criterion {fmt(edge)}")
     return "; ".join(near) + f"; margin {fmt(m)} ({share:.2f} x the width {fmt(high - low)})"
@@ -243,22 +219,45 @@ def own_questions(claims: pd.DataFrame) -> pd.Series:
     return _text(claims, "own_question").str.len() > 0
 
 
-def not_counted(claims: pd.DataFrame) -> pd.Series:
-    """Per claim row, why it is not counted among the tests of the papers' claims ("; "-joined
-    names of :data:`NOT_COUNTED`), "" for a test. Column ``chance`` must be filled
-    (:func:`nearid_lib.report.chance_notes`)."""
-    flags = {"calibrated": calibrated_rows(claims),
-             "by construction": _text(claims, "by_construction").str.len() > 0,
-             "revised": _text(claims, "earlier_verdicts").str.len() > 0,
-             "not testable": claims["verdict"].eq("not testable") if "verdict" in claims else False,
-             "chance": _text(claims, "chance").str.len() > 0,
-             "point": point_claims(claims),
-             "tie": ties(claims)}
-    out = pd.Series([""] * len(claims), index=claims.index, dtype=object)
-    for name, _ in NOT_COUNTED:
-        hit = pd.Series(flags[name], index=claims.index).astype(bool)
-        out[hit] = [f"{o}; {name}" if o else name for o in out[hit]]
-    return out
+def not_counted(claims: pd.DataFrame, outcomes: pd.DataFrame | None = None) -> pd.Series:
+    """Per claim row, why it is not counted among the tests of the papers' claims: the names of the
+    rules (:data:`NOT_COUNTED`) whose outcome is "yes", "; "-joined; "" for a test. ``outcomes``:
+    :func:`outcomes_of` the rows (computed without run tables when not given)."""
+    if not len(claims):
+        return pd.Series([], dtype=object)
+    outcomes = outcomes if outcomes is not None else outcomes_of(claims)
+    return excluded(outcomes).astype(object)
+
+
+def history_line(claims: pd.DataFrame, outcomes: pd.DataFrame) -> str:
+    """What git says of the criteria judged here (rule ``post hoc``, ``docs/claims_history.csv``):
+    how many were declared before their claim's first committed result in this profile, and which
+    after."""
+    ph = list(outcomes["post hoc"]) if len(claims) else []
+    keys = list(_text(claims, "key"))
+    line = ("**When each criterion was declared.** Each claim is declared once, in `nearid_lib/*/claims.py`; "
+            "when its criterion was declared and when the claim first had a committed result in this profile are "
+            "read from git (`docs/claims_history.csv`, written by `python -m nearid_lib.claims.history`; column "
+            "`history`). ")
+    judged = [(k, o.tag) for k, o in zip(keys, ph) if o.tag in ("before", "after")]
+    before = [k for k, t in judged if t == "before"]
+    after = [k for k, t in judged if t == "after"]
+    fresh = [k for k, o in zip(keys, ph) if o.tag == "no result"]
+    if judged:
+        line += (f"Of the {len(judged)} criteria judged here whose claim has a committed result, {len(before)} were "
+                 "declared before the claim's first committed result"
+                 + (f"; {len(after)} after it, post hoc and not counted: {', '.join(after)}." if after else "."))
+    if fresh:
+        line += (f"{' ' if judged else ''}{len(fresh)} claim(s) have no committed result in this profile: nothing was seen before their "
+                 "criteria, none is post hoc here.")
+    unknown = [k or "(no key)" for k, o in zip(keys, ph) if o.state == "unknown"]
+    if unknown:
+        line += (f" {len(unknown)} row(s) have no declared criterion (comparisons built in code, or a criterion no "
+                 "declaration names): " + ", ".join(unknown) + ".")
+    line += (" A result is a claims table committed under `figures/` that holds the claim's key; the point claims "
+             "without keys committed before the keyed criteria (cf4bb66 to b27e3a5), and the tables holding the "
+             "quantities' point values, are not read as results.")
+    return line
 
 
 # "holds" is one side of a 95% two-sided interval: a one-sided test at 2.5%
@@ -297,12 +296,15 @@ def chance_holds_line(claims: pd.DataFrame, tested: pd.Series) -> str:
     return line
 
 
-def summary_lines(claims: pd.DataFrame, share: float = FLOAT_ROUNDING_MARGIN) -> list[str]:
-    """The claims summary: verdict counts over the **tests of the papers' claims** only (no reason of
-    :func:`not_counted`, not one of :func:`own_questions`), with the leaning ones among them; then
-    what was not counted and why (a claim may have several reasons), and the own questions."""
+def summary_lines(claims: pd.DataFrame, share: float = FLOAT_ROUNDING_MARGIN,
+                  outcomes: pd.DataFrame | None = None) -> list[str]:
+    """The claims summary: verdict counts over the **tests of the papers' claims** only (no rule of
+    :func:`not_counted` applies, not one of :func:`own_questions`), with the leaning ones among them;
+    then what was not counted and why (a claim may have several reasons), rule outcomes that could
+    not be decided, and the own questions."""
+    outcomes = outcomes if outcomes is not None else outcomes_of(claims)
     own = own_questions(claims)
-    why_not = not_counted(claims)
+    why_not = not_counted(claims, outcomes)
     tested = ~own & (why_not == "")
     t = claims[tested]
     counts = t["verdict"].value_counts()
@@ -319,47 +321,60 @@ def summary_lines(claims: pd.DataFrame, share: float = FLOAT_ROUNDING_MARGIN) ->
     if len(rest):
         reasons = [(label, int(why_not[~own].str.split("; ").map(lambda r, n=name: n in r).sum()))
                    for name, label in NOT_COUNTED]
-        out.append(f"Not counted as tests: {len(rest)} claim(s) (column `not counted`; a claim may have more "
-                   "than one reason): " + "; ".join(f"{n} {label}" for label, n in reasons if n) + ".")
+        out.append(f"Not counted as tests: {len(rest)} claim(s) (column `not counted`, each rule's outcome in "
+                   "column `rules`; a claim may have more than one reason): "
+                   + "; ".join(f"{n} {label}" for label, n in reasons if n) + ".")
+    unknown = [(name, int((tested & outcomes[name].map(lambda o: o.state == "unknown")).sum()))
+               for name, _ in NOT_COUNTED] if len(claims) else []
+    if any(n for _, n in unknown):
+        out.append("Rules that could not be decided (the claim stays counted; column `rules` says what is "
+                   "missing): " + "; ".join(f"{name} on {n} claim(s)" for name, n in unknown if n) + ".")
     if own.any():
         out.append(f"Our own questions, not the papers' claims: {int(own.sum())} (section \"Our own questions\").")
     return [" ".join(out), "", chance_holds_line(claims, tested), ""]
 
 
-def _verdict_cells(frame: pd.DataFrame, share: float) -> pd.DataFrame:
+def _verdict_cells(frame: pd.DataFrame, share: float, outcomes: pd.DataFrame) -> pd.DataFrame:
     frame = frame.copy()
     lean = frame.apply(lambda r: leaning(r, share), axis=1) if len(frame) else pd.Series(dtype=object)
     frame["leaning"] = frame.apply(lambda r: leaning_detail(r, share), axis=1) if len(frame) else lean
     frame["leaning"] = [f"{lab}: {d}" if lab else "" for lab, d in zip(lean, frame["leaning"])]
-    cal = calibrated_rows(frame)
+    cal = calibrated_rows(frame, outcomes)
     frame.loc[cal, "verdict"] = "calibrated, not tested (" + frame.loc[cal, "verdict"].astype(str) + ")"
     has = lean.astype(bool) & ~cal
     frame.loc[has, "verdict"] = frame.loc[has, "verdict"].astype(str) + " (**" + lean[has] + "**)"
-    tie = ties(frame) & ~cal
+    tie = (outcomes["tie"].map(lambda o: o.state == "yes").astype(bool) & ~cal) if len(frame) else cal
     frame.loc[tie, "verdict"] = "tie (" + frame.loc[tie, "verdict"].astype(str) + ")"
     return frame
 
 
-_COLUMNS = ("claim", "paper", "ours", "evidence", "verdict", "Holm", "leaning", "why", "not counted", "own_question", "flags", "chance",
-            "calibrated", "by_construction", "earlier_verdicts", "criterion", "detail", "revision", "profile", "source")
+_COLUMNS = ("claim", "paper", "ours", "evidence", "verdict", "Holm", "leaning", "why", "not counted", "rules",
+            "own_question", "flags", "chance", "history", "earlier_verdicts", "criterion", "detail", "revision",
+            "profile", "source")
 
 
-def claims_section(frame: pd.DataFrame, intro: Sequence[str] = (), share: float = FLOAT_ROUNDING_MARGIN
-                   ) -> list[str | pd.DataFrame]:
-    """The "Claims checked" section: ``intro``, the summary, the firmness paragraph, the tests of the
-    papers' claims, the claims not counted (with why), the point comparisons and the own questions.
-    ``frame``: every claims table, with ``chance`` and ``why`` filled. Items are Markdown lines or
-    tables to render."""
-    own, why_not = own_questions(frame), not_counted(frame)
-    point = point_claims(frame)
-    shown = _verdict_cells(frame, share).assign(**{"not counted": why_not,
-                                                    "Holm": holm_column(frame, ~own & (why_not == ""))})
+def claims_section(frame: pd.DataFrame, intro: Sequence[str] = (), share: float = FLOAT_ROUNDING_MARGIN,
+                   context: RuleContext | None = None) -> list[str | pd.DataFrame]:
+    """The "Claims checked" section: ``intro``, when the criteria were declared, the summary, the
+    firmness paragraph, the tests of the papers' claims, the claims not counted (with every rule's
+    outcome), the point comparisons and the own questions. ``frame``: every claims table, with
+    ``chance`` and ``why`` filled; ``context``: what the rules read (the run's tables, the paper's
+    values, the history). Items are Markdown lines or tables to render."""
+    context = context if context is not None else RuleContext()
+    outcomes = outcomes_of(frame, context)
+    own, why_not = own_questions(frame), not_counted(frame, outcomes)
+    point = outcomes["point"].map(lambda o: o.state == "yes").astype(bool) if len(frame) else own
+    hist = frame.apply(lambda r: history_cell(r, context), axis=1) if len(frame) else own
+    shown = _verdict_cells(frame, share, outcomes).assign(**{
+        "not counted": why_not, "rules": rules_cell(outcomes), "history": hist,
+        "Holm": holm_column(frame, ~own & (why_not == ""))})
 
     def cols(rows: pd.DataFrame, drop: Sequence[str]) -> pd.DataFrame:
         """The columns of :data:`_COLUMNS` that some row of ``rows`` fills, less ``drop``."""
         return rows[[c for c in _COLUMNS if c in rows and c not in drop and _text(rows, c).str.len().gt(0).any()]]
 
-    out: list[str | pd.DataFrame] = ["## Claims checked", "", *intro, *summary_lines(frame, share)]
+    out: list[str | pd.DataFrame] = ["## Claims checked", "", *intro, history_line(frame, outcomes), "",
+                                     *summary_lines(frame, share, outcomes)]
     seeds = seeds_line(frame)
     if seeds:
         out += [seeds, ""]
@@ -378,14 +393,17 @@ def claims_section(frame: pd.DataFrame, intro: Sequence[str] = (), share: float 
     rest = ~own & ~tested & ~point
     if rest.any():
         out += ["### Not counted as tests", "",
-                "Each row says why (column `not counted`): the world was calibrated to the criterion; the profile "
-                "makes it true by construction (column `by_construction`); its criterion was revised after a "
-                "result was seen (the verdict of every earlier criterion, judged on this run's numbers, stays "
-                "beside it in `earlier_verdicts`, the reason in `revision`); a declared precondition fails here "
-                "(e.g. the paper's effect is between heads near the ceiling and ours are far below it: `detail`); "
-                "a network at random init reaches the pretrained frozen encoder on its metric (column "
-                "`chance`); or an end of its interval lies within two Monte Carlo standard errors of the "
-                "criterion (a tie, its verdict marked so: another draw of the bootstrap could move it).", "",
+                "Each row says which rules apply (column `not counted`) and every rule's outcome (column `rules`); "
+                "the rules are code (`nearid_lib.claims.exclusions`), applied to every claim alike: **calibrated** "
+                "(every quantity of the criterion is a calibration target of the world), **by construction** (the "
+                "criterion reads a quantity the data decides by how it is made), **post hoc** (the criterion was "
+                "declared after the claim's first committed result; its versions in `history`, the verdicts of "
+                "earlier criteria in `earlier_verdicts`), **not testable**, **chance floor** (on a metric the "
+                "criterion reads, a network at random init reaches the pretrained frozen encoder, or the frozen "
+                "encoder lies within 2% of the metric's range of the random-init value), **regime** (a comparison "
+                "between trained heads the paper reports all at >= 99% SSR while one of ours is below 90%), or "
+                "**tie** (an end of its interval within two Monte Carlo standard errors of the criterion: another "
+                "draw of the bootstrap could move it).", "",
                 cols(shown[rest], ("own_question",)), ""]
     if (point & ~own).any():
         out += ["### Point comparisons", "",
@@ -399,4 +417,3 @@ def claims_section(frame: pd.DataFrame, intro: Sequence[str] = (), share: float 
                 "judged as the claims are, never counted with them.", "",
                 cols(shown[own], ("not counted",)), ""]
     return out
-

@@ -42,7 +42,7 @@ from .scorers import BenchEncoders, load_bench_encoders
 from .sweep import RowSpec, Sweep, run_rows
 from .tables import (FROZEN_SOURCE_RANGE, chance_table, fig4_dbpp_category, per_seed, seed_mean,
                      source_range_check, table1, table2_dbpp, table5, table7, table7_sweep_row)
-from .unscored import gated_rows, unscored_rows
+from .unscored import absent_baselines, gated_rows, unscored_rows
 
 if TYPE_CHECKING:
     from ..run import NotebookSetup
@@ -161,12 +161,13 @@ def table1_main(nb: NotebookSetup, encoders: BenchEncoderSet, scores: BenchScore
     """NearID Table 1 (``04_table1_main``, written): the seed mean of
     :func:`~nearid_lib.nearid.tables.table1` over the training seeds, on the dataset's split record,
     with the rows this run cannot score appended empty with the reason (VSM, whose DreamBench++ cell
-    comes from the released scores when downloaded, and every gated encoder)."""
+    comes from the released scores when downloaded, every gated encoder, and the paper's CLIP and
+    DINOv2 baselines where the profile does not score them)."""
     split = nb.data.manifest.get("split")      # the released data's partition (official, or our rule: flagged)
     t1 = seed_mean([table1(rs, scores.bench.groups, nb.run.profile, split=split) for _, rs in per_seed(scores.results)],
                    ["row"])
-    t1 = unscored_rows(t1, "row", gated_rows(encoders.encoders.gated, "row"), nb.run.profile,
-                       values=released.vsm_values())
+    unscored = {**gated_rows(encoders.encoders.gated, "row"), **absent_baselines(nb.cfg.eval.encoders, "row")}
+    t1 = unscored_rows(t1, "row", unscored, nb.run.profile, values=released.vsm_values())
     nb.run.write_table(t1, "04_table1_main", seeds=nb.seeds)
     return t1
 
@@ -204,7 +205,8 @@ def table7_fg_only(nb: NotebookSetup, encoders: BenchEncoderSet, table7_rows: pd
     the reason."""
     ceiling = run_rows(nb.cfg, nb.data, nb.backbone, [FG_TRAINED], nb.seeds)
     t7 = pd.concat([table7_rows, table7_sweep_row(ceiling, FG_TRAINED.key, FG_TRAINED_METHOD)], ignore_index=True)
-    t7 = unscored_rows(t7, "method", gated_rows(encoders.encoders.gated, "method"), nb.run.profile)
+    unscored = {**gated_rows(encoders.encoders.gated, "method"), **absent_baselines(nb.cfg.eval.encoders, "method")}
+    t7 = unscored_rows(t7, "method", unscored, nb.run.profile)
     nb.run.write_table(t7, "04_table7_fg_only", seeds=nb.seeds)
     return t7
 

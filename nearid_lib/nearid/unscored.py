@@ -10,14 +10,15 @@ DreamBench++ cell is the one that can be computed: from the authors' released pe
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
+from ..models import resolve_name
 from .tables import paper_keys
 
-__all__ = ["VSM_WHY", "VSM_KEYS", "NOT_COMPUTED", "unscored_rows", "gated_rows"]
+__all__ = ["VSM_WHY", "VSM_KEYS", "NOT_COMPUTED", "PAPER_BASELINES", "unscored_rows", "gated_rows", "absent_baselines"]
 
 NOT_COMPUTED = "not computed here: "
 VSM_WHY = ("VSM (Mind-the-Glitch's visual semantic matching, trained on MTG) has no public code: "
@@ -61,3 +62,24 @@ def gated_rows(gated: Mapping[str, str], key: str, vsm: bool = True) -> dict[str
     out.update({paper_keys(name)[i]: why for name, why in gated.items()
                 if why and not (key == "row" and name in _TABLE7_ONLY)})
     return out
+
+
+# The frozen baselines of the paper's Tables 1 and 7 besides the backbone itself (our encoder names)
+PAPER_BASELINES = ("clip-vit-l14", "dinov2-large")
+
+
+def absent_baselines(encoders: Sequence[str], key: str) -> dict[str, str]:
+    """``{paper key: reason}`` for each of :data:`PAPER_BASELINES` that the profile's ``encoders``
+    (``eval.encoders``) do not score (``key`` as for :func:`gated_rows`): its row stays in the table,
+    empty, with the reason instead of a blank."""
+    i = _TABLE_INDEX[key]
+    asked = set()
+    for name in encoders:
+        try:
+            asked.add(resolve_name(str(name).split("@")[0]))
+        except Exception:  # noqa: BLE001 - an unknown name asks for no baseline
+            continue
+    return {paper_keys(name)[i]: (f"not among this profile's eval.encoders ({', '.join(map(str, encoders))}): the "
+                                  "offline profiles (smoke, mini) read no weights from the Hugging Face hub; the paper "
+                                  "profile's default list scores it")
+            for name in PAPER_BASELINES if name not in asked}
