@@ -111,6 +111,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     items = prefill_items(data, cfg)
     n_grids = len(items) * len(VARIANTS)
     before = len(store)
+    if state is not None:
+        # every rank has counted what an earlier run left before any rank writes (otherwise rank 0
+        # could count rank 1's first grids as "stored before"); the ranks reach this point together
+        state.wait_for_everyone()
     workers = args.workers if args.workers is not None else max(0, (os.cpu_count() or 2) // world - 1)
     t0 = time.perf_counter()
     written = feats.prefill(items, VARIANTS, progress=rank == 0, rank=rank, world=world, workers=workers)
