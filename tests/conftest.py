@@ -70,15 +70,13 @@ def smoke_world(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def train_world(tmp_path_factory):
-    """The smoke world built into a module's temporary folder plus a private token-cache folder:
-    ``(profile, NearIDData, cache_root)`` for the training tests."""
+def train_world(smoke_world, tmp_path_factory):
+    """The session's smoke world (:func:`smoke_world`: training reads it and writes nothing into it)
+    plus a token-cache folder private to the module: ``(profile, NearIDData, cache_root)`` for the
+    training tests."""
     from nearid_lib.config import get_profile
-    from nearid_lib.data import build_world, load_nearid
 
-    cfg = get_profile("smoke")
-    tmp = tmp_path_factory.mktemp("world")
-    return cfg, load_nearid(build_world(cfg, root=tmp / "nearid", progress=False)), tmp / "cache"
+    return get_profile("smoke"), smoke_world, tmp_path_factory.mktemp("world") / "cache"
 
 
 @pytest.fixture(scope="module")

@@ -263,15 +263,15 @@ def test_bad_inputs_clear_errors_nothing_written(tmp_path, backend):
         items_from_dataset(root)
 
 
-def test_world_sources_regenerate_identically_in_worker_processes(tmp_path):
+def test_world_sources_regenerate_identically_in_worker_processes(smoke_world, tmp_path):
     """regenerate_world_sources (notebook 02): one source per spawned process gives the same bytes
-    as the serial run, and both reproduce the world's own distractors pixel for pixel."""
+    as the serial run, and both reproduce the world's own distractors pixel for pixel (the session's
+    smoke world, read only: the regenerated sources go to ``tmp_path``)."""
     from nearid_lib.config import get_profile, with_overrides
-    from nearid_lib.data import build_world
     from nearid_lib.data.world_sources import regenerate_world_sources
 
     cfg = get_profile("smoke")
-    world = build_world(cfg, root=tmp_path / "nearid", progress=False)
+    world = smoke_world.root
     items = [it for it in items_from_dataset(world, seed=cfg.seed) if it.split == "test"]
     sources = ["sharp", "soft_hr"]      # the plain look and a generator look, resampled
     regenerate_world_sources(cfg, world, tmp_path / "serial", sources, items, workers=1)

@@ -1,6 +1,8 @@
 """Generation and the VLM judge over 2 CPU processes (``torchrun --standalone``, gloo) give what one
 process gives: the same distractor files byte for byte, the same judge answers and scores; each
-process writes its own manifest / answers file, and a run cut short resumes per shard."""
+process writes its own manifest / answers file, and a run cut short resumes per shard. The one-process
+runs (and the merge passes, one process by design) call the same entry points in the test's own
+process: only the launches start interpreters."""
 from __future__ import annotations
 
 import json
@@ -13,19 +15,29 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from nearid_lib.generate import runner
 from nearid_lib.generate.items import items_from_dataset, shard_items
+from nearid_lib.judge.cli import main as judge_main
 
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 ENV = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", NEARID_THREADS="1",
            GLOO_SOCKET_IFNAME="lo")   # loopback only: gloo pairs on one host (flaky without it)
 
 
-def _run(cmd: list[str], two: bool, timeout: int = 300) -> subprocess.CompletedProcess:
-    launch = [str(TORCHRUN), "--standalone", "--nproc_per_node", "2"] if two else [sys.executable]
-    res = subprocess.run([*launch, *cmd], env=ENV, capture_output=True, text=True, timeout=timeout)
+def _launch(module: str, args: list[str], timeout: int = 300) -> str:
+    """``torchrun --nproc_per_node 2 -m module args``; its standard output."""
+    cmd = [str(TORCHRUN), "--standalone", "--nproc_per_node", "2", "-m", module, *args]
+    res = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=timeout)
     if res.returncode != 0:
-        pytest.fail(f"{' '.join(launch + cmd)} failed:\n{res.stdout[-3000:]}\n{res.stderr[-5000:]}")
-    return res
+        pytest.fail(f"{' '.join(cmd)} failed:\n{res.stdout[-3000:]}\n{res.stderr[-5000:]}")
+    return res.stdout
+
+
+def _one_process(main, args: list[str], capsys) -> str:
+    """An entry point's ``main(args)`` in this process (not under a launch); what it printed."""
+    capsys.readouterr()
+    main(args)
+    return capsys.readouterr().out
 
 
 def _outputs(root: Path, source: str) -> dict[str, bytes]:
@@ -41,24 +53,23 @@ def _manifest_ids(root: Path, source: str, rank: int) -> list[str]:
     return [json.loads(line)["id"] for line in f.read_text().splitlines() if line.strip()]
 
 
-def _records(res: subprocess.CompletedProcess) -> dict[int, dict]:
+def _records(stdout: str) -> dict[int, dict]:
     """The JSON summaries a command printed, by rank (each rank's completion record)."""
-    return {s["rank"]: s for s in (json.loads(x) for x in res.stdout.splitlines() if x.startswith("{"))}
+    return {s["rank"]: s for s in (json.loads(x) for x in stdout.splitlines() if x.startswith("{"))}
 
 
-def test_generation_two_processes_equals_one(smoke_world, tmp_path):
+def test_generation_two_processes_equals_one(smoke_world, tmp_path, capsys):
     src = smoke_world.root
     roots = {k: Path(shutil.copytree(src, tmp_path / k)) for k in ("one", "two")}
-    cmd = ["-m", "nearid_lib.generate.runner", "--profile", "smoke", "--source", "mp",
-           "--backend", "procedural", "--no-progress"]
-    _run([*cmd, "--root", str(roots["one"])], two=False)
-    res = _run([*cmd, "--root", str(roots["two"])], two=True)
+    cmd = ["--profile", "smoke", "--source", "mp", "--backend", "procedural", "--no-progress"]
+    _one_process(runner.main, [*cmd, "--root", str(roots["one"])], capsys)
+    out = _launch("nearid_lib.generate.runner", [*cmd, "--root", str(roots["two"])])
     # no rank waits for another: rank 0 reports its own part, and the table is a separate pass
-    assert list(_records(res)) == [0] and "--merge-only" in res.stdout
+    assert list(_records(out)) == [0] and "--merge-only" in out
     assert not (roots["two"] / "distractors" / "mp.csv").exists()
-    res = _run([*cmd, "--root", str(roots["two"]), "--merge-only"], two=False)
+    out = _one_process(runner.main, [*cmd, "--root", str(roots["two"]), "--merge-only"], capsys)
     # the merge pass reports both ranks' completion records
-    assert [(s["rank"], s["world_size"]) for s in _records(res).values()] == [(0, 2), (1, 2)]
+    assert [(s["rank"], s["world_size"]) for s in _records(out).values()] == [(0, 2), (1, 2)]
     one, two = _outputs(roots["one"], "mp"), _outputs(roots["two"], "mp")
     items = items_from_dataset(roots["two"])
     assert len(one) == len(items) + 2 and one.keys() == two.keys()
@@ -75,22 +86,22 @@ def test_generation_two_processes_equals_one(smoke_world, tmp_path):
     for line in lines[10:]:
         (roots["two"] / json.loads(line)["path"]).unlink()
     (roots["two"] / "distractors" / "mp.csv").unlink()
-    _run([*cmd, "--root", str(roots["two"])], two=True)
-    summ = _records(_run([*cmd, "--root", str(roots["two"]), "--merge-only"], two=False))
+    _launch("nearid_lib.generate.runner", [*cmd, "--root", str(roots["two"])])
+    summ = _records(_one_process(runner.main, [*cmd, "--root", str(roots["two"]), "--merge-only"], capsys))
     assert summ[0]["n_new_ok"] == 0 and summ[1]["n_new_ok"] == len(lines) - 10
     assert _outputs(roots["two"], "mp") == one
 
 
-def test_judge_two_processes_equals_one(smoke_world, tmp_path):
+def test_judge_two_processes_equals_one(smoke_world, tmp_path, capsys):
     pos = pd.read_csv(smoke_world.root / "positives.csv", dtype=str, keep_default_na=False)
     rows = []
     for r in pos.head(3).itertuples():
         rows += [{"img_a": r.img1, "img_b": r.img2}, {"img_a": r.img2, "img_b": r.img1}]
     pd.DataFrame(rows[:5]).to_csv(tmp_path / "pairs.csv", index=False)
-    cmd = ["-m", "nearid_lib.judge", "--pairs", str(tmp_path / "pairs.csv"), "--root",
+    cmd = ["--pairs", str(tmp_path / "pairs.csv"), "--root",
            str(smoke_world.root), "--judge", "tiny", "--max-new-tokens", "8", "--batch-size", "2"]
-    _run([*cmd, "--out", str(tmp_path / "one.csv")], two=False)
-    _run([*cmd, "--out", str(tmp_path / "two.csv")], two=True)
+    _one_process(judge_main, [*cmd, "--out", str(tmp_path / "one.csv")], capsys)
+    _launch("nearid_lib.judge", [*cmd, "--out", str(tmp_path / "two.csv")])
     one = pd.read_csv(tmp_path / "one.csv", keep_default_na=False)
     two = pd.read_csv(tmp_path / "two.csv", keep_default_na=False)
     assert len(two) == 5 and list(two.columns[-4:]) == ["similarity", "status", "answer", "hit_limit"]
@@ -101,7 +112,7 @@ def test_judge_two_processes_equals_one(smoke_world, tmp_path):
     assert n == {0: 4, 1: 1}
     # the same command again judges nothing (every answer is on disk) and writes the same table
     (tmp_path / "two.csv").unlink()
-    _run([*cmd, "--out", str(tmp_path / "two.csv")], two=True)
+    _launch("nearid_lib.judge", [*cmd, "--out", str(tmp_path / "two.csv")])
     assert {r: len((ans / f"answers_rank{r}.jsonl").read_text().splitlines()) for r in (0, 1)} == n
     pd.testing.assert_frame_equal(one, pd.read_csv(tmp_path / "two.csv", keep_default_na=False))
 

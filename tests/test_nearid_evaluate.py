@@ -13,7 +13,6 @@ import torch.nn.functional as F
 
 from nearid_lib import metrics
 from nearid_lib.config import get_profile
-from nearid_lib.data import build_world, load_nearid
 from nearid_lib.models import MAPHead, load_encoder
 from nearid_lib.data.groups import group_items, image_groups
 from nearid_lib.features import Embedder
@@ -95,10 +94,9 @@ def test_mtg_bench_matches_direct_computation():
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("world")
-    root = build_world(get_profile("smoke"), root=tmp / "nearid", progress=False)
-    return load_nearid(root), tmp / "cache"
+def world(smoke_world, tmp_path_factory):
+    """The session's smoke world (read only: the caches go to the module's own folder)."""
+    return smoke_world, tmp_path_factory.mktemp("world") / "cache"
 
 
 def test_groups_cover_split_with_view_masks(world):

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from nearid_lib.config import get_profile, with_overrides
-from nearid_lib.data import build_world, load_nearid
 from nearid_lib.models import load_encoder
 from nearid_lib.nearid import checkpoints as ck
 from nearid_lib.nearid import sweep as sw
@@ -20,12 +19,13 @@ torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
+def world(smoke_world, tmp_path_factory):
+    """The session's smoke world (the training overrides leave its world fingerprint as it is; runs
+    and caches go to the module's own folder, nothing into the world)."""
     cfg = get_profile("smoke", overrides={"train.max_steps": 2, "train.checkpoint_every": 1})
     tmp = tmp_path_factory.mktemp("sweep")
-    root = build_world(cfg, root=tmp / "nearid", progress=False)
     torch.manual_seed(0)
-    return cfg, load_nearid(root), tmp
+    return cfg, smoke_world, tmp
 
 
 def test_run_key_follows_config_data_and_code(world, monkeypatch, tmp_path):

@@ -57,13 +57,26 @@ def mirror(tmp_path_factory):
     return d
 
 
-@pytest.fixture
-def inputs(mirror, monkeypatch):
-    monkeypatch.setenv("NEARID_HUB_DIR", str(mirror))
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    pos = hub.load_hub_dataset("Aleksandar/NearID")
-    dists = {s: hub.load_hub_dataset(f"Aleksandar/NearID-{s}") for s in RELEASED_SOURCES[:3]}
-    return pos, dists
+@pytest.fixture(scope="module")
+def inputs(mirror):
+    """The mirror's positives and three distractor repos, loaded once for the module (the mirror's
+    environment stays set while its tests run)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NEARID_HUB_DIR", str(mirror))
+        mp.setenv("HF_DATASETS_OFFLINE", "1")
+        pos = hub.load_hub_dataset("Aleksandar/NearID")
+        dists = {s: hub.load_hub_dataset(f"Aleksandar/NearID-{s}") for s in RELEASED_SOURCES[:3]}
+        yield pos, dists
+
+
+@pytest.fixture(scope="module")
+def one_process(inputs, tmp_path_factory):
+    """The one-process materialisation every launch below is compared with: ``(root, masker)``."""
+    pos, dists = inputs
+    root = tmp_path_factory.mktemp("one_process") / "w1"
+    masker = BlockMasker()
+    materialise_released(root, pos, dists, masker=masker)
+    return root, masker
 
 
 def _digest(root):
@@ -104,11 +117,10 @@ def test_blocks_are_dealt_round_robin_and_cover_every_row_once():
     assert io_workers_per_rank(8, cores=64) == 8 and io_workers_per_rank(8, cores=4) == 1
 
 
-def test_same_bytes_for_one_two_and_three_processes(inputs, tmp_path):
+def test_same_bytes_for_one_two_and_three_processes(inputs, one_process, tmp_path):
     pos, dists = inputs
-    one = BlockMasker()
-    materialise_released(tmp_path / "w1", pos, dists, masker=one)
-    ref = _digest(tmp_path / "w1")
+    w1, one = one_process
+    ref = _digest(w1)
     assert len(one.calls) == 3 and [len(c) for c in one.calls][:2] == [
         sum(int(n) for n in pos["train"]["n_images"][s:s + 16]) for s in (0, 16)]
     for world in (2, 3):
@@ -120,10 +132,8 @@ def test_same_bytes_for_one_two_and_three_processes(inputs, tmp_path):
     assert len(d.identities) == N_IDS and d.identities.source_row.astype(int).tolist() == list(range(N_IDS))
 
 
-def test_restart_with_another_number_of_processes_resumes(inputs, tmp_path):
+def test_restart_with_another_number_of_processes_resumes(inputs, one_process, tmp_path):
     pos, dists = inputs
-    ref = BlockMasker()
-    materialise_released(tmp_path / "ref", pos, dists, masker=ref)
     # 3 ranks, killed after the first block: one block logged, the manifest never written
     # the killed rank's error, or rank 0's, told on disk that a rank failed (it waits on disk, not in a barrier)
     with pytest.raises((KeyboardInterrupt, threading.BrokenBarrierError, DataError)):
@@ -134,34 +144,47 @@ def test_restart_with_another_number_of_processes_resumes(inputs, tmp_path):
     again = BlockMasker()
     _launch(tmp_path / "w", pos, dists, again, 2)
     assert len(again.calls) == 2                               # only the unfinished blocks
-    assert _digest(tmp_path / "w") == _digest(tmp_path / "ref")
+    assert _digest(tmp_path / "w") == _digest(one_process[0])
 
 
-def test_curate_step_two_processes_equal_one(mirror, tmp_path):
+def test_curate_step_two_processes_equal_one(mirror, tmp_path, monkeypatch, capsys):
     """The launch itself: ``torchrun`` with two CPU ranks (gloo barrier) runs the paper profile's
     materialisation with the real (tiny random-init) CLIPSeg masker of the mirror, and writes the
-    same bytes as one plain process."""
+    same bytes as one plain process (the same entry point called in this process)."""
     import json
     import os
     import subprocess
     import sys
 
+    from nearid_lib.data import curate_step
     from tools.tiny_models.clipseg import save_tiny_clipseg
 
     save_tiny_clipseg(mirror / "CIDAS" / "clipseg-rd64-refined")
     py = sys.executable
     over = "world.nearid_sources=Flux,Qwen; world.mtg_repo=; world.n_val_ids=2; world.n_test_ids=4; device=cpu"
+    argv = ["--profile", "paper", "--io-workers", "2"]
     roots = {}
     for world in (1, 2):
-        env = {**os.environ, "NEARID_HUB_DIR": str(mirror), "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
+        env = {"NEARID_HUB_DIR": str(mirror), "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
                "NEARID_DATA": str(tmp_path / f"d{world}"), "NEARID_SET": over, "CUDA_VISIBLE_DEVICES": "",
                "NEARID_ALLOW_CPU": "1"}
-        launch = ([os.path.join(os.path.dirname(py), "torchrun"), "--standalone", "--nproc_per_node", "2"]
-                  if world == 2 else [py])
-        out = subprocess.run([*launch, "-m", "nearid_lib.data.curate_step", "--profile", "paper", "--io-workers", "2"],
-                             env=env, capture_output=True, text=True, timeout=300)
-        assert out.returncode == 0, out.stderr[-3000:]
-        rep = json.loads(out.stdout[out.stdout.index("{"):])
+        if world == 1:
+            # as in a fresh process: no hub reads on record (the manifest lists the reads of the run)
+            hub.clear_reads()
+            with monkeypatch.context() as mp:
+                for k, v in env.items():
+                    mp.setenv(k, v)
+                capsys.readouterr()
+                assert curate_step.main(argv) == 0
+            hub.clear_reads()
+            stdout = capsys.readouterr().out
+        else:
+            out = subprocess.run([os.path.join(os.path.dirname(py), "torchrun"), "--standalone", "--nproc_per_node",
+                                  "2", "-m", "nearid_lib.data.curate_step", *argv], env={**os.environ, **env},
+                                 capture_output=True, text=True, timeout=300)
+            assert out.returncode == 0, out.stderr[-3000:]
+            stdout = out.stdout
+        rep = json.loads(stdout[stdout.index("{"):])
         assert rep["processes"] == world and rep["identities_written"] == N_IDS
         roots[world] = tmp_path / f"d{world}" / "paper" / "nearid"
     assert _digest(roots[1]) == _digest(roots[2])
